@@ -1,0 +1,31 @@
+#pragma once
+// A decode batch: tokens from any number of sequences, each with its position
+// and whether its logits are wanted.
+
+#include <cstdint>
+#include <vector>
+
+namespace llama_tp {
+
+struct Batch {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> pos;
+    std::vector<int32_t> seq;
+    std::vector<uint8_t> want_logits;
+
+    void add(int32_t token, int32_t position, int32_t seq_id, bool logits) {
+        tokens.push_back(token);
+        pos.push_back(position);
+        seq.push_back(seq_id);
+        want_logits.push_back(logits ? 1 : 0);
+    }
+    void clear() {
+        tokens.clear();
+        pos.clear();
+        seq.clear();
+        want_logits.clear();
+    }
+    int size() const { return (int) tokens.size(); }
+};
+
+}  // namespace llama_tp

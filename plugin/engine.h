@@ -1,0 +1,59 @@
+#pragma once
+// The runtime a server or tool drives: a loaded model, its KV cache, and
+// batched decode over many sequences. Not thread-safe: one thread owns it.
+
+#include "plugin/batch.h"
+#include "plugin/model_info.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+
+class Tokenizer;
+
+struct EngineOptions {
+    std::string model_path;
+    int32_t n_ctx = 4096;    // KV cells, shared by all sequences; 0: the model's training context
+    int32_t n_seq_max = 1;   // sequences (server slots) that can be live at once
+    int32_t n_batch = 512;   // most tokens one decode() call accepts
+    int32_t n_threads = 0;   // 0: all cores
+    bool progress = true;    // load progress on stderr for large files
+
+    // Tensor parallelism.
+    int32_t tp = 1;
+    std::vector<float> tensor_split;  // empty: even
+    std::string allreduce = "auto";
+};
+
+class Engine {
+  public:
+    // Throws llama_tp::Error naming the file (and tensor) on any load failure.
+    static std::unique_ptr<Engine> load(const EngineOptions & options);
+    virtual ~Engine() = default;
+
+    // Runs one forward pass. Throws llama_tp::Error on a bad batch (token out of
+    // range, sequence id out of range, too many tokens, no KV room); the cache
+    // is left as it was before the call.
+    virtual void decode(const Batch & batch) = 0;
+
+    // Logits of batch row i of the last decode(); only rows that asked for them.
+    virtual const float * logits(int32_t batch_row) const = 0;
+
+    // KV cache: drop positions [p0, p1) of a sequence (p1 < 0: to the end).
+    virtual void seq_remove(int32_t seq, int32_t p0, int32_t p1) = 0;
+    virtual int32_t seq_pos_max(int32_t seq) const = 0;  // -1 when empty
+    virtual int32_t n_free_cells() const = 0;
+
+    virtual const Tokenizer & tokenizer() const = 0;
+    virtual const ModelInfo & info() const = 0;
+    virtual const EngineOptions & options() const = 0;
+
+    // How many times a graph was built and allocated (decode steps of an
+    // unchanged shape reuse the last one).
+    virtual int64_t graph_builds() const = 0;
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,88 @@
+#include "plugin/hparams.h"
+
+#include "plugin/error.h"
+#include "plugin/gguf_file.h"
+
+#include "ggml.h"
+
+namespace llama_tp {
+
+namespace {
+
+Arch parse_arch(const GgufFile & file, const std::string & name) {
+    if (name == "llama") return Arch::Llama;
+    throw Error("model file '" + file.path() + "': architecture '" + name +
+                "' is not supported (supported: llama)");
+}
+
+void require_positive(const GgufFile & file, const char * what, int64_t v) {
+    if (v <= 0) throw Error("model file '" + file.path() + "': " + what + " must be positive, got " + std::to_string(v));
+}
+
+void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
+    hp.rope_type = GGML_ROPE_TYPE_NORMAL;
+    hp.n_rot = (int32_t) file.get_int(a + ".rope.dimension_count", hp.head_dim);
+    hp.rope_freq_base = (float) file.get_float(a + ".rope.freq_base", 10000.0);
+    hp.rope_n_ctx_orig = (int32_t) file.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train);
+    const std::string scaling = file.get_string(a + ".rope.scaling.type", "none");
+    double factor = file.get_float(a + ".rope.scaling.factor", 0.0);
+    if (factor <= 0.0) factor = 1.0;
+    if (scaling == "none") {
+        hp.rope_freq_scale = 1.0f;
+    } else if (scaling == "linear") {
+        hp.rope_freq_scale = (float) (1.0 / factor);
+    } else if (scaling == "yarn") {
+        hp.rope_freq_scale = (float) (1.0 / factor);
+        hp.yarn_ext_factor = 1.0f;
+        hp.yarn_attn_factor = (float) file.get_float(a + ".rope.scaling.attn_factor", 1.0);
+        hp.yarn_beta_fast = (float) file.get_float(a + ".rope.scaling.yarn_beta_fast", 32.0);
+        hp.yarn_beta_slow = (float) file.get_float(a + ".rope.scaling.yarn_beta_slow", 1.0);
+    } else {
+        throw Error("model file '" + file.path() + "': RoPE scaling type '" + scaling + "' is not supported");
+    }
+    if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+        throw Error("model file '" + file.path() + "': rope.dimension_count " + std::to_string(hp.n_rot) +
+                    " does not fit head size " + std::to_string(hp.head_dim));
+    }
+}
+
+}  // namespace
+
+HParams read_hparams(const GgufFile & file) {
+    HParams hp;
+    hp.arch_name = file.get_string("general.architecture");
+    hp.arch = parse_arch(file, hp.arch_name);
+    const std::string & a = hp.arch_name;
+
+    hp.n_embd = (int32_t) file.get_int(a + ".embedding_length");
+    hp.n_layer = (int32_t) file.get_int(a + ".block_count");
+    hp.n_ff = (int32_t) file.get_int(a + ".feed_forward_length");
+    hp.n_head = (int32_t) file.get_int(a + ".attention.head_count");
+    hp.n_head_kv = (int32_t) file.get_int(a + ".attention.head_count_kv", hp.n_head);
+    hp.n_ctx_train = (int32_t) file.get_int(a + ".context_length", 2048);
+    hp.rms_eps = (float) file.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5);
+    for (auto [what, v] : {std::pair<const char *, int64_t>{"embedding_length", hp.n_embd},
+                           {"block_count", hp.n_layer},
+                           {"feed_forward_length", hp.n_ff},
+                           {"attention.head_count", hp.n_head},
+                           {"attention.head_count_kv", hp.n_head_kv}}) {
+        require_positive(file, what, v);
+    }
+    if (hp.n_head % hp.n_head_kv != 0) {
+        throw Error("model file '" + file.path() + "': head_count " + std::to_string(hp.n_head) +
+                    " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
+    }
+    hp.head_dim = (int32_t) file.get_int(a + ".attention.key_length", hp.n_embd / hp.n_head);
+    const int64_t v_len = file.get_int(a + ".attention.value_length", hp.head_dim);
+    if (v_len != hp.head_dim) {
+        throw Error("model file '" + file.path() + "': key_length != value_length is not supported");
+    }
+
+    const ggml_tensor * embd = file.find_tensor("token_embd.weight");
+    if (!embd) throw Error("model file '" + file.path() + "': missing tensor 'token_embd.weight'");
+    hp.n_vocab = (int32_t) file.get_int(a + ".vocab_size", embd->ne[1]);
+    read_rope(file, a, hp);
+    return hp;
+}
+
+}  // namespace llama_tp

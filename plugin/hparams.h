@@ -1,0 +1,45 @@
+#pragma once
+// A decoder's shape and numeric settings, read from GGUF metadata.
+
+#include <cstdint>
+#include <string>
+
+namespace llama_tp {
+
+class GgufFile;
+
+enum class Arch { Llama };
+
+struct HParams {
+    Arch arch = Arch::Llama;
+    std::string arch_name;
+    int32_t n_vocab = 0;
+    int32_t n_ctx_train = 0;
+    int32_t n_embd = 0;
+    int32_t n_layer = 0;
+    int32_t n_head = 0;
+    int32_t n_head_kv = 0;
+    int32_t head_dim = 0;  // per head, keys and values alike
+    int32_t n_ff = 0;
+    float rms_eps = 1e-5f;
+
+    // RoPE
+    int32_t rope_type = 0;  // ggml rope mode
+    int32_t n_rot = 0;
+    float rope_freq_base = 10000.0f;
+    float rope_freq_scale = 1.0f;
+    float yarn_ext_factor = 0.0f;
+    float yarn_attn_factor = 1.0f;
+    float yarn_beta_fast = 32.0f;
+    float yarn_beta_slow = 1.0f;
+    int32_t rope_n_ctx_orig = 0;
+
+    int32_t n_embd_q() const { return n_head * head_dim; }
+    int32_t n_embd_kv() const { return n_head_kv * head_dim; }
+};
+
+// Throws llama_tp::Error naming the file and key for a missing or
+// inconsistent value, or an architecture this runtime does not build.
+HParams read_hparams(const GgufFile & file);
+
+}  // namespace llama_tp

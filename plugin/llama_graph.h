@@ -1,0 +1,39 @@
+#pragma once
+// The forward graph of the llama architecture for one batch shape.
+
+#include <cstdint>
+
+struct ggml_context;
+struct ggml_cgraph;
+struct ggml_tensor;
+
+namespace llama_tp {
+
+struct HParams;
+class ModelWeights;
+class KvCache;
+
+// The shape a graph is built for; equal shapes reuse one graph.
+struct GraphShape {
+    int32_t n_tokens = 0;
+    int32_t n_outputs = 0;
+    int32_t window = 0;  // KV cells attended over
+    bool operator==(const GraphShape & o) const {
+        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && window == o.window;
+    }
+};
+
+// Tensors the caller fills before each compute.
+struct GraphInputs {
+    ggml_tensor * tokens = nullptr;    // I32 [n_tokens]
+    ggml_tensor * positions = nullptr; // I32 [n_tokens]
+    ggml_tensor * kv_cells = nullptr;  // I64 [n_tokens]: cache row each token is written to
+    ggml_tensor * kq_mask = nullptr;   // F16 [window, n_tokens]
+    ggml_tensor * out_rows = nullptr;  // I32 [n_outputs]: batch rows whose logits are wanted
+};
+
+// Adds the forward pass to gf; returns the logits tensor [n_vocab, n_outputs].
+ggml_tensor * build_llama_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+                                const KvCache & kv, const GraphShape & shape, GraphInputs & in);
+
+}  // namespace llama_tp

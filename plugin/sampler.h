@@ -1,0 +1,57 @@
+#pragma once
+// Token sampling on our own logits with libllama's sampler chain.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct llama_sampler;
+
+namespace llama_tp {
+
+class Tokenizer;
+
+struct SamplingParams {
+    float temperature = 0.8f;  // <= 0: greedy
+    float top_p = 0.95f;
+    float min_p = 0.05f;
+    int32_t top_k = 40;
+    uint32_t seed = 0xFFFFFFFF;  // 0xFFFFFFFF: random
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    float repeat_penalty = 1.0f;
+    int32_t penalty_last_n = 64;
+    std::string grammar;  // GBNF; empty: none
+};
+
+struct TokenProb {
+    int32_t token;
+    float logprob;
+};
+
+class Sampler {
+  public:
+    // Throws llama_tp::Error on an invalid grammar.
+    Sampler(const Tokenizer & tokenizer, const SamplingParams & params);
+    ~Sampler();
+    Sampler(const Sampler &) = delete;
+    Sampler & operator=(const Sampler &) = delete;
+
+    // Picks the next token from one row of logits (n_vocab floats) and
+    // records it in the penalty/grammar state.
+    int32_t sample(const float * logits);
+    // Feeds a prompt token into the penalty state without sampling.
+    void accept(int32_t token);
+
+    // Log-probabilities (full softmax of the raw logits) of the last sample()'s
+    // token and of the n most likely tokens.
+    float last_logprob() const { return last_logprob_; }
+    std::vector<TokenProb> top_logprobs(const float * logits, int n) const;
+
+  private:
+    llama_sampler * chain_ = nullptr;
+    int32_t n_vocab_;
+    float last_logprob_ = 0.0f;
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,45 @@
+#pragma once
+// Text <-> tokens through libllama loaded with vocab_only: the vocabulary and
+// its special tokens come from the same GGUF file the weights do.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct llama_model;
+struct llama_vocab;
+
+namespace llama_tp {
+
+class Tokenizer {
+  public:
+    // Throws llama_tp::Error when the file has no usable vocabulary.
+    explicit Tokenizer(const std::string & gguf_path);
+    ~Tokenizer();
+    Tokenizer(const Tokenizer &) = delete;
+    Tokenizer & operator=(const Tokenizer &) = delete;
+
+    std::vector<int32_t> tokenize(const std::string & text, bool add_special, bool parse_special) const;
+    std::string piece(int32_t token, bool special = false) const;
+    std::string detokenize(const std::vector<int32_t> & tokens, bool special = false) const;
+
+    int32_t n_vocab() const;
+    int32_t bos() const;
+    int32_t eos() const;
+    bool add_bos() const;
+    bool is_eog(int32_t token) const;
+
+    // The GGUF's chat template, or "" when it has none.
+    std::string chat_template() const;
+
+    // For libcommon (chat templates) and libllama samplers (grammar).
+    const llama_model * model() const { return model_; }
+    const llama_vocab * vocab() const { return vocab_; }
+
+  private:
+    llama_model * model_ = nullptr;
+    const llama_vocab * vocab_ = nullptr;
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,151 @@
+#include "plugin/weights.h"
+
+#include "plugin/error.h"
+#include "plugin/gguf_file.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+namespace llama_tp {
+
+namespace {
+
+std::string shape_string(const int64_t * ne, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+ggml_context * new_meta_context(size_t n_tensors) {
+    ggml_init_params params = {n_tensors * ggml_tensor_overhead(), nullptr, /*no_alloc =*/true};
+    ggml_context * ctx = ggml_init(params);
+    if (!ctx) throw Error("out of memory creating a tensor context");
+    return ctx;
+}
+
+// The CPU device's first extra buffer type (weight repacking), if any.
+ggml_backend_buffer_type_t find_repack_buft(ggml_backend_dev_t device) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(device);
+    auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
+        reg, "ggml_backend_dev_get_extra_bufts");
+    if (!get_extra) return nullptr;
+    ggml_backend_buffer_type_t * bufts = get_extra(device);
+    return (bufts && bufts[0]) ? bufts[0] : nullptr;
+}
+
+// Asks the device whether a matrix multiply with this weight would run from
+// the given buffer type (the question depends on the weight's type and shape).
+bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buft, const ggml_tensor * desc) {
+    ggml_context * ctx = new_meta_context(3);
+    ggml_tensor * w = ggml_new_tensor(ctx, desc->type, 2, desc->ne);
+    ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, desc->ne[0], 8);
+    ggml_tensor * op = ggml_mul_mat(ctx, w, x);
+    ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
+    w->buffer = probe;
+    const bool ok = probe && ggml_backend_dev_supports_op(device, op);
+    if (probe) ggml_backend_buffer_free(probe);
+    ggml_free(ctx);
+    return ok;
+}
+
+}  // namespace
+
+ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, ggml_backend_dev_t device, bool progress)
+    : device_(device) {
+    host_buft_ = ggml_backend_dev_buffer_type(device);
+    repack_buft_ = find_repack_buft(device);
+    const size_t n_max = (size_t) file.n_tensors() + 8;
+    host_ctx_.reset(new_meta_context(n_max));
+    repack_ctx_.reset(new_meta_context(n_max));
+
+    const int64_t E = hp.n_embd, V = hp.n_vocab, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
+    tok_embd = declare(file, "token_embd.weight", {E, V}, false);
+    output_norm = declare(file, "output_norm.weight", {E}, false);
+    output = declare(file, "output.weight", {E, V}, true, /*required =*/false);
+    rope_freqs = declare(file, "rope_freqs.weight", {hp.n_rot / 2}, false, /*required =*/false);
+    layers.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        LayerWeights & l = layers[il];
+        l.attn_norm = declare(file, p + "attn_norm.weight", {E}, false);
+        l.wq = declare(file, p + "attn_q.weight", {E, Q}, true);
+        l.wk = declare(file, p + "attn_k.weight", {E, KV}, true);
+        l.wv = declare(file, p + "attn_v.weight", {E, KV}, true);
+        l.wo = declare(file, p + "attn_output.weight", {Q, E}, true);
+        l.ffn_norm = declare(file, p + "ffn_norm.weight", {E}, false);
+        l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true);
+        l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true);
+        l.ffn_down = declare(file, p + "ffn_down.weight", {F, E}, true);
+    }
+    allocate_and_read(file, progress);
+    if (!output) output = tok_embd;
+}
+
+ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
+                                    bool matrix, bool required) {
+    const ggml_tensor * desc = file.find_tensor(name);
+    if (!desc) {
+        if (!required) return nullptr;
+        throw Error("model file '" + file.path() + "': missing tensor '" + name + "'");
+    }
+    int64_t ne[GGML_MAX_DIMS] = {1, 1, 1, 1};
+    for (size_t i = 0; i < shape.size(); ++i) ne[i] = shape[i];
+    for (int i = 0; i < GGML_MAX_DIMS; ++i) {
+        if (desc->ne[i] != ne[i]) {
+            throw Error("model file '" + file.path() + "': tensor '" + name + "' has shape " +
+                        shape_string(desc->ne, GGML_MAX_DIMS) + ", expected " + shape_string(ne, GGML_MAX_DIMS));
+        }
+    }
+    const bool repack = matrix && repack_buft_ && buft_takes_matrix(device_, repack_buft_, desc);
+    ggml_tensor * t = ggml_new_tensor(repack ? repack_ctx_.get() : host_ctx_.get(), desc->type, (int) shape.size(), ne);
+    ggml_set_name(t, name.c_str());
+    n_params_ += ggml_nelements(t);
+    return t;
+}
+
+void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
+    for (auto [ctx, buft] : {std::pair{host_ctx_.get(), host_buft_}, std::pair{repack_ctx_.get(), repack_buft_}}) {
+        if (!ggml_get_first_tensor(ctx)) continue;
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+        if (!buf) throw Error("out of memory allocating weights for '" + file.path() + "'");
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        buffers_.emplace_back(buf);
+    }
+    const uint64_t total = total_bytes();
+    const bool show = progress && total > (256u << 20);
+    uint64_t done = 0;
+    int last_pct = -1;
+    std::vector<uint8_t> staging;
+    for (ggml_context * ctx : {host_ctx_.get(), repack_ctx_.get()}) {
+        for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
+            const uint64_t offset = file.tensor_offset(file.find_tensor(ggml_get_name(t)));
+            const size_t n = ggml_nbytes(t);
+            if (ggml_backend_buffer_is_host(t->buffer)) {
+                file.read(offset, t->data, n);
+            } else {
+                staging.resize(n);
+                file.read(offset, staging.data(), n);
+                ggml_backend_tensor_set(t, staging.data(), 0, n);
+            }
+            done += n;
+            const int pct = (int) (100 * done / (total ? total : 1));
+            if (show && pct / 10 != last_pct / 10) {
+                std::fprintf(stderr, "llama-tp: loading %s: %3d%%\n", file.path().c_str(), pct);
+                last_pct = pct;
+            }
+        }
+    }
+}
+
+uint64_t ModelWeights::total_bytes() const {
+    uint64_t n = 0;
+    for (const auto & b : buffers_) n += ggml_backend_buffer_get_size(b.get());
+    return n;
+}
+
+}  // namespace llama_tp

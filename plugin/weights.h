@@ -1,0 +1,66 @@
+#pragma once
+// A model's weights, loaded from a GGUF file straight into ggml backend
+// buffers. Matrix weights go to the CPU backend's repacking buffer type where
+// it takes them (faster kernels for some quantizations), the rest to plain
+// host memory.
+
+#include "plugin/hparams.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+
+struct ggml_context;
+struct ggml_tensor;
+
+namespace llama_tp {
+
+class GgufFile;
+
+struct LayerWeights {
+    ggml_tensor * attn_norm = nullptr;
+    ggml_tensor * wq = nullptr;
+    ggml_tensor * wk = nullptr;
+    ggml_tensor * wv = nullptr;
+    ggml_tensor * wo = nullptr;
+    ggml_tensor * ffn_norm = nullptr;
+    ggml_tensor * ffn_gate = nullptr;
+    ggml_tensor * ffn_up = nullptr;
+    ggml_tensor * ffn_down = nullptr;
+};
+
+class ModelWeights {
+  public:
+    // Throws llama_tp::Error naming the file and tensor when a tensor is
+    // missing, has the wrong shape, or cannot be read.
+    ModelWeights(const GgufFile & file, const HParams & hp, ggml_backend_dev_t device, bool progress);
+    ModelWeights(const ModelWeights &) = delete;
+    ModelWeights & operator=(const ModelWeights &) = delete;
+
+    ggml_tensor * tok_embd = nullptr;
+    ggml_tensor * output_norm = nullptr;
+    ggml_tensor * output = nullptr;  // token_embd when the head is tied
+    ggml_tensor * rope_freqs = nullptr;
+    std::vector<LayerWeights> layers;
+
+    uint64_t total_bytes() const;
+    int64_t n_params() const { return n_params_; }
+
+  private:
+    ggml_tensor * declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
+                          bool matrix, bool required = true);
+    void allocate_and_read(const GgufFile & file, bool progress);
+
+    ggml_backend_dev_t device_;
+    ggml_backend_buffer_type_t host_buft_ = nullptr;
+    ggml_backend_buffer_type_t repack_buft_ = nullptr;
+    ggml_context_ptr host_ctx_;
+    ggml_context_ptr repack_ctx_;
+    std::vector<ggml_backend_buffer_ptr> buffers_;
+    int64_t n_params_ = 0;
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,126 @@
+#include "plugin/engine.h"
+
+#include "plugin/error.h"
+#include "plugin/tokenizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace llama_tp {
+namespace {
+
+std::unique_ptr<Engine> load_test_model(int n_seq = 4, int n_ctx = 512) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_seq_max = n_seq;
+    o.n_ctx = n_ctx;
+    o.n_threads = 2;
+    return Engine::load(o);
+}
+
+std::vector<float> row(const Engine & e, int i) {
+    const float * l = e.logits(i);
+    return std::vector<float>(l, l + e.info().n_vocab);
+}
+
+float max_abs_diff(const std::vector<float> & a, const std::vector<float> & b) {
+    float m = 0.0f;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+TEST(Engine, ReportsModelInfo) {
+    auto e = load_test_model();
+    EXPECT_EQ(e->info().architecture, "llama");
+    EXPECT_EQ(e->info().n_vocab, 512);
+    EXPECT_EQ(e->info().n_layer, 5);
+    EXPECT_EQ(e->info().n_head_kv, 4);
+    EXPECT_GT(e->info().n_params, 200000);
+}
+
+TEST(Engine, SequencesInOneBatchMatchSequencesAlone) {
+    auto e = load_test_model();
+    const auto a = e->tokenizer().tokenize("Once upon a time", true, false);
+    const auto b = e->tokenizer().tokenize("The dog ran to the park and", true, false);
+
+    Batch alone;
+    for (size_t i = 0; i < b.size(); ++i) alone.add(b[i], (int) i, 0, i + 1 == b.size());
+    e->decode(alone);
+    const auto expected = row(*e, (int) b.size() - 1);
+    e->seq_remove(0, 0, -1);
+
+    Batch mixed;
+    for (size_t i = 0; i < a.size(); ++i) mixed.add(a[i], (int) i, 1, false);
+    for (size_t i = 0; i < b.size(); ++i) mixed.add(b[i], (int) i, 3, i + 1 == b.size());
+    e->decode(mixed);
+    EXPECT_LT(max_abs_diff(expected, row(*e, mixed.size() - 1)), 1e-4f);
+}
+
+TEST(Engine, DecodeStepsOfOneShapeReuseTheGraph) {
+    auto e = load_test_model();
+    const auto p = e->tokenizer().tokenize("Lily liked to", true, false);
+    Batch b;
+    for (size_t i = 0; i < p.size(); ++i) b.add(p[i], (int) i, 0, i + 1 == p.size());
+    e->decode(b);
+    int32_t pos = (int32_t) p.size();
+    int32_t tok = (int32_t) (std::max_element(e->logits(b.size() - 1), e->logits(b.size() - 1) + 512) -
+                             e->logits(b.size() - 1));
+    b.clear();
+    b.add(tok, pos++, 0, true);
+    e->decode(b);
+    const int64_t builds = e->graph_builds();
+    for (int step = 0; step < 20; ++step) {
+        tok = (int32_t) (std::max_element(e->logits(0), e->logits(0) + 512) - e->logits(0));
+        b.clear();
+        b.add(tok, pos++, 0, true);
+        e->decode(b);
+    }
+    EXPECT_EQ(e->graph_builds(), builds);
+}
+
+TEST(Engine, RemovingATailAndRedecodingGivesTheSameLogits) {
+    auto e = load_test_model();
+    const auto p = e->tokenizer().tokenize("The sun was shining and the sky", true, false);
+    Batch b;
+    for (size_t i = 0; i < p.size(); ++i) b.add(p[i], (int) i, 2, i + 1 == p.size());
+    e->decode(b);
+    const auto first = row(*e, b.size() - 1);
+    e->seq_remove(2, (int) p.size() - 3, -1);
+    EXPECT_EQ(e->seq_pos_max(2), (int) p.size() - 4);
+    Batch tail;
+    for (size_t i = p.size() - 3; i < p.size(); ++i) tail.add(p[i], (int) i, 2, i + 1 == p.size());
+    e->decode(tail);
+    EXPECT_LT(max_abs_diff(first, row(*e, tail.size() - 1)), 1e-4f);
+}
+
+TEST(Engine, BadBatchesAreErrorsAndLeaveTheCacheAlone) {
+    auto e = load_test_model(2, 64);
+    const int32_t free_before = e->n_free_cells();
+    Batch bad_token;
+    bad_token.add(512, 0, 0, true);
+    EXPECT_THROW(e->decode(bad_token), Error);
+    Batch bad_seq;
+    bad_seq.add(1, 0, 2, true);
+    EXPECT_THROW(e->decode(bad_seq), Error);
+    EXPECT_THROW(e->decode(Batch{}), Error);
+    Batch too_big;
+    for (int i = 0; i < 65; ++i) too_big.add(1, i, 0, false);
+    EXPECT_THROW(e->decode(too_big), Error);
+    EXPECT_EQ(e->n_free_cells(), free_before);
+    EXPECT_EQ(e->seq_pos_max(0), -1);
+}
+
+TEST(Engine, LogitsOfRowsNotAskedForAreAnError) {
+    auto e = load_test_model();
+    Batch b;
+    b.add(1, 0, 0, false);
+    b.add(2, 1, 0, true);
+    e->decode(b);
+    EXPECT_THROW(e->logits(0), Error);
+    EXPECT_NO_THROW(e->logits(1));
+}
+
+}  // namespace
+}  // namespace llama_tp

@@ -1,0 +1,101 @@
+#include "plugin/kv_cache.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+namespace llama_tp {
+namespace {
+
+HParams tiny_hparams() {
+    HParams hp;
+    hp.n_layer = 2;
+    hp.n_head = 4;
+    hp.n_head_kv = 2;
+    hp.head_dim = 8;
+    return hp;
+}
+
+class KvCacheTest : public ::testing::Test {
+  protected:
+    KvCache kv{tiny_hparams(), 2, 600, 3, ggml_backend_cpu_buffer_type()};
+};
+
+TEST_F(KvCacheTest, PlacesTokensInFreeCellsAndTracksPositions) {
+    Batch b;
+    for (int i = 0; i < 5; ++i) b.add(1, i, 0, false);
+    b.add(1, 0, 2, true);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    EXPECT_EQ(cells, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(kv.seq_pos_max(0), 4);
+    EXPECT_EQ(kv.seq_pos_max(1), -1);
+    EXPECT_EQ(kv.seq_pos_max(2), 0);
+    EXPECT_EQ(kv.n_free(), 594);
+}
+
+TEST_F(KvCacheTest, RefusesBatchLargerThanFreeCellsWithoutChangingAnything) {
+    Batch b;
+    for (int i = 0; i < 601; ++i) b.add(1, i, 0, false);
+    std::vector<int64_t> cells;
+    EXPECT_FALSE(kv.place(b, cells));
+    EXPECT_EQ(kv.n_free(), 600);
+    EXPECT_EQ(kv.seq_pos_max(0), -1);
+}
+
+TEST_F(KvCacheTest, UnplaceAndSeqRemoveFreeCells) {
+    Batch b;
+    for (int i = 0; i < 10; ++i) b.add(1, i, 1, false);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    kv.seq_remove(1, 5, -1);
+    EXPECT_EQ(kv.seq_pos_max(1), 4);
+    EXPECT_EQ(kv.n_free(), 595);
+    kv.unplace({0, 1, 2, 3, 4});
+    EXPECT_EQ(kv.seq_pos_max(1), -1);
+    EXPECT_EQ(kv.n_free(), 600);
+}
+
+TEST_F(KvCacheTest, WindowIsRoundedAndCoversUsedCells) {
+    Batch b;
+    b.add(1, 0, 0, false);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    EXPECT_EQ(kv.window(), 256);
+    Batch big;
+    for (int i = 1; i < 300; ++i) big.add(1, i, 0, false);
+    ASSERT_TRUE(kv.place(big, cells));
+    EXPECT_EQ(kv.window(), 512);
+    Batch more;
+    for (int i = 300; i < 550; ++i) more.add(1, i, 0, false);
+    ASSERT_TRUE(kv.place(more, cells));
+    EXPECT_EQ(kv.window(), 600);  // capped at the cache size
+}
+
+TEST_F(KvCacheTest, MaskSeparatesSequencesAndIsCausal) {
+    Batch b;
+    b.add(1, 0, 0, false);
+    b.add(1, 1, 0, false);
+    b.add(1, 0, 1, false);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    const int32_t w = kv.window();
+    std::vector<ggml_fp16_t> mask((size_t) w * b.size());
+    kv.fill_mask(b, w, mask.data());
+    auto visible = [&](int t, int c) { return std::isfinite(ggml_fp16_to_fp32(mask[(size_t) t * w + c])); };
+    EXPECT_TRUE(visible(0, 0));
+    EXPECT_FALSE(visible(0, 1));  // causal: position 0 does not see position 1
+    EXPECT_FALSE(visible(0, 2));  // other sequence
+    EXPECT_TRUE(visible(1, 0));
+    EXPECT_TRUE(visible(1, 1));
+    EXPECT_FALSE(visible(1, 2));
+    EXPECT_FALSE(visible(2, 0));
+    EXPECT_TRUE(visible(2, 2));
+    EXPECT_FALSE(visible(2, 3));  // free cell
+}
+
+}  // namespace
+}  // namespace llama_tp

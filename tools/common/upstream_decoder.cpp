@@ -1,0 +1,62 @@
+#include "tools/common/upstream_decoder.h"
+
+#include "plugin/error.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "llama.h"
+
+namespace llama_tp {
+
+UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
+    llama_backend_init();
+    llama_model_params mp = llama_model_default_params();
+    mp.load_mode = o.use_mmap ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+    model_ = llama_model_load_from_file(o.model_path.c_str(), mp);
+    if (!model_) throw Error("upstream libllama could not load '" + o.model_path + "'");
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) o.n_ctx;
+    cp.n_batch = (uint32_t) o.n_batch;
+    cp.n_ubatch = (uint32_t) o.n_batch;
+    cp.n_seq_max = (uint32_t) o.n_seq_max;
+    const int32_t threads = o.n_threads > 0 ? o.n_threads : (int32_t) std::max(1u, std::thread::hardware_concurrency());
+    cp.n_threads = threads;
+    cp.n_threads_batch = threads;
+    cp.no_perf = true;
+    ctx_ = llama_init_from_model(model_, cp);
+    if (!ctx_) {
+        llama_model_free(model_);
+        throw Error("upstream libllama could not create a context for '" + o.model_path + "'");
+    }
+}
+
+UpstreamDecoder::~UpstreamDecoder() {
+    llama_free(ctx_);
+    llama_model_free(model_);
+}
+
+void UpstreamDecoder::decode(const Batch & b) {
+    llama_batch lb = llama_batch_init(b.size(), 0, 1);
+    for (int i = 0; i < b.size(); ++i) {
+        lb.token[i] = b.tokens[i];
+        lb.pos[i] = b.pos[i];
+        lb.n_seq_id[i] = 1;
+        lb.seq_id[i][0] = b.seq[i];
+        lb.logits[i] = b.want_logits[i];
+    }
+    lb.n_tokens = b.size();
+    const int32_t rc = llama_decode(ctx_, lb);
+    llama_batch_free(lb);
+    if (rc != 0) throw Error("upstream llama_decode failed with code " + std::to_string(rc));
+}
+
+const float * UpstreamDecoder::logits(int32_t batch_row) const { return llama_get_logits_ith(ctx_, batch_row); }
+
+void UpstreamDecoder::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
+    llama_memory_seq_rm(llama_get_memory(ctx_), seq, p0, p1);
+}
+
+int32_t UpstreamDecoder::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(model_)); }
+
+}  // namespace llama_tp

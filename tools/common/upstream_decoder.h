@@ -1,0 +1,42 @@
+#pragma once
+// Upstream libllama's own decode over a model file: the reference our
+// runtime is checked against and the peer our benchmarks run beside. Same
+// decode/logits shape as llama_tp::Engine, so tools can drive either.
+
+#include "plugin/batch.h"
+
+#include <cstdint>
+#include <string>
+
+struct llama_model;
+struct llama_context;
+
+namespace llama_tp {
+
+struct UpstreamOptions {
+    std::string model_path;
+    int32_t n_ctx = 4096;
+    int32_t n_batch = 512;
+    int32_t n_seq_max = 1;
+    int32_t n_threads = 0;  // 0: all cores
+    bool use_mmap = false;  // upstream decodes fastest from ordinary memory
+};
+
+class UpstreamDecoder {
+  public:
+    explicit UpstreamDecoder(const UpstreamOptions & options);
+    ~UpstreamDecoder();
+    UpstreamDecoder(const UpstreamDecoder &) = delete;
+    UpstreamDecoder & operator=(const UpstreamDecoder &) = delete;
+
+    void decode(const Batch & batch);
+    const float * logits(int32_t batch_row) const;
+    void seq_remove(int32_t seq, int32_t p0, int32_t p1);
+    int32_t n_vocab() const;
+
+  private:
+    llama_model * model_ = nullptr;
+    llama_context * ctx_ = nullptr;
+};
+
+}  // namespace llama_tp

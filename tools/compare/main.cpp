@@ -1,0 +1,198 @@
+// llama-tp-compare: runs the same prompts through a reference decoder and
+// through the llama-tp runtime and reports how far the next-token
+// distributions are apart. Exits 0 only when the accuracy contract holds.
+
+#include "plugin/engine.h"
+#include "plugin/error.h"
+#include "plugin/tokenizer.h"
+#include "tools/common/args.h"
+#include "tools/common/logit_compare.h"
+#include "tools/common/prompts.h"
+#include "tools/common/upstream_decoder.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+namespace {
+
+const char * kUsage =
+    "usage: llama-tp-compare -m FILE [options]\n"
+    "  -m, --model FILE       GGUF model\n"
+    "  --reference upstream   what to compare against (upstream libllama)\n"
+    "  --prompts N            number of prompts (default 4)\n"
+    "  --n-tokens T           greedy tokens generated after each prompt (default 16)\n"
+    "  -t, --threads N        threads (default: all cores)\n"
+    "  --json                 print only the JSON result\n"
+    "Exit status: 0 when top-1 agreement is 100%, max |dp| <= 1e-3 and greedy tokens match.\n";
+
+struct Options {
+    std::string model;
+    std::string reference = "upstream";
+    int prompts = 4;
+    int n_tokens = 16;
+    int threads = 0;
+    bool json = false;
+};
+
+Options parse(int argc, char ** argv) {
+    Options o;
+    ArgReader a(argc, argv, kUsage);
+    while (!a.done()) {
+        const std::string f = a.next();
+        if (f == "-m" || f == "--model") o.model = a.value(f);
+        else if (f == "--reference") o.reference = a.value(f);
+        else if (f == "--prompts") o.prompts = (int) a.integer(f, 1, 64);
+        else if (f == "--n-tokens") o.n_tokens = (int) a.integer(f, 0, 1024);
+        else if (f == "-t" || f == "--threads") o.threads = (int) a.integer(f, 0, 1024);
+        else if (f == "--json") o.json = true;
+        else if (f == "-h" || f == "--help") a.help();
+        else a.fail("unknown argument '" + f + "'");
+    }
+    if (o.model.empty()) a.fail("a model is required (-m FILE)");
+    if (o.reference != "upstream") a.fail("unknown reference '" + o.reference + "' (expected: upstream)");
+    return o;
+}
+
+// One prompt's reference run: its tokens (prompt then greedy continuation)
+// and the reference logits at every position.
+struct Trace {
+    std::vector<int32_t> tokens;
+    int32_t n_prompt = 0;
+    std::vector<std::vector<float>> logits;
+};
+
+Trace reference_trace(UpstreamDecoder & ref, const std::vector<int32_t> & prompt, int n_tokens, int32_t n_vocab) {
+    Trace tr;
+    tr.tokens = prompt;
+    tr.n_prompt = (int32_t) prompt.size();
+    ref.seq_remove(0, 0, -1);
+    Batch b;
+    for (int32_t i = 0; i < tr.n_prompt; ++i) b.add(prompt[i], i, 0, true);
+    ref.decode(b);
+    for (int32_t i = 0; i < tr.n_prompt; ++i) tr.logits.emplace_back(ref.logits(i), ref.logits(i) + n_vocab);
+    for (int t = 0; t < n_tokens; ++t) {
+        const int32_t next = LogitCompare::argmax(tr.logits.back().data(), n_vocab);
+        tr.tokens.push_back(next);
+        b.clear();
+        b.add(next, (int32_t) tr.tokens.size() - 1, 0, true);
+        ref.decode(b);
+        tr.logits.emplace_back(ref.logits(0), ref.logits(0) + n_vocab);
+    }
+    return tr;
+}
+
+struct Verdict {
+    LogitCompareResult logits;
+    bool greedy_identical = true;
+    int64_t greedy_judged = 0;
+};
+
+// Feeds every prompt at once (one sequence each) and then the reference's
+// continuation token by token, comparing logits at every position. The
+// greedy check asks, at each position that produced a continuation token,
+// whether our argmax is that token; a prompt stops being judged at its first
+// near-tie in the reference.
+Verdict compare_engine(Engine & engine, const std::vector<Trace> & traces, int32_t n_vocab) {
+    LogitCompare cmp;
+    Verdict v;
+    std::vector<bool> judging(traces.size(), true);
+    auto judge_greedy = [&](size_t s, size_t pos, const float * ours) {
+        const Trace & tr = traces[s];
+        if (!judging[s] || pos + 1 >= tr.tokens.size()) return;
+        if (LogitCompare::is_near_tie(tr.logits[pos].data(), n_vocab)) {
+            judging[s] = false;
+            return;
+        }
+        v.greedy_judged++;
+        if (LogitCompare::argmax(ours, n_vocab) != tr.tokens[pos + 1]) v.greedy_identical = false;
+    };
+
+    Batch b;
+    for (size_t s = 0; s < traces.size(); ++s) {
+        for (int32_t i = 0; i < traces[s].n_prompt; ++i) b.add(traces[s].tokens[i], i, (int32_t) s, true);
+    }
+    engine.decode(b);
+    int row = 0;
+    for (size_t s = 0; s < traces.size(); ++s) {
+        for (int32_t i = 0; i < traces[s].n_prompt; ++i, ++row) {
+            cmp.add(traces[s].logits[i].data(), engine.logits(row), n_vocab);
+            if (i == traces[s].n_prompt - 1) judge_greedy(s, i, engine.logits(row));
+        }
+    }
+    const size_t n_gen = traces[0].tokens.size() - traces[0].n_prompt;
+    for (size_t t = 0; t < n_gen; ++t) {
+        b.clear();
+        for (size_t s = 0; s < traces.size(); ++s) {
+            const int32_t pos = traces[s].n_prompt + (int32_t) t;
+            b.add(traces[s].tokens[pos], pos, (int32_t) s, true);
+        }
+        engine.decode(b);
+        for (size_t s = 0; s < traces.size(); ++s) {
+            const size_t pos = traces[s].n_prompt + t;
+            cmp.add(traces[s].logits[pos].data(), engine.logits((int) s), n_vocab);
+            judge_greedy(s, pos, engine.logits((int) s));
+        }
+    }
+    v.logits = cmp.result();
+    return v;
+}
+
+int run(const Options & o) {
+    EngineOptions eo;
+    eo.model_path = o.model;
+    eo.n_threads = o.threads;
+    eo.n_seq_max = o.prompts;
+    eo.n_batch = 4096;
+    eo.progress = !o.json;
+    std::unique_ptr<Engine> engine = Engine::load(eo);
+    const Tokenizer & tok = engine->tokenizer();
+    const int32_t n_vocab = tok.n_vocab();
+
+    std::vector<std::vector<int32_t>> prompts;
+    int32_t cells = 0;
+    for (int i = 0; i < o.prompts; ++i) {
+        prompts.push_back(tok.tokenize(builtin_prompts()[i % builtin_prompts().size()], true, false));
+        cells += (int32_t) prompts.back().size() + o.n_tokens;
+    }
+    if (cells > engine->n_free_cells()) {
+        eo.n_ctx = cells;
+        engine = Engine::load(eo);
+    }
+
+    UpstreamOptions uo;
+    uo.model_path = o.model;
+    uo.n_threads = o.threads;
+    uo.n_ctx = 1024;
+    UpstreamDecoder ref(uo);
+    std::vector<Trace> traces;
+    for (const auto & p : prompts) traces.push_back(reference_trace(ref, p, o.n_tokens, n_vocab));
+
+    const Verdict v = compare_engine(*engine, traces, n_vocab);
+    const LogitCompareResult & r = v.logits;
+    const bool pass = r.top1_agreement() == 1.0 && r.max_abs_prob_diff <= 1e-3 && v.greedy_identical;
+    std::printf(
+        "{\"model\": \"%s\", \"reference\": \"%s\", \"tp\": %d, \"prompts\": %d, \"n_tokens\": %d, "
+        "\"positions\": %lld, \"near_ties\": %lld, \"top1_agreement\": %.6f, \"max_abs_prob_diff\": %.3e, "
+        "\"mean_kl\": %.3e, \"max_kl\": %.3e, \"greedy_tokens_identical\": %s, \"greedy_positions_judged\": %lld, "
+        "\"pass\": %s}\n",
+        o.model.c_str(), o.reference.c_str(), engine->options().tp, o.prompts, o.n_tokens, (long long) r.positions,
+        (long long) r.near_ties, r.top1_agreement(), r.max_abs_prob_diff, r.mean_kl(), r.max_kl,
+        v.greedy_identical ? "true" : "false", (long long) v.greedy_judged, pass ? "true" : "false");
+    return pass ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace llama_tp
+
+int main(int argc, char ** argv) {
+    const llama_tp::Options o = llama_tp::parse(argc, argv);
+    try {
+        return llama_tp::run(o);
+    } catch (const llama_tp::Error & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what llama-tp needs on a Debian machine (only what is missing),
+# fetches the pinned llama.cpp (cached outside the clone) and builds
+# everything into build/. Extra CMake options: LLAMA_TP_CMAKE_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build ccache git ca-certificates nodejs npm
+          python3 python3-pytest python3-requests python3-matplotlib python3-tqdm
+          libgtest-dev procps)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# npm may come from outside Debian's packages; any npm on PATH will do.
+if command -v npm >/dev/null 2>&1; then
+    filtered=()
+    for p in "${missing[@]}"; do [[ $p == nodejs || $p == npm ]] || filtered+=("$p"); done
+    missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_dir=${LLAMA_TP_BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${LLAMA_TP_CMAKE_ARGS:-}
+cmake --build "$build_dir" -j "$(nproc)"
