@@ -1,15 +1,3 @@
 #pragma once
-// The one exception type the runtime throws: a message a user can act on
-// (which file, which tensor, what was expected).
-
-#include <stdexcept>
-#include <string>
-
-namespace llama_tp {
-
-class Error : public std::runtime_error {
-  public:
-    explicit Error(const std::string & what) : std::runtime_error(what) {}
-};
-
-}  // namespace llama_tp
+// The runtime's errors are ggml-ext's: one exception type for every layer.
+#include "ggml-ext/error.h"

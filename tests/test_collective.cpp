@@ -1,0 +1,144 @@
+// The collective node's contract, checked with a stand-in two-rank callback:
+// it runs after the node producing its input and before the consumer, it
+// receives the node's own data pointer and element count, and it runs once
+// per graph compute, every compute.
+
+#include "ggml-ext/collective.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+#include "ggml-cpu.h"
+
+namespace {
+
+constexpr int kRanks = 2;
+constexpr int kN = 1000;
+
+// Sums two ranks' buffers: each deposits a copy, the last to arrive sums.
+struct StandInGroup {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<float> slots[kRanks];
+    int arrived = 0;
+    int generation = 0;
+    std::vector<float> sum;
+};
+
+struct RankCall {
+    StandInGroup * group = nullptr;
+    int rank = 0;
+    int calls = 0;
+    size_t seen_n = 0;
+    void * seen_data = nullptr;
+    std::vector<float> seen_values;  // the input as the callback saw it
+};
+
+void stand_in_allreduce(void * user, void * data, size_t n, void * stream) {
+    auto * call = static_cast<RankCall *>(user);
+    EXPECT_EQ(stream, nullptr);
+    call->calls++;
+    call->seen_n = n;
+    call->seen_data = data;
+    float * f = static_cast<float *>(data);
+    call->seen_values.assign(f, f + n);
+    StandInGroup & g = *call->group;
+    std::unique_lock<std::mutex> lock(g.m);
+    g.slots[call->rank].assign(f, f + n);
+    const int gen = g.generation;
+    if (++g.arrived == kRanks) {
+        g.sum.assign(n, 0.0f);
+        for (auto & s : g.slots)
+            for (size_t i = 0; i < n; ++i) g.sum[i] += s[i];
+        g.arrived = 0;
+        g.generation++;
+        g.cv.notify_all();
+    } else {
+        g.cv.wait(lock, [&] { return g.generation != gen; });
+    }
+    std::copy(g.sum.begin(), g.sum.end(), f);
+}
+
+struct RankGraph {
+    ggml_context_ptr ctx;
+    ggml_backend_ptr backend;
+    ggml_gallocr_ptr alloc;
+    ggml_cgraph * gf = nullptr;
+    ggml_tensor * x = nullptr;
+    ggml_tensor * reduced = nullptr;
+    ggml_tensor * out = nullptr;
+};
+
+void build(RankGraph & r, RankCall & call, int n_threads) {
+    ggml_init_params p = {64 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+    r.ctx.reset(ggml_init(p));
+    r.backend.reset(ggml_backend_cpu_init());
+    ggml_backend_cpu_set_n_threads(r.backend.get(), n_threads);
+    ggml_context * ctx = r.ctx.get();
+    r.x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, kN);
+    ggml_set_input(r.x);
+    ggml_tensor * produced = ggml_scale(ctx, r.x, 2.0f);          // producer
+    r.reduced = ggml_cluster_allreduce(ctx, produced, stand_in_allreduce, &call);
+    r.out = ggml_scale_bias(ctx, r.reduced, 1.0f, 1.0f);           // consumer
+    ggml_set_output(r.out);
+    r.gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(r.gf, r.out);
+    r.alloc.reset(ggml_gallocr_new(ggml_backend_cpu_buffer_type()));
+    ASSERT_TRUE(ggml_gallocr_alloc_graph(r.alloc.get(), r.gf));
+}
+
+TEST(CollectiveNode, RunsBetweenProducerAndConsumerOncePerCompute) {
+    StandInGroup group;
+    RankCall calls[kRanks];
+    for (int r = 0; r < kRanks; ++r) {
+        calls[r].group = &group;
+        calls[r].rank = r;
+    }
+    RankGraph graphs[kRanks];
+    for (int r = 0; r < kRanks; ++r) build(graphs[r], calls[r], 2);
+
+    ggml_cluster_allreduce_fn fn = nullptr;
+    void * user = nullptr;
+    ASSERT_TRUE(ggml_cluster_allreduce_info(graphs[0].reduced, &fn, &user));
+    EXPECT_EQ(fn, &stand_in_allreduce);
+    EXPECT_EQ(user, &calls[0]);
+    EXPECT_FALSE(ggml_cluster_allreduce_info(graphs[0].out, nullptr, nullptr));
+
+    const int kComputes = 5;
+    for (int step = 1; step <= kComputes; ++step) {
+        std::vector<std::thread> threads;
+        for (int r = 0; r < kRanks; ++r) {
+            threads.emplace_back([&, r] {
+                std::vector<float> x(kN);
+                for (int i = 0; i < kN; ++i) x[i] = (float) (i + 1000 * r + step);
+                ggml_backend_tensor_set(graphs[r].x, x.data(), 0, sizeof(float) * kN);
+                ASSERT_EQ(ggml_backend_graph_compute(graphs[r].backend.get(), graphs[r].gf), GGML_STATUS_SUCCESS);
+            });
+        }
+        for (auto & t : threads) t.join();
+
+        for (int r = 0; r < kRanks; ++r) {
+            EXPECT_EQ(calls[r].calls, step) << "exactly one call per compute";
+            EXPECT_EQ(calls[r].seen_n, (size_t) kN);
+            EXPECT_EQ(calls[r].seen_data, graphs[r].reduced->data) << "the node's own storage";
+            // The producer ran before the callback: it saw 2x the input.
+            EXPECT_FLOAT_EQ(calls[r].seen_values[7], 2.0f * (float) (7 + 1000 * r + step));
+            // The consumer ran after: it saw the sum across ranks.
+            std::vector<float> out(kN);
+            ggml_backend_tensor_get(graphs[r].out, out.data(), 0, sizeof(float) * kN);
+            for (int i : {0, 7, kN - 1}) {
+                const float expected = 2.0f * (float) (i + step) + 2.0f * (float) (i + 1000 + step) + 1.0f;
+                EXPECT_FLOAT_EQ(out[i], expected);
+            }
+        }
+    }
+}
+
+}  // namespace

@@ -1,0 +1,187 @@
+// llama-tp-bench: prefill and decode tokens per second of the llama-tp
+// runtime, optionally beside upstream llama_decode on the same model in the
+// same process (alternating runs, medians, ratios), plus decode's fraction
+// of the memory-bandwidth ceiling.
+
+#include "plugin/engine.h"
+#include "plugin/error.h"
+#include "tools/common/args.h"
+#include "tools/common/memory_bandwidth.h"
+#include "tools/common/upstream_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+namespace {
+
+const char * kUsage =
+    "usage: llama-tp-bench -m FILE [options]\n"
+    "  -m, --model FILE    GGUF model\n"
+    "  -t, --threads N     threads (default: all cores)\n"
+    "  -p N                prompt tokens for the prefill figure (default 512; 0: skip)\n"
+    "  -n N                tokens for the decode figure (default 128; 0: skip)\n"
+    "  -b, --batch-size N  prefill chunk (default 512)\n"
+    "  -r, --repetitions N runs per figure, median reported (default 3)\n"
+    "  --vs-upstream       also run upstream llama_decode, alternating, and print ratios\n"
+    "  --tp N, -ts a,b     tensor parallelism (when available)\n"
+    "  --json              print one JSON object\n";
+
+struct Options {
+    std::string model;
+    int threads = 0;
+    int n_prompt = 512;
+    int n_gen = 128;
+    int n_batch = 512;
+    int reps = 3;
+    int tp = 1;
+    std::vector<float> split;
+    bool vs_upstream = false;
+    bool json = false;
+};
+
+Options parse(int argc, char ** argv) {
+    Options o;
+    ArgReader a(argc, argv, kUsage);
+    while (!a.done()) {
+        const std::string f = a.next();
+        if (f == "-m" || f == "--model") o.model = a.value(f);
+        else if (f == "-t" || f == "--threads") o.threads = (int) a.integer(f, 0, 1024);
+        else if (f == "-p") o.n_prompt = (int) a.integer(f, 0, 1 << 16);
+        else if (f == "-n") o.n_gen = (int) a.integer(f, 0, 1 << 16);
+        else if (f == "-b" || f == "--batch-size") o.n_batch = (int) a.integer(f, 1, 1 << 16);
+        else if (f == "-r" || f == "--repetitions") o.reps = (int) a.integer(f, 1, 100);
+        else if (f == "--tp") o.tp = (int) a.integer(f, 1, 64);
+        else if (f == "-ts" || f == "--tensor-split") o.split = a.reals(f);
+        else if (f == "--vs-upstream") o.vs_upstream = true;
+        else if (f == "--json") o.json = true;
+        else if (f == "-h" || f == "--help") a.help();
+        else a.fail("unknown argument '" + f + "'");
+    }
+    if (o.model.empty()) a.fail("a model is required (-m FILE)");
+    return o;
+}
+
+double seconds_of(const std::function<void()> & fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Prefill of n tokens in chunks, then decode of n_gen tokens one at a time,
+// on a fresh sequence; works for Engine and UpstreamDecoder alike.
+template <typename Decoder>
+double time_prefill(Decoder & d, int n, int n_batch, int32_t n_vocab) {
+    d.seq_remove(0, 0, -1);
+    return seconds_of([&] {
+        Batch b;
+        for (int start = 0; start < n; start += n_batch) {
+            b.clear();
+            const int end = std::min(n, start + n_batch);
+            for (int i = start; i < end; ++i) b.add((i * 7919 + 13) % n_vocab, i, 0, i == end - 1);
+            d.decode(b);
+        }
+    });
+}
+
+template <typename Decoder>
+double time_decode(Decoder & d, int n, int32_t n_vocab) {
+    d.seq_remove(0, 0, -1);
+    Batch b;
+    b.add(1, 0, 0, true);
+    d.decode(b);  // the first token builds the graph; not timed (llama-bench warms up too)
+    return seconds_of([&] {
+        for (int i = 1; i <= n; ++i) {
+            b.clear();
+            b.add((i * 7919 + 13) % n_vocab, i, 0, true);
+            d.decode(b);
+        }
+    });
+}
+
+struct Figures {
+    std::vector<double> ours_pp, ours_tg, up_pp, up_tg;
+};
+
+int run(const Options & o) {
+    EngineOptions eo;
+    eo.model_path = o.model;
+    eo.n_threads = o.threads;
+    eo.n_ctx = o.n_prompt + o.n_gen + 16;
+    eo.n_batch = o.n_batch;
+    eo.tp = o.tp;
+    eo.tensor_split = o.split;
+    eo.progress = !o.json;
+    std::unique_ptr<Engine> ours = Engine::load(eo);
+    const int32_t n_vocab = ours->info().n_vocab;
+    const int threads = ours->options().n_threads;
+
+    std::unique_ptr<UpstreamDecoder> up;
+    if (o.vs_upstream) {
+        UpstreamOptions uo;
+        uo.model_path = o.model;
+        uo.n_threads = threads;
+        uo.n_ctx = eo.n_ctx;
+        uo.n_batch = o.n_batch;
+        up = std::make_unique<UpstreamDecoder>(uo);
+    }
+
+    Figures f;
+    for (int r = 0; r < o.reps; ++r) {
+        if (o.n_prompt > 0) {
+            f.ours_pp.push_back(o.n_prompt / time_prefill(*ours, o.n_prompt, o.n_batch, n_vocab));
+            if (up) f.up_pp.push_back(o.n_prompt / time_prefill(*up, o.n_prompt, o.n_batch, n_vocab));
+        }
+        if (o.n_gen > 0) {
+            f.ours_tg.push_back(o.n_gen / time_decode(*ours, o.n_gen, n_vocab));
+            if (up) f.up_tg.push_back(o.n_gen / time_decode(*up, o.n_gen, n_vocab));
+        }
+    }
+
+    const double bw = measure_read_bandwidth(threads);
+    const ModelInfo & mi = ours->info();
+    // Decode reads every weight but the embedding table (one row per token),
+    // plus on average half the KV cache of the run (F16 K and V).
+    const double embd_bytes = (double) mi.n_vocab * mi.n_embd * (double) mi.weight_bytes / (double) mi.n_params;
+    const double kv_bytes = 2.0 * 2.0 * mi.n_layer * (double) (mi.n_head_kv * (mi.n_embd / mi.n_head)) * (o.n_gen / 2.0);
+    const double bytes_per_token = (double) mi.weight_bytes - embd_bytes + kv_bytes;
+    const double tg = median(f.ours_tg);
+    const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;
+
+    std::printf("{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d",
+                o.model.c_str(), threads, o.tp, o.n_prompt, o.n_gen, o.reps);
+    std::printf(", \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f", median(f.ours_pp), tg);
+    if (up) {
+        const double upp = median(f.up_pp), utg = median(f.up_tg);
+        std::printf(", \"upstream_prefill_tok_s\": %.2f, \"upstream_decode_tok_s\": %.2f", upp, utg);
+        std::printf(", \"prefill_ratio\": %.3f, \"decode_ratio\": %.3f", upp > 0 ? median(f.ours_pp) / upp : 0.0,
+                    utg > 0 ? tg / utg : 0.0);
+        std::printf(", \"upstream_roofline_fraction\": %.3f", bw > 0 ? utg * bytes_per_token / bw : 0.0);
+    }
+    std::printf(", \"decode_bytes_per_token\": %.0f, \"memory_bandwidth_gb_s\": %.2f, \"roofline_fraction\": %.3f}\n",
+                bytes_per_token, bw / 1e9, roofline);
+    return 0;
+}
+
+}  // namespace
+}  // namespace llama_tp
+
+int main(int argc, char ** argv) {
+    const llama_tp::Options o = llama_tp::parse(argc, argv);
+    try {
+        return llama_tp::run(o);
+    } catch (const llama_tp::Error & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
