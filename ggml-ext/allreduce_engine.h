@@ -12,7 +12,7 @@ namespace llama_tp {
 enum class WireType { F32, BF16 };
 
 struct AllReduceConfig {
-    std::string engine = "auto";  // auto | cpu | butterfly (later: mpi, nccl, rccl, internal)
+    std::string engine = "auto";  // auto | cpu | butterfly | none (later: mpi, nccl, rccl, internal)
     int n_ranks = 1;
     WireType wire = WireType::F32;
     double timeout_s = 30.0;  // a rank waiting longer than this fails the whole group
@@ -41,9 +41,25 @@ class AllReduceEngine {
 // fit and logs one line saying what it chose and why. An engine that fails to
 // initialise falls back down the chain with one warning line. Throws
 // llama_tp::Error for an unknown engine name.
+//
+// Names: auto (one rank: none; ranks in one process: cpu), cpu (shared host
+// memory, lowest latency), butterfly (pairwise exchange, any rank count, slow
+// but always correct), none (one rank only: nothing to reduce). Upstream's
+// GGML_CUDA_ALLREDUCE names nccl and internal are accepted too; they need a
+// CUDA build, so elsewhere they fall back down the chain (to cpu) with one
+// warning line, as do the planned mpi and rccl in a build without them.
+//
+// Wire precision: with WireType::BF16 each rank's contribution is rounded to
+// bf16 (round to nearest even, relative error <= 2^-8) before it is summed;
+// sums accumulate in f32 and the result stays f32.
 std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config);
 
-// The engine name from the environment: LLAMA_TP_ALLREDUCE, else "".
+// The engine name from the environment: LLAMA_TP_ALLREDUCE, else upstream's
+// GGML_CUDA_ALLREDUCE, else "". An explicit --allreduce flag beats the
+// environment: callers use this only when no flag was given.
 std::string allreduce_engine_from_env();
+
+// Every name make_allreduce_engine accepts, for usage text and messages.
+const char * allreduce_engine_names();
 
 }  // namespace llama_tp

@@ -42,8 +42,8 @@ void check_weights(const std::vector<float> & weights) {
 
 void check_rank_count(int64_t units, int64_t granularity, size_t n_ranks) {
     if (units < static_cast<int64_t>(n_ranks)) {
-        throw Error("cannot split " + std::to_string(units) + " units of " + std::to_string(granularity) +
-                    " across " + std::to_string(n_ranks) + " ranks: at most " + std::to_string(units) +
+        throw Error("cannot split " + std::to_string(units) + " units of " + std::to_string(granularity) + " across " +
+                    std::to_string(n_ranks) + " ranks: at most " + std::to_string(units) +
                     " ranks (every rank needs at least one unit)");
     }
 }
@@ -69,9 +69,9 @@ std::vector<int64_t> proportional_boundaries(int64_t units, const std::vector<fl
 // unit; possible because there are at least as many units as ranks.
 void clamp_to_non_empty(std::vector<int64_t> & boundaries) {
     const int64_t n_ranks = static_cast<int64_t>(boundaries.size()) - 1;
-    const int64_t units   = boundaries.back();
+    const int64_t units = boundaries.back();
     for (int64_t i = 1; i < n_ranks; ++i) {
-        const int64_t lowest  = boundaries[i - 1] + 1;
+        const int64_t lowest = boundaries[i - 1] + 1;
         const int64_t highest = units - (n_ranks - i);
         boundaries[i] = std::min(std::max(boundaries[i], lowest), highest);
     }
@@ -90,7 +90,7 @@ std::vector<ShardRange> plan_shards(int64_t extent, int64_t granularity, const s
 
     std::vector<ShardRange> ranges(weights.size());
     for (size_t rank = 0; rank < ranges.size(); ++rank) {
-        ranges[rank] = ShardRange{ boundaries[rank] * granularity, boundaries[rank + 1] * granularity };
+        ranges[rank] = ShardRange{boundaries[rank] * granularity, boundaries[rank + 1] * granularity};
     }
     return ranges;
 }

@@ -12,7 +12,7 @@ namespace llama_tp {
 // The half-open range [begin, end) of an axis owned by one rank.
 struct ShardRange {
     int64_t begin = 0;
-    int64_t end   = 0;
+    int64_t end = 0;
 
     int64_t size() const { return end - begin; }
 };

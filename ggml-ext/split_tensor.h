@@ -81,7 +81,7 @@ class SplitTensor {
     // One strided transfer between a caller's buffer and one shard: n_copies
     // pieces of size bytes, advancing by data_stride and shard_stride.
     struct StridedCopy {
-        int    rank;
+        int rank;
         size_t data_offset;
         size_t shard_offset;
         size_t size;
@@ -89,6 +89,7 @@ class SplitTensor {
         size_t data_stride;
         size_t shard_stride;
     };
+
     SplitTensor(const std::string & name, ggml_type type, const Shape & ne, SplitAxis axis,
                 const std::vector<ShardRange> & ranges, const std::vector<ggml_backend_buffer_type_t> & bufts);
 
@@ -102,14 +103,14 @@ class SplitTensor {
     void write(const void * data, const std::vector<StridedCopy> & copies);
     void read(void * data, const std::vector<StridedCopy> & copies) const;
 
-    std::string                          name_;
-    ggml_type                            type_;
-    Shape                                ne_;
-    SplitAxis                            axis_;
-    std::vector<ShardRange>              ranges_;
-    ggml_context_ptr                     ctx_;
+    std::string name_;
+    ggml_type type_;
+    Shape ne_;
+    SplitAxis axis_;
+    std::vector<ShardRange> ranges_;
+    ggml_context_ptr ctx_;
     std::vector<ggml_backend_buffer_ptr> buffers_;
-    std::vector<ggml_tensor *>           shards_;
+    std::vector<ggml_tensor *> shards_;
 };
 
 }  // namespace llama_tp

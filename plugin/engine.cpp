@@ -1,53 +1,32 @@
 #include "plugin/engine.h"
 
+#include "ggml-ext/allreduce_engine.h"
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 #include "plugin/hparams.h"
-#include "plugin/kv_cache.h"
-#include "plugin/llama_graph.h"
+#include "plugin/rank.h"
+#include "plugin/rank_threads.h"
+#include "plugin/shard_plan.h"
 #include "plugin/tokenizer.h"
-#include "plugin/weights.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
-
-#include "ggml-alloc.h"
-#include "ggml-backend.h"
-#include "ggml-cpp.h"
-#include "ggml-cpu.h"
-#include "ggml.h"
 
 namespace llama_tp {
 
 namespace {
-
-constexpr size_t kMaxGraphNodes = 8192;
-
-ggml_backend_dev_t cpu_device() {
-    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    if (!dev) throw Error("no CPU backend device is available");
-    return dev;
-}
 
 std::string file_name_of(const std::string & path) {
     const size_t slash = path.find_last_of('/');
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// One built graph: its tensor context, the graph, its inputs and its output.
-struct GraphCache {
-    ggml_context_ptr ctx;
-    ggml_cgraph * gf = nullptr;
-    GraphShape shape;
-    GraphInputs in;
-    ggml_tensor * logits = nullptr;
-
-    void reset() { *this = GraphCache{}; }
-};
-
-class SingleDeviceEngine final : public Engine {
+// Every rank holds the same model shape over its own shard; rank 0's caller
+// thread drives them all. With one rank there are no collectives at all.
+class TensorParallelEngine final : public Engine {
   public:
-    explicit SingleDeviceEngine(const EngineOptions & options) : options_(options) {
+    explicit TensorParallelEngine(const EngineOptions & options) : options_(options) {
         GgufFile file(options.model_path);
         hp_ = read_hparams(file);
         tokenizer_ = std::make_unique<Tokenizer>(options.model_path);
@@ -57,30 +36,53 @@ class SingleDeviceEngine final : public Engine {
                         std::to_string(hp_.n_vocab) + " rows");
         }
         validate_options();
-        device_ = cpu_device();
-        weights_ = std::make_unique<ModelWeights>(file, hp_, device_, options.progress);
-        backend_.reset(ggml_backend_dev_init(device_, nullptr));
-        if (!backend_) throw Error("could not initialise the CPU backend");
-        ggml_backend_cpu_set_n_threads(backend_.get(), options_.n_threads);
-        kv_ = std::make_unique<KvCache>(hp_, hp_.n_head_kv, options_.n_ctx, options_.n_seq_max,
-                                        ggml_backend_dev_buffer_type(device_));
-        allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+        const int tp = options_.tp;
+        if (tp > 1) {
+            plan_ = ShardPlan::plan(file, hp_, tp, options_.tensor_split);
+            AllReduceConfig ac;
+            const std::string env = allreduce_engine_from_env();
+            ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
+            ac.n_ranks = tp;
+            ac.wire = options_.allreduce_bf16 ? WireType::BF16 : WireType::F32;
+            allreduce_ = make_allreduce_engine(ac);
+        }
+        threads_ = std::make_unique<RankThreads>(tp);
+        ranks_.resize(tp);
+        // Ranks load in parallel, each reading only its own slices.
+        threads_->run(
+            [&](int r) {
+                RankConfig rc;
+                rc.rank = r;
+                rc.n_ranks = tp;
+                rc.shard = tp > 1 ? &plan_.ranks[r] : nullptr;
+                rc.allreduce = allreduce_.get();
+                rc.n_threads = std::max(1, options_.n_threads / tp);
+                rc.n_ctx = options_.n_ctx;
+                rc.n_seq_max = options_.n_seq_max;
+                rc.progress = options_.progress && r == 0;
+                ranks_[r] = std::make_unique<Rank>(file, hp_, rc);
+            },
+            [](int, const char *) {});
         fill_info(file);
     }
 
+    ~TensorParallelEngine() override {
+        if (allreduce_) allreduce_->abort("engine shutting down");
+        ranks_.clear();
+    }
 
     void decode(const Batch & batch) override {
         validate_batch(batch);
         std::vector<int64_t> cells;
-        if (!kv_->place(batch, cells)) {
+        if (!place(batch, cells)) {
             throw Error("KV cache full: the batch needs " + std::to_string(batch.size()) + " cells, " +
-                        std::to_string(kv_->n_free()) + " are free (context " + std::to_string(kv_->n_cells()) +
-                        ")");
+                        std::to_string(ranks_[0]->kv().n_free()) + " are free (context " +
+                        std::to_string(options_.n_ctx) + ")");
         }
         try {
             run(batch, cells);
         } catch (...) {
-            kv_->unplace(cells);
+            for (auto & r : ranks_) r->kv().unplace(cells);
             throw;
         }
     }
@@ -92,24 +94,24 @@ class SingleDeviceEngine final : public Engine {
         return logits_.data() + (size_t) output_index_[batch_row] * hp_.n_vocab;
     }
 
-    void seq_remove(int32_t seq, int32_t p0, int32_t p1) override { kv_->seq_remove(seq, p0, p1); }
-    int32_t seq_pos_max(int32_t seq) const override { return kv_->seq_pos_max(seq); }
-    int32_t n_free_cells() const override { return kv_->n_free(); }
+    void seq_remove(int32_t seq, int32_t p0, int32_t p1) override {
+        for (auto & r : ranks_) r->kv().seq_remove(seq, p0, p1);
+    }
+    int32_t seq_pos_max(int32_t seq) const override { return ranks_[0]->kv().seq_pos_max(seq); }
+    int32_t n_free_cells() const override { return ranks_[0]->kv().n_free(); }
     const Tokenizer & tokenizer() const override { return *tokenizer_; }
     const ModelInfo & info() const override { return info_; }
     const EngineOptions & options() const override { return options_; }
-    int64_t graph_builds() const override { return graph_builds_; }
+    int64_t graph_builds() const override { return ranks_[0]->graph_builds(); }
 
   private:
     void validate_options() {
-        if (options_.tp != 1) {
-            throw Error("tensor parallelism (--tp " + std::to_string(options_.tp) +
-                        ") is not available in this build yet; use --tp 1");
-        }
+        if (options_.tp < 1) throw Error("--tp must be at least 1");
         if (options_.n_ctx <= 0) options_.n_ctx = hp_.n_ctx_train;
         if (options_.n_seq_max < 1) throw Error("the number of sequences must be at least 1");
         if (options_.n_batch < 1) throw Error("the batch size must be at least 1");
         if (options_.n_threads <= 0) options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency());
+        if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
     }
 
     void validate_batch(const Batch & batch) const {
@@ -135,21 +137,12 @@ class SingleDeviceEngine final : public Engine {
         }
     }
 
-    void ensure_graph(const GraphShape & shape) {
-        if (graph_.gf && graph_.shape == shape) return;
-        graph_.reset();
-        ggml_init_params params = {kMaxGraphNodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(kMaxGraphNodes, false),
-                                   nullptr, true};
-        graph_.ctx.reset(ggml_init(params));
-        if (!graph_.ctx) throw Error("out of memory building the graph");
-        graph_.gf = ggml_new_graph_custom(graph_.ctx.get(), kMaxGraphNodes, false);
-        graph_.shape = shape;
-        graph_.logits = build_llama_graph(graph_.ctx.get(), graph_.gf, hp_, *weights_, *kv_, shape, graph_.in);
-        if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_.gf)) {
-            graph_.reset();
-            throw Error("out of memory allocating the compute buffer");
-        }
-        ++graph_builds_;
+    // Every rank's cache makes the same choice (same algorithm, same state).
+    bool place(const Batch & batch, std::vector<int64_t> & cells) {
+        if (!ranks_[0]->kv().place(batch, cells)) return false;
+        std::vector<int64_t> other;
+        for (size_t r = 1; r < ranks_.size(); ++r) ranks_[r]->kv().place(batch, other);
+        return true;
     }
 
     void run(const Batch & batch, const std::vector<int64_t> & cells) {
@@ -162,28 +155,22 @@ class SingleDeviceEngine final : public Engine {
                 out_rows.push_back(i);
             }
         }
-        if (out_rows.empty()) {
-            // The graph always produces at least one row; nobody reads it.
-            out_rows.push_back(n - 1);
-        }
-        const GraphShape shape{n, (int32_t) out_rows.size(), kv_->window()};
-        ensure_graph(shape);
-
+        if (out_rows.empty()) out_rows.push_back(n - 1);  // the graph always has one output row
+        const GraphShape shape{n, (int32_t) out_rows.size(), ranks_[0]->kv().window()};
         mask_.resize((size_t) shape.window * n);
-        kv_->fill_mask(batch, shape.window, mask_.data());
-        const GraphInputs & in = graph_.in;
-        ggml_backend_tensor_set(in.tokens, batch.tokens.data(), 0, n * sizeof(int32_t));
-        ggml_backend_tensor_set(in.positions, batch.pos.data(), 0, n * sizeof(int32_t));
-        ggml_backend_tensor_set(in.kv_cells, cells.data(), 0, n * sizeof(int64_t));
-        ggml_backend_tensor_set(in.kq_mask, mask_.data(), 0, mask_.size() * sizeof(ggml_fp16_t));
-        ggml_backend_tensor_set(in.out_rows, out_rows.data(), 0, out_rows.size() * sizeof(int32_t));
+        ranks_[0]->kv().fill_mask(batch, shape.window, mask_.data());
+        logits_.assign((size_t) out_rows.size() * hp_.n_vocab, 0.0f);
 
-        const ggml_status status = ggml_backend_graph_compute(backend_.get(), graph_.gf);
-        if (status != GGML_STATUS_SUCCESS) {
-            throw Error(std::string("graph compute failed: ") + ggml_status_to_string(status));
-        }
-        logits_.resize((size_t) out_rows.size() * hp_.n_vocab);
-        ggml_backend_tensor_get(graph_.logits, logits_.data(), 0, logits_.size() * sizeof(float));
+        threads_->run(
+            [&](int r) {
+                ranks_[r]->prepare(batch, cells, out_rows, shape, mask_);
+                ranks_[r]->compute();
+                ranks_[r]->gather_logits(logits_.data(), hp_.n_vocab);
+            },
+            [&](int r, const char * what) {
+                if (allreduce_) allreduce_->abort("rank " + std::to_string(r) + " failed: " + what);
+            });
+        if (allreduce_ && allreduce_->failed()) throw Error(allreduce_->error());
     }
 
     void fill_info(const GgufFile & file) {
@@ -196,21 +183,24 @@ class SingleDeviceEngine final : public Engine {
         info_.n_layer = hp_.n_layer;
         info_.n_head = hp_.n_head;
         info_.n_head_kv = hp_.n_head_kv;
-        info_.n_params = weights_->n_params();
-        info_.weight_bytes = weights_->total_bytes();
+        // Per rank figures summed; mirrored tensors count once per rank.
+        for (const auto & r : ranks_) {
+            info_.n_params += r->n_params();
+            info_.weight_bytes += r->weight_bytes();
+        }
+        info_.tp = options_.tp;
+        info_.allreduce = allreduce_ ? allreduce_->name() : "none";
+        info_.shard_plan = options_.tp > 1 ? plan_.describe() : "";
     }
 
     EngineOptions options_;
     HParams hp_;
     ModelInfo info_;
+    ShardPlan plan_;
     std::unique_ptr<Tokenizer> tokenizer_;
-    ggml_backend_dev_t device_ = nullptr;
-    std::unique_ptr<ModelWeights> weights_;
-    ggml_backend_ptr backend_;
-    std::unique_ptr<KvCache> kv_;
-    ggml_gallocr_ptr allocator_;
-    GraphCache graph_;
-    int64_t graph_builds_ = 0;
+    std::unique_ptr<AllReduceEngine> allreduce_;
+    std::vector<std::unique_ptr<Rank>> ranks_;
+    std::unique_ptr<RankThreads> threads_;
     std::vector<ggml_fp16_t> mask_;
     std::vector<float> logits_;
     std::vector<int32_t> output_index_;
@@ -219,7 +209,7 @@ class SingleDeviceEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> Engine::load(const EngineOptions & options) {
-    return std::make_unique<SingleDeviceEngine>(options);
+    return std::make_unique<TensorParallelEngine>(options);
 }
 
 }  // namespace llama_tp

@@ -25,7 +25,8 @@ struct EngineOptions {
     // Tensor parallelism.
     int32_t tp = 1;
     std::vector<float> tensor_split;  // empty: even
-    std::string allreduce = "auto";
+    std::string allreduce = "auto";   // --allreduce; "auto" honours LLAMA_TP_ALLREDUCE
+    bool allreduce_bf16 = false;      // BF16 on the wire
 };
 
 class Engine {

@@ -20,6 +20,12 @@ struct Builder {
     const KvCache & kv;
     const GraphShape & shape;
     GraphInputs & in;
+    const Collective * reduce;
+
+    // Sums a rank's partial result across the group (a no-op for one rank).
+    ggml_tensor * all_reduce(ggml_tensor * x) const {
+        return reduce ? ggml_cluster_allreduce(ctx, x, reduce->fn, reduce->user) : x;
+    }
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * weight) const {
         return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), weight);
@@ -46,7 +52,8 @@ struct Builder {
 }  // namespace
 
 ggml_tensor * build_llama_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
-                                const KvCache & kv, const GraphShape & shape, GraphInputs & in) {
+                                const KvCache & kv, const GraphShape & shape, GraphInputs & in,
+                                const Collective * reduce) {
     const int64_t T = shape.n_tokens;
     in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
@@ -55,10 +62,10 @@ ggml_tensor * build_llama_graph(ggml_context * ctx, ggml_cgraph * gf, const HPar
     in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
     for (ggml_tensor * t : {in.tokens, in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
 
-    Builder b{ctx, gf, hp, w, kv, shape, in};
+    Builder b{ctx, gf, hp, w, kv, shape, in, reduce};
     const float kq_scale = 1.0f / std::sqrt((float) hp.head_dim);
     const int64_t n_kv_local = kv.k(0)->ne[0] / hp.head_dim;
-    const int64_t n_q_local = n_kv_local * (hp.n_head / hp.n_head_kv);
+    const int64_t n_q_local = w.layers[0].wq->ne[1] / hp.head_dim;
 
     ggml_tensor * x = ggml_get_rows(ctx, w.tok_embd, in.tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
@@ -83,13 +90,13 @@ ggml_tensor * build_llama_graph(ggml_context * ctx, ggml_cgraph * gf, const HPar
             cur = ggml_get_rows(ctx, cur, in.out_rows);
             x = ggml_get_rows(ctx, x, in.out_rows);
         }
-        x = ggml_add(ctx, x, cur);
+        x = ggml_add(ctx, x, b.all_reduce(cur));
 
         cur = b.norm(x, l.ffn_norm);
         ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
         ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
         cur = ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, gate, up));
-        x = ggml_add(ctx, x, cur);
+        x = ggml_add(ctx, x, b.all_reduce(cur));
     }
     x = b.norm(x, w.output_norm);
     ggml_tensor * logits = ggml_mul_mat(ctx, w.output, x);

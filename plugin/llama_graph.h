@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "ggml-ext/collective.h"
+
 struct ggml_context;
 struct ggml_cgraph;
 struct ggml_tensor;
@@ -12,6 +14,12 @@ namespace llama_tp {
 struct HParams;
 class ModelWeights;
 class KvCache;
+
+// How a rank's partial sums are combined: a collective node calling fn.
+struct Collective {
+    ggml_cluster_allreduce_fn fn;
+    void * user;
+};
 
 // The shape a graph is built for; equal shapes reuse one graph.
 struct GraphShape {
@@ -32,8 +40,10 @@ struct GraphInputs {
     ggml_tensor * out_rows = nullptr;  // I32 [n_outputs]: batch rows whose logits are wanted
 };
 
-// Adds the forward pass to gf; returns the logits tensor [n_vocab, n_outputs].
+// Adds the forward pass over this rank's shard to gf; returns the logits
+// tensor [vocabulary slice, n_outputs]. reduce: nullptr for a single rank.
 ggml_tensor * build_llama_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
-                                const KvCache & kv, const GraphShape & shape, GraphInputs & in);
+                                const KvCache & kv, const GraphShape & shape, GraphInputs & in,
+                                const Collective * reduce);
 
 }  // namespace llama_tp

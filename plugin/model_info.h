@@ -17,7 +17,10 @@ struct ModelInfo {
     int32_t n_head = 0;
     int32_t n_head_kv = 0;
     int64_t n_params = 0;
-    uint64_t weight_bytes = 0;
+    uint64_t weight_bytes = 0;  // all ranks together
+    int32_t tp = 1;
+    std::string allreduce;      // engine name
+    std::string shard_plan;     // what each rank holds
 };
 
 }  // namespace llama_tp

@@ -2,6 +2,7 @@
 
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
+#include "plugin/shard_plan.h"
 
 #include <cinttypes>
 #include <cstdio>
@@ -55,7 +56,8 @@ bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buf
 
 }  // namespace
 
-ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, ggml_backend_dev_t device, bool progress)
+ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard,
+                           ggml_backend_dev_t device, bool progress)
     : device_(device) {
     host_buft_ = ggml_backend_dev_buffer_type(device);
     repack_buft_ = find_repack_buft(device);
@@ -64,30 +66,49 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, ggml_backe
     repack_ctx_.reset(new_meta_context(n_max));
 
     const int64_t E = hp.n_embd, V = hp.n_vocab, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
+    const int64_t hd = hp.head_dim;
+    auto rows = [&](const ShardRange & r, int64_t unit) {
+        return shard ? TensorSlice{TensorSlice::Rows, r.begin * unit, r.end * unit} : TensorSlice{};
+    };
+    auto cols = [&](const ShardRange & r, int64_t unit) {
+        return shard ? TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit} : TensorSlice{};
+    };
+    const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
+    const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
+    const TensorSlice kv_rows = shard ? rows(shard->kv_heads, hd) : TensorSlice{};
+    const TensorSlice ff_rows = shard ? rows(shard->ff, 1) : TensorSlice{};
+    const TensorSlice ff_cols = shard ? cols(shard->ff, 1) : TensorSlice{};
+    const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
+
     tok_embd = declare(file, "token_embd.weight", {E, V}, false);
     output_norm = declare(file, "output_norm.weight", {E}, false);
-    output = declare(file, "output.weight", {E, V}, true, /*required =*/false);
-    rope_freqs = declare(file, "rope_freqs.weight", {hp.n_rot / 2}, false, /*required =*/false);
+    const bool tied = !file.find_tensor("output.weight");
+    if (!tied || shard) {
+        // A sharded tied head is its own vocabulary slice of the embedding table.
+        output = declare(file, tied ? "token_embd.weight" : "output.weight", {E, V}, true, vocab_rows);
+        ggml_set_name(output, "output.weight");
+    }
+    rope_freqs = declare(file, "rope_freqs.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
     layers.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights & l = layers[il];
         l.attn_norm = declare(file, p + "attn_norm.weight", {E}, false);
-        l.wq = declare(file, p + "attn_q.weight", {E, Q}, true);
-        l.wk = declare(file, p + "attn_k.weight", {E, KV}, true);
-        l.wv = declare(file, p + "attn_v.weight", {E, KV}, true);
-        l.wo = declare(file, p + "attn_output.weight", {Q, E}, true);
+        l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
+        l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
+        l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
+        l.wo = declare(file, p + "attn_output.weight", {Q, E}, true, q_cols);
         l.ffn_norm = declare(file, p + "ffn_norm.weight", {E}, false);
-        l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true);
-        l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true);
-        l.ffn_down = declare(file, p + "ffn_down.weight", {F, E}, true);
+        l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
+        l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
+        l.ffn_down = declare(file, p + "ffn_down.weight", {F, E}, true, ff_cols);
     }
     allocate_and_read(file, progress);
     if (!output) output = tok_embd;
 }
 
 ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
-                                    bool matrix, bool required) {
+                                    bool matrix, TensorSlice slice, bool required) {
     const ggml_tensor * desc = file.find_tensor(name);
     if (!desc) {
         if (!required) return nullptr;
@@ -101,10 +122,21 @@ ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & n
                         shape_string(desc->ne, GGML_MAX_DIMS) + ", expected " + shape_string(ne, GGML_MAX_DIMS));
         }
     }
-    const bool repack = matrix && repack_buft_ && buft_takes_matrix(device_, repack_buft_, desc);
+    if (slice.axis == TensorSlice::Rows) ne[1] = slice.end - slice.begin;
+    if (slice.axis == TensorSlice::Columns) {
+        if (slice.begin % ggml_blck_size(desc->type) != 0 || slice.end % ggml_blck_size(desc->type) != 0) {
+            throw Error("model file '" + file.path() + "': tensor '" + name + "' (" + ggml_type_name(desc->type) +
+                        ") cannot be split at column " + std::to_string(slice.begin) + ": not a block boundary");
+        }
+        ne[0] = slice.end - slice.begin;
+    }
+    ggml_tensor probe = *desc;
+    std::copy(ne, ne + GGML_MAX_DIMS, probe.ne);
+    const bool repack = matrix && repack_buft_ && buft_takes_matrix(device_, repack_buft_, &probe);
     ggml_tensor * t = ggml_new_tensor(repack ? repack_ctx_.get() : host_ctx_.get(), desc->type, (int) shape.size(), ne);
     ggml_set_name(t, name.c_str());
     n_params_ += ggml_nelements(t);
+    sources_.push_back({t, Source{name, slice}});
     return t;
 }
 
@@ -121,25 +153,39 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     uint64_t done = 0;
     int last_pct = -1;
     std::vector<uint8_t> staging;
-    for (ggml_context * ctx : {host_ctx_.get(), repack_ctx_.get()}) {
-        for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
-            const uint64_t offset = file.tensor_offset(file.find_tensor(ggml_get_name(t)));
-            const size_t n = ggml_nbytes(t);
-            if (ggml_backend_buffer_is_host(t->buffer)) {
-                file.read(offset, t->data, n);
-            } else {
-                staging.resize(n);
-                file.read(offset, staging.data(), n);
-                ggml_backend_tensor_set(t, staging.data(), 0, n);
-            }
-            done += n;
-            const int pct = (int) (100 * done / (total ? total : 1));
-            if (show && pct / 10 != last_pct / 10) {
-                std::fprintf(stderr, "llama-tp: loading %s: %3d%%\n", file.path().c_str(), pct);
-                last_pct = pct;
-            }
+    for (const auto & [t, src] : sources_) {
+        read_tensor(file, t, src, staging);
+        done += ggml_nbytes(t);
+        const int pct = (int) (100 * done / (total ? total : 1));
+        if (show && pct / 10 != last_pct / 10) {
+            std::fprintf(stderr, "llama-tp: loading %s: %3d%%\n", file.path().c_str(), pct);
+            last_pct = pct;
         }
     }
+}
+
+// Reads a tensor's slice from the file: rows are one contiguous range, a
+// column slice is one range per row.
+void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const Source & src,
+                               std::vector<uint8_t> & staging) const {
+    const ggml_tensor * desc = file.find_tensor(src.name);
+    const uint64_t offset = file.tensor_offset(desc);
+    const size_t n = ggml_nbytes(t);
+    const bool host = ggml_backend_buffer_is_host(t->buffer);
+    uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : (staging.resize(n), staging.data());
+    const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
+    switch (src.slice.axis) {
+        case TensorSlice::Whole: file.read(offset, dst, n); break;
+        case TensorSlice::Rows: file.read(offset + src.slice.begin * file_row, dst, n); break;
+        case TensorSlice::Columns: {
+            const size_t skip = ggml_row_size(desc->type, src.slice.begin);
+            const size_t local_row = ggml_row_size(desc->type, t->ne[0]);
+            const int64_t n_rows = ggml_nrows(t);
+            for (int64_t r = 0; r < n_rows; ++r) file.read(offset + r * file_row + skip, dst + r * local_row, local_row);
+            break;
+        }
+    }
+    if (!host) ggml_backend_tensor_set(t, staging.data(), 0, n);
 }
 
 uint64_t ModelWeights::total_bytes() const {

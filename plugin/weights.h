@@ -19,6 +19,15 @@ struct ggml_tensor;
 namespace llama_tp {
 
 class GgufFile;
+struct RankShard;
+
+// Which part of a file tensor a rank holds: all of it, a range of its rows
+// (ne[1]), or a range of its columns (ne[0]) in every row.
+struct TensorSlice {
+    enum Axis { Whole, Rows, Columns } axis = Whole;
+    int64_t begin = 0;
+    int64_t end = 0;
+};
 
 struct LayerWeights {
     ggml_tensor * attn_norm = nullptr;
@@ -34,9 +43,12 @@ struct LayerWeights {
 
 class ModelWeights {
   public:
-    // Throws llama_tp::Error naming the file and tensor when a tensor is
-    // missing, has the wrong shape, or cannot be read.
-    ModelWeights(const GgufFile & file, const HParams & hp, ggml_backend_dev_t device, bool progress);
+    // Loads the whole model (shard == nullptr) or one rank's shard of it; a
+    // rank reads only the bytes of its own slices. Throws llama_tp::Error
+    // naming the file and tensor when a tensor is missing, has the wrong
+    // shape, or cannot be read.
+    ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, ggml_backend_dev_t device,
+                 bool progress);
     ModelWeights(const ModelWeights &) = delete;
     ModelWeights & operator=(const ModelWeights &) = delete;
 
@@ -51,9 +63,15 @@ class ModelWeights {
 
   private:
     ggml_tensor * declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
-                          bool matrix, bool required = true);
+                          bool matrix, TensorSlice slice = {}, bool required = true);
     void allocate_and_read(const GgufFile & file, bool progress);
+    struct Source {
+        std::string name;  // tensor in the file
+        TensorSlice slice;
+    };
+    void read_tensor(const GgufFile & file, ggml_tensor * t, const Source & src, std::vector<uint8_t> & staging) const;
 
+    std::vector<std::pair<ggml_tensor *, Source>> sources_;
     ggml_backend_dev_t device_;
     ggml_backend_buffer_type_t host_buft_ = nullptr;
     ggml_backend_buffer_type_t repack_buft_ = nullptr;

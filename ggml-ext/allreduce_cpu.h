@@ -1,0 +1,60 @@
+#pragma once
+// The cpu engine: ranks are threads of one process and sum through shared
+// host memory. Each call: every rank publishes its buffer and arrives at a
+// barrier; then each rank sums its own contiguous slice of the elements over
+// all ranks' buffers (ranks 0..n-1 in that order, so every rank gets the same
+// bits) and writes the sum into every buffer; a second barrier says all
+// slices are written. The next call's arrival doubles as the barrier after
+// that, so a call costs two barriers.
+
+#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/allreduce_failure.h"
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+namespace llama_tp {
+
+class CpuAllReduce final : public AllReduceEngine {
+  public:
+    // The arrival barrier keeps one bit per rank in a 64-bit word.
+    static constexpr int kMaxRanks = 32;
+
+    // Throws llama_tp::Error when n_ranks is outside [1, kMaxRanks].
+    explicit CpuAllReduce(const AllReduceConfig & config);
+
+    const char * name() const override { return "cpu"; }
+    int n_ranks() const override { return n_ranks_; }
+    void allreduce(int rank, float * data, size_t n) override;
+    bool failed() const override;
+    std::string error() const override { return failure_.message(); }
+    void abort(const std::string & why) override;
+
+  private:
+    // What one rank shares; a cache line of its own so ranks do not disturb each other.
+    struct alignas(64) RankSlot {
+        float * data = nullptr;          // this call's buffer, valid once the arrival barrier opens
+        size_t n = 0;                    // this call's element count
+        std::atomic<uint64_t> done{0};   // calls whose slice this rank has written
+        uint64_t calls = 0;              // calls this rank has passed the arrival barrier for (owner only)
+    };
+
+    bool arrive(int rank);
+    bool give_up_waiting(uint64_t generation);
+    bool counts_match() const;
+    void reduce_slice(int rank, size_t n);
+    void await_slices(uint64_t call) const;
+    // Poisons the group; why() builds the message (inside the failure record, where throwing is caught).
+    template <typename Why> void fail(Why why);
+
+    const int n_ranks_;
+    const WireType wire_;
+    const double timeout_s_;
+    std::vector<RankSlot> slots_;
+    // Arrival barrier: bits 0-31 ranks arrived, bit 32 poisoned (group failed), bits 33-63 generation.
+    alignas(64) std::atomic<uint64_t> barrier_{0};
+    FailureRecord failure_;
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,46 @@
+#pragma once
+// The failure state an engine's group shares: the first error message, kept
+// under a lock that is held while the group is marked failed, so a rank that
+// sees the failure and then asks for the message always finds it.
+
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace llama_tp {
+
+class FailureRecord {
+  public:
+    // Runs fail() under the lock. fail() marks the group failed when it
+    // should and returns the reason, or "" when this call failed nothing
+    // (another rank did, or the wait it was about to abandon completed).
+    // The first reason is kept. Never throws.
+    template <typename Fail> void record(Fail fail) noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        try {
+            std::string why = fail();
+            if (message_.empty()) message_ = std::move(why);
+        } catch (...) {
+            // Out of memory while building the message: the group is failed all the same.
+        }
+    }
+
+    // The first reason recorded; a generic one if none could be kept.
+    std::string message() const;
+
+  private:
+    mutable std::mutex mutex_;
+    std::string message_;
+};
+
+// "allreduce: rank 1 did not arrive within 30.0 s (group of 2)", or "ranks 1, 3 ...".
+std::string missing_ranks_message(const std::vector<int> & missing, double timeout_s, int n_ranks);
+
+// "allreduce: ranks called with different element counts (rank 0: 4096, rank 1: 4095)".
+std::string mismatched_counts_message(std::vector<std::pair<int, size_t>> rank_counts);
+
+// "allreduce: rank 5 is out of range for a group of 2".
+std::string bad_rank_message(int rank, int n_ranks);
+
+}  // namespace llama_tp

@@ -1,0 +1,29 @@
+#include "ggml-ext/allreduce_none.h"
+
+#include "ggml-ext/error.h"
+
+namespace llama_tp {
+
+NoneAllReduce::NoneAllReduce(const AllReduceConfig & config) {
+    if (config.n_ranks != 1) {
+        throw Error("allreduce engine none serves a single rank, not " + std::to_string(config.n_ranks) +
+                    " (use auto, cpu or butterfly)");
+    }
+}
+
+void NoneAllReduce::allreduce(int rank, float *, size_t) {
+    if (rank == 0) return;
+    failure_.record([&] {
+        failed_.store(true, std::memory_order_release);
+        return bad_rank_message(rank, 1);
+    });
+}
+
+void NoneAllReduce::abort(const std::string & why) {
+    failure_.record([&] {
+        failed_.store(true, std::memory_order_release);
+        return why;
+    });
+}
+
+}  // namespace llama_tp

@@ -1,0 +1,28 @@
+#pragma once
+// The none engine: a group of one rank, whose values already are the sum.
+
+#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/allreduce_failure.h"
+
+#include <atomic>
+
+namespace llama_tp {
+
+class NoneAllReduce final : public AllReduceEngine {
+  public:
+    // Throws llama_tp::Error unless config.n_ranks is 1.
+    explicit NoneAllReduce(const AllReduceConfig & config);
+
+    const char * name() const override { return "none"; }
+    int n_ranks() const override { return 1; }
+    void allreduce(int rank, float * data, size_t n) override;
+    bool failed() const override { return failed_.load(std::memory_order_acquire); }
+    std::string error() const override { return failure_.message(); }
+    void abort(const std::string & why) override;
+
+  private:
+    std::atomic<bool> failed_{false};
+    FailureRecord failure_;
+};
+
+}  // namespace llama_tp

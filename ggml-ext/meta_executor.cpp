@@ -1,0 +1,67 @@
+#include "ggml-ext/meta_executor.h"
+
+#include "ggml-ext/collective.h"
+#include "ggml-ext/error.h"
+
+namespace llama_tp {
+
+MetaExecutor::MetaExecutor(ggml_backend_t backend, bool force_segments)
+    : backend_(backend), force_segments_(force_segments) {}
+
+bool MetaExecutor::runs_in_graph(ggml_cgraph * gf) const {
+    if (force_segments_) return false;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (ggml_cluster_allreduce_info(node, nullptr, nullptr)) return ggml_backend_supports_op(backend_, node);
+    }
+    return true;  // no collectives at all
+}
+
+void MetaExecutor::split(ggml_cgraph * gf) {
+    segments_.clear();
+    const int n = ggml_graph_n_nodes(gf);
+    int n_collectives = 0;
+    for (int i = 0; i < n; ++i) n_collectives += ggml_cluster_allreduce_info(ggml_graph_node(gf, i), nullptr, nullptr);
+    ggml_init_params params = {(size_t) (n_collectives + 1) * ggml_graph_overhead_custom((size_t) n, false), nullptr,
+                               true};
+    ctx_.reset(ggml_init(params));
+    if (!ctx_) throw Error("out of memory splitting a graph at its collectives");
+    Segment seg;
+    seg.graph = ggml_new_graph_custom(ctx_.get(), (size_t) n, false);
+    for (int i = 0; i < n; ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (ggml_cluster_allreduce_info(node, nullptr, nullptr)) {
+            seg.collective = node;
+            segments_.push_back(seg);
+            seg = Segment{};
+            seg.graph = ggml_new_graph_custom(ctx_.get(), (size_t) n, false);
+        } else {
+            ggml_graph_add_node(seg.graph, node);
+        }
+    }
+    segments_.push_back(seg);
+    cached_graph_ = gf;
+    cached_n_nodes_ = n;
+    splits_built_++;
+}
+
+ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
+    if (runs_in_graph(gf)) return ggml_backend_graph_compute(backend_, gf);
+    if (gf != cached_graph_ || ggml_graph_n_nodes(gf) != cached_n_nodes_) split(gf);
+    for (const Segment & seg : segments_) {
+        if (ggml_graph_n_nodes(seg.graph) > 0) {
+            const ggml_status st = ggml_backend_graph_compute(backend_, seg.graph);
+            if (st != GGML_STATUS_SUCCESS) return st;
+        }
+        if (seg.collective) {
+            ggml_cluster_allreduce_fn fn = nullptr;
+            void * user = nullptr;
+            ggml_cluster_allreduce_info(seg.collective, &fn, &user);
+            ggml_backend_synchronize(backend_);
+            fn(user, seg.collective->data, (size_t) ggml_nelements(seg.collective), nullptr);
+        }
+    }
+    return GGML_STATUS_SUCCESS;
+}
+
+}  // namespace llama_tp

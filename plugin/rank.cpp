@@ -1,0 +1,97 @@
+#include "plugin/rank.h"
+
+#include "plugin/error.h"
+#include "plugin/gguf_file.h"
+#include "plugin/shard_plan.h"
+
+#include "ggml-alloc.h"
+#include "ggml.h"
+
+namespace llama_tp {
+
+namespace {
+
+constexpr size_t kMaxGraphNodes = 8192;
+
+ggml_backend_dev_t cpu_device() {
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!dev) throw Error("no CPU backend device is available");
+    return dev;
+}
+
+}  // namespace
+
+Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config) : hp_(hp), config_(config) {
+    ggml_backend_dev_t device = cpu_device();
+    weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, device, config.progress);
+    vocab_begin_ = config.shard ? config.shard->vocab.begin : 0;
+    backend_.reset(ggml_backend_dev_init(device, nullptr));
+    if (!backend_) throw Error("could not initialise the CPU backend for rank " + std::to_string(config.rank));
+    // A persistent pool: no thread creation per decode step. With several
+    // ranks sharing the cores its threads must not poll between graphs.
+    ggml_threadpool_params tpp = ggml_threadpool_params_default(config.n_threads);
+    tpp.poll = config.n_ranks > 1 ? 0 : 50;
+    threadpool_ = ggml_threadpool_new(&tpp);
+    if (!threadpool_) throw Error("could not create a thread pool for rank " + std::to_string(config.rank));
+    ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
+    ggml_backend_cpu_set_n_threads(backend_.get(), config.n_threads);
+    const int32_t n_kv = config.shard ? (int32_t) config.shard->kv_heads.size() : hp.n_head_kv;
+    kv_ = std::make_unique<KvCache>(hp, n_kv, config.n_ctx, config.n_seq_max, ggml_backend_dev_buffer_type(device));
+    allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+    executor_ = std::make_unique<MetaExecutor>(backend_.get());
+}
+
+Rank::~Rank() {
+    graph_ctx_.reset();
+    backend_.reset();
+    if (threadpool_) ggml_threadpool_free(threadpool_);
+}
+
+void Rank::allreduce_callback(void * user, void * data, size_t n, void *) {
+    Rank * self = static_cast<Rank *>(user);
+    self->config_.allreduce->allreduce(self->config_.rank, static_cast<float *>(data), n);
+}
+
+void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
+                   const GraphShape & shape, const std::vector<ggml_fp16_t> & mask) {
+    if (!graph_ || !(shape_ == shape)) {
+        graph_ctx_.reset();
+        ggml_init_params params = {
+            kMaxGraphNodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(kMaxGraphNodes, false), nullptr, true};
+        graph_ctx_.reset(ggml_init(params));
+        if (!graph_ctx_) throw Error("out of memory building the graph");
+        graph_ = ggml_new_graph_custom(graph_ctx_.get(), kMaxGraphNodes, false);
+        shape_ = shape;
+        const Collective reduce{allreduce_callback, this};
+        logits_ = build_llama_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
+                                    config_.n_ranks > 1 ? &reduce : nullptr);
+        if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
+            graph_ = nullptr;
+            throw Error("out of memory allocating the compute buffer of rank " + std::to_string(config_.rank));
+        }
+        graph_builds_++;
+    }
+    const int n = batch.size();
+    ggml_backend_tensor_set(inputs_.tokens, batch.tokens.data(), 0, n * sizeof(int32_t));
+    ggml_backend_tensor_set(inputs_.positions, batch.pos.data(), 0, n * sizeof(int32_t));
+    ggml_backend_tensor_set(inputs_.kv_cells, cells.data(), 0, n * sizeof(int64_t));
+    ggml_backend_tensor_set(inputs_.kq_mask, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
+    ggml_backend_tensor_set(inputs_.out_rows, out_rows.data(), 0, out_rows.size() * sizeof(int32_t));
+}
+
+void Rank::compute() {
+    const ggml_status st = executor_->compute(graph_);
+    if (st != GGML_STATUS_SUCCESS) {
+        throw Error("rank " + std::to_string(config_.rank) + ": graph compute failed: " + ggml_status_to_string(st));
+    }
+}
+
+void Rank::gather_logits(float * logits, int32_t n_vocab) const {
+    const int64_t v = logits_->ne[0];
+    const size_t row_bytes = (size_t) v * sizeof(float);
+    for (int64_t r = 0; r < logits_->ne[1]; ++r) {
+        ggml_backend_tensor_get(logits_, logits + r * n_vocab + vocab_begin_, r * logits_->nb[1], row_bytes);
+    }
+}
+
+}  // namespace llama_tp

@@ -1,0 +1,82 @@
+#pragma once
+// One tensor-parallel rank: its shard of the weights, its slice of the KV
+// cache, its backend and thread pool, and its cached graph. Every rank builds
+// the same graph shape over its own shard; collective nodes join them.
+
+#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/meta_executor.h"
+#include "plugin/batch.h"
+#include "plugin/hparams.h"
+#include "plugin/kv_cache.h"
+#include "plugin/llama_graph.h"
+#include "plugin/weights.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+#include "ggml-cpu.h"
+
+namespace llama_tp {
+
+class GgufFile;
+struct RankShard;
+
+struct RankConfig {
+    int rank = 0;
+    int n_ranks = 1;
+    const RankShard * shard = nullptr;  // nullptr: the whole model
+    AllReduceEngine * allreduce = nullptr;
+    int32_t n_threads = 1;
+    int32_t n_ctx = 0;
+    int32_t n_seq_max = 1;
+    bool progress = false;
+};
+
+class Rank {
+  public:
+    Rank(const GgufFile & file, const HParams & hp, const RankConfig & config);
+    ~Rank();
+    Rank(const Rank &) = delete;
+    Rank & operator=(const Rank &) = delete;
+
+    KvCache & kv() { return *kv_; }
+    const KvCache & kv() const { return *kv_; }
+
+    // Builds (or reuses) the graph for this shape and fills its inputs.
+    void prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
+                 const GraphShape & shape, const std::vector<ggml_fp16_t> & mask);
+    void compute();
+    // Copies this rank's vocabulary slice of every output row into logits
+    // (n_outputs rows of n_vocab floats).
+    void gather_logits(float * logits, int32_t n_vocab) const;
+
+    int64_t graph_builds() const { return graph_builds_; }
+    int64_t vocab_begin() const { return vocab_begin_; }
+    uint64_t weight_bytes() const { return weights_->total_bytes(); }
+    int64_t n_params() const { return weights_->n_params(); }
+
+  private:
+    static void allreduce_callback(void * user, void * data, size_t n, void * stream);
+
+    const HParams & hp_;
+    RankConfig config_;
+    int64_t vocab_begin_ = 0;
+    std::unique_ptr<ModelWeights> weights_;
+    ggml_backend_ptr backend_;
+    ggml_threadpool_t threadpool_ = nullptr;
+    std::unique_ptr<KvCache> kv_;
+    ggml_gallocr_ptr allocator_;
+    std::unique_ptr<MetaExecutor> executor_;
+
+    ggml_context_ptr graph_ctx_;
+    ggml_cgraph * graph_ = nullptr;
+    GraphShape shape_;
+    GraphInputs inputs_;
+    ggml_tensor * logits_ = nullptr;
+    int64_t graph_builds_ = 0;
+};
+
+}  // namespace llama_tp

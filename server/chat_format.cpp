@@ -1,0 +1,103 @@
+#include "server/chat_format.h"
+
+#include "plugin/tokenizer.h"
+
+#include "chat.h"
+#include "llama.h"
+
+#include <stdexcept>
+
+namespace llama_tp::server {
+
+struct ChatFormatter::Impl {
+    common_chat_templates_ptr templates;
+    bool use_jinja = true;
+    bool add_bos = false;
+    bool add_eos = false;
+};
+
+namespace {
+
+bool is_builtin_template_name(const std::string & name) {
+    const int32_t n = llama_chat_builtin_templates(nullptr, 0);
+    std::vector<const char *> names((size_t) std::max(n, 0));
+    llama_chat_builtin_templates(names.data(), names.size());
+    for (const char * s : names) {
+        if (name == s) {
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+ChatFormatter::ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template)
+    : impl_(std::make_unique<Impl>()) {
+    const llama_model * model = tokenizer.model();
+    if (!override_template.empty()) {
+        if (override_template != "chatml" && is_builtin_template_name(override_template)) {
+            impl_->use_jinja = false;  // libllama's own formatter, chosen by name
+            origin_ = "builtin:" + override_template;
+        } else {
+            origin_ = "override";
+        }
+    } else {
+        origin_ = tokenizer.chat_template().empty() ? "chatml-fallback" : "model";
+    }
+    try {
+        impl_->templates = common_chat_templates_init(model, override_template);
+    } catch (const std::exception & e) {
+        throw std::runtime_error(std::string("chat template does not parse: ") + e.what());
+    }
+    impl_->add_bos = tokenizer.add_bos();
+    impl_->add_eos = false;
+
+    // Render a small conversation now, so that a broken template fails at
+    // startup rather than on every request.
+    try {
+        apply({{"system", "You are helpful.", "", ""}, {"user", "Hello", "", ""}});
+    } catch (const ApiError & e) {
+        throw std::runtime_error(std::string("chat template cannot render a conversation: ") + e.what());
+    }
+}
+
+ChatFormatter::~ChatFormatter() = default;
+
+std::string ChatFormatter::source() const {
+    return common_chat_templates_source(impl_->templates.get());
+}
+
+ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages) const {
+    common_chat_templates_inputs in;
+    in.use_jinja = impl_->use_jinja;
+    in.add_generation_prompt = true;
+    in.add_bos = impl_->add_bos;  // the tokenizer adds BOS: strip the template's
+    in.add_eos = impl_->add_eos;
+    for (const auto & m : messages) {
+        common_chat_msg msg;
+        msg.role = m.role;
+        msg.content = m.content;
+        if (m.role == "tool") {
+            msg.tool_name = m.name;
+        }
+        msg.tool_call_id = m.tool_call_id;
+        in.messages.push_back(std::move(msg));
+    }
+    ChatPrompt out;
+    try {
+        std::lock_guard<std::mutex> lock(mutex_);
+        common_chat_params params = common_chat_templates_apply(impl_->templates.get(), in);
+        out.prompt = std::move(params.prompt);
+        out.stops = std::move(params.additional_stops);
+    } catch (const std::exception & e) {
+        throw bad_request(std::string("the chat template failed on these messages: ") + e.what(), "messages",
+                          "template_error");
+    }
+    if (origin_ == "chatml-fallback") {
+        out.stops.push_back("<|im_end|>");
+    }
+    return out;
+}
+
+}  // namespace llama_tp::server

@@ -1,0 +1,51 @@
+#pragma once
+// Chat messages -> prompt text, through libcommon's chat templates.
+//
+// Template choice: --chat-template / --chat-template-file when given (Jinja
+// source, or the name of one of libllama's built-in templates such as
+// "llama3"), else the model's own template (tokenizer.chat_template), else
+// libcommon's ChatML fallback:
+//     <|im_start|>system\n...<|im_end|>\n<|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n
+// With the fallback, "<|im_end|>" is also a stop string, since a model that
+// was not trained on ChatML may still write it out as text.
+
+#include "server/request.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+class Tokenizer;
+}
+
+namespace llama_tp::server {
+
+struct ChatPrompt {
+    std::string prompt;
+    std::vector<std::string> stops;  // stop strings the template implies
+};
+
+class ChatFormatter {
+  public:
+    // Throws std::runtime_error when the override template does not parse or
+    // cannot render a simple conversation.
+    ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template);
+    ~ChatFormatter();
+
+    // Throws ApiError 400 when the template rejects the conversation.
+    ChatPrompt apply(const std::vector<ChatMessage> & messages) const;
+
+    // "model", "override", "builtin:<name>" or "chatml-fallback".
+    const std::string & origin() const { return origin_; }
+    std::string source() const;
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    std::string origin_;
+    mutable std::mutex mutex_;
+};
+
+}  // namespace llama_tp::server

@@ -1,0 +1,460 @@
+#include "server/http_routes.h"
+
+#include "plugin/engine.h"
+#include "plugin/error.h"
+#include "plugin/tokenizer.h"
+#include "server/chat_format.h"
+#include "server/log.h"
+#include "server/request.h"
+#include "server/response.h"
+#include "server/scheduler.h"
+
+#include <cpp-httplib/httplib.h>
+
+#include "json-schema-to-grammar.h"
+#include "json.h"
+
+#include <climits>
+#include <functional>
+#include <memory>
+
+namespace llama_tp::server {
+
+namespace {
+
+using httplib::Request;
+using httplib::Response;
+
+constexpr const char * kJson = "application/json; charset=utf-8";
+
+void send_json(Response & res, const json & body, int status = 200) {
+    res.status = status;
+    res.set_content(dump_json(body), kJson);
+}
+
+void send_error(Response & res, const ApiError & e) {
+    if (e.status >= 500) {
+        SRV_WRN("answering %d: %s", e.status, e.what());
+    }
+    send_json(res, error_json(e), e.status);
+}
+
+using Handler = std::function<void(const Request &, Response &)>;
+
+// Turns any exception a handler throws into an OpenAI error object.
+Handler guarded(Handler h) {
+    return [h = std::move(h)](const Request & req, Response & res) {
+        try {
+            h(req, res);
+        } catch (const ApiError & e) {
+            send_error(res, e);
+        } catch (const std::exception & e) {
+            send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error"));
+        }
+    };
+}
+
+bool is_public_path(const std::string & path) {
+    return path == "/health" || path == "/v1/health";
+}
+
+std::string request_api_key(const Request & req) {
+    const std::string auth = req.get_header_value("Authorization");
+    static const std::string bearer = "Bearer ";
+    if (auth.size() > bearer.size() && auth.compare(0, bearer.size(), bearer) == 0) {
+        return auth.substr(bearer.size());
+    }
+    return req.get_header_value("X-Api-Key");
+}
+
+// Comparison time does not depend on where the first difference is.
+bool same_key(const std::string & a, const std::string & b) {
+    if (a.size() != b.size()) {
+        return false;
+    }
+    unsigned char diff = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        diff |= (unsigned char) (a[i] ^ b[i]);
+    }
+    return diff == 0;
+}
+
+std::vector<int32_t> tokenize_prompt(const ServerState & st, const GenerationRequest & gr,
+                                     std::vector<std::string> & stops) {
+    const Tokenizer & tok = st.engine->tokenizer();
+    if (gr.endpoint == Endpoint::Chat) {
+        ChatPrompt cp = st.chat->apply(gr.messages);
+        stops.insert(stops.end(), cp.stops.begin(), cp.stops.end());
+        SRV_DBG("chat prompt: %s", cp.prompt.c_str());
+        return tok.tokenize(cp.prompt, true, true);
+    }
+    if (gr.prompt_is_tokens) {
+        const int32_t n_vocab = tok.n_vocab();
+        for (size_t i = 0; i < gr.prompt_tokens.size(); i++) {
+            if (gr.prompt_tokens[i] >= n_vocab) {
+                throw bad_request("'prompt' token " + std::to_string(gr.prompt_tokens[i]) + " at index " +
+                                      std::to_string(i) + " is out of range (vocabulary size " +
+                                      std::to_string(n_vocab) + ")",
+                                  "prompt", "invalid_value");
+            }
+        }
+        return gr.prompt_tokens;
+    }
+    return tok.tokenize(gr.prompt_text, true, true);
+}
+
+// Validates what needs the model, and builds the scheduler task.
+std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr) {
+    auto task = std::make_unique<Task>();
+    task->id = st.next_task_id++;
+    task->stop = gr.stop;
+    task->prompt = tokenize_prompt(st, gr, task->stop);
+
+    const char * prompt_param = gr.endpoint == Endpoint::Chat ? "messages" : "prompt";
+    const int32_t n_prompt = (int32_t) task->prompt.size();
+    if (n_prompt == 0) {
+        throw bad_request("the prompt is empty", prompt_param, "invalid_value");
+    }
+    if (n_prompt >= st.n_ctx_slot) {
+        throw bad_request("the prompt is " + std::to_string(n_prompt) + " tokens, but the context of a slot holds " +
+                              std::to_string(st.n_ctx_slot) + " (prompt and completion together)",
+                          prompt_param, "context_length_exceeded");
+    }
+
+    int64_t n_predict = gr.max_tokens >= 0 ? gr.max_tokens : (st.opts.n_predict >= 0 ? st.opts.n_predict : INT_MAX);
+    n_predict = std::min<int64_t>(n_predict, st.n_ctx_slot - n_prompt);
+    task->n_predict = (int32_t) n_predict;
+    task->ignore_eos = gr.ignore_eos;
+    task->n_top_logprobs = gr.logprobs ? gr.top_logprobs : -1;
+
+    if (!gr.json_schema.empty()) {
+        try {
+            gr.sampling.grammar = json_schema_to_grammar(common_json::parse(gr.json_schema));
+        } catch (const std::exception & e) {
+            throw bad_request(std::string("'response_format' schema is not supported: ") + e.what(), "response_format",
+                              "invalid_value");
+        }
+    }
+    try {
+        task->sampler = std::make_unique<Sampler>(st.engine->tokenizer(), gr.sampling);
+    } catch (const std::exception & e) {
+        throw bad_request(std::string("invalid sampling parameters: ") + e.what(),
+                          gr.sampling.grammar.empty() ? "" : "grammar", "invalid_value");
+    }
+    return task;
+}
+
+ApiError event_error(const TaskEvent & e) {
+    return ApiError(e.status, e.message, "", e.status == 503 ? "unavailable" : "");
+}
+
+void respond_blocking(const Request & req, Response & res, const ResponseContext & ctx,
+                      const std::shared_ptr<TaskChannel> & channel) {
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    std::vector<TaskEvent> events;
+    auto last_check = std::chrono::steady_clock::now();
+    while (true) {
+        events.clear();
+        const bool got = channel->pop_all(events, std::chrono::milliseconds(100));
+        // Events may keep coming without pause: look at the socket on a clock.
+        const auto now = std::chrono::steady_clock::now();
+        if (!got || now - last_check > std::chrono::milliseconds(100)) {
+            last_check = now;
+            if (req.is_connection_closed()) {
+                channel->cancel();
+                return;
+            }
+        }
+        for (auto & e : events) {
+            switch (e.kind) {
+                case TaskEvent::Kind::Text:
+                    text += e.text;
+                    for (auto & lp : e.logprobs) {
+                        logprobs.push_back(std::move(lp));
+                    }
+                    break;
+                case TaskEvent::Kind::Done:
+                    send_json(res, final_response(ctx, text, logprobs, e));
+                    return;
+                case TaskEvent::Kind::Error:
+                    throw event_error(e);
+            }
+        }
+    }
+}
+
+struct StreamState {
+    ResponseContext ctx;
+    std::shared_ptr<TaskChannel> channel;
+    std::function<bool()> connection_closed;
+    bool include_usage = false;
+    bool started = false;
+    bool finished = false;
+};
+
+bool write_event(httplib::DataSink & sink, const StreamState & s, json chunk) {
+    if (s.include_usage && !chunk.contains("usage")) {
+        chunk["usage"] = nullptr;
+    }
+    const std::string data = "data: " + dump_json(chunk) + "\n\n";
+    return sink.write(data.data(), data.size());
+}
+
+void respond_streaming(const Request & req, Response & res, const ResponseContext & ctx,
+                       const std::shared_ptr<TaskChannel> & channel, bool include_usage) {
+    auto s = std::make_shared<StreamState>();
+    s->ctx = ctx;
+    s->channel = channel;
+    s->connection_closed = req.is_connection_closed;
+    s->include_usage = include_usage;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [s](size_t, httplib::DataSink & sink) -> bool {
+            if (!s->started) {
+                s->started = true;
+                if (s->ctx.endpoint == Endpoint::Chat && !write_event(sink, *s, role_chunk(s->ctx))) {
+                    s->channel->cancel();
+                    return false;
+                }
+            }
+            std::vector<TaskEvent> events;
+            if (!s->channel->pop_all(events, std::chrono::milliseconds(100))) {
+                if (s->connection_closed()) {
+                    s->channel->cancel();
+                    return false;
+                }
+                return true;  // nothing yet; httplib calls again
+            }
+            for (auto & e : events) {
+                bool ok = true;
+                switch (e.kind) {
+                    case TaskEvent::Kind::Text:
+                        ok = write_event(sink, *s, text_chunk(s->ctx, e.text, e.logprobs));
+                        break;
+                    case TaskEvent::Kind::Done: {
+                        ok = write_event(sink, *s, finish_chunk(s->ctx, e));
+                        if (ok && s->include_usage) {
+                            ok = write_event(sink, *s, usage_chunk(s->ctx, e));
+                        }
+                        static const std::string done = "data: [DONE]\n\n";
+                        ok = ok && sink.write(done.data(), done.size());
+                        s->finished = true;
+                        break;
+                    }
+                    case TaskEvent::Kind::Error: {
+                        const std::string data = "data: " + dump_json(error_json(event_error(e))) + "\n\n";
+                        ok = sink.write(data.data(), data.size());
+                        s->finished = true;
+                        break;
+                    }
+                }
+                if (!ok) {
+                    s->channel->cancel();
+                    return false;
+                }
+                if (s->finished) {
+                    sink.done();
+                    return true;
+                }
+            }
+            return true;
+        },
+        [s](bool) {
+            if (!s->finished) {
+                s->channel->cancel();  // client went away mid-stream
+            }
+        });
+}
+
+void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res) {
+    const json body = parse_json_body(req.body);
+    GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling);
+    std::unique_ptr<Task> task = make_task(st, gr);
+    const ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model,
+                                                      gr.logprobs, &st.engine->tokenizer());
+    auto channel = st.scheduler->submit(std::move(task));
+    if (gr.stream) {
+        respond_streaming(req, res, ctx, channel, gr.include_usage);
+    } else {
+        respond_blocking(req, res, ctx, channel);
+    }
+}
+
+json model_entry(const ServerState & st) {
+    const ModelInfo & info = st.engine->info();
+    return {{"id", st.model_name},
+            {"object", "model"},
+            {"created", st.created},
+            {"owned_by", "llama-tp"},
+            {"meta",
+             {{"n_vocab", info.n_vocab},
+              {"n_ctx_train", info.n_ctx_train},
+              {"n_embd", info.n_embd},
+              {"n_params", info.n_params},
+              {"size", info.weight_bytes},
+              {"architecture", info.architecture}}}};
+}
+
+}  // namespace
+
+void register_routes(httplib::Server & http, ServerState & st) {
+    // Authentication and readiness, before routing.
+    http.set_pre_routing_handler([&st](const Request & req, Response & res) {
+        res.set_header("Access-Control-Allow-Origin",
+                       req.get_header_value("Origin").empty() ? "*" : req.get_header_value("Origin"));
+        if (req.method == "OPTIONS") {
+            res.set_header("Access-Control-Allow-Credentials", "true");
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            res.set_header("Access-Control-Allow-Headers", "*");
+            res.status = 204;
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (is_public_path(req.path)) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        if (!st.opts.api_keys.empty()) {
+            const std::string key = request_api_key(req);
+            bool ok = false;
+            for (const auto & k : st.opts.api_keys) {
+                ok |= same_key(key, k);
+            }
+            if (!ok) {
+                send_error(res, ApiError(401,
+                                         key.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                                                     : "invalid API key",
+                                         "", "invalid_api_key", "authentication_error"));
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        if (st.stopping) {
+            send_error(res, ApiError(503, "the server is shutting down", "", "unavailable"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (!st.ready) {
+            send_error(res, ApiError(503, "the model is loading", "", "model_loading"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+
+    // Unknown routes, wrong methods, and anything else that left no body.
+    http.set_error_handler([](const Request & req, Response & res) {
+        if (!res.body.empty()) {
+            return;
+        }
+        if (res.status == 404) {
+            send_error(res, ApiError(404, "no route for " + req.method + " " + req.path, "", "not_found"));
+        } else if (res.status == 405) {
+            send_error(res, ApiError(405, "method " + req.method + " not allowed on " + req.path, "",
+                                     "method_not_allowed", "invalid_request_error"));
+        } else if (res.status == 413) {
+            send_error(
+                res, ApiError(413, "the request body is too large", "", "payload_too_large", "invalid_request_error"));
+        } else if (res.status >= 400) {
+            send_error(res, ApiError(res.status, "bad request (HTTP " + std::to_string(res.status) + ")", "", "",
+                                     res.status >= 500 ? "server_error" : "invalid_request_error"));
+        }
+    });
+    http.set_exception_handler([](const Request &, Response & res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception & e) {
+            what = e.what();
+        } catch (...) {
+        }
+        send_error(res, ApiError(500, "internal error: " + what, "", "internal_error"));
+    });
+
+    http.set_logger([](const Request & req, const Response & res) {
+        SRV_DBG("%s %s -> %d", req.method.c_str(), req.path.c_str(), res.status);
+    });
+
+    auto health = [&st](const Request &, Response & res) {
+        if (st.ready) {
+            send_json(res, {{"status", "ok"}});
+        } else {
+            send_json(res, {{"status", "loading"}}, 503);
+        }
+    };
+    http.Get("/health", health);
+    http.Get("/v1/health", health);
+
+    auto models = guarded([&st](const Request &, Response & res) {
+        send_json(res, {{"object", "list"}, {"data", json::array({model_entry(st)})}});
+    });
+    http.Get("/v1/models", models);
+    http.Get("/models", models);
+
+    auto completions =
+        guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Completion, req, res); });
+    http.Post("/v1/completions", completions);
+    http.Post("/completions", completions);
+
+    auto chat =
+        guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Chat, req, res); });
+    http.Post("/v1/chat/completions", chat);
+    http.Post("/chat/completions", chat);
+
+    http.Post("/tokenize", guarded([&st](const Request & req, Response & res) {
+                  const json body = parse_json_body(req.body);
+                  const auto it = body.find("content");
+                  if (it == body.end() || !it->is_string()) {
+                      throw bad_request("'content' must be a string", "content", "invalid_type");
+                  }
+                  bool add_special = false;
+                  if (body.contains("add_special")) {
+                      if (!body["add_special"].is_boolean()) {
+                          throw bad_request("'add_special' must be a boolean", "add_special", "invalid_type");
+                      }
+                      add_special = body["add_special"].get<bool>();
+                  }
+                  const auto & tok = st.engine->tokenizer();
+                  send_json(res, {{"tokens", tok.tokenize(it->get<std::string>(), add_special, true)}});
+              }));
+    http.Post("/detokenize", guarded([&st](const Request & req, Response & res) {
+                  const json body = parse_json_body(req.body);
+                  const auto it = body.find("tokens");
+                  if (it == body.end() || !it->is_array()) {
+                      throw bad_request("'tokens' must be an array of token ids", "tokens", "invalid_type");
+                  }
+                  const auto & tok = st.engine->tokenizer();
+                  std::vector<int32_t> tokens;
+                  for (const auto & t : *it) {
+                      if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= tok.n_vocab()) {
+                          throw bad_request(
+                              "'tokens' must hold token ids in [0, " + std::to_string(tok.n_vocab()) + ")", "tokens",
+                              "invalid_value");
+                      }
+                      tokens.push_back(t.get<int32_t>());
+                  }
+                  send_json(res, {{"content", tok.detokenize(tokens, false)}});
+              }));
+
+    http.Get("/props", guarded([&st](const Request &, Response & res) {
+                 const auto stats = st.scheduler->stats();
+                 send_json(res, {{"model_alias", st.model_name},
+                                 {"model_path", st.opts.engine.model_path},
+                                 {"total_slots", st.scheduler->n_slots()},
+                                 {"busy_slots", stats.busy},
+                                 {"queued_requests", stats.queued},
+                                 {"n_ctx", st.n_ctx},
+                                 {"n_ctx_slot", st.n_ctx_slot},
+                                 {"tp", st.opts.engine.tp},
+                                 {"chat_template", st.chat->source()},
+                                 {"chat_template_origin", st.chat->origin()},
+                                 {"default_generation_settings",
+                                  {{"n_ctx", st.n_ctx_slot},
+                                   {"params",
+                                    {{"n_predict", st.opts.n_predict},
+                                     {"temperature", st.opts.sampling.temperature},
+                                     {"top_k", st.opts.sampling.top_k},
+                                     {"top_p", st.opts.sampling.top_p},
+                                     {"min_p", st.opts.sampling.min_p}}}}}});
+             }));
+}
+
+}  // namespace llama_tp::server

@@ -1,0 +1,228 @@
+// llama-tp-server: parses flags, binds the port, loads the model (answering
+// /health with 503 meanwhile), then serves until SIGINT/SIGTERM.
+
+#include "plugin/engine.h"
+#include "plugin/error.h"
+#include "plugin/tokenizer.h"
+#include "server/chat_format.h"
+#include "server/http_routes.h"
+#include "server/log.h"
+#include "server/scheduler.h"
+#include "server/server_options.h"
+
+#include <cpp-httplib/httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <thread>
+
+using namespace llama_tp;
+using namespace llama_tp::server;
+
+namespace {
+
+std::mutex g_stop_mutex;
+std::condition_variable g_stop_cv;
+bool g_stop_requested = false;
+std::atomic<bool> g_ready{false};
+std::atomic<bool> g_http_failed{false};
+
+bool g_stop_requested_flag() {
+    std::lock_guard<std::mutex> lock(g_stop_mutex);
+    return g_stop_requested;
+}
+
+void request_stop() {
+    {
+        std::lock_guard<std::mutex> lock(g_stop_mutex);
+        g_stop_requested = true;
+    }
+    g_stop_cv.notify_all();
+}
+
+// SIGINT/SIGTERM are blocked in every thread and taken here with sigwait, so
+// shutdown runs as ordinary code rather than inside a signal handler.
+void signal_thread(sigset_t set) {
+    int n_signals = 0;
+    while (true) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0) {
+            continue;
+        }
+        n_signals++;
+        if (!g_ready) {
+            SRV_INF("signal %d during startup: exiting", sig);
+            std::_Exit(0);
+        }
+        if (n_signals > 1) {
+            SRV_WRN("second signal: exiting without cleanup");
+            std::_Exit(1);
+        }
+        SRV_INF("signal %d: shutting down", sig);
+        request_stop();
+    }
+}
+
+std::string file_name(const std::string & path) {
+    const auto slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string human_count(int64_t n) {
+    char buf[32];
+    if (n >= 1000000000) {
+        std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
+    } else if (n >= 1000000) {
+        std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+    } else if (n >= 1000) {
+        std::snprintf(buf, sizeof(buf), "%.1fK", n / 1e3);
+    } else {
+        std::snprintf(buf, sizeof(buf), "%lld", (long long) n);
+    }
+    return buf;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    ServerOptions opts;
+    try {
+        bool help = false;
+        opts = parse_server_options(argc, argv, help);
+        if (help) {
+            print_usage(argv[0]);
+            return 0;
+        }
+    } catch (const UsageError & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    set_log_level(opts.verbose ? LogLevel::Debug : LogLevel::Info);
+    for (const auto & f : opts.ignored_flags) {
+        SRV_WRN("%s has no effect in llama-tp-server; ignored", f.c_str());
+    }
+
+    // Before any thread starts, so that all of them inherit the mask. A shell
+    // may start a background job with SIGINT ignored, and an ignored signal
+    // never reaches sigwait: restore the default disposition first.
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    std::thread(signal_thread, sigs).detach();
+
+    ServerState state(opts);
+    httplib::Server http;
+    const size_t n_http = opts.http_threads > 0 ? (size_t) opts.http_threads : (size_t) opts.n_parallel + 8;
+    http.new_task_queue = [n_http] { return new httplib::ThreadPool(n_http, n_http * 4); };
+    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let
+    // a second server silently share a port already in use).
+    http.set_socket_options([](socket_t sock) {
+        int one = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    });
+    http.set_read_timeout(opts.timeout_s, 0);
+    http.set_write_timeout(opts.timeout_s, 0);
+    register_routes(http, state);
+
+    int port = opts.port;
+    if (port == 0) {
+        port = http.bind_to_any_port(opts.host);
+    } else if (!http.bind_to_port(opts.host, port)) {
+        port = -1;
+    }
+    if (port <= 0) {
+        SRV_ERR("cannot listen on %s:%d (address in use or not available)", opts.host.c_str(), opts.port);
+        return 1;
+    }
+    std::thread http_thread([&] {
+        // listen_after_bind returns when http.stop() is called, and only
+        // then is that expected.
+        http.listen_after_bind();
+        if (!g_stop_requested_flag()) {
+            SRV_ERR("HTTP server stopped unexpectedly");
+            g_http_failed = true;
+        }
+        request_stop();
+    });
+    SRV_INF("listening on http://%s:%d (loading %s)", opts.host.c_str(), port, opts.engine.model_path.c_str());
+
+    auto fail_startup = [&](const std::string & what) {
+        SRV_ERR("%s", what.c_str());
+        request_stop();
+        http.stop();
+        http_thread.join();
+        return 1;
+    };
+
+    std::unique_ptr<Engine> engine;
+    try {
+        engine = Engine::load(opts.engine);
+    } catch (const Error & e) {
+        return fail_startup(std::string("failed to load model: ") + e.what());
+    } catch (const std::exception & e) {
+        return fail_startup(std::string("failed to load model: ") + e.what());
+    }
+
+    const int32_t n_ctx = engine->options().n_ctx > 0 ? engine->options().n_ctx : engine->info().n_ctx_train;
+    const int32_t n_ctx_slot = n_ctx / opts.n_parallel;
+    if (n_ctx_slot < 2) {
+        return fail_startup("context of " + std::to_string(n_ctx) + " tokens is too small for " +
+                            std::to_string(opts.n_parallel) + " slots");
+    }
+
+    std::unique_ptr<ChatFormatter> chat;
+    try {
+        chat = std::make_unique<ChatFormatter>(engine->tokenizer(), opts.chat_template);
+    } catch (const std::exception & e) {
+        return fail_startup(e.what());
+    }
+
+    Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch);
+    scheduler.start();
+
+    const ModelInfo & info = engine->info();
+    state.engine = engine.get();
+    state.scheduler = &scheduler;
+    state.chat = chat.get();
+    state.model_name = opts.alias.empty() ? file_name(opts.engine.model_path) : opts.alias;
+    state.n_ctx = n_ctx;
+    state.n_ctx_slot = n_ctx_slot;
+    state.created =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    state.ready = true;
+    g_ready = true;
+
+    SRV_INF(
+        "llama-tp-server ready: model %s (%s, %s params), tp %d (allreduce %s), ctx %d (%d per slot), "
+        "slots %d, batch %d, threads %d, chat template %s, api key %s, listening on http://%s:%d",
+        state.model_name.c_str(), info.architecture.c_str(), human_count(info.n_params).c_str(), opts.engine.tp,
+        engine->options().allreduce.c_str(), n_ctx, n_ctx_slot, opts.n_parallel, engine->options().n_batch,
+        engine->options().n_threads, chat->origin().c_str(), opts.api_keys.empty() ? "off" : "on", opts.host.c_str(),
+        port);
+
+    {
+        std::unique_lock<std::mutex> lock(g_stop_mutex);
+        g_stop_cv.wait(lock, [] { return g_stop_requested; });
+    }
+
+    // Running requests end with 503 first, so that no HTTP worker stays
+    // blocked on a channel while the server joins its threads.
+    state.stopping = true;
+    scheduler.shutdown();
+    http.stop();
+    http_thread.join();
+    SRV_INF("stopped");
+    return g_http_failed ? 1 : 0;
+}

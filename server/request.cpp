@@ -1,0 +1,502 @@
+#include "server/request.h"
+
+#include <cmath>
+#include <limits>
+
+namespace llama_tp::server {
+
+namespace {
+
+const char * type_name(const json & v) {
+    switch (v.type()) {
+        case json::value_t::null:
+            return "null";
+        case json::value_t::boolean:
+            return "a boolean";
+        case json::value_t::number_integer:
+        case json::value_t::number_unsigned:
+            return "an integer";
+        case json::value_t::number_float:
+            return "a number";
+        case json::value_t::string:
+            return "a string";
+        case json::value_t::array:
+            return "an array";
+        case json::value_t::object:
+            return "an object";
+        default:
+            return "an unsupported value";
+    }
+}
+
+ApiError wrong_type(const std::string & name, const char * expected, const json & got) {
+    return bad_request("'" + name + "' must be " + expected + ", got " + type_name(got), name, "invalid_type");
+}
+
+ApiError out_of_range(const std::string & name, const std::string & what) {
+    return bad_request("'" + name + "' " + what, name, "invalid_value");
+}
+
+// The field's value, or nullptr when absent or null (OpenAI clients send null
+// for "not set").
+const json * field(const json & body, const char * name) {
+    const auto it = body.find(name);
+    if (it == body.end() || it->is_null()) {
+        return nullptr;
+    }
+    return &*it;
+}
+
+bool is_integral(const json & v) {
+    if (v.is_number_integer() || v.is_number_unsigned()) {
+        return true;
+    }
+    if (v.is_number_float()) {
+        const double d = v.get<double>();
+        return std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15;
+    }
+    return false;
+}
+
+// Integer in [lo, hi]; `fallback` when absent.
+long long get_int(const json & body, const char * name, long long lo, long long hi, long long fallback) {
+    const json * v = field(body, name);
+    if (v == nullptr) {
+        return fallback;
+    }
+    if (!is_integral(*v)) {
+        throw wrong_type(name, "an integer", *v);
+    }
+    long long x;
+    if (v->is_number_unsigned()) {
+        const auto u = v->get<unsigned long long>();
+        x = u > (unsigned long long) std::numeric_limits<long long>::max() ? std::numeric_limits<long long>::max()
+                                                                           : (long long) u;
+    } else if (v->is_number_float()) {
+        x = (long long) v->get<double>();
+    } else {
+        x = v->get<long long>();
+    }
+    if (x < lo || x > hi) {
+        throw out_of_range(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                                     std::to_string(x));
+    }
+    return x;
+}
+
+double get_number(const json & body, const char * name, double lo, double hi, double fallback) {
+    const json * v = field(body, name);
+    if (v == nullptr) {
+        return fallback;
+    }
+    if (!v->is_number()) {
+        throw wrong_type(name, "a number", *v);
+    }
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "must be between %g and %g, got %g", lo, hi, x);
+        throw out_of_range(name, buf);
+    }
+    return x;
+}
+
+bool get_bool(const json & body, const char * name, bool fallback) {
+    const json * v = field(body, name);
+    if (v == nullptr) {
+        return fallback;
+    }
+    if (!v->is_boolean()) {
+        throw wrong_type(name, "a boolean", *v);
+    }
+    return v->get<bool>();
+}
+
+std::string get_string(const json & body, const char * name, const std::string & fallback) {
+    const json * v = field(body, name);
+    if (v == nullptr) {
+        return fallback;
+    }
+    if (!v->is_string()) {
+        throw wrong_type(name, "a string", *v);
+    }
+    return v->get<std::string>();
+}
+
+void expect_type(const json & body, const char * name, bool ok, const char * expected) {
+    const json * v = field(body, name);
+    if (v != nullptr && !ok) {
+        throw wrong_type(name, expected, *v);
+    }
+}
+
+bool is_token_array(const json & v) {
+    if (!v.is_array() || v.empty()) {
+        return false;
+    }
+    for (const auto & t : v) {
+        if (!is_integral(t)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::vector<int32_t> to_tokens(const json & v) {
+    std::vector<int32_t> out;
+    out.reserve(v.size());
+    for (const auto & t : v) {
+        const double d = t.get<double>();
+        if (d < 0 || d > std::numeric_limits<int32_t>::max()) {
+            throw bad_request("'prompt' contains an invalid token id " + t.dump(), "prompt", "invalid_value");
+        }
+        out.push_back((int32_t) d);
+    }
+    return out;
+}
+
+void parse_prompt(const json & body, GenerationRequest & r) {
+    const json * p = field(body, "prompt");
+    if (p == nullptr) {
+        throw bad_request("'prompt' is required", "prompt", "missing_required_parameter");
+    }
+    if (p->is_string()) {
+        r.prompt_text = p->get<std::string>();
+        return;
+    }
+    if (!p->is_array()) {
+        throw wrong_type("prompt", "a string, an array of token ids, or an array with one string", *p);
+    }
+    if (p->empty()) {
+        throw bad_request("'prompt' must not be an empty array", "prompt", "invalid_value");
+    }
+    if (is_token_array(*p)) {
+        r.prompt_is_tokens = true;
+        r.prompt_tokens = to_tokens(*p);
+        return;
+    }
+    if (p->size() > 1) {
+        for (const auto & e : *p) {
+            if (!e.is_string() && !is_token_array(e)) {
+                throw wrong_type("prompt", "a string, an array of token ids, or an array with one string", *p);
+            }
+        }
+        throw bad_request("only one prompt per request is supported (got " + std::to_string(p->size()) + ")", "prompt",
+                          "unsupported_value");
+    }
+    const json & e = (*p)[0];
+    if (e.is_string()) {
+        r.prompt_text = e.get<std::string>();
+    } else if (is_token_array(e)) {
+        r.prompt_is_tokens = true;
+        r.prompt_tokens = to_tokens(e);
+    } else {
+        throw wrong_type("prompt", "a string, an array of token ids, or an array with one string", *p);
+    }
+}
+
+std::string message_content(const json & msg, size_t i, const std::string & role) {
+    const std::string param = "messages[" + std::to_string(i) + "].content";
+    const auto it = msg.find("content");
+    if (it == msg.end() || it->is_null()) {
+        if (role == "assistant") {
+            return "";  // an assistant turn that only made tool calls
+        }
+        throw bad_request("'" + param + "' is required for role '" + role + "'", param, "missing_required_parameter");
+    }
+    if (it->is_string()) {
+        return it->get<std::string>();
+    }
+    if (!it->is_array()) {
+        throw wrong_type(param, "a string or an array of content parts", *it);
+    }
+    std::string text;
+    for (size_t k = 0; k < it->size(); k++) {
+        const json & part = (*it)[k];
+        const std::string pparam = param + "[" + std::to_string(k) + "]";
+        if (!part.is_object()) {
+            throw wrong_type(pparam, "an object", part);
+        }
+        const auto type = part.find("type");
+        if (type == part.end() || !type->is_string()) {
+            throw bad_request("'" + pparam + ".type' must be a string", pparam + ".type", "invalid_type");
+        }
+        if (*type != "text") {
+            throw bad_request("content part type '" + type->get<std::string>() + "' is not supported (text only)",
+                              pparam + ".type", "unsupported_value");
+        }
+        const auto t = part.find("text");
+        if (t == part.end() || !t->is_string()) {
+            throw bad_request("'" + pparam + ".text' must be a string", pparam + ".text", "invalid_type");
+        }
+        if (!text.empty()) {
+            text += "\n";
+        }
+        text += t->get<std::string>();
+    }
+    return text;
+}
+
+void parse_messages(const json & body, GenerationRequest & r) {
+    const json * m = field(body, "messages");
+    if (m == nullptr) {
+        throw bad_request("'messages' is required", "messages", "missing_required_parameter");
+    }
+    if (!m->is_array()) {
+        throw wrong_type("messages", "an array", *m);
+    }
+    if (m->empty()) {
+        throw bad_request("'messages' must contain at least one message", "messages", "invalid_value");
+    }
+    for (size_t i = 0; i < m->size(); i++) {
+        const json & msg = (*m)[i];
+        const std::string param = "messages[" + std::to_string(i) + "]";
+        if (!msg.is_object()) {
+            throw wrong_type(param, "an object", msg);
+        }
+        const auto role_it = msg.find("role");
+        if (role_it == msg.end() || role_it->is_null()) {
+            throw bad_request("'" + param + ".role' is required", param + ".role", "missing_required_parameter");
+        }
+        if (!role_it->is_string()) {
+            throw wrong_type(param + ".role", "a string", *role_it);
+        }
+        std::string role = role_it->get<std::string>();
+        if (role == "developer") {
+            role = "system";
+        }
+        if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+            throw bad_request("'" + param + ".role' must be one of system, developer, user, assistant, tool; got '" +
+                                  role_it->get<std::string>() + "'",
+                              param + ".role", "invalid_value");
+        }
+        ChatMessage cm;
+        cm.role = role;
+        cm.content = message_content(msg, i, role);
+        cm.name = get_string(msg, "name", "");
+        cm.tool_call_id = get_string(msg, "tool_call_id", "");
+        expect_type(msg, "tool_calls", msg.contains("tool_calls") && msg["tool_calls"].is_array(), "an array");
+        r.messages.push_back(std::move(cm));
+    }
+}
+
+void parse_stop(const json & body, GenerationRequest & r) {
+    const json * s = field(body, "stop");
+    if (s == nullptr) {
+        return;
+    }
+    if (s->is_string()) {
+        if (!s->get<std::string>().empty()) {
+            r.stop.push_back(s->get<std::string>());
+        }
+        return;
+    }
+    if (!s->is_array()) {
+        throw wrong_type("stop", "a string or an array of strings", *s);
+    }
+    if (s->size() > 64) {
+        throw bad_request("'stop' has too many entries (at most 64)", "stop", "invalid_value");
+    }
+    for (const auto & e : *s) {
+        if (!e.is_string()) {
+            throw bad_request("'stop' must be a string or an array of strings; found " + std::string(type_name(e)),
+                              "stop", "invalid_type");
+        }
+        if (!e.get<std::string>().empty()) {
+            r.stop.push_back(e.get<std::string>());
+        }
+    }
+}
+
+void parse_response_format(const json & body, GenerationRequest & r) {
+    const json * rf = field(body, "response_format");
+    if (rf == nullptr) {
+        return;
+    }
+    if (!rf->is_object()) {
+        throw wrong_type("response_format", "an object", *rf);
+    }
+    const std::string type = get_string(*rf, "type", "text");
+    if (type == "text") {
+        return;
+    }
+    if (type == "json_object") {
+        const json * schema = field(*rf, "schema");  // llama-server extension
+        r.json_schema = schema != nullptr ? schema->dump() : std::string(R"({"type":"object"})");
+        return;
+    }
+    if (type == "json_schema") {
+        const json * js = field(*rf, "json_schema");
+        if (js == nullptr || !js->is_object()) {
+            throw bad_request("'response_format.json_schema' must be an object", "response_format.json_schema",
+                              "invalid_type");
+        }
+        const json * schema = field(*js, "schema");
+        if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
+            throw bad_request("'response_format.json_schema.schema' must be an object",
+                              "response_format.json_schema.schema", "invalid_type");
+        }
+        r.json_schema = schema->dump();
+        return;
+    }
+    throw bad_request("'response_format.type' must be text, json_object or json_schema; got '" + type + "'",
+                      "response_format.type", "invalid_value");
+}
+
+}  // namespace
+
+json parse_json_body(const std::string & body) {
+    json j;
+    try {
+        j = json::parse(body);
+    } catch (const json::parse_error & e) {
+        throw bad_request(std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
+    }
+    if (!j.is_object()) {
+        throw bad_request(std::string("the request body must be a JSON object, got ") + type_name(j), "",
+                          "invalid_json");
+    }
+    return j;
+}
+
+GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults) {
+    GenerationRequest r;
+    r.endpoint = endpoint;
+    r.sampling = defaults;
+    r.model = get_string(body, "model", "");
+
+    if (endpoint == Endpoint::Completion) {
+        parse_prompt(body, r);
+    } else {
+        parse_messages(body, r);
+    }
+
+    // Length: OpenAI's two names and llama-server's n_predict.
+    const long long kMax = std::numeric_limits<int32_t>::max();
+    long long max_tokens = get_int(body, "n_predict", -1, kMax, -1);
+    max_tokens = get_int(body, "max_tokens", 1, kMax, max_tokens);
+    max_tokens = get_int(body, "max_completion_tokens", 1, kMax, max_tokens);
+    r.max_tokens = (int32_t) max_tokens;
+
+    parse_stop(body, r);
+
+    SamplingParams & s = r.sampling;
+    s.temperature = (float) get_number(body, "temperature", 0.0, 1e4, s.temperature);
+    s.top_p = (float) get_number(body, "top_p", 0.0, 1.0, s.top_p);
+    s.min_p = (float) get_number(body, "min_p", 0.0, 1.0, s.min_p);
+    s.top_k = (int32_t) std::max(0LL, get_int(body, "top_k", -1, kMax, s.top_k));
+    s.presence_penalty = (float) get_number(body, "presence_penalty", -2.0, 2.0, s.presence_penalty);
+    s.frequency_penalty = (float) get_number(body, "frequency_penalty", -2.0, 2.0, s.frequency_penalty);
+    s.repeat_penalty = (float) get_number(body, "repeat_penalty", 0.0, 1e4, s.repeat_penalty);
+    s.penalty_last_n = (int32_t) get_int(body, "repeat_last_n", -1, kMax, s.penalty_last_n);
+    {
+        const long long seed =
+            get_int(body, "seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max(), -2);
+        if (seed == -2 && field(body, "seed") == nullptr) {
+            // keep the server default
+        } else if (seed < 0) {
+            s.seed = 0xFFFFFFFFu;
+        } else {
+            s.seed = (uint32_t) (seed & 0xFFFFFFFFLL);
+        }
+    }
+    r.ignore_eos = get_bool(body, "ignore_eos", false);
+
+    s.grammar = get_string(body, "grammar", "");
+    parse_response_format(body, r);
+    if (!s.grammar.empty() && !r.json_schema.empty()) {
+        throw bad_request("'grammar' and 'response_format' cannot be combined", "grammar", "invalid_value");
+    }
+
+    r.stream = get_bool(body, "stream", false);
+    if (const json * so = field(body, "stream_options")) {
+        if (!so->is_object()) {
+            throw wrong_type("stream_options", "an object", *so);
+        }
+        r.include_usage = get_bool(*so, "include_usage", false);
+    }
+
+    // Choices and scoring: only what one sequence per request can give.
+    if (get_int(body, "n", 1, 128, 1) != 1) {
+        throw bad_request("'n' > 1 is not supported", "n", "unsupported_value");
+    }
+    if (endpoint == Endpoint::Completion) {
+        if (get_int(body, "best_of", 1, 128, 1) != 1) {
+            throw bad_request("'best_of' > 1 is not supported", "best_of", "unsupported_value");
+        }
+        if (get_bool(body, "echo", false)) {
+            throw bad_request("'echo' is not supported", "echo", "unsupported_value");
+        }
+        if (!get_string(body, "suffix", "").empty()) {
+            throw bad_request("'suffix' is not supported", "suffix", "unsupported_value");
+        }
+        if (const json * lp = field(body, "logprobs")) {
+            if (lp->is_boolean()) {
+                r.logprobs = lp->get<bool>();
+            } else {
+                const long long n = get_int(body, "logprobs", 0, 20, 0);
+                r.logprobs = n > 0;
+                r.top_logprobs = (int32_t) n;
+            }
+        }
+    } else {
+        r.logprobs = get_bool(body, "logprobs", false);
+        r.top_logprobs = (int32_t) get_int(body, "top_logprobs", 0, 20, 0);
+        if (r.top_logprobs > 0 && !r.logprobs) {
+            throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs", "invalid_value");
+        }
+    }
+
+    if (const json * lb = field(body, "logit_bias")) {
+        if (!lb->is_object() && !lb->is_array()) {
+            throw wrong_type("logit_bias", "an object", *lb);
+        }
+        if (!lb->empty()) {
+            throw bad_request("'logit_bias' is not supported", "logit_bias", "unsupported_value");
+        }
+    }
+
+    // Tools: accepted only when they cannot be called.
+    expect_type(body, "tools", body.contains("tools") && body["tools"].is_array(), "an array");
+    expect_type(body, "tool_choice",
+                body.contains("tool_choice") && (body["tool_choice"].is_string() || body["tool_choice"].is_object()),
+                "a string or an object");
+    expect_type(body, "functions", body.contains("functions") && body["functions"].is_array(), "an array");
+    {
+        const json * tools = field(body, "tools");
+        const json * functions = field(body, "functions");
+        const json * choice = field(body, "tool_choice");
+        const bool none = choice != nullptr && choice->is_string() && *choice == "none";
+        if (((tools != nullptr && !tools->empty()) || (functions != nullptr && !functions->empty())) && !none) {
+            throw bad_request("tool calling is not supported yet", tools != nullptr ? "tools" : "functions",
+                              "unsupported_value");
+        }
+    }
+
+    // OpenAI fields with no effect here; their types are still checked.
+    get_string(body, "user", "");
+    get_string(body, "service_tier", "");
+    get_string(body, "reasoning_effort", "");
+    get_bool(body, "store", false);
+    get_bool(body, "parallel_tool_calls", false);
+    get_bool(body, "cache_prompt", true);
+    get_string(body, "verbosity", "");
+    get_string(body, "safety_identifier", "");
+    get_string(body, "prompt_cache_key", "");
+    get_int(body, "id_slot", -1, std::numeric_limits<int32_t>::max(), -1);
+    expect_type(body, "metadata", body.contains("metadata") && body["metadata"].is_object(), "an object");
+    expect_type(body, "modalities", body.contains("modalities") && body["modalities"].is_array(), "an array");
+    expect_type(body, "audio", body.contains("audio") && body["audio"].is_object(), "an object");
+    expect_type(body, "prediction", body.contains("prediction") && body["prediction"].is_object(), "an object");
+    expect_type(body, "web_search_options",
+                body.contains("web_search_options") && body["web_search_options"].is_object(), "an object");
+    expect_type(
+        body, "function_call",
+        body.contains("function_call") && (body["function_call"].is_string() || body["function_call"].is_object()),
+        "a string or an object");
+    expect_type(body, "chat_template_kwargs",
+                body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object(), "an object");
+    return r;
+}
+
+}  // namespace llama_tp::server

@@ -1,0 +1,60 @@
+#pragma once
+// Parsing and validation of completion and chat-completion bodies into a typed
+// request. Everything a client can get wrong is found here and reported as
+// ApiError 400 naming the field; nothing here touches the engine.
+
+#include "plugin/sampler.h"
+#include "server/api_error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llama_tp::server {
+
+using json = nlohmann::json;
+
+enum class Endpoint { Completion, Chat };
+
+struct ChatMessage {
+    std::string role;     // system, user, assistant, tool (developer is mapped to system)
+    std::string content;  // text parts joined
+    std::string name;
+    std::string tool_call_id;
+};
+
+// What the request wants generated; the prompt is not yet tokenized.
+struct GenerationRequest {
+    Endpoint endpoint = Endpoint::Completion;
+    std::string model;  // as sent; "" when absent
+
+    // Completion: either text or token ids.
+    bool prompt_is_tokens = false;
+    std::string prompt_text;
+    std::vector<int32_t> prompt_tokens;
+
+    // Chat.
+    std::vector<ChatMessage> messages;
+
+    int32_t max_tokens = -1;  // -1: server default / until the context is full
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+    SamplingParams sampling;
+    std::string json_schema;  // response_format: turned into a grammar by the route
+
+    bool stream = false;
+    bool include_usage = false;
+
+    bool logprobs = false;  // completion: logprobs=N>0 ; chat: logprobs=true
+    int32_t top_logprobs = 0;
+};
+
+// `body` must already be valid JSON; `defaults` are the server's sampling defaults.
+GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults);
+
+// Parses a request body, throwing ApiError 400 when it is not a JSON object.
+json parse_json_body(const std::string & body);
+
+}  // namespace llama_tp::server

@@ -1,0 +1,52 @@
+#pragma once
+// OpenAI-shaped JSON: full responses, stream chunks, usage and errors.
+
+#include "server/api_error.h"
+#include "server/request.h"
+#include "server/task.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+class Tokenizer;
+}
+
+namespace llama_tp::server {
+
+using json = nlohmann::json;
+
+// What every response and chunk of one request shares.
+struct ResponseContext {
+    Endpoint endpoint = Endpoint::Completion;
+    std::string id;       // "cmpl-..." or "chatcmpl-..."
+    int64_t created = 0;  // unix seconds
+    std::string model;
+    bool logprobs = false;
+    const Tokenizer * tokenizer = nullptr;  // for logprob token text
+
+    static ResponseContext make(Endpoint endpoint, const std::string & model, bool logprobs, const Tokenizer * tok);
+};
+
+// Serialises, replacing invalid UTF-8 instead of throwing.
+std::string dump_json(const json & j);
+
+json error_json(const ApiError & e);
+
+json usage_json(const TaskEvent & done);
+json timings_json(const TaskEvent & done);
+
+// A complete (non-streamed) response.
+json final_response(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs,
+                    const TaskEvent & done);
+
+// Stream chunks. `finish_reason` "" -> null.
+json text_chunk(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs);
+json role_chunk(const ResponseContext & ctx);  // chat only: the first chunk, {"role":"assistant"}
+json finish_chunk(const ResponseContext & ctx, const TaskEvent & done);
+json usage_chunk(const ResponseContext & ctx, const TaskEvent & done);
+
+}  // namespace llama_tp::server

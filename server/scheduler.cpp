@@ -1,0 +1,311 @@
+#include "server/scheduler.h"
+
+#include "plugin/error.h"
+#include "plugin/tokenizer.h"
+#include "server/log.h"
+
+#include <algorithm>
+
+namespace llama_tp::server {
+
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+TaskEvent error_event(int status, const std::string & message) {
+    TaskEvent e;
+    e.kind = TaskEvent::Kind::Error;
+    e.status = status;
+    e.message = message;
+    return e;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch)
+    : engine_(engine), n_ctx_slot_(n_ctx_slot), n_batch_(std::max<int32_t>(1, n_batch)) {
+    for (int32_t i = 0; i < n_slots; i++) {
+        slots_.push_back(std::make_unique<Slot>(i));
+    }
+}
+
+Scheduler::~Scheduler() {
+    shutdown();
+}
+
+void Scheduler::start() {
+    thread_ = std::thread([this] { run(); });
+}
+
+void Scheduler::shutdown() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+    // Whatever is left (the thread never ran, or tasks raced in) fails now.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto & t : queue_) {
+        t->channel->push(error_event(503, "the server is shutting down"));
+    }
+    queue_.clear();
+}
+
+std::shared_ptr<TaskChannel> Scheduler::submit(std::unique_ptr<Task> task) {
+    auto channel = task->channel;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) {
+            channel->push(error_event(503, "the server is shutting down"));
+            return channel;
+        }
+        queue_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+    return channel;
+}
+
+Scheduler::Stats Scheduler::stats() const {
+    Stats s;
+    s.busy = busy_;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        s.queued = (int32_t) queue_.size();
+    }
+    s.tasks_done = tasks_done_;
+    s.steps = steps_;
+    return s;
+}
+
+void Scheduler::run() {
+    while (true) {
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy_ > 0; });
+            if (stopping_) {
+                break;
+            }
+        }
+        admit();
+        drop_cancelled();
+        build_batch();
+        if (batch_.size() > 0) {
+            decode_and_sample();
+            steps_++;
+        }
+    }
+    for (auto & slot : slots_) {
+        if (slot->busy()) {
+            fail(*slot, 503, "the server is shutting down");
+        }
+    }
+}
+
+void Scheduler::admit() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!queue_.empty()) {
+        auto & task = queue_.front();
+        if (task->channel->cancelled()) {
+            queue_.pop_front();
+            continue;
+        }
+        if (task->prompt.empty()) {
+            task->channel->push(error_event(400, "the prompt is empty"));
+            queue_.pop_front();
+            continue;
+        }
+        // The idle slot whose cache shares the longest prefix with the prompt.
+        Slot * best = nullptr;
+        size_t best_prefix = 0;
+        for (auto & slot : slots_) {
+            if (slot->busy()) {
+                continue;
+            }
+            const size_t p = slot->common_prefix(task->prompt);
+            if (best == nullptr || p > best_prefix) {
+                best = slot.get();
+                best_prefix = p;
+            }
+        }
+        if (best == nullptr) {
+            return;
+        }
+        best->begin(std::move(task), engine_);
+        queue_.pop_front();
+        busy_++;
+        SRV_DBG("slot %d: task %llu, prompt %zu tokens (%d cached), n_predict %d", best->id,
+                (unsigned long long) best->task->id, best->task->prompt.size(), best->n_cached, best->task->n_predict);
+    }
+}
+
+void Scheduler::drop_cancelled() {
+    for (auto & slot : slots_) {
+        if (slot->busy() && slot->task->channel->cancelled()) {
+            SRV_INF("slot %d: task %llu cancelled (client gone) after %d tokens", slot->id,
+                    (unsigned long long) slot->task->id, slot->n_decoded);
+            slot->release();
+            busy_--;
+            tasks_done_++;
+        }
+    }
+}
+
+void Scheduler::build_batch() {
+    batch_.clear();
+    int32_t budget = n_batch_;
+
+    // One token for every generating slot first: generation never stalls
+    // behind a long prompt.
+    for (auto & slot : slots_) {
+        slot->logits_row = -1;
+        if (slot->state != Slot::State::Generating || budget == 0) {
+            continue;
+        }
+        slot->logits_row = batch_.size();
+        batch_.add(slot->pending, slot->n_past(), slot->id, true);
+        slot->inflight.push_back(slot->pending);
+        budget--;
+    }
+
+    // Then prompt chunks, starting with a different slot each step.
+    const size_t n = slots_.size();
+    for (size_t k = 0; k < n && budget > 0; k++) {
+        Slot & slot = *slots_[(prompt_rr_ + k) % n];
+        if (slot.state != Slot::State::Prompt) {
+            continue;
+        }
+        const auto & prompt = slot.task->prompt;
+        const size_t take = std::min<size_t>(prompt.size() - slot.n_prompt_done, (size_t) budget);
+        for (size_t i = 0; i < take; i++) {
+            const int32_t tok = prompt[slot.n_prompt_done];
+            const bool last = slot.n_prompt_done + 1 == prompt.size();
+            if (last) {
+                slot.logits_row = batch_.size();
+            }
+            batch_.add(tok, slot.n_past(), slot.id, last);
+            slot.inflight.push_back(tok);
+            slot.n_prompt_done++;
+        }
+        budget -= (int32_t) take;
+    }
+    prompt_rr_ = (prompt_rr_ + 1) % std::max<size_t>(1, n);
+}
+
+void Scheduler::decode_and_sample() {
+    try {
+        engine_.decode(batch_);
+    } catch (const std::exception & e) {
+        SRV_ERR("decode of %d tokens failed: %s", batch_.size(), e.what());
+        for (auto & slot : slots_) {
+            if (!slot->inflight.empty()) {
+                slot->clear_cache(engine_);
+                if (slot->busy()) {
+                    fail(*slot, 500, std::string("decode failed: ") + e.what());
+                }
+            }
+        }
+        return;
+    }
+    for (auto & slot : slots_) {
+        slot->commit();
+    }
+    for (auto & slot : slots_) {
+        if (slot->busy() && slot->logits_row >= 0) {
+            try {
+                sample(*slot);
+            } catch (const std::exception & e) {
+                fail(*slot, 500, std::string("sampling failed: ") + e.what());
+            }
+        }
+    }
+}
+
+void Scheduler::sample(Slot & slot) {
+    Task & task = *slot.task;
+    const Tokenizer & tok = engine_.tokenizer();
+    const auto now = std::chrono::steady_clock::now();
+    if (slot.state == Slot::State::Prompt) {
+        slot.t_first_token = now;
+        slot.state = Slot::State::Generating;
+    }
+    if (slot.n_decoded >= task.n_predict) {
+        finish(slot, "length");
+        return;
+    }
+
+    const float * logits = engine_.logits(slot.logits_row);
+    const int32_t token = task.sampler->sample(logits);
+    slot.n_decoded++;
+
+    TaskEvent ev;
+    if (task.n_top_logprobs >= 0) {
+        TokenLogprob lp;
+        lp.token = token;
+        lp.piece = tok.piece(token, false);
+        lp.logprob = task.sampler->last_logprob();
+        if (task.n_top_logprobs > 0) {
+            lp.top = task.sampler->top_logprobs(logits, task.n_top_logprobs);
+        }
+        ev.logprobs.push_back(std::move(lp));
+    }
+
+    const bool eog = tok.is_eog(token) && !task.ignore_eos;
+    if (!eog) {
+        ev.text = slot.stream.push(tok.piece(token, false));
+    }
+    if (!ev.text.empty() || !ev.logprobs.empty()) {
+        task.channel->push(std::move(ev));
+    }
+
+    if (eog || slot.stream.stopped()) {
+        finish(slot, "stop");
+    } else if (slot.n_decoded >= task.n_predict || slot.n_past() >= n_ctx_slot_) {
+        finish(slot, "length");
+    } else {
+        slot.pending = token;
+    }
+}
+
+void Scheduler::finish(Slot & slot, const char * reason) {
+    Task & task = *slot.task;
+    const std::string rest = slot.stream.flush();
+    if (!rest.empty()) {
+        TaskEvent text;
+        text.text = rest;
+        task.channel->push(std::move(text));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    TaskEvent done;
+    done.kind = TaskEvent::Kind::Done;
+    done.finish_reason = reason;
+    done.n_prompt = (int32_t) task.prompt.size();
+    done.n_cached = slot.n_cached;
+    done.n_completion = slot.n_decoded;
+    done.timings.prompt_n = (int32_t) task.prompt.size() - slot.n_cached;
+    done.timings.prompt_ms = ms_between(slot.t_start, slot.t_first_token);
+    done.timings.predicted_n = slot.n_decoded;
+    done.timings.predicted_ms = ms_between(slot.t_first_token, now);
+    SRV_INF(
+        "slot %d: task %llu done: prompt %d (%d cached), generated %d, %s, queued %.1f ms, prompt %.1f ms, "
+        "gen %.1f ms",
+        slot.id, (unsigned long long) task.id, done.n_prompt, done.n_cached, done.n_completion, reason,
+        ms_between(task.t_submit, slot.t_start), done.timings.prompt_ms, done.timings.predicted_ms);
+    task.channel->push(std::move(done));
+    slot.release();
+    busy_--;
+    tasks_done_++;
+}
+
+void Scheduler::fail(Slot & slot, int status, const std::string & message) {
+    slot.task->channel->push(error_event(status, message));
+    slot.release();
+    busy_--;
+    tasks_done_++;
+}
+
+}  // namespace llama_tp::server

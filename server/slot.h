@@ -1,0 +1,67 @@
+#pragma once
+// One slot: a sequence of the engine's KV cache (sequence id = slot index)
+// and the request, if any, that is using it. Only the scheduler thread
+// touches slots.
+
+#include "plugin/engine.h"
+#include "server/task.h"
+#include "server/text_stream.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace llama_tp::server {
+
+class Slot {
+  public:
+    enum class State { Idle, Prompt, Generating };
+
+    explicit Slot(int32_t id) : id(id) {}
+
+    const int32_t id;
+    State state = State::Idle;
+    std::unique_ptr<Task> task;
+
+    // Tokens held in this sequence's KV cache, positions 0..n-1. Kept after a
+    // request ends so that the next one can reuse a common prefix.
+    std::vector<int32_t> kv_tokens;
+
+    size_t n_prompt_done = 0;  // prompt tokens in the cache (or in this step's batch)
+    int32_t n_cached = 0;      // of those, reused from an earlier request
+    int32_t pending = -1;      // last sampled token, decoded in the next step
+    int32_t n_decoded = 0;     // tokens sampled for this request
+    TextStream stream;
+
+    // Per decode step.
+    int32_t logits_row = -1;        // batch row whose logits this slot samples from
+    std::vector<int32_t> inflight;  // tokens this slot put into the current batch
+
+    std::chrono::steady_clock::time_point t_start;
+    std::chrono::steady_clock::time_point t_first_token;
+
+    bool busy() const { return state != State::Idle; }
+    int32_t n_past() const { return (int32_t) kv_tokens.size() + (int32_t) inflight.size(); }
+
+    // Length of the longest common prefix of the cache and `tokens`.
+    size_t common_prefix(const std::vector<int32_t> & tokens) const;
+
+    // Takes a task: keeps the longest reusable cache prefix (always leaving at
+    // least the last prompt token to decode, for its logits) and drops the rest.
+    void begin(std::unique_ptr<Task> t, Engine & engine);
+
+    // After a successful decode: the in-flight tokens are now in the cache.
+    void commit() {
+        kv_tokens.insert(kv_tokens.end(), inflight.begin(), inflight.end());
+        inflight.clear();
+    }
+
+    // Back to idle; the cache stays for reuse.
+    std::unique_ptr<Task> release();
+
+    // Drops the cache too (after a failed decode the cache state is unknown).
+    void clear_cache(Engine & engine);
+};
+
+}  // namespace llama_tp::server

@@ -1,0 +1,101 @@
+#pragma once
+// A generation task handed from an HTTP thread to the scheduler, and the
+// channel the scheduler answers on (token text as it is produced, then one
+// final event). The HTTP side cancels through the same channel.
+
+#include "plugin/sampler.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace llama_tp::server {
+
+struct TokenLogprob {
+    int32_t token = -1;
+    std::string piece;
+    float logprob = 0.0f;
+    std::vector<TokenProb> top;  // most likely alternatives, when asked for
+};
+
+struct Timings {
+    int32_t prompt_n = 0;  // prompt tokens actually decoded (not cached)
+    double prompt_ms = 0;
+    int32_t predicted_n = 0;
+    double predicted_ms = 0;
+};
+
+struct TaskEvent {
+    enum class Kind { Text, Done, Error };
+    Kind kind = Kind::Text;
+
+    // Text: newly releasable text, and the tokens that produced it (logprobs).
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+
+    // Done.
+    std::string finish_reason;  // "stop" or "length"
+    int32_t n_prompt = 0;
+    int32_t n_cached = 0;
+    int32_t n_completion = 0;
+    Timings timings;
+
+    // Error.
+    int status = 500;
+    std::string message;
+};
+
+class TaskChannel {
+  public:
+    void push(TaskEvent event) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            events_.push_back(std::move(event));
+        }
+        cv_.notify_all();
+    }
+
+    // Waits up to `timeout` for events; moves all pending ones into `out`.
+    // Returns false on timeout with nothing pending.
+    bool pop_all(std::vector<TaskEvent> & out, std::chrono::milliseconds timeout) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) {
+            return false;
+        }
+        while (!events_.empty()) {
+            out.push_back(std::move(events_.front()));
+            events_.pop_front();
+        }
+        return true;
+    }
+
+    // The HTTP side gave up (client gone); the scheduler frees the slot.
+    void cancel() { cancelled_ = true; }
+    bool cancelled() const { return cancelled_; }
+
+  private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<TaskEvent> events_;
+    std::atomic<bool> cancelled_{false};
+};
+
+struct Task {
+    uint64_t id = 0;
+    std::vector<int32_t> prompt;
+    int32_t n_predict = 0;  // resolved cap on generated tokens (>= 0)
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+    int32_t n_top_logprobs = -1;  // -1: no logprobs; 0: only the chosen token's
+    std::unique_ptr<Sampler> sampler;
+    std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
+    std::chrono::steady_clock::time_point t_submit = std::chrono::steady_clock::now();
+};
+
+}  // namespace llama_tp::server

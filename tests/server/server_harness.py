@@ -1,0 +1,149 @@
+"""Harness for the llama-tp-server tests: start the real server binary on a
+free port with the small test model, wait until /health says ok, and stop it
+(SIGTERM, expecting exit 0) at the end. (A uniquely named module rather than
+conftest, so that test files can import it next to other suites' conftests.)
+
+Environment:
+  LLAMA_TP_SERVER_BIN   server binary (default: <repo>/build/bin/llama-tp-server)
+  LLAMA_TP_TEST_MODEL   model (default: <repo>/models/stories260K.gguf)
+
+Run with the system interpreter: /usr/bin/python3 -m pytest tests/server
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 60
+
+
+def server_bin() -> Path:
+    return Path(os.environ.get("LLAMA_TP_SERVER_BIN", REPO / "build" / "bin" / "llama-tp-server"))
+
+
+def model_path() -> Path:
+    if "LLAMA_TP_TEST_MODEL" in os.environ:
+        return Path(os.environ["LLAMA_TP_TEST_MODEL"])
+    return REPO / "models" / "stories260K.gguf"
+
+
+def require_binary_and_model():
+    b = server_bin()
+    if not b.exists():
+        pytest.fail(f"server binary not found: {b} (build it with "
+                    f"`cmake --build build --target llama-tp-server`, or set LLAMA_TP_SERVER_BIN)",
+                    pytrace=False)
+    m = model_path()
+    if not m.exists():
+        pytest.fail(f"test model not found: {m} (set LLAMA_TP_TEST_MODEL)", pytrace=False)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, *extra_args, api_key=None):
+        require_binary_and_model()
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.api_key = api_key
+        args = [str(server_bin()), "-m", str(model_path()), "--host", "127.0.0.1",
+                "--port", str(self.port), *extra_args]
+        if api_key:
+            args += ["--api-key", api_key]
+        self.args = args
+        self.log = tempfile.NamedTemporaryFile(prefix="llama-tp-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+
+    final_log = None
+
+    def log_text(self) -> str:
+        if self.final_log is not None:
+            return self.final_log
+        return Path(self.log.name).read_text(errors="replace")
+
+    def _wait_ready(self):
+        deadline = time.time() + STARTUP_TIMEOUT_S
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server exited with {self.proc.returncode} during startup:\n{self.log_text()}",
+                            pytrace=False)
+            try:
+                r = requests.get(self.base + "/health", timeout=2)
+                if r.status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        self.proc.kill()
+        pytest.fail(f"server not healthy after {STARTUP_TIMEOUT_S}s:\n{self.log_text()}", pytrace=False)
+
+    def headers(self):
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def get(self, path, **kw):
+        kw.setdefault("timeout", 60)
+        kw.setdefault("headers", self.headers())
+        return requests.get(self.base + path, **kw)
+
+    def post(self, path, body=None, **kw):
+        kw.setdefault("timeout", 60)
+        kw.setdefault("headers", self.headers())
+        if body is not None and "data" not in kw:
+            kw["json"] = body
+        return requests.post(self.base + path, **kw)
+
+    def stop(self, timeout=15) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                pytest.fail(f"server did not exit within {timeout}s of SIGTERM:\n{self.log_text()}",
+                            pytrace=False)
+        if self.final_log is None:
+            self.final_log = self.log_text()
+            self.log.close()
+            os.unlink(self.log.name)
+        return self.proc.returncode
+
+
+def assert_error(r, status, param=None, code=None):
+    """An OpenAI error object with the expected HTTP status."""
+    assert r.status_code == status, f"expected {status}, got {r.status_code}: {r.text}"
+    body = r.json()
+    assert isinstance(body, dict) and "error" in body, body
+    err = body["error"]
+    assert isinstance(err["message"], str) and err["message"], err
+    assert isinstance(err["type"], str) and err["type"], err
+    assert "param" in err and "code" in err, err
+    if param is not None:
+        assert err["param"] == param, err
+    if code is not None:
+        assert err["code"] == code, err
+    return err
+
+
+def sse_events(resp):
+    """The `data:` payloads of an SSE response, as strings, in order."""
+    out = []
+    for line in resp.iter_lines(decode_unicode=True):
+        if line is None or line == "":
+            continue
+        assert line.startswith("data: "), f"unexpected SSE line: {line!r}"
+        out.append(line[len("data: "):])
+    return out

@@ -1,0 +1,119 @@
+"""Command line: bad flags exit 2, load failures exit 1, signals exit 0."""
+
+import json
+import signal
+import subprocess
+import threading
+import time
+
+import requests
+
+from server_harness import ServerProcess, model_path, require_binary_and_model, server_bin
+
+
+def run(*args, timeout=30):
+    require_binary_and_model()
+    return subprocess.run([str(server_bin()), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_help():
+    r = run("--help")
+    assert r.returncode == 0
+    for flag in ("--model", "--ctx-size", "--parallel", "--api-key", "--tensor-split", "--allreduce", "--tp",
+                 "--chat-template", "--n-predict"):
+        assert flag in r.stdout
+
+
+def test_unknown_flag():
+    r = run("-m", str(model_path()), "--frobnicate")
+    assert r.returncode == 2
+    assert "--frobnicate" in r.stderr
+
+
+def test_bad_values():
+    for args in (["--port", "abc"], ["--port", "70000"], ["-c", "-5"], ["-np", "0"], ["--ctx-size"],
+                 ["--tp", "2", "-ts", "1,2,3"], ["--api-key-file", "/nonexistent/keys"]):
+        r = run("-m", str(model_path()), *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "error" in r.stderr.lower()
+
+
+def test_missing_model_flag():
+    r = run("--port", "0")
+    assert r.returncode == 2
+    assert "model" in r.stderr
+
+
+def test_model_that_fails_to_load(tmp_path):
+    missing = tmp_path / "missing.gguf"
+    r = run("-m", str(missing), "--port", "0")
+    assert r.returncode == 1
+    assert "missing.gguf" in r.stderr
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all" * 10)
+    r = run("-m", str(junk), "--port", "0")
+    assert r.returncode == 1
+    assert "junk.gguf" in r.stderr
+
+
+def test_bad_chat_template(tmp_path):
+    r = run("-m", str(model_path()), "--port", "0", "--chat-template", "{% for x in %}")
+    assert r.returncode == 1
+    assert "template" in r.stderr
+
+
+def test_chat_template_override_and_summary(tmp_path):
+    tmpl = tmp_path / "t.jinja"
+    tmpl.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                    "{% if add_generation_prompt %}[assistant] {% endif %}")
+    s = ServerProcess("-np", "2", "-c", "1024", "-t", "1", "-n", "3", "--chat-template-file", str(tmpl))
+    try:
+        p = s.get("/props").json()
+        assert p["chat_template_origin"] == "override"
+        assert "[assistant]" in p["chat_template"]
+        r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        # The chat prompt is rendered by the override: "[user] hi\n[assistant] ".
+        n_expected = len(s.post("/tokenize", {"content": "[user] hi\n[assistant] ", "add_special": True})
+                         .json()["tokens"])
+        assert r.json()["usage"]["prompt_tokens"] == n_expected
+        # -n 3 caps requests that give no max_tokens.
+        r = s.post("/v1/completions", {"prompt": "Once", "ignore_eos": True})
+        assert r.json()["usage"]["completion_tokens"] == 3
+        log = s.log_text()
+        summary = [l for l in log.splitlines() if "ready:" in l]
+        assert len(summary) == 1, log
+        for part in ("model", "tp 1", "ctx 1024", "slots 2", "listening on http://127.0.0.1:"):
+            assert part in summary[0], summary[0]
+    finally:
+        assert s.stop() == 0
+
+
+def test_sigint_exits_zero():
+    s = ServerProcess("-np", "1", "-c", "256", "-t", "1")
+    s.proc.send_signal(signal.SIGINT)
+    assert s.proc.wait(timeout=15) == 0
+    assert "shutting down" in s.log_text()
+    s.stop()
+
+
+def test_sigterm_during_generation_exits_zero():
+    s = ServerProcess("-np", "1", "-c", "16384", "-t", "1")
+    got = {}
+
+    def client():
+        try:
+            r = requests.post(s.base + "/v1/completions", json={
+                "prompt": "Once", "max_tokens": 16000, "ignore_eos": True, "stream": True}, stream=True, timeout=60)
+            got["lines"] = [l for l in r.iter_lines(decode_unicode=True) if l]
+        except requests.RequestException as e:
+            got["error"] = e
+
+    t = threading.Thread(target=client)
+    t.start()
+    time.sleep(0.5)
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=15) == 0
+    t.join(timeout=15)
+    assert not t.is_alive()
+    s.stop()

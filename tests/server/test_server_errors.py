@@ -1,0 +1,111 @@
+"""Bad input gets a 4xx with an OpenAI error object; the server keeps serving."""
+
+import pytest
+import requests
+
+from server_harness import assert_error
+
+C = "/v1/completions"
+H = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "hi"}]
+LONG = "the cat sat on the mat " * 400  # far beyond 512 tokens per slot
+
+# (route, body or raw string, expected param or None)
+CASES = [
+    ("malformed-json", C, "{\"prompt\": \"x\",", None),
+    ("body-is-array", C, "[1, 2]", None),
+    ("body-is-string", H, "\"hello\"", None),
+    ("empty-body", C, "", None),
+    ("missing-prompt", C, {"max_tokens": 3}, "prompt"),
+    ("prompt-number", C, {"prompt": 5}, "prompt"),
+    ("prompt-object", C, {"prompt": {"a": 1}}, "prompt"),
+    ("prompt-empty-array", C, {"prompt": []}, "prompt"),
+    ("prompt-token-out-of-range", C, {"prompt": [1, 999999]}, "prompt"),
+    ("prompt-negative-token", C, {"prompt": [1, -5]}, "prompt"),
+    ("prompt-several", C, {"prompt": ["a", "b"]}, "prompt"),
+    ("prompt-too-long", C, {"prompt": LONG}, "prompt"),
+    ("temperature-string", C, {"prompt": "x", "temperature": "hot"}, "temperature"),
+    ("temperature-negative", C, {"prompt": "x", "temperature": -1}, "temperature"),
+    ("top-p-above-one", C, {"prompt": "x", "top_p": 2}, "top_p"),
+    ("top-k-string", C, {"prompt": "x", "top_k": "x"}, "top_k"),
+    ("top-k-float", C, {"prompt": "x", "top_k": 1.5}, "top_k"),
+    ("min-p-negative", C, {"prompt": "x", "min_p": -0.5}, "min_p"),
+    ("max-tokens-negative", C, {"prompt": "x", "max_tokens": -1}, "max_tokens"),
+    ("max-tokens-zero", C, {"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ("max-tokens-string", C, {"prompt": "x", "max_tokens": "10"}, "max_tokens"),
+    ("max-tokens-fraction", C, {"prompt": "x", "max_tokens": 1.5}, "max_tokens"),
+    ("max-completion-tokens-bool", H, {"messages": MSG, "max_completion_tokens": True}, "max_completion_tokens"),
+    ("stop-number", C, {"prompt": "x", "stop": 5}, "stop"),
+    ("stop-array-of-numbers", C, {"prompt": "x", "stop": [1, 2]}, "stop"),
+    ("stream-string", C, {"prompt": "x", "stream": "yes"}, "stream"),
+    ("stream-options-number", C, {"prompt": "x", "stream": True, "stream_options": 5}, "stream_options"),
+    ("seed-string", C, {"prompt": "x", "seed": "abc"}, "seed"),
+    ("presence-penalty-range", C, {"prompt": "x", "presence_penalty": 5}, "presence_penalty"),
+    ("frequency-penalty-string", C, {"prompt": "x", "frequency_penalty": "a"}, "frequency_penalty"),
+    ("n-two", C, {"prompt": "x", "n": 2}, "n"),
+    ("logit-bias-set", C, {"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
+    ("user-number", C, {"prompt": "x", "user": 5}, "user"),
+    ("model-number", C, {"prompt": "x", "model": 7}, "model"),
+    ("modalities-string", H, {"messages": MSG, "modalities": "text"}, "modalities"),
+    ("metadata-array", H, {"messages": MSG, "metadata": [1]}, "metadata"),
+    ("messages-number", H, {"messages": 5}, "messages"),
+    ("messages-missing", H, {"max_tokens": 3}, "messages"),
+    ("messages-empty", H, {"messages": []}, "messages"),
+    ("messages-strings", H, {"messages": ["hi"]}, "messages[0]"),
+    ("message-unknown-role", H, {"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+    ("message-no-role", H, {"messages": [{"content": "hi"}]}, "messages[0].role"),
+    ("message-role-number", H, {"messages": [{"role": 1, "content": "hi"}]}, "messages[0].role"),
+    ("message-content-number", H, {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ("message-content-missing", H, {"messages": [{"role": "user"}]}, "messages[0].content"),
+    ("message-image-part", H, {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}, "messages[0].content[0].type"),
+    ("messages-too-long", H, {"messages": [{"role": "user", "content": LONG}]}, "messages"),
+    ("tools-requested", H, {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ("response-format-unknown", H, {"messages": MSG, "response_format": {"type": "xml"}}, "response_format.type"),
+    ("response-format-string", H, {"messages": MSG, "response_format": "json"}, "response_format"),
+    ("grammar-invalid", C, {"prompt": "x", "grammar": "root ::= ("}, "grammar"),
+    ("top-logprobs-without-logprobs", H, {"messages": MSG, "top_logprobs": 2}, "top_logprobs"),
+    ("logprobs-too-many", C, {"prompt": "x", "logprobs": 50}, "logprobs"),
+]
+
+
+@pytest.mark.parametrize("route,body,param", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_request(server, route, body, param):
+    if isinstance(body, str):
+        r = server.post(route, data=body.encode(), headers={"Content-Type": "application/json"})
+    else:
+        r = server.post(route, body)
+    err = assert_error(r, 400)
+    assert err["type"] == "invalid_request_error"
+    if param is not None:
+        assert err["param"] == param, err
+
+
+def test_context_length_code(server):
+    r = server.post(C, {"prompt": LONG})
+    assert_error(r, 400, param="prompt", code="context_length_exceeded")
+
+
+def test_unknown_route(server):
+    assert_error(server.get("/v1/nothing-here"), 404)
+    assert_error(server.post("/v1/engines/x/completions", {"prompt": "x"}), 404)
+
+
+def test_wrong_method(server):
+    r = server.get("/v1/chat/completions")
+    assert r.status_code in (404, 405)
+    assert "error" in r.json()
+
+
+def test_still_serving_after_errors(server):
+    for route, body, _ in [c[1:] for c in CASES]:
+        if isinstance(body, str):
+            server.post(route, data=body.encode(), headers={"Content-Type": "application/json"})
+        else:
+            server.post(route, body)
+    assert server.get("/health").status_code == 200
+    r = server.post(C, {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] >= 1
+    props = server.get("/props").json()
+    assert props["busy_slots"] == 0 and props["queued_requests"] == 0

@@ -1,0 +1,395 @@
+// AllReduce engines: sums against a double-precision reference, bit-identical
+// results across ranks, bf16 wire precision, many small calls, and the
+// failure semantics (timeout naming the missing rank, abort, bad calls), plus
+// engine selection by name and environment.
+
+#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/allreduce_wire.h"
+#include "ggml-ext/error.h"
+
+#include "ggml.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+namespace llama_tp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Buffers = std::vector<std::vector<float>>;
+
+std::unique_ptr<AllReduceEngine> engine_for(const std::string & name, int n_ranks, WireType wire = WireType::F32,
+                                            double timeout_s = 30.0) {
+    AllReduceConfig config;
+    config.engine = name;
+    config.n_ranks = n_ranks;
+    config.wire = wire;
+    config.timeout_s = timeout_s;
+    return make_allreduce_engine(config);
+}
+
+// Runs body(rank) on one thread per rank in `ranks` and waits for all of them.
+void run_ranks(const std::vector<int> & ranks, const std::function<void(int)> & body) {
+    std::vector<std::thread> threads;
+    for (const int rank : ranks) threads.emplace_back(body, rank);
+    for (std::thread & t : threads) t.join();
+}
+
+std::vector<int> all_ranks(int n_ranks) {
+    std::vector<int> ranks;
+    for (int r = 0; r < n_ranks; ++r) ranks.push_back(r);
+    return ranks;
+}
+
+// Values of mixed sign and magnitude, so cancellation and rounding both show.
+Buffers random_inputs(int n_ranks, size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-8, 8);
+    Buffers inputs(n_ranks, std::vector<float>(n));
+    for (auto & buffer : inputs) {
+        for (float & x : buffer) x = std::ldexp(value(rng), exponent(rng));
+    }
+    return inputs;
+}
+
+Buffers allreduce_all(AllReduceEngine & engine, Buffers buffers) {
+    run_ranks(all_ranks((int) buffers.size()),
+              [&](int rank) { engine.allreduce(rank, buffers[rank].data(), buffers[rank].size()); });
+    return buffers;
+}
+
+size_t count_differing_ranks(const Buffers & results) {
+    size_t differing = 0;
+    for (const auto & result : results) {
+        differing += std::memcmp(result.data(), results[0].data(), result.size() * sizeof(float)) != 0;
+    }
+    return differing;
+}
+
+// The relative error bound (on the sum of magnitudes) an engine may show.
+double relative_bound(int n_ranks, WireType wire) {
+    const double levels = std::ceil(std::log2((double) n_ranks)) + 2;
+    return wire == WireType::F32 ? (n_ranks + 1) * std::ldexp(1.0, -23) : levels * std::ldexp(1.0, -8);
+}
+
+// Elements whose result is further from the double-precision sum than the bound allows.
+size_t count_out_of_tolerance(const Buffers & inputs, const std::vector<float> & result, WireType wire) {
+    const double bound = relative_bound((int) inputs.size(), wire);
+    size_t bad = 0;
+    for (size_t i = 0; i < result.size(); ++i) {
+        double sum = 0, magnitude = 0;
+        for (const auto & input : inputs) {
+            sum += input[i];
+            magnitude += std::fabs(input[i]);
+        }
+        bad += std::fabs(result[i] - sum) > bound * magnitude + 1e-30;
+    }
+    return bad;
+}
+
+const char * wire_name(WireType wire) { return wire == WireType::F32 ? "f32" : "bf16"; }
+
+// --- sums -------------------------------------------------------------------
+
+using SumCase = std::tuple<std::string, int, WireType>;
+
+class AllReduceSum : public testing::TestWithParam<SumCase> {};
+
+TEST_P(AllReduceSum, MatchesReferenceAndIsIdenticalAcrossRanks) {
+    const auto & [name, n_ranks, wire] = GetParam();
+    auto engine = engine_for(name, n_ranks, wire);
+    ASSERT_STREQ(engine->name(), name.c_str());
+    const size_t sizes[] = {1, 7, 15, 16, 17, 1000, 4095, 4096, 4097, 65537, 1 << 20};
+    unsigned seed = 1;
+    for (const size_t n : sizes) {
+        SCOPED_TRACE("n=" + std::to_string(n));
+        const Buffers inputs = random_inputs(n_ranks, n, seed++);
+        const Buffers results = allreduce_all(*engine, inputs);
+        ASSERT_FALSE(engine->failed()) << engine->error();
+        EXPECT_EQ(count_differing_ranks(results), 0u);
+        EXPECT_EQ(count_out_of_tolerance(inputs, results[0], wire), 0u);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, AllReduceSum,
+                         testing::Combine(testing::Values("cpu", "butterfly"), testing::Values(2, 3, 4),
+                                          testing::Values(WireType::F32, WireType::BF16)),
+                         [](const testing::TestParamInfo<SumCase> & info) {
+                             return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) +
+                                    "ranks_" + wire_name(std::get<2>(info.param));
+                         });
+
+// The cpu engine adds ranks 0..n-1 in order for every element, in f32, each
+// contribution first rounded to bf16 on a bf16 wire: exactly this, bit for bit.
+std::vector<float> ordered_sum(const Buffers & inputs, WireType wire) {
+    auto on_wire = [&](float x) {
+        return wire == WireType::F32 ? x : ggml_bf16_to_fp32(ggml_fp32_to_bf16(x));
+    };
+    std::vector<float> sum(inputs[0].size());
+    for (size_t i = 0; i < sum.size(); ++i) {
+        float acc = on_wire(inputs[0][i]);
+        for (size_t r = 1; r < inputs.size(); ++r) acc += on_wire(inputs[r][i]);
+        sum[i] = acc;
+    }
+    return sum;
+}
+
+TEST(AllReduceCpu, SumsRanksInOrderBitForBit) {
+    for (const WireType wire : {WireType::F32, WireType::BF16}) {
+        for (const int n_ranks : {2, 3, 4}) {
+            SCOPED_TRACE(std::string(wire_name(wire)) + ", " + std::to_string(n_ranks) + " ranks");
+            auto engine = engine_for("cpu", n_ranks, wire);
+            const Buffers inputs = random_inputs(n_ranks, 12345, 7 + n_ranks);
+            const Buffers results = allreduce_all(*engine, inputs);
+            const std::vector<float> expected = ordered_sum(inputs, wire);
+            EXPECT_EQ(std::memcmp(results[0].data(), expected.data(), expected.size() * sizeof(float)), 0);
+        }
+    }
+}
+
+TEST(AllReduceWire, Bf16RoundingMatchesGgml) {
+    std::mt19937 rng(3);
+    std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                      0x7f800001u, 0xffff0001u, 0x7f7fffffu, 0x3f808000u, 0x3f818000u,
+                                      0x3f80ffffu, 0x00000001u, 0x807fffffu};
+    for (int i = 0; i < 1000000; ++i) patterns.push_back(rng());
+    size_t differing = 0;
+    for (const uint32_t bits : patterns) {
+        float x;
+        std::memcpy(&x, &bits, sizeof x);
+        const float ours = round_to_bf16(x);
+        uint32_t ours_bits;
+        std::memcpy(&ours_bits, &ours, sizeof ours_bits);
+        differing += ours_bits != (uint32_t) ggml_fp32_to_bf16(x).bits << 16;
+    }
+    EXPECT_EQ(differing, 0u);
+}
+
+// --- many calls -----------------------------------------------------------------
+
+class AllReduceEngineTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(AllReduceEngineTest, ThousandSmallCalls) {
+    const int n_ranks = 3;
+    const size_t n = 5;
+    auto engine = engine_for(GetParam(), n_ranks);
+    std::atomic<int> wrong{0};
+    run_ranks(all_ranks(n_ranks), [&](int rank) {
+        std::vector<float> data(n);
+        for (int call = 0; call < 1000; ++call) {
+            for (size_t j = 0; j < n; ++j) data[j] = (float) (rank + call + j);
+            engine->allreduce(rank, data.data(), n);
+            for (size_t j = 0; j < n; ++j) {
+                wrong += data[j] != (float) (n_ranks * (call + j) + n_ranks * (n_ranks - 1) / 2);
+            }
+        }
+    });
+    EXPECT_FALSE(engine->failed()) << engine->error();
+    EXPECT_EQ(wrong.load(), 0);
+}
+
+// --- failures -------------------------------------------------------------------
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Runs the ranks in `present` once (the others never arrive) and returns how long the slowest took.
+double run_without_missing(AllReduceEngine & engine, const std::vector<int> & present, size_t n = 64) {
+    const Clock::time_point start = Clock::now();
+    run_ranks(present, [&](int rank) {
+        std::vector<float> data(n, 1.0f);
+        engine.allreduce(rank, data.data(), n);
+    });
+    return seconds_since(start);
+}
+
+TEST_P(AllReduceEngineTest, MissingRankTimesOutAndIsNamed) {
+    auto engine = engine_for(GetParam(), 3, WireType::F32, 0.2);
+    const double took = run_without_missing(*engine, {0, 2});
+    EXPECT_GE(took, 0.19);
+    EXPECT_LT(took, 2.0);
+    ASSERT_TRUE(engine->failed());
+    EXPECT_EQ(engine->error(), "allreduce: rank 1 did not arrive within 0.2 s (group of 3)");
+
+    // A failed group stays failed: later calls return at once.
+    EXPECT_LT(run_without_missing(*engine, {0, 1, 2}), 0.1);
+    EXPECT_TRUE(engine->failed());
+}
+
+TEST_P(AllReduceEngineTest, MissingRankNamedInGroupsOfTwoAndFour) {
+    auto pair = engine_for(GetParam(), 2, WireType::F32, 0.2);
+    run_without_missing(*pair, {0});
+    EXPECT_EQ(pair->error(), "allreduce: rank 1 did not arrive within 0.2 s (group of 2)");
+
+    auto four = engine_for(GetParam(), 4, WireType::F32, 0.2);
+    run_without_missing(*four, {0, 1, 2});
+    EXPECT_EQ(four->error(), "allreduce: rank 3 did not arrive within 0.2 s (group of 4)");
+
+    auto two_missing = engine_for(GetParam(), 4, WireType::F32, 0.2);
+    run_without_missing(*two_missing, {0, 2});
+    EXPECT_EQ(two_missing->error(), "allreduce: ranks 1, 3 did not arrive within 0.2 s (group of 4)");
+}
+
+TEST_P(AllReduceEngineTest, MissingRankAfterSuccessfulCalls) {
+    auto engine = engine_for(GetParam(), 3, WireType::F32, 0.2);
+    run_without_missing(*engine, {0, 1, 2});
+    run_without_missing(*engine, {0, 1, 2});
+    ASSERT_FALSE(engine->failed());
+    run_without_missing(*engine, {1, 2});
+    EXPECT_EQ(engine->error(), "allreduce: rank 0 did not arrive within 0.2 s (group of 3)");
+}
+
+TEST_P(AllReduceEngineTest, AbortReleasesWaiters) {
+    auto engine = engine_for(GetParam(), 3, WireType::F32, 30.0);
+    std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        engine->abort("rank 2: weights failed to load");
+    });
+    const double took = run_without_missing(*engine, {0, 1});
+    aborter.join();
+    EXPECT_LT(took, 2.0);
+    ASSERT_TRUE(engine->failed());
+    EXPECT_EQ(engine->error(), "rank 2: weights failed to load");
+}
+
+TEST_P(AllReduceEngineTest, AbortBeforeCallsMakesThemReturnAtOnce) {
+    auto engine = engine_for(GetParam(), 2, WireType::F32, 30.0);
+    engine->abort("stopped");
+    engine->abort("second reason is not kept");
+    EXPECT_LT(run_without_missing(*engine, {0, 1}), 0.1);
+    EXPECT_EQ(engine->error(), "stopped");
+}
+
+TEST_P(AllReduceEngineTest, DifferentCountsFailTheGroup) {
+    auto engine = engine_for(GetParam(), 2, WireType::F32, 1.0);
+    run_ranks({0, 1}, [&](int rank) {
+        std::vector<float> data(rank == 0 ? 10 : 11, 1.0f);
+        engine->allreduce(rank, data.data(), data.size());
+    });
+    ASSERT_TRUE(engine->failed());
+    EXPECT_EQ(engine->error(), "allreduce: ranks called with different element counts (rank 0: 10, rank 1: 11)");
+}
+
+TEST_P(AllReduceEngineTest, RankOutOfRangeFailsTheGroup) {
+    auto engine = engine_for(GetParam(), 2);
+    float x = 1.0f;
+    engine->allreduce(2, &x, 1);
+    ASSERT_TRUE(engine->failed());
+    EXPECT_EQ(engine->error(), "allreduce: rank 2 is out of range for a group of 2");
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, AllReduceEngineTest, testing::Values("cpu", "butterfly"));
+
+// --- choosing an engine --------------------------------------------------------------
+
+TEST(AllReduceFactory, UnknownNameThrowsListingValidNames) {
+    try {
+        engine_for("ring", 2);
+        FAIL() << "no exception";
+    } catch (const Error & e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("unknown allreduce engine 'ring'"), std::string::npos) << what;
+        EXPECT_NE(what.find("auto, cpu, butterfly, none"), std::string::npos) << what;
+    }
+}
+
+TEST(AllReduceFactory, AutoPicksNoneForOneRankAndCpuForMore) {
+    testing::internal::CaptureStderr();
+    auto single = engine_for("auto", 1);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "llama-tp: allreduce engine none (auto: 1 rank, nothing to reduce)\n");
+    EXPECT_STREQ(single->name(), "none");
+    float x = 2.5f;
+    single->allreduce(0, &x, 1);
+    EXPECT_EQ(x, 2.5f);
+    EXPECT_FALSE(single->failed());
+
+    testing::internal::CaptureStderr();
+    auto pair = engine_for("", 2);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "llama-tp: allreduce engine cpu (auto: 2 ranks in one process, host memory)\n");
+    EXPECT_STREQ(pair->name(), "cpu");
+    EXPECT_EQ(pair->n_ranks(), 2);
+}
+
+TEST(AllReduceFactory, NamesAreCaseAndSpaceInsensitive) {
+    EXPECT_STREQ(engine_for(" Butterfly ", 3)->name(), "butterfly");
+    EXPECT_STREQ(engine_for("CPU", 3)->name(), "cpu");
+}
+
+TEST(AllReduceFactory, CudaOnlyNamesFallBackWithOneWarning) {
+    for (const char * name : {"nccl", "internal"}) {
+        testing::internal::CaptureStderr();
+        auto engine = engine_for(name, 2);
+        const std::string log = testing::internal::GetCapturedStderr();
+        EXPECT_STREQ(engine->name(), "cpu");
+        EXPECT_EQ(log.rfind("llama-tp: warning: allreduce engine " + std::string(name) + " unavailable (", 0), 0u)
+            << log;
+        EXPECT_NE(log.find("needs a CUDA build"), std::string::npos) << log;
+        EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+    }
+}
+
+TEST(AllReduceFactory, TooManyRanksForCpuFallBackToButterfly) {
+    testing::internal::CaptureStderr();
+    auto engine = engine_for("cpu", 40);
+    testing::internal::GetCapturedStderr();
+    EXPECT_STREQ(engine->name(), "butterfly");
+}
+
+TEST(AllReduceFactory, BadConfigsThrow) {
+    EXPECT_THROW(engine_for("none", 2), Error);
+    EXPECT_THROW(engine_for("auto", 0), Error);
+    EXPECT_THROW(engine_for("auto", 2, WireType::F32, 0.0), Error);
+}
+
+// Sets an environment variable for one scope and restores it afterwards.
+class ScopedEnv {
+  public:
+    ScopedEnv(const char * name, const char * value) : name_(name) {
+        if (const char * old = std::getenv(name)) old_ = old, had_ = true;
+        if (value) setenv(name, value, 1);
+        else unsetenv(name);
+    }
+    ~ScopedEnv() {
+        if (had_) setenv(name_, old_.c_str(), 1);
+        else unsetenv(name_);
+    }
+
+  private:
+    const char * name_;
+    std::string old_;
+    bool had_ = false;
+};
+
+TEST(AllReduceFactory, EnvironmentPrefersOwnVariableOverUpstreams) {
+    {
+        ScopedEnv own("LLAMA_TP_ALLREDUCE", "butterfly");
+        ScopedEnv upstream("GGML_CUDA_ALLREDUCE", "nccl");
+        EXPECT_EQ(allreduce_engine_from_env(), "butterfly");
+    }
+    {
+        ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
+        ScopedEnv upstream("GGML_CUDA_ALLREDUCE", "nccl");
+        EXPECT_EQ(allreduce_engine_from_env(), "nccl");
+    }
+    {
+        ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
+        ScopedEnv upstream("GGML_CUDA_ALLREDUCE", nullptr);
+        EXPECT_EQ(allreduce_engine_from_env(), "");
+    }
+}
+
+}  // namespace
+}  // namespace llama_tp

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Tests llama-tp-make-model: byte-identical output for a seed, models that
+# upstream libllama loads and runs with finite, peaked logits, and clear
+# errors (exit 2 for bad arguments, 1 for file errors).
+#
+# usage: test_make_model.sh MAKE_MODEL_BINARY TEST_MAKE_MODEL_BINARY
+
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 MAKE_MODEL_BINARY TEST_MAKE_MODEL_BINARY" >&2
+    exit 2
+fi
+make_model=$1
+check_model=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+# generate OUT ARGS...: writes a model, printing the tool's log on failure.
+generate() {
+    local out=$1
+    shift
+    if ! "$make_model" -o "$out" "$@" 2>"$work/generate.log"; then
+        cat "$work/generate.log" >&2
+        fail "generation failed: $*"
+        return 1
+    fi
+}
+
+# check_loads FILE ARCH: upstream loads and decodes it; logits finite and peaked.
+check_loads() {
+    if ! "$check_model" "$1" --arch "$2" --threads 1; then
+        fail "upstream check failed for $1"
+    fi
+}
+
+# check_determinism ARGS...: same seed is byte-identical (also across thread
+# counts), another seed differs.
+check_determinism() {
+    generate "$work/a.gguf" --seed 7 --threads 2 "$@" || return
+    generate "$work/b.gguf" --seed 7 --threads 1 "$@" || return
+    generate "$work/c.gguf" --seed 8 --threads 2 "$@" || return
+    cmp -s "$work/a.gguf" "$work/b.gguf" || fail "same seed gave different files: $*"
+    cmp -s "$work/a.gguf" "$work/c.gguf" && fail "different seeds gave identical files: $*"
+    rm -f "$work/a.gguf" "$work/b.gguf" "$work/c.gguf"
+}
+
+# expect_error STATUS PATTERN ARGS...: the tool exits with STATUS and says PATTERN.
+expect_error() {
+    local status=$1 pattern=$2
+    shift 2
+    "$make_model" "$@" >"$work/out.log" 2>"$work/err.log"
+    local got=$?
+    if [[ $got -ne $status ]]; then
+        fail "expected exit $status, got $got for: $*"
+    elif ! grep -q -- "$pattern" "$work/err.log"; then
+        fail "expected '$pattern' in the message for: $* (got: $(head -1 "$work/err.log"))"
+    fi
+}
+
+echo "== upstream loads every architecture and type"
+for arch in llama qwen2 qwen3 qwen3moe; do
+    for type in f32 f16 q8_0 q4_0 q4_k; do
+        # The qwen vocabulary has 151936 tokens: tying the output head halves
+        # the file for the wide types and covers the tied path.
+        tied=()
+        if [[ $arch != llama && ($type == f32 || $type == f16) ]]; then
+            tied=(--tied-output)
+        fi
+        generate "$work/model.gguf" --arch "$arch" --type "$type" "${tied[@]}" &&
+            check_loads "$work/model.gguf" "$arch"
+        rm -f "$work/model.gguf"
+    done
+done
+generate "$work/model.gguf" --arch llama --type q4_k --tied-output && check_loads "$work/model.gguf" llama
+rm -f "$work/model.gguf"
+
+echo "== small preset"
+generate "$work/model.gguf" --arch llama --preset small --type q4_k && check_loads "$work/model.gguf" llama
+rm -f "$work/model.gguf"
+
+echo "== q4_k falls back for rows that are not whole q4_K blocks"
+generate "$work/model.gguf" --arch qwen3 --type q4_k --n-embd 384 --n-head 6 --n-head-kv 2 &&
+    check_loads "$work/model.gguf" qwen3
+grep -q "stored as q8_0" "$work/generate.log" || fail "no fallback note for n_embd 384 under q4_k"
+rm -f "$work/model.gguf"
+
+echo "== determinism"
+# The 32000-token vocabulary keeps these quick; it also covers --vocab.
+spm_vocab=$(dirname "$make_model")/../share/llama-tp/ggml-vocab-llama-spm.gguf
+for arch in llama qwen2 qwen3 qwen3moe; do
+    check_determinism --arch "$arch" --type q8_0 --vocab "$spm_vocab"
+done
+for type in f32 f16 q4_0 q4_k; do
+    check_determinism --arch llama --type "$type"
+done
+generate "$work/model.gguf" --arch llama --type q8_0 --seed 3
+grep -aq "llama-tp random llama tiny q8_0 seed 3" "$work/model.gguf" || fail "general.name not descriptive"
+rm -f "$work/model.gguf"
+
+echo "== bad arguments exit 2, file errors exit 1"
+out=$work/bad.gguf
+expect_error 2 "unknown architecture" --arch gpt2 -o "$out"
+expect_error 2 "unknown type" --type q5_k -o "$out"
+expect_error 2 "unknown preset" --preset huge -o "$out"
+expect_error 2 "unknown option" --bogus -o "$out"
+expect_error 2 "needs a value" -o "$out" --n-layer
+expect_error 2 "output file is required" --arch llama
+expect_error 2 "must divide --n-embd" --n-head 3 -o "$out"
+expect_error 2 "must divide --n-head" --n-head-kv 3 -o "$out"
+expect_error 2 "must not exceed --n-head" --n-head-kv 8 -o "$out"
+expect_error 2 "must be positive" --n-layer 0 -o "$out"
+expect_error 2 "must be positive" --n-embd -5 -o "$out"
+expect_error 2 "needs an integer" --n-embd abc -o "$out"
+expect_error 2 "needs an integer" --n-ff 12.5 -o "$out"
+expect_error 2 "non-negative integer" --seed -1 -o "$out"
+expect_error 2 "must be positive" --rope-theta 0 -o "$out"
+expect_error 2 "needs a number" --rope-theta x -o "$out"
+expect_error 2 "must be between" --n-layer 100000 -o "$out"
+expect_error 2 "must be even" --head-dim 63 --n-head 4 -o "$out"
+expect_error 2 "apply only to qwen3moe" --n-expert 4 -o "$out"
+expect_error 2 "must not exceed --n-expert" --arch qwen3moe --n-expert-used 9 -o "$out"
+expect_error 2 "qwen2 needs" --arch qwen2 --head-dim 128 -o "$out"
+expect_error 2 "usage:" --arch gpt2 -o "$out"
+expect_error 1 "cannot create" -o "$work/no-such-dir/model.gguf"
+expect_error 1 "is a directory" -o "$work"
+expect_error 1 "does not exist" --vocab "$work/missing.gguf" -o "$out"
+echo "not a gguf" >"$work/text.gguf"
+expect_error 1 "not a valid GGUF" --vocab "$work/text.gguf" -o "$out"
+[[ -e $out ]] && fail "a failed run left $out behind"
+compgen -G "$work/*.tmp-*" >/dev/null && fail "a failed run left a temporary file behind"
+"$make_model" --help >/dev/null || fail "--help did not exit 0"
+
+if [[ $failures -ne 0 ]]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+fi
+echo "all make-model checks passed"

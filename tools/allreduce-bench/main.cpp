@@ -1,0 +1,183 @@
+// llama-tp-allreduce-bench: latency of one AllReduce engine across message
+// sizes (4 KiB to 16 MiB, powers of 4), with ranks as threads of this
+// process: median, p10 and p90 of rank 0's time inside allreduce() per call,
+// and the effective bandwidth.
+
+#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/error.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tools/common/args.h"
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace llama_tp {
+namespace {
+
+const char * kUsage =
+    "usage: llama-tp-allreduce-bench [options]\n"
+    "  --engine NAME   cpu | butterfly | auto (default cpu)\n"
+    "  --ranks N       ranks, one thread each (default 2)\n"
+    "  --wire TYPE     f32 | bf16 (default f32)\n"
+    "  --iters K       most calls measured per size (default 1000; fewer for large sizes, about 1.5 s each)\n"
+    "  --json          print one JSON object\n";
+
+constexpr size_t kSmallestBytes = 4096;
+constexpr size_t kLargestBytes = 16u << 20;
+constexpr int kWarmupCalls = 5;
+// Keeps the whole run near 10 s: large sizes get fewer calls.
+constexpr double kSecondsPerSize = 1.5;
+
+struct Options {
+    std::string engine = "cpu";
+    int ranks = 2;
+    WireType wire = WireType::F32;
+    int iters = 1000;
+    bool json = false;
+};
+
+Options parse(int argc, char ** argv) {
+    Options o;
+    ArgReader a(argc, argv, kUsage);
+    while (!a.done()) {
+        const std::string f = a.next();
+        if (f == "--engine") {
+            o.engine = a.value(f);
+        } else if (f == "--ranks") {
+            o.ranks = (int) a.integer(f, 1, 64);
+        } else if (f == "--wire") {
+            const std::string w = a.value(f);
+            if (w != "f32" && w != "bf16") a.fail("invalid value '" + w + "' for --wire (expected f32 or bf16)");
+            o.wire = w == "f32" ? WireType::F32 : WireType::BF16;
+        } else if (f == "--iters") {
+            o.iters = (int) a.integer(f, 1, 1000000);
+        } else if (f == "--json") {
+            o.json = true;
+        } else if (f == "-h" || f == "--help") {
+            a.help();
+        } else {
+            a.fail("unknown argument " + f);
+        }
+    }
+    return o;
+}
+
+struct SizeResult {
+    size_t bytes = 0;
+    int iters = 0;
+    double median_us = 0, p10_us = 0, p90_us = 0;
+    double algbw_gbps = 0;  // bytes / median time
+    double busbw_gbps = 0;  // algbw * 2(n-1)/n: the traffic a ring would move per rank, for comparison
+};
+
+// Runs `calls` allreduces of n floats on every rank; returns rank 0's time per call in microseconds.
+std::vector<double> time_calls(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t n,
+                               int calls) {
+    std::vector<double> rank0_us(calls);
+    auto body = [&](int rank) {
+        for (int i = 0; i < calls; ++i) {
+            const auto start = std::chrono::steady_clock::now();
+            engine.allreduce(rank, buffers[rank].data(), n);
+            if (rank == 0) {
+                rank0_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+            }
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int r = 0; r < (int) buffers.size(); ++r) threads.emplace_back(body, r);
+    for (std::thread & t : threads) t.join();
+    if (engine.failed()) throw Error(engine.error());
+    return rank0_us;
+}
+
+double percentile(const std::vector<double> & sorted, double fraction) {
+    return sorted[(size_t) (fraction * (sorted.size() - 1) + 0.5)];
+}
+
+SizeResult measure(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t bytes, int max_iters) {
+    const size_t n = bytes / sizeof(float);
+    std::vector<double> warmup = time_calls(engine, buffers, n, kWarmupCalls);
+    std::sort(warmup.begin(), warmup.end());
+    const double estimate_us = std::max(percentile(warmup, 0.5), 0.01);
+    const int iters = std::clamp((int) (kSecondsPerSize * 1e6 / estimate_us), kWarmupCalls, max_iters);
+
+    std::vector<double> us = time_calls(engine, buffers, n, iters);
+    std::sort(us.begin(), us.end());
+    SizeResult r;
+    r.bytes = bytes;
+    r.iters = iters;
+    r.median_us = percentile(us, 0.5);
+    r.p10_us = percentile(us, 0.1);
+    r.p90_us = percentile(us, 0.9);
+    r.algbw_gbps = bytes / (r.median_us * 1e3);
+    const int ranks = engine.n_ranks();
+    r.busbw_gbps = r.algbw_gbps * 2.0 * (ranks - 1) / ranks;
+    return r;
+}
+
+std::string size_text(size_t bytes) {
+    return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes >> 10) + " KiB";
+}
+
+void print_table(const Options & o, const std::vector<SizeResult> & results) {
+    std::printf("allreduce %s, %d ranks, wire %s (rank 0's time per call)\n", o.engine.c_str(), o.ranks,
+                o.wire == WireType::F32 ? "f32" : "bf16");
+    std::printf("%10s %7s %11s %11s %11s %11s %11s\n", "size", "iters", "median_us", "p10_us", "p90_us", "algbw_GB/s",
+                "busbw_GB/s");
+    for (const SizeResult & r : results) {
+        std::printf("%10s %7d %11.2f %11.2f %11.2f %11.2f %11.2f\n", size_text(r.bytes).c_str(), r.iters, r.median_us,
+                    r.p10_us, r.p90_us, r.algbw_gbps, r.busbw_gbps);
+    }
+}
+
+void print_json(const Options & o, const std::string & engine_name, const std::vector<SizeResult> & results) {
+    std::printf("{\"engine\": \"%s\", \"ranks\": %d, \"wire\": \"%s\", \"results\": [", engine_name.c_str(), o.ranks,
+                o.wire == WireType::F32 ? "f32" : "bf16");
+    for (size_t i = 0; i < results.size(); ++i) {
+        const SizeResult & r = results[i];
+        std::printf("%s{\"bytes\": %zu, \"iters\": %d, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, "
+                    "\"algbw_gbps\": %.3f, \"busbw_gbps\": %.3f}",
+                    i ? ", " : "", r.bytes, r.iters, r.median_us, r.p10_us, r.p90_us, r.algbw_gbps, r.busbw_gbps);
+    }
+    std::printf("]}\n");
+}
+
+int run(const Options & o) {
+    AllReduceConfig config;
+    config.engine = o.engine;
+    config.n_ranks = o.ranks;
+    config.wire = o.wire;
+    std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(config);
+
+    // Values do not change the speed; zeros stay finite over any number of calls.
+    std::vector<std::vector<float>> buffers(o.ranks, std::vector<float>(kLargestBytes / sizeof(float), 0.0f));
+    std::vector<SizeResult> results;
+    for (size_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) {
+        results.push_back(measure(*engine, buffers, bytes, o.iters));
+    }
+    if (o.json) {
+        print_json(o, engine->name(), results);
+    } else {
+        print_table(o, results);
+    }
+    return 0;
+}
+
+}  // namespace
+}  // namespace llama_tp
+
+int main(int argc, char ** argv) {
+    try {
+        return llama_tp::run(llama_tp::parse(argc, argv));
+    } catch (const llama_tp::Error & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,51 @@
+#pragma once
+// Writing the generated model: the tokenizer copied from a vocabulary GGUF,
+// metadata, and tensor data streamed to a temporary file that is renamed into
+// place only once complete.
+
+#include "tools/make-model/model_spec.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct gguf_context;
+
+namespace llama_tp::make_model {
+
+struct GgufDeleter {
+    void operator()(gguf_context * gguf) const;
+};
+using GgufPtr = std::unique_ptr<gguf_context, GgufDeleter>;
+
+// The tokenizer of a vocabulary-only GGUF (such as upstream's models/ggml-vocab-*.gguf).
+class Vocabulary {
+  public:
+    explicit Vocabulary(const std::string & path);  // throws IoError
+
+    const std::string & path() const { return path_; }
+    int64_t n_tokens() const { return n_tokens_; }
+    // Copies every tokenizer.* key (token list, scores, types, merges, special ids, template).
+    void copy_tokenizer_keys(gguf_context * dst) const;
+
+  private:
+    std::string path_;
+    GgufPtr gguf_;
+    int64_t n_tokens_ = 0;
+};
+
+struct WriteResult {
+    uint64_t file_bytes = 0;
+    size_t n_tensors = 0;
+};
+
+// Size in bytes of the file write_model would produce.
+uint64_t planned_file_size(const ModelSpec & spec, const Vocabulary & vocab, const std::vector<TensorPlan> & plans);
+
+// Generates every planned tensor from the spec's seed and writes the GGUF to
+// `path` atomically. The bytes depend only on the inputs, not on n_threads.
+WriteResult write_model(const std::string & path, const ModelSpec & spec, const Vocabulary & vocab,
+                        const std::vector<TensorPlan> & plans, int n_threads);
+
+}  // namespace llama_tp::make_model

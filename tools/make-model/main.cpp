@@ -1,0 +1,93 @@
+// llama-tp-make-model: writes GGUF models with seeded random weights and a
+// real tokenizer, to test llama-tp's runtime against upstream libllama.
+
+#include "tools/make-model/gguf_output.h"
+#include "tools/make-model/model_spec.h"
+#include "tools/make-model/options.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace llama_tp::make_model;
+
+// Default vocabularies are copied at build time into ../share/llama-tp/
+// relative to the executable, which keeps the build tree relocatable.
+std::string default_vocab_path(Arch arch, const char * argv0) {
+    std::error_code ec;
+    std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) {
+        exe = std::filesystem::absolute(argv0, ec);
+    }
+    return (exe.parent_path().parent_path() / "share" / "llama-tp" / default_vocab_file(arch)).string();
+}
+
+void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) {
+    for (const TensorPlan & plan : plans) {
+        if (!plan.fallback.empty()) {
+            std::fprintf(stderr, "note: %s: %s\n", plan.name.c_str(), plan.fallback.c_str());
+        }
+    }
+    const Shape & s = spec.shape;
+    std::fprintf(stderr,
+                 "%s: n_embd=%lld n_layer=%lld n_head=%lld n_head_kv=%lld head_dim=%lld n_ff=%lld n_ctx=%lld "
+                 "rope_theta=%g%s",
+                 spec.display_name().c_str(), (long long) s.n_embd, (long long) s.n_layer, (long long) s.n_head,
+                 (long long) s.n_head_kv, (long long) s.head_dim, (long long) s.n_ff, (long long) s.n_ctx, s.rope_theta,
+                 s.tied_output ? " tied-output" : "");
+    if (is_moe(spec.arch)) {
+        std::fprintf(stderr, " n_expert=%lld n_expert_used=%lld n_ff_exp=%lld", (long long) s.n_expert,
+                     (long long) s.n_expert_used, (long long) s.n_ff_exp);
+    }
+    std::fprintf(stderr, "\n");
+}
+
+int run(const Options & options, const char * argv0) {
+    const ModelSpec & spec = options.spec;
+    const std::string vocab_path =
+        options.vocab_path.empty() ? default_vocab_path(spec.arch, argv0) : options.vocab_path;
+    const Vocabulary vocab(vocab_path);
+    const std::vector<TensorPlan> plans = plan_tensors(spec.arch, spec.shape, spec.type, vocab.n_tokens());
+    report_plan(spec, plans);
+    if (options.dry_run) {
+        std::printf("%s: %zu tensors, %llu bytes\n", spec.display_name().c_str(), plans.size(),
+                    static_cast<unsigned long long>(planned_file_size(spec, vocab, plans)));
+        return 0;
+    }
+
+    const int n_threads =
+        options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const WriteResult result = write_model(options.output_path, spec, vocab, plans, n_threads);
+    std::fprintf(stderr, "wrote %s: %zu tensors, %.1f MiB, vocabulary %lld tokens from %s\n",
+                 options.output_path.c_str(), result.n_tensors, static_cast<double>(result.file_bytes) / (1 << 20),
+                 static_cast<long long>(vocab.n_tokens()), vocab.path().c_str());
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    const std::string program = std::filesystem::path(argv[0]).filename().string();
+    try {
+        const Options options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+        if (options.help) {
+            std::fputs(usage_text(program).c_str(), stdout);
+            return 0;
+        }
+        return run(options, argv[0]);
+    } catch (const UsageError & e) {
+        std::fprintf(stderr, "%s: error: %s\n\n%s", program.c_str(), e.what(), usage_text(program).c_str());
+        return 2;
+    } catch (const IoError & e) {
+        std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+        return 1;
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,389 @@
+#include "tools/make-model/model_spec.h"
+
+#include "gguf.h"
+#include "llama.h"
+
+#include <cmath>
+#include <string>
+
+namespace llama_tp::make_model {
+namespace {
+
+// Spread (standard deviation) of the output logits for a unit-RMS final hidden
+// state. Large enough that the top token usually wins by a clear margin, so
+// two implementations rarely disagree on a near-tie (see the README).
+constexpr float kLogitSpread = 10.0f;
+// Router logits get a larger spread than other projections so the chosen
+// experts are rarely a near-tie either.
+constexpr float kRouterGain = 4.0f;
+constexpr float kNormStddev = 0.1f;  // norm weights are 1 + this * N(0, 1)
+constexpr float kBiasStddev = 0.2f;
+// Largest accepted size field: keeps every product of sizes well inside int64.
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+
+template <typename Enum, size_t N>
+Enum parse_enum(const std::string & text, const char * what, const char * const (&names)[N]) {
+    for (size_t i = 0; i < N; ++i) {
+        if (text == names[i]) {
+            return static_cast<Enum>(i);
+        }
+    }
+    std::string choices;
+    for (size_t i = 0; i < N; ++i) {
+        choices += (i ? "|" : "") + std::string(names[i]);
+    }
+    throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
+}
+
+const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+const char * const kPresetNames[] = {"tiny", "small", "1b"};
+const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k"};
+
+void require(bool condition, const std::string & message) {
+    if (!condition) {
+        throw UsageError(message);
+    }
+}
+
+void require_in_range(int64_t value, const char * flag, int64_t max = kMaxDim) {
+    require(value > 0 && value <= max,
+            std::string(flag) + " must be between 1 and " + std::to_string(max) + ", got " + std::to_string(value));
+}
+
+void validate_attention(Arch arch, const Shape & s) {
+    require(s.n_head_kv <= s.n_head, "--n-head-kv (" + std::to_string(s.n_head_kv) + ") must not exceed --n-head (" +
+                                         std::to_string(s.n_head) + ")");
+    require(s.n_head % s.n_head_kv == 0, "--n-head-kv (" + std::to_string(s.n_head_kv) + ") must divide --n-head (" +
+                                             std::to_string(s.n_head) + ")");
+    require(s.head_dim % 2 == 0, "head dimension must be even for RoPE, got " + std::to_string(s.head_dim));
+    if (arch == Arch::qwen2) {
+        // qwen2's loader sizes attn_q and attn_output as n_embd x n_embd.
+        require(s.head_dim * s.n_head == s.n_embd, "qwen2 needs --head-dim * --n-head == --n-embd, got " +
+                                                       std::to_string(s.head_dim) + " * " + std::to_string(s.n_head) +
+                                                       " != " + std::to_string(s.n_embd));
+    }
+}
+
+void validate_experts(Arch arch, const Shape & s) {
+    if (!is_moe(arch)) {
+        return;
+    }
+    require_in_range(s.n_expert, "--n-expert", 1024);  // upstream's LLAMA_MAX_EXPERTS
+    require_in_range(s.n_expert_used, "--n-expert-used", 1024);
+    require_in_range(s.n_ff_exp, "--n-ff-exp");
+    require(s.n_expert_used <= s.n_expert, "--n-expert-used (" + std::to_string(s.n_expert_used) +
+                                               ") must not exceed --n-expert (" + std::to_string(s.n_expert) + ")");
+}
+
+void validate_shape(Arch arch, const Shape & s) {
+    require_in_range(s.n_embd, "--n-embd");
+    require_in_range(s.n_layer, "--n-layer", 512);  // upstream's LLAMA_MAX_LAYERS
+    require_in_range(s.n_head, "--n-head");
+    require_in_range(s.n_head_kv, "--n-head-kv");
+    require_in_range(s.head_dim, "--head-dim");
+    require_in_range(s.n_ff, "--n-ff");
+    require_in_range(s.n_ctx, "--n-ctx", int64_t(1) << 31);
+    require(std::isfinite(s.rope_theta) && s.rope_theta > 0.0, "--rope-theta must be a positive number");
+    validate_attention(arch, s);
+    validate_experts(arch, s);
+}
+
+ggml_type matrix_type(WeightType type) {
+    switch (type) {
+        case WeightType::f32:
+            return GGML_TYPE_F32;
+        case WeightType::f16:
+            return GGML_TYPE_F16;
+        case WeightType::q8_0:
+            return GGML_TYPE_Q8_0;
+        case WeightType::q4_0:
+            return GGML_TYPE_Q4_0;
+        case WeightType::q4_k:
+            return GGML_TYPE_Q4_K;
+    }
+    return GGML_TYPE_F32;
+}
+
+// Embedding and output head stay at 8 bits under 4-bit types, as in real
+// quantized releases: they are the most precision-sensitive matrices.
+ggml_type embedding_type(WeightType type) {
+    switch (type) {
+        case WeightType::f32:
+            return GGML_TYPE_F32;
+        case WeightType::f16:
+            return GGML_TYPE_F16;
+        default:
+            return GGML_TYPE_Q8_0;
+    }
+}
+
+int32_t llama_file_type(WeightType type) {
+    switch (type) {
+        case WeightType::f32:
+            return LLAMA_FTYPE_ALL_F32;
+        case WeightType::f16:
+            return LLAMA_FTYPE_MOSTLY_F16;
+        case WeightType::q8_0:
+            return LLAMA_FTYPE_MOSTLY_Q8_0;
+        case WeightType::q4_0:
+            return LLAMA_FTYPE_MOSTLY_Q4_0;
+        case WeightType::q4_k:
+            return LLAMA_FTYPE_MOSTLY_Q4_K_M;  // 4-bit K-quant body, 8-bit embedding and output
+    }
+    return LLAMA_FTYPE_ALL_F32;
+}
+
+// Builds the tensor list in the order the upstream converter writes it.
+class TensorPlanner {
+  public:
+    explicit TensorPlanner(WeightType type) : type_(type) {}
+
+    void matrix(const std::string & name, std::vector<int64_t> ne, float gain = 1.0f) {
+        const float stddev = gain / std::sqrt(static_cast<float>(ne[0]));
+        add(name, std::move(ne), storage_type(matrix_type(type_), ne[0]), 0.0f, stddev);
+    }
+    void embedding(const std::string & name, std::vector<int64_t> ne, float stddev) {
+        add(name, std::move(ne), storage_type(embedding_type(type_), ne[0]), 0.0f, stddev);
+    }
+    void norm(const std::string & name, int64_t n, float scale = 1.0f) {
+        add(name, {n}, GGML_TYPE_F32, scale, scale * kNormStddev);
+    }
+    void bias(const std::string & name, int64_t n) { add(name, {n}, GGML_TYPE_F32, 0.0f, kBiasStddev); }
+    // Router weights stay f32 whatever the type, as upstream's converter keeps them.
+    void router(const std::string & name, std::vector<int64_t> ne) {
+        const float stddev = kRouterGain / std::sqrt(static_cast<float>(ne[0]));
+        add(name, std::move(ne), GGML_TYPE_F32, 0.0f, stddev);
+    }
+
+    std::vector<TensorPlan> take() { return std::move(plans_); }
+
+  private:
+    // The requested type when whole blocks fit a row; otherwise the next best
+    // type that fits (q8_0, then f16), with the reason kept for the report.
+    ggml_type storage_type(ggml_type wanted, int64_t row_length) {
+        pending_fallback_.clear();
+        if (row_length % ggml_blck_size(wanted) == 0) {
+            return wanted;
+        }
+        const ggml_type chosen = (ggml_blck_size(wanted) > ggml_blck_size(GGML_TYPE_Q8_0) &&
+                                  row_length % ggml_blck_size(GGML_TYPE_Q8_0) == 0)
+                                     ? GGML_TYPE_Q8_0
+                                     : GGML_TYPE_F16;
+        pending_fallback_ = "row length " + std::to_string(row_length) + " is not a multiple of " +
+                            std::to_string(ggml_blck_size(wanted)) + " (" + ggml_type_name(wanted) +
+                            " block), stored as " + ggml_type_name(chosen);
+        return chosen;
+    }
+
+    void add(const std::string & name, std::vector<int64_t> ne, ggml_type type, float mean, float stddev) {
+        TensorPlan plan;
+        plan.name = name;
+        plan.ne = std::move(ne);
+        plan.type = type;
+        plan.mean = mean;
+        plan.stddev = stddev;
+        plan.fallback = std::move(pending_fallback_);
+        pending_fallback_.clear();
+        plans_.push_back(std::move(plan));
+    }
+
+    WeightType type_;
+    std::string pending_fallback_;
+    std::vector<TensorPlan> plans_;
+};
+
+std::string layer_tensor(int64_t layer, const char * name) {
+    return "blk." + std::to_string(layer) + "." + name;
+}
+
+void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
+    const int64_t n_q = s.n_head * s.head_dim;
+    const int64_t n_kv = s.n_head_kv * s.head_dim;
+    planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
+    planner.matrix(layer_tensor(il, "attn_q.weight"), {s.n_embd, n_q});
+    planner.matrix(layer_tensor(il, "attn_k.weight"), {s.n_embd, n_kv});
+    planner.matrix(layer_tensor(il, "attn_v.weight"), {s.n_embd, n_kv});
+    if (arch == Arch::qwen2) {
+        planner.bias(layer_tensor(il, "attn_q.bias"), n_q);
+        planner.bias(layer_tensor(il, "attn_k.bias"), n_kv);
+        planner.bias(layer_tensor(il, "attn_v.bias"), n_kv);
+    }
+    planner.matrix(layer_tensor(il, "attn_output.weight"), {n_q, s.n_embd});
+    if (arch == Arch::qwen3 || arch == Arch::qwen3moe) {
+        planner.norm(layer_tensor(il, "attn_q_norm.weight"), s.head_dim);
+        planner.norm(layer_tensor(il, "attn_k_norm.weight"), s.head_dim);
+    }
+}
+
+void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
+    planner.norm(layer_tensor(il, "ffn_norm.weight"), s.n_embd);
+    if (is_moe(arch)) {
+        planner.router(layer_tensor(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert});
+        planner.matrix(layer_tensor(il, "ffn_gate_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
+        planner.matrix(layer_tensor(il, "ffn_up_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
+        planner.matrix(layer_tensor(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert});
+        return;
+    }
+    planner.matrix(layer_tensor(il, "ffn_gate.weight"), {s.n_embd, s.n_ff});
+    planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, s.n_ff});
+    planner.matrix(layer_tensor(il, "ffn_down.weight"), {s.n_ff, s.n_embd});
+}
+
+std::string arch_key(Arch arch, const char * suffix) {
+    return std::string(arch_name(arch)) + "." + suffix;
+}
+
+}  // namespace
+
+const char * arch_name(Arch arch) {
+    return kArchNames[static_cast<int>(arch)];
+}
+const char * preset_name(Preset preset) {
+    return kPresetNames[static_cast<int>(preset)];
+}
+const char * weight_type_name(WeightType type) {
+    return kTypeNames[static_cast<int>(type)];
+}
+Arch parse_arch(const std::string & text) {
+    return parse_enum<Arch>(text, "architecture", kArchNames);
+}
+Preset parse_preset(const std::string & text) {
+    return parse_enum<Preset>(text, "preset", kPresetNames);
+}
+WeightType parse_weight_type(const std::string & text) {
+    return parse_enum<WeightType>(text, "type", kTypeNames);
+}
+
+bool is_moe(Arch arch) {
+    return arch == Arch::qwen3moe;
+}
+
+const char * default_vocab_file(Arch arch) {
+    return arch == Arch::llama ? "ggml-vocab-llama-spm.gguf" : "ggml-vocab-qwen2.gguf";
+}
+
+bool ShapeOverrides::any() const {
+    return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || rope_theta || n_expert ||
+           n_expert_used || n_ff_exp || tied_output;
+}
+
+// Head dimension 64; n_ff a multiple of 256 (whole q4_K blocks); from small up,
+// n_ff is a multiple of 3072 and n_head_kv of 12 so that 2-, 3- and 4-way
+// tensor-parallel splits cut heads and q4_K blocks evenly.
+Shape preset_shape(Arch arch, Preset preset) {
+    Shape s;
+    switch (preset) {
+        case Preset::tiny:
+            s.n_embd = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 768, s.n_ctx = 4096;
+            break;
+        case Preset::small:
+            s.n_embd = 768, s.n_layer = 4, s.n_head = 12, s.n_head_kv = 12, s.n_ff = 3072, s.n_ctx = 4096;
+            break;
+        case Preset::b1:
+            s.n_embd = 1536, s.n_layer = 16, s.n_head = 24, s.n_head_kv = 12, s.n_ff = 6144, s.n_ctx = 8192;
+            break;
+    }
+    const bool qwen = arch != Arch::llama;
+    s.rope_theta = qwen ? 1000000.0 : 10000.0;
+    s.rms_eps = qwen ? 1e-6f : 1e-5f;
+    if (is_moe(arch)) {
+        s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 768;
+    }
+    return s;
+}
+
+Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
+    if (!is_moe(arch) && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
+        throw UsageError(std::string("--n-expert, --n-expert-used and --n-ff-exp apply only to qwen3moe, not ") +
+                         arch_name(arch));
+    }
+    Shape s = preset_shape(arch, preset);
+    s.n_embd = o.n_embd.value_or(s.n_embd);
+    s.n_layer = o.n_layer.value_or(s.n_layer);
+    s.n_head = o.n_head.value_or(s.n_head);
+    s.n_head_kv = o.n_head_kv.value_or(s.n_head_kv);
+    s.n_ff = o.n_ff.value_or(s.n_ff);
+    s.n_ctx = o.n_ctx.value_or(s.n_ctx);
+    s.rope_theta = o.rope_theta.value_or(s.rope_theta);
+    s.n_expert = o.n_expert.value_or(s.n_expert);
+    s.n_expert_used = o.n_expert_used.value_or(s.n_expert_used);
+    s.n_ff_exp = o.n_ff_exp.value_or(s.n_ff_exp);
+    s.tied_output = o.tied_output;
+    if (o.head_dim) {
+        s.head_dim = *o.head_dim;
+    } else {
+        require(s.n_head > 0 && s.n_embd % s.n_head == 0, "--n-head (" + std::to_string(s.n_head) +
+                                                              ") must divide --n-embd (" + std::to_string(s.n_embd) +
+                                                              "), or give --head-dim");
+        s.head_dim = s.n_embd / s.n_head;
+    }
+    validate_shape(arch, s);
+    return s;
+}
+
+int64_t TensorPlan::n_elements() const {
+    int64_t n = 1;
+    for (const int64_t d : ne) {
+        n *= d;
+    }
+    return n;
+}
+
+// Untied: a unit-variance embedding, and an output head that turns a unit-RMS
+// hidden state into logits of spread kLogitSpread. Tied: one matrix serves
+// both, with rows of unit norm so the current token's own logit does not
+// dominate (a model that copies its input would test little); the final norm
+// weight carries the logit scale instead.
+std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type, int64_t n_vocab) {
+    TensorPlanner planner(type);
+    const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
+    planner.embedding("token_embd.weight", {s.n_embd, n_vocab}, s.tied_output ? inv_sqrt_embd : 1.0f);
+    for (int64_t il = 0; il < s.n_layer; ++il) {
+        plan_attention(planner, arch, s, il);
+        plan_feed_forward(planner, arch, s, il);
+    }
+    planner.norm("output_norm.weight", s.n_embd, s.tied_output ? kLogitSpread : 1.0f);
+    if (!s.tied_output) {
+        planner.embedding("output.weight", {s.n_embd, n_vocab}, kLogitSpread * inv_sqrt_embd);
+    }
+    return planner.take();
+}
+
+std::string ModelSpec::display_name() const {
+    std::string name = std::string("llama-tp random ") + arch_name(arch) + " " + preset_name(preset) + " " +
+                       weight_type_name(type) + " seed " + std::to_string(seed);
+    return customized ? name + " custom" : name;
+}
+
+void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_vocab) {
+    const Arch arch = spec.arch;
+    const Shape & s = spec.shape;
+    gguf_set_val_str(gguf, "general.architecture", arch_name(arch));
+    gguf_set_val_str(gguf, "general.type", "model");
+    gguf_set_val_str(gguf, "general.name", spec.display_name().c_str());
+    gguf_set_val_u32(gguf, "general.file_type", static_cast<uint32_t>(llama_file_type(spec.type)));
+    gguf_set_val_u32(gguf, "general.quantization_version", GGML_QNT_VERSION);
+
+    const auto set_u32 = [&](const char * suffix, int64_t value) {
+        gguf_set_val_u32(gguf, arch_key(arch, suffix).c_str(), static_cast<uint32_t>(value));
+    };
+    set_u32("vocab_size", n_vocab);
+    set_u32("context_length", s.n_ctx);
+    set_u32("embedding_length", s.n_embd);
+    set_u32("block_count", s.n_layer);
+    set_u32("feed_forward_length", s.n_ff);
+    set_u32("attention.head_count", s.n_head);
+    set_u32("attention.head_count_kv", s.n_head_kv);
+    set_u32("attention.key_length", s.head_dim);
+    set_u32("attention.value_length", s.head_dim);
+    set_u32("rope.dimension_count", s.head_dim);
+    gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base").c_str(), static_cast<float>(s.rope_theta));
+    gguf_set_val_f32(gguf, arch_key(arch, "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
+    if (is_moe(arch)) {
+        set_u32("expert_count", s.n_expert);
+        set_u32("expert_used_count", s.n_expert_used);
+        set_u32("expert_feed_forward_length", s.n_ff_exp);
+    }
+}
+
+}  // namespace llama_tp::make_model

@@ -1,0 +1,104 @@
+#pragma once
+// What model to generate: architecture, size preset, weight type, the shape
+// after overrides, and the list of tensors (names, shapes, storage types and
+// initial distributions) that upstream libllama expects for that architecture.
+
+#include "ggml.h"
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct gguf_context;
+
+namespace llama_tp::make_model {
+
+// Bad command-line input: the tool prints the message and usage, exits 2.
+class UsageError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+// A file that cannot be read or written: the tool prints the message, exits 1.
+class IoError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+enum class Arch { llama, qwen2, qwen3, qwen3moe };
+enum class Preset { tiny, small, b1 };
+enum class WeightType { f32, f16, q8_0, q4_0, q4_k };
+
+const char * arch_name(Arch arch);
+const char * preset_name(Preset preset);
+const char * weight_type_name(WeightType type);
+Arch parse_arch(const std::string & text);
+Preset parse_preset(const std::string & text);
+WeightType parse_weight_type(const std::string & text);
+
+bool is_moe(Arch arch);
+// File name of the vocabulary GGUF (from upstream's models/ folder) an architecture uses by default.
+const char * default_vocab_file(Arch arch);
+
+struct Shape {
+    int64_t n_embd = 0;
+    int64_t n_layer = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;  // 0 until resolved: then n_embd / n_head unless overridden
+    int64_t n_ff = 0;
+    int64_t n_ctx = 0;
+    double rope_theta = 0.0;
+    float rms_eps = 0.0f;
+    int64_t n_expert = 0;  // MoE fields: zero for dense architectures
+    int64_t n_expert_used = 0;
+    int64_t n_ff_exp = 0;
+    bool tied_output = false;
+};
+
+// Command-line overrides of single shape fields.
+struct ShapeOverrides {
+    std::optional<int64_t> n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+    std::optional<double> rope_theta;
+    std::optional<int64_t> n_expert, n_expert_used, n_ff_exp;
+    bool tied_output = false;
+
+    bool any() const;
+};
+
+Shape preset_shape(Arch arch, Preset preset);
+// Applies overrides, fills in head_dim, and checks the result; throws UsageError.
+Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & overrides);
+
+struct TensorPlan {
+    std::string name;
+    std::vector<int64_t> ne;  // ggml order: ne[0] is the row length
+    ggml_type type = GGML_TYPE_F32;
+    float mean = 0.0f;
+    float stddev = 0.0f;
+    std::string fallback;  // why the requested type was not usable; empty when it was
+
+    int64_t n_elements() const;
+    int64_t row_length() const { return ne[0]; }
+    int64_t n_rows() const { return n_elements() / ne[0]; }
+};
+
+std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & shape, WeightType type, int64_t n_vocab);
+
+struct ModelSpec {
+    Arch arch = Arch::llama;
+    Preset preset = Preset::tiny;
+    WeightType type = WeightType::f16;
+    uint64_t seed = 1;
+    Shape shape;
+    bool customized = false;  // some shape field was overridden
+
+    std::string display_name() const;
+};
+
+// Architecture hyperparameters and general.* keys, under the GGUF key names upstream reads.
+void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_vocab);
+
+}  // namespace llama_tp::make_model

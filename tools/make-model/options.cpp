@@ -1,0 +1,182 @@
+#include "tools/make-model/options.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace llama_tp::make_model {
+namespace {
+
+int64_t parse_positive(const std::string & flag, const std::string & text) {
+    int64_t value = 0;
+    const char * end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end) {
+        throw UsageError(flag + " needs an integer, got '" + text + "'");
+    }
+    if (value <= 0) {
+        throw UsageError(flag + " must be positive, got " + text);
+    }
+    return value;
+}
+
+uint64_t parse_seed(const std::string & text) {
+    uint64_t value = 0;
+    const char * end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end) {
+        throw UsageError("--seed needs a non-negative integer below 2^64, got '" + text + "'");
+    }
+    return value;
+}
+
+double parse_positive_real(const std::string & flag, const std::string & text) {
+    errno = 0;
+    char * end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(value)) {
+        throw UsageError(flag + " needs a number, got '" + text + "'");
+    }
+    if (value <= 0.0) {
+        throw UsageError(flag + " must be positive, got " + text);
+    }
+    return value;
+}
+
+struct ParseState {
+    Options options;
+    ShapeOverrides overrides;
+    std::string arch = "llama";
+    std::string preset = "tiny";
+    std::string type = "f16";
+};
+
+using ValueHandler = std::function<void(ParseState &, const std::string & flag, const std::string & value)>;
+
+ValueHandler size_field(std::optional<int64_t> ShapeOverrides::*field) {
+    return [field](ParseState & s, const std::string & flag, const std::string & value) {
+        s.overrides.*field = parse_positive(flag, value);
+    };
+}
+
+const std::map<std::string, ValueHandler> & value_flags() {
+    static const std::map<std::string, ValueHandler> flags = {
+        {"--arch", [](ParseState & s, const std::string &, const std::string & v) { s.arch = v; }},
+        {"--preset", [](ParseState & s, const std::string &, const std::string & v) { s.preset = v; }},
+        {"--type", [](ParseState & s, const std::string &, const std::string & v) { s.type = v; }},
+        {"--seed",
+         [](ParseState & s, const std::string &, const std::string & v) { s.options.spec.seed = parse_seed(v); }},
+        {"-o", [](ParseState & s, const std::string &, const std::string & v) { s.options.output_path = v; }},
+        {"--output", [](ParseState & s, const std::string &, const std::string & v) { s.options.output_path = v; }},
+        {"--vocab", [](ParseState & s, const std::string &, const std::string & v) { s.options.vocab_path = v; }},
+        {"--threads",
+         [](ParseState & s, const std::string & f, const std::string & v) {
+             s.options.n_threads = static_cast<int>(std::min<int64_t>(parse_positive(f, v), 1024));
+         }},
+        {"--n-embd", size_field(&ShapeOverrides::n_embd)},
+        {"--n-layer", size_field(&ShapeOverrides::n_layer)},
+        {"--n-head", size_field(&ShapeOverrides::n_head)},
+        {"--n-head-kv", size_field(&ShapeOverrides::n_head_kv)},
+        {"--head-dim", size_field(&ShapeOverrides::head_dim)},
+        {"--n-ff", size_field(&ShapeOverrides::n_ff)},
+        {"--n-ctx", size_field(&ShapeOverrides::n_ctx)},
+        {"--n-expert", size_field(&ShapeOverrides::n_expert)},
+        {"--n-expert-used", size_field(&ShapeOverrides::n_expert_used)},
+        {"--n-ff-exp", size_field(&ShapeOverrides::n_ff_exp)},
+        {"--rope-theta", [](ParseState & s, const std::string & f,
+                            const std::string & v) { s.overrides.rope_theta = parse_positive_real(f, v); }},
+    };
+    return flags;
+}
+
+// Accepts "--flag value" and "--flag=value".
+void parse_argument(ParseState & state, const std::vector<std::string> & args, size_t & i) {
+    std::string flag = args[i];
+    std::optional<std::string> value;
+    const size_t equals = flag.find('=');
+    if (flag.rfind("--", 0) == 0 && equals != std::string::npos) {
+        value = flag.substr(equals + 1);
+        flag = flag.substr(0, equals);
+    }
+    if (flag == "-h" || flag == "--help") {
+        state.options.help = true;
+        return;
+    }
+    if (flag == "--tied-output" && !value) {
+        state.overrides.tied_output = true;
+        return;
+    }
+    if (flag == "--dry-run" && !value) {
+        state.options.dry_run = true;
+        return;
+    }
+    const auto handler = value_flags().find(flag);
+    if (handler == value_flags().end()) {
+        throw UsageError("unknown option '" + args[i] + "'");
+    }
+    if (!value) {
+        if (i + 1 >= args.size()) {
+            throw UsageError(flag + " needs a value");
+        }
+        value = args[++i];
+    }
+    handler->second(state, flag, *value);
+}
+
+}  // namespace
+
+Options parse_options(const std::vector<std::string> & args) {
+    ParseState state;
+    for (size_t i = 0; i < args.size(); ++i) {
+        parse_argument(state, args, i);
+    }
+    Options & options = state.options;
+    if (options.help) {
+        return options;
+    }
+    if (options.output_path.empty() && !options.dry_run) {
+        throw UsageError("an output file is required (-o FILE)");
+    }
+    ModelSpec & spec = options.spec;
+    spec.arch = parse_arch(state.arch);
+    spec.preset = parse_preset(state.preset);
+    spec.type = parse_weight_type(state.type);
+    spec.shape = resolve_shape(spec.arch, spec.preset, state.overrides);
+    spec.customized = state.overrides.any();
+    return options;
+}
+
+std::string usage_text(const std::string & program) {
+    return "usage: " + program + R"( -o FILE [options]
+
+Writes a GGUF model with seeded random weights and a real tokenizer, loadable
+by upstream libllama. Same arguments and seed give a byte-identical file.
+
+  --arch llama|qwen2|qwen3|qwen3moe   architecture (default llama)
+  --preset tiny|small|1b              shape preset (default tiny)
+  --type f32|f16|q8_0|q4_0|q4_k       weight type (default f16); norms, biases and
+                                      the MoE router stay f32; under q4_0/q4_k the
+                                      embedding and output head are q8_0
+  --seed N                            random seed (default 1)
+  -o, --output FILE                   output GGUF (written atomically)
+  --vocab FILE                        tokenizer source GGUF (default: the arch's
+                                      ggml-vocab-*.gguf in ../share/llama-tp/
+                                      next to this executable)
+  --threads N                         generation threads (default: all)
+  --dry-run                           print the shape and file size, write nothing
+
+shape overrides (positive integers unless noted):
+  --n-embd --n-layer --n-head --n-head-kv --head-dim --n-ff --n-ctx
+  --rope-theta X (positive real)
+  --n-expert --n-expert-used --n-ff-exp   (qwen3moe only)
+  --tied-output                       no output.weight: the head reuses token_embd
+
+The vocabulary size always comes from the vocabulary file.
+Exit status: 0 success, 1 file error, 2 bad arguments.
+)";
+}
+
+}  // namespace llama_tp::make_model

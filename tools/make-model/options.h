@@ -1,0 +1,24 @@
+#pragma once
+// Command-line options of llama-tp-make-model.
+
+#include "tools/make-model/model_spec.h"
+
+#include <string>
+#include <vector>
+
+namespace llama_tp::make_model {
+
+struct Options {
+    ModelSpec spec;
+    std::string output_path;
+    std::string vocab_path;  // empty: the architecture's default, found beside the executable
+    int n_threads = 0;       // 0: one per hardware thread
+    bool help = false;
+    bool dry_run = false;  // print the plan and file size, write nothing
+};
+
+// Throws UsageError on anything malformed or inconsistent.
+Options parse_options(const std::vector<std::string> & args);
+std::string usage_text(const std::string & program);
+
+}  // namespace llama_tp::make_model
