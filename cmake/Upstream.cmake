@@ -23,6 +23,18 @@ set(GGML_CUDA ${LLAMA_TP_CUDA} CACHE BOOL "" FORCE)
 set(GGML_HIP ${LLAMA_TP_HIP} CACHE BOOL "" FORCE)
 set(GGML_CCACHE ON CACHE BOOL "" FORCE)
 
+# -march=native turns on AMX where the CPU advertises it, but many virtual
+# machines do not enable the AMX tile state and its kernels then fault with an
+# illegal instruction. Opt in with LLAMA_TP_AMX=ON on hardware known to work.
+option(LLAMA_TP_AMX "Allow ggml's AMX kernels (x86)" OFF)
+if(NOT LLAMA_TP_AMX AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    include(CheckCCompilerFlag)
+    check_c_compiler_flag("-mno-amx-tile" LLAMA_TP_HAS_MNO_AMX)
+    if(LLAMA_TP_HAS_MNO_AMX)
+        add_compile_options(-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+    endif()
+endif()
+
 add_subdirectory("${LLAMA_TP_LLAMA_CPP_SRC}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)
 
 if(LLAMA_TP_BUILD_UPSTREAM_TOOLS)

@@ -42,7 +42,9 @@ Backoff::Backoff(double timeout_s) : Backoff(Clock::now(), true, to_duration(tim
 Backoff::Backoff(Clock::time_point start, bool bounded, Clock::duration timeout)
     : start_(start), bounded_(bounded), timeout_(timeout), sleep_(kFirstSleep) {}
 
-Backoff Backoff::unbounded() { return Backoff(Clock::now(), false, Clock::duration::zero()); }
+Backoff Backoff::unbounded() {
+    return Backoff(Clock::now(), false, Clock::duration::zero());
+}
 
 bool Backoff::pause() {
     if (spinning_) {

@@ -35,7 +35,8 @@ ButterflyAllReduce::ButterflyAllReduce(const AllReduceConfig & config)
       steps_per_call_(levels_ + 2),
       slots_(n_ranks_) {}
 
-template <typename Why> void ButterflyAllReduce::fail(Why why) {
+template <typename Why>
+void ButterflyAllReduce::fail(Why why) {
     failure_.record([&] {
         failed_.store(true, std::memory_order_release);
         return std::string(why());

@@ -58,7 +58,8 @@ class ButterflyAllReduce final : public AllReduceEngine {
     bool receive(const Turn & turn, int from, uint64_t step, bool add);
     bool wait_for(const Turn & turn, const std::atomic<uint64_t> & flag, uint64_t at_least, int awaited);
     void fail_timeout(const Turn & turn, int awaited);
-    template <typename Why> void fail(Why why);
+    template <typename Why>
+    void fail(Why why);
 
     const int n_ranks_;
     const WireType wire_;

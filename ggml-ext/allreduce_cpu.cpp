@@ -20,9 +20,13 @@ constexpr size_t kFloatsPerLine = 64 / sizeof(float);
 // Sums are built in a stack block that stays in L1 while every buffer adds to it.
 constexpr size_t kBlockFloats = 1024;
 
-uint64_t generation_of(uint64_t word) { return word >> kGenerationShift; }
+uint64_t generation_of(uint64_t word) {
+    return word >> kGenerationShift;
+}
 
-uint64_t all_ranks_bits(int n_ranks) { return (1ull << n_ranks) - 1; }
+uint64_t all_ranks_bits(int n_ranks) {
+    return (1ull << n_ranks) - 1;
+}
 
 int checked_rank_count(int n_ranks) {
     if (n_ranks < 1 || n_ranks > CpuAllReduce::kMaxRanks) {
@@ -48,9 +52,12 @@ CpuAllReduce::CpuAllReduce(const AllReduceConfig & config)
       timeout_s_(config.timeout_s),
       slots_(n_ranks_) {}
 
-bool CpuAllReduce::failed() const { return (barrier_.load(std::memory_order_acquire) & kPoisoned) != 0; }
+bool CpuAllReduce::failed() const {
+    return (barrier_.load(std::memory_order_acquire) & kPoisoned) != 0;
+}
 
-template <typename Why> void CpuAllReduce::fail(Why why) {
+template <typename Why>
+void CpuAllReduce::fail(Why why) {
     failure_.record([&] {
         barrier_.fetch_or(kPoisoned, std::memory_order_acq_rel);
         return std::string(why());

@@ -21,14 +21,24 @@ struct Link {
     Builder build;
 };
 
-std::unique_ptr<AllReduceEngine> build_none(const AllReduceConfig & c) { return std::make_unique<NoneAllReduce>(c); }
-std::unique_ptr<AllReduceEngine> build_cpu(const AllReduceConfig & c) { return std::make_unique<CpuAllReduce>(c); }
+std::unique_ptr<AllReduceEngine> build_none(const AllReduceConfig & c) {
+    return std::make_unique<NoneAllReduce>(c);
+}
+std::unique_ptr<AllReduceEngine> build_cpu(const AllReduceConfig & c) {
+    return std::make_unique<CpuAllReduce>(c);
+}
 std::unique_ptr<AllReduceEngine> build_butterfly(const AllReduceConfig & c) {
     return std::make_unique<ButterflyAllReduce>(c);
 }
-std::unique_ptr<AllReduceEngine> needs_cuda(const AllReduceConfig &) { throw Error("needs a CUDA build"); }
-std::unique_ptr<AllReduceEngine> needs_hip(const AllReduceConfig &) { throw Error("needs a HIP build"); }
-std::unique_ptr<AllReduceEngine> needs_mpi(const AllReduceConfig &) { throw Error("needs an MPI build"); }
+std::unique_ptr<AllReduceEngine> needs_cuda(const AllReduceConfig &) {
+    throw Error("needs a CUDA build");
+}
+std::unique_ptr<AllReduceEngine> needs_hip(const AllReduceConfig &) {
+    throw Error("needs a HIP build");
+}
+std::unique_ptr<AllReduceEngine> needs_mpi(const AllReduceConfig &) {
+    throw Error("needs an MPI build");
+}
 
 constexpr Link kNone{"none", build_none};
 constexpr Link kCpu{"cpu", build_cpu};
@@ -38,8 +48,8 @@ constexpr Link kInternal{"internal", needs_cuda};
 constexpr Link kRccl{"rccl", needs_hip};
 constexpr Link kMpi{"mpi", needs_mpi};
 
-constexpr const char * kNames = "auto, cpu, butterfly, none; where built: nccl, internal (as in GGML_CUDA_ALLREDUCE), "
-                                "rccl, mpi";
+constexpr const char * kNames =
+    "auto, cpu, butterfly, none; where built: nccl, internal (GGML_CUDA_ALLREDUCE), rccl, mpi";
 
 // The engines to try for a name, best first, and whether the name was "auto".
 struct Chain {
@@ -71,7 +81,9 @@ Chain chain_for(const std::string & requested, int n_ranks) {
     throw Error("unknown allreduce engine '" + requested + "' (valid: " + kNames + ")");
 }
 
-std::string ranks_text(int n_ranks) { return std::to_string(n_ranks) + (n_ranks == 1 ? " rank" : " ranks"); }
+std::string ranks_text(int n_ranks) {
+    return std::to_string(n_ranks) + (n_ranks == 1 ? " rank" : " ranks");
+}
 
 // Why the chosen engine fits, for the log line.
 std::string fit_of(const AllReduceEngine & engine) {
@@ -82,9 +94,12 @@ std::string fit_of(const AllReduceEngine & engine) {
 }
 
 void validate(const AllReduceConfig & config) {
-    if (config.n_ranks < 1) throw Error("allreduce: a group needs at least 1 rank, not " + std::to_string(config.n_ranks));
+    if (config.n_ranks < 1) {
+        throw Error("allreduce: a group needs at least 1 rank, not " + std::to_string(config.n_ranks));
+    }
     if (!(config.timeout_s > 0)) {
-        throw Error("allreduce: the timeout must be a positive number of seconds, not " + std::to_string(config.timeout_s));
+        throw Error("allreduce: the timeout must be a positive number of seconds, not " +
+                    std::to_string(config.timeout_s));
     }
 }
 
@@ -95,7 +110,9 @@ std::string env_value(const char * variable) {
 
 }  // namespace
 
-const char * allreduce_engine_names() { return kNames; }
+const char * allreduce_engine_names() {
+    return kNames;
+}
 
 std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config) {
     validate(config);

@@ -16,7 +16,8 @@ class FailureRecord {
     // should and returns the reason, or "" when this call failed nothing
     // (another rank did, or the wait it was about to abandon completed).
     // The first reason is kept. Never throws.
-    template <typename Fail> void record(Fail fail) noexcept {
+    template <typename Fail>
+    void record(Fail fail) noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
         try {
             std::string why = fail();

@@ -11,8 +11,11 @@ namespace {
 
 Arch parse_arch(const GgufFile & file, const std::string & name) {
     if (name == "llama") return Arch::Llama;
+    if (name == "qwen2") return Arch::Qwen2;
+    if (name == "qwen3") return Arch::Qwen3;
+    if (name == "qwen3moe") return Arch::Qwen3Moe;
     throw Error("model file '" + file.path() + "': architecture '" + name +
-                "' is not supported (supported: llama)");
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
 }
 
 void require_positive(const GgufFile & file, const char * what, int64_t v) {
@@ -20,7 +23,8 @@ void require_positive(const GgufFile & file, const char * what, int64_t v) {
 }
 
 void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
-    hp.rope_type = GGML_ROPE_TYPE_NORMAL;
+    // The Qwen families rotate the two halves of each head (NeoX style).
+    hp.rope_type = hp.arch == Arch::Llama ? GGML_ROPE_TYPE_NORMAL : GGML_ROPE_TYPE_NEOX;
     hp.n_rot = (int32_t) file.get_int(a + ".rope.dimension_count", hp.head_dim);
     hp.rope_freq_base = (float) file.get_float(a + ".rope.freq_base", 10000.0);
     hp.rope_n_ctx_orig = (int32_t) file.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train);
@@ -46,6 +50,20 @@ void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
     }
 }
 
+void read_moe(const GgufFile & file, const std::string & a, HParams & hp) {
+    hp.n_expert = (int32_t) file.get_int(a + ".expert_count");
+    hp.n_expert_used = (int32_t) file.get_int(a + ".expert_used_count");
+    hp.n_ff_exp = (int32_t) file.get_int(a + ".expert_feed_forward_length");
+    hp.expert_weights_scale = (float) file.get_float(a + ".expert_weights_scale", 0.0);
+    require_positive(file, "expert_count", hp.n_expert);
+    require_positive(file, "expert_used_count", hp.n_expert_used);
+    require_positive(file, "expert_feed_forward_length", hp.n_ff_exp);
+    if (hp.n_expert_used > hp.n_expert) {
+        throw Error("model file '" + file.path() + "': expert_used_count " + std::to_string(hp.n_expert_used) +
+                    " exceeds expert_count " + std::to_string(hp.n_expert));
+    }
+}
+
 }  // namespace
 
 HParams read_hparams(const GgufFile & file) {
@@ -56,7 +74,7 @@ HParams read_hparams(const GgufFile & file) {
 
     hp.n_embd = (int32_t) file.get_int(a + ".embedding_length");
     hp.n_layer = (int32_t) file.get_int(a + ".block_count");
-    hp.n_ff = (int32_t) file.get_int(a + ".feed_forward_length");
+    hp.n_ff = (int32_t) file.get_int(a + ".feed_forward_length", hp.arch == Arch::Qwen3Moe ? 1 : -1);
     hp.n_head = (int32_t) file.get_int(a + ".attention.head_count");
     hp.n_head_kv = (int32_t) file.get_int(a + ".attention.head_count_kv", hp.n_head);
     hp.n_ctx_train = (int32_t) file.get_int(a + ".context_length", 2048);
@@ -77,6 +95,8 @@ HParams read_hparams(const GgufFile & file) {
     if (v_len != hp.head_dim) {
         throw Error("model file '" + file.path() + "': key_length != value_length is not supported");
     }
+
+    if (hp.is_moe()) read_moe(file, a, hp);
 
     const ggml_tensor * embd = file.find_tensor("token_embd.weight");
     if (!embd) throw Error("model file '" + file.path() + "': missing tensor 'token_embd.weight'");

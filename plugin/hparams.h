@@ -8,7 +8,7 @@ namespace llama_tp {
 
 class GgufFile;
 
-enum class Arch { Llama };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe };
 
 struct HParams {
     Arch arch = Arch::Llama;
@@ -22,6 +22,17 @@ struct HParams {
     int32_t head_dim = 0;  // per head, keys and values alike
     int32_t n_ff = 0;
     float rms_eps = 1e-5f;
+
+    // Mixture of experts (qwen3moe): every token goes through n_expert_used
+    // of n_expert FFNs of width n_ff_exp, mixed by the router's weights.
+    int32_t n_expert = 0;
+    int32_t n_expert_used = 0;
+    int32_t n_ff_exp = 0;
+    float expert_weights_scale = 0.0f;  // 0 or 1: none
+
+    bool has_qkv_bias() const { return arch == Arch::Qwen2; }
+    bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe; }
+    bool is_moe() const { return arch == Arch::Qwen3Moe; }
 
     // RoPE
     int32_t rope_type = 0;  // ggml rope mode

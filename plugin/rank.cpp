@@ -63,7 +63,7 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
         graph_ = ggml_new_graph_custom(graph_ctx_.get(), kMaxGraphNodes, false);
         shape_ = shape;
         const Collective reduce{allreduce_callback, this};
-        logits_ = build_llama_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
+        logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
                                     config_.n_ranks > 1 ? &reduce : nullptr);
         if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
             graph_ = nullptr;

@@ -8,7 +8,7 @@
 #include "plugin/batch.h"
 #include "plugin/hparams.h"
 #include "plugin/kv_cache.h"
-#include "plugin/llama_graph.h"
+#include "plugin/decoder_graph.h"
 #include "plugin/weights.h"
 
 #include <cstdint>

@@ -57,10 +57,13 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
     const auto q = plan_or_explain(hp.n_head, head_unit, weights,
                                    "attention heads (" + std::to_string(hp.n_head) + " heads in units of " +
                                        std::to_string(head_unit) + " for blk.*.attn_q.weight / attn_output.weight)");
-    const int64_t blk_down = block_of_layers(file, hp, "ffn_down.weight");
-    const auto ff = plan_or_explain(hp.n_ff, blk_down, weights,
-                                    "the FFN width (" + std::to_string(hp.n_ff) + " in blocks of " +
-                                        std::to_string(blk_down) + " for blk.*.ffn_down.weight)");
+    // Dense FFN: its width; MoE: every expert's width (each rank holds every expert).
+    const std::string down = hp.is_moe() ? "ffn_down_exps.weight" : "ffn_down.weight";
+    const int64_t width = hp.is_moe() ? hp.n_ff_exp : hp.n_ff;
+    const int64_t blk_down = block_of_layers(file, hp, down);
+    const auto ff = plan_or_explain(width, blk_down, weights,
+                                    "the FFN width (" + std::to_string(width) + " in blocks of " +
+                                        std::to_string(blk_down) + " for blk.*." + down + ")");
     const auto vocab = plan_or_explain(hp.n_vocab, 1, weights, "the output head vocabulary");
     for (int r = 0; r < n_ranks; ++r) {
         RankShard & s = p.ranks[r];

@@ -2,6 +2,9 @@
 
 #include "plugin/error.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "llama.h"
@@ -26,6 +29,11 @@ void init_llama_once() {
 }  // namespace
 
 Tokenizer::Tokenizer(const std::string & gguf_path) {
+    if (FILE * f = std::fopen(gguf_path.c_str(), "rb")) {
+        std::fclose(f);
+    } else {
+        throw Error("cannot open model file '" + gguf_path + "': " + std::strerror(errno));
+    }
     init_llama_once();
     llama_model_params params = llama_model_default_params();
     params.vocab_only = true;

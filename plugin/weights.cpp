@@ -41,11 +41,19 @@ ggml_backend_buffer_type_t find_repack_buft(ggml_backend_dev_t device) {
 
 // Asks the device whether a matrix multiply with this weight would run from
 // the given buffer type (the question depends on the weight's type and shape).
+// Stacked experts (3D) are asked about the expert-routed multiply.
 bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buft, const ggml_tensor * desc) {
-    ggml_context * ctx = new_meta_context(3);
-    ggml_tensor * w = ggml_new_tensor(ctx, desc->type, 2, desc->ne);
-    ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, desc->ne[0], 8);
-    ggml_tensor * op = ggml_mul_mat(ctx, w, x);
+    ggml_context * ctx = new_meta_context(4);
+    const bool experts = desc->ne[2] > 1;
+    ggml_tensor * w = ggml_new_tensor(ctx, desc->type, experts ? 3 : 2, desc->ne);
+    ggml_tensor * op = nullptr;
+    if (experts) {
+        ggml_tensor * x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, desc->ne[0], 1, 8);
+        ggml_tensor * ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 8);
+        op = ggml_mul_mat_id(ctx, w, x, ids);
+    } else {
+        op = ggml_mul_mat(ctx, w, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, desc->ne[0], 8));
+    }
     ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
     w->buffer = probe;
     const bool ok = probe && ggml_backend_dev_supports_op(device, op);
@@ -67,15 +75,16 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
 
     const int64_t E = hp.n_embd, V = hp.n_vocab, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
     const int64_t hd = hp.head_dim;
-    auto rows = [&](const ShardRange & r, int64_t unit) {
-        return shard ? TensorSlice{TensorSlice::Rows, r.begin * unit, r.end * unit} : TensorSlice{};
+    auto rows = [](const ShardRange & r, int64_t unit) {
+        return TensorSlice{TensorSlice::Rows, r.begin * unit, r.end * unit};
     };
-    auto cols = [&](const ShardRange & r, int64_t unit) {
-        return shard ? TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit} : TensorSlice{};
+    auto cols = [](const ShardRange & r, int64_t unit) {
+        return TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit};
     };
     const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
     const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
     const TensorSlice kv_rows = shard ? rows(shard->kv_heads, hd) : TensorSlice{};
+    const TensorSlice kv_cols = shard ? cols(shard->kv_heads, hd) : TensorSlice{};
     const TensorSlice ff_rows = shard ? rows(shard->ff, 1) : TensorSlice{};
     const TensorSlice ff_cols = shard ? cols(shard->ff, 1) : TensorSlice{};
     const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
@@ -98,10 +107,28 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
         l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
         l.wo = declare(file, p + "attn_output.weight", {Q, E}, true, q_cols);
+        if (hp.has_qkv_bias()) {
+            // A bias is one row: its slice is a column range.
+            l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
+            l.bk = declare(file, p + "attn_k.bias", {KV}, false, kv_cols);
+            l.bv = declare(file, p + "attn_v.bias", {KV}, false, kv_cols);
+        }
+        if (hp.has_qk_norm()) {
+            l.q_norm = declare(file, p + "attn_q_norm.weight", {hd}, false);
+            l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
+        }
         l.ffn_norm = declare(file, p + "ffn_norm.weight", {E}, false);
-        l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
-        l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
-        l.ffn_down = declare(file, p + "ffn_down.weight", {F, E}, true, ff_cols);
+        if (hp.is_moe()) {
+            const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
+            l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
+            l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, ff_rows);
+            l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, ff_rows);
+            l.ffn_down_exps = declare(file, p + "ffn_down_exps.weight", {FX, E, X}, true, ff_cols);
+        } else {
+            l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
+            l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
+            l.ffn_down = declare(file, p + "ffn_down.weight", {F, E}, true, ff_cols);
+        }
     }
     allocate_and_read(file, progress);
     if (!output) output = tok_embd;
@@ -176,7 +203,15 @@ void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const Sou
     const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
     switch (src.slice.axis) {
         case TensorSlice::Whole: file.read(offset, dst, n); break;
-        case TensorSlice::Rows: file.read(offset + src.slice.begin * file_row, dst, n); break;
+        case TensorSlice::Rows: {
+            // One contiguous range per 2D slab (per expert for stacked experts).
+            const size_t local_slab = (size_t) t->ne[1] * file_row;
+            const size_t file_slab = (size_t) desc->ne[1] * file_row;
+            for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
+                file.read(offset + s * file_slab + src.slice.begin * file_row, dst + s * local_slab, local_slab);
+            }
+            break;
+        }
         case TensorSlice::Columns: {
             const size_t skip = ggml_row_size(desc->type, src.slice.begin);
             const size_t local_row = ggml_row_size(desc->type, t->ne[0]);

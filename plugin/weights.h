@@ -35,10 +35,19 @@ struct LayerWeights {
     ggml_tensor * wk = nullptr;
     ggml_tensor * wv = nullptr;
     ggml_tensor * wo = nullptr;
+    ggml_tensor * bq = nullptr;  // qwen2
+    ggml_tensor * bk = nullptr;
+    ggml_tensor * bv = nullptr;
+    ggml_tensor * q_norm = nullptr;  // qwen3: per-head RMS norm of queries and keys
+    ggml_tensor * k_norm = nullptr;
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
+    ggml_tensor * ffn_router = nullptr;  // MoE: [n_embd, n_expert], mirrored
+    ggml_tensor * ffn_gate_exps = nullptr;
+    ggml_tensor * ffn_up_exps = nullptr;
+    ggml_tensor * ffn_down_exps = nullptr;
 };
 
 class ModelWeights {

@@ -100,7 +100,9 @@ size_t count_out_of_tolerance(const Buffers & inputs, const std::vector<float> &
     return bad;
 }
 
-const char * wire_name(WireType wire) { return wire == WireType::F32 ? "f32" : "bf16"; }
+const char * wire_name(WireType wire) {
+    return wire == WireType::F32 ? "f32" : "bf16";
+}
 
 // --- sums -------------------------------------------------------------------
 
@@ -112,7 +114,7 @@ TEST_P(AllReduceSum, MatchesReferenceAndIsIdenticalAcrossRanks) {
     const auto & [name, n_ranks, wire] = GetParam();
     auto engine = engine_for(name, n_ranks, wire);
     ASSERT_STREQ(engine->name(), name.c_str());
-    const size_t sizes[] = {1, 7, 15, 16, 17, 1000, 4095, 4096, 4097, 65537, 1 << 20};
+    const size_t sizes[] = {1, 7, 15, 16, 17, 1000, 4095, 4096, 4097, 8191, 8192, 8193, 65537, 1 << 20};
     unsigned seed = 1;
     for (const size_t n : sizes) {
         SCOPED_TRACE("n=" + std::to_string(n));
@@ -128,16 +130,14 @@ INSTANTIATE_TEST_SUITE_P(Engines, AllReduceSum,
                          testing::Combine(testing::Values("cpu", "butterfly"), testing::Values(2, 3, 4),
                                           testing::Values(WireType::F32, WireType::BF16)),
                          [](const testing::TestParamInfo<SumCase> & info) {
-                             return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) +
-                                    "ranks_" + wire_name(std::get<2>(info.param));
+                             return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks_" +
+                                    wire_name(std::get<2>(info.param));
                          });
 
 // The cpu engine adds ranks 0..n-1 in order for every element, in f32, each
 // contribution first rounded to bf16 on a bf16 wire: exactly this, bit for bit.
 std::vector<float> ordered_sum(const Buffers & inputs, WireType wire) {
-    auto on_wire = [&](float x) {
-        return wire == WireType::F32 ? x : ggml_bf16_to_fp32(ggml_fp32_to_bf16(x));
-    };
+    auto on_wire = [&](float x) { return wire == WireType::F32 ? x : ggml_bf16_to_fp32(ggml_fp32_to_bf16(x)); };
     std::vector<float> sum(inputs[0].size());
     for (size_t i = 0; i < sum.size(); ++i) {
         float acc = on_wire(inputs[0][i]);
@@ -150,12 +150,15 @@ std::vector<float> ordered_sum(const Buffers & inputs, WireType wire) {
 TEST(AllReduceCpu, SumsRanksInOrderBitForBit) {
     for (const WireType wire : {WireType::F32, WireType::BF16}) {
         for (const int n_ranks : {2, 3, 4}) {
-            SCOPED_TRACE(std::string(wire_name(wire)) + ", " + std::to_string(n_ranks) + " ranks");
             auto engine = engine_for("cpu", n_ranks, wire);
-            const Buffers inputs = random_inputs(n_ranks, 12345, 7 + n_ranks);
-            const Buffers results = allreduce_all(*engine, inputs);
-            const std::vector<float> expected = ordered_sum(inputs, wire);
-            EXPECT_EQ(std::memcmp(results[0].data(), expected.data(), expected.size() * sizeof(float)), 0);
+            for (const size_t n : {size_t(1000), size_t(12345)}) {
+                SCOPED_TRACE(std::string(wire_name(wire)) + ", " + std::to_string(n_ranks) +
+                             " ranks, n=" + std::to_string(n));
+                const Buffers inputs = random_inputs(n_ranks, n, 7 + n_ranks);
+                const Buffers results = allreduce_all(*engine, inputs);
+                const std::vector<float> expected = ordered_sum(inputs, wire);
+                EXPECT_EQ(std::memcmp(results[0].data(), expected.data(), expected.size() * sizeof(float)), 0);
+            }
         }
     }
 }
@@ -201,9 +204,39 @@ TEST_P(AllReduceEngineTest, ThousandSmallCalls) {
     EXPECT_EQ(wrong.load(), 0);
 }
 
+// Calls of different sizes in a row (a fast rank already publishing the next
+// call while others finish this one) must not disturb each other.
+TEST_P(AllReduceEngineTest, AlternatingSmallAndLargeCalls) {
+    const int n_ranks = 4;
+    auto engine = engine_for(GetParam(), n_ranks);
+    std::atomic<int> wrong{0};
+    run_ranks(all_ranks(n_ranks), [&](int rank) {
+        for (int call = 0; call < 200; ++call) {
+            std::vector<float> data(call % 3 == 2 ? 20000 : 1 + call % 50);
+            for (size_t j = 0; j < data.size(); ++j) data[j] = (float) (rank * call + j % 7);
+            engine->allreduce(rank, data.data(), data.size());
+            for (size_t j = 0; j < data.size(); ++j) {
+                wrong += data[j] != (float) (call * n_ranks * (n_ranks - 1) / 2 + n_ranks * (j % 7));
+            }
+        }
+    });
+    EXPECT_FALSE(engine->failed()) << engine->error();
+    EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_P(AllReduceEngineTest, ZeroElementsIsANoOp) {
+    auto engine = engine_for(GetParam(), 3);
+    std::vector<float> values = {1.0f, 2.0f, 3.0f};
+    run_ranks(all_ranks(3), [&](int rank) { engine->allreduce(rank, &values[rank], 0); });
+    EXPECT_FALSE(engine->failed()) << engine->error();
+    EXPECT_EQ(values, (std::vector<float>{1.0f, 2.0f, 3.0f}));
+}
+
 // --- failures -------------------------------------------------------------------
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 // Runs the ranks in `present` once (the others never arrive) and returns how long the slowest took.
 double run_without_missing(AllReduceEngine & engine, const std::vector<int> & present, size_t n = 64) {
@@ -224,7 +257,7 @@ TEST_P(AllReduceEngineTest, MissingRankTimesOutAndIsNamed) {
     EXPECT_EQ(engine->error(), "allreduce: rank 1 did not arrive within 0.2 s (group of 3)");
 
     // A failed group stays failed: later calls return at once.
-    EXPECT_LT(run_without_missing(*engine, {0, 1, 2}), 0.1);
+    EXPECT_LT(run_without_missing(*engine, {0, 1, 2}), 0.15);
     EXPECT_TRUE(engine->failed());
 }
 
@@ -268,7 +301,7 @@ TEST_P(AllReduceEngineTest, AbortBeforeCallsMakesThemReturnAtOnce) {
     auto engine = engine_for(GetParam(), 2, WireType::F32, 30.0);
     engine->abort("stopped");
     engine->abort("second reason is not kept");
-    EXPECT_LT(run_without_missing(*engine, {0, 1}), 0.1);
+    EXPECT_LT(run_without_missing(*engine, {0, 1}), 1.0);
     EXPECT_EQ(engine->error(), "stopped");
 }
 
@@ -290,7 +323,8 @@ TEST_P(AllReduceEngineTest, RankOutOfRangeFailsTheGroup) {
     EXPECT_EQ(engine->error(), "allreduce: rank 2 is out of range for a group of 2");
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, AllReduceEngineTest, testing::Values("cpu", "butterfly"));
+INSTANTIATE_TEST_SUITE_P(Engines, AllReduceEngineTest, testing::Values("cpu", "butterfly"),
+                         [](const testing::TestParamInfo<std::string> & info) { return info.param; });
 
 // --- choosing an engine --------------------------------------------------------------
 
@@ -308,7 +342,8 @@ TEST(AllReduceFactory, UnknownNameThrowsListingValidNames) {
 TEST(AllReduceFactory, AutoPicksNoneForOneRankAndCpuForMore) {
     testing::internal::CaptureStderr();
     auto single = engine_for("auto", 1);
-    EXPECT_EQ(testing::internal::GetCapturedStderr(), "llama-tp: allreduce engine none (auto: 1 rank, nothing to reduce)\n");
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "llama-tp: allreduce engine none (auto: 1 rank, nothing to reduce)\n");
     EXPECT_STREQ(single->name(), "none");
     float x = 2.5f;
     single->allreduce(0, &x, 1);
@@ -359,12 +394,16 @@ class ScopedEnv {
   public:
     ScopedEnv(const char * name, const char * value) : name_(name) {
         if (const char * old = std::getenv(name)) old_ = old, had_ = true;
-        if (value) setenv(name, value, 1);
-        else unsetenv(name);
+        if (value)
+            setenv(name, value, 1);
+        else
+            unsetenv(name);
     }
     ~ScopedEnv() {
-        if (had_) setenv(name_, old_.c_str(), 1);
-        else unsetenv(name_);
+        if (had_)
+            setenv(name_, old_.c_str(), 1);
+        else
+            unsetenv(name_);
     }
 
   private:

@@ -102,6 +102,8 @@ for type in f32 f16 q4_0 q4_k; do
 done
 generate "$work/model.gguf" --arch llama --type q8_0 --seed 3
 grep -aq "llama-tp random llama tiny q8_0 seed 3" "$work/model.gguf" || fail "general.name not descriptive"
+planned=$("$make_model" --dry-run --arch llama --type q8_0 --seed 3 2>/dev/null | awk '{print $(NF - 1)}')
+[[ $planned == "$(stat -c %s "$work/model.gguf")" ]] || fail "--dry-run size $planned differs from the file's"
 rm -f "$work/model.gguf"
 
 echo "== bad arguments exit 2, file errors exit 1"

@@ -6,7 +6,7 @@
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/error.h"
 
-#include <algorithm>
+#include <algorithm>  // before args.h, which uses std::min and std::move
 #include <utility>
 
 #include "tools/common/args.h"
@@ -86,7 +86,8 @@ std::vector<double> time_calls(AllReduceEngine & engine, std::vector<std::vector
             const auto start = std::chrono::steady_clock::now();
             engine.allreduce(rank, buffers[rank].data(), n);
             if (rank == 0) {
-                rank0_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+                rank0_us[i] =
+                    std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
             }
         }
     };
@@ -126,8 +127,8 @@ std::string size_text(size_t bytes) {
     return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes >> 10) + " KiB";
 }
 
-void print_table(const Options & o, const std::vector<SizeResult> & results) {
-    std::printf("allreduce %s, %d ranks, wire %s (rank 0's time per call)\n", o.engine.c_str(), o.ranks,
+void print_table(const Options & o, const std::string & engine_name, const std::vector<SizeResult> & results) {
+    std::printf("allreduce %s, %d ranks, wire %s (rank 0's time per call)\n", engine_name.c_str(), o.ranks,
                 o.wire == WireType::F32 ? "f32" : "bf16");
     std::printf("%10s %7s %11s %11s %11s %11s %11s\n", "size", "iters", "median_us", "p10_us", "p90_us", "algbw_GB/s",
                 "busbw_GB/s");
@@ -142,9 +143,10 @@ void print_json(const Options & o, const std::string & engine_name, const std::v
                 o.wire == WireType::F32 ? "f32" : "bf16");
     for (size_t i = 0; i < results.size(); ++i) {
         const SizeResult & r = results[i];
-        std::printf("%s{\"bytes\": %zu, \"iters\": %d, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, "
-                    "\"algbw_gbps\": %.3f, \"busbw_gbps\": %.3f}",
-                    i ? ", " : "", r.bytes, r.iters, r.median_us, r.p10_us, r.p90_us, r.algbw_gbps, r.busbw_gbps);
+        std::printf(
+            "%s{\"bytes\": %zu, \"iters\": %d, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, "
+            "\"algbw_gbps\": %.3f, \"busbw_gbps\": %.3f}",
+            i ? ", " : "", r.bytes, r.iters, r.median_us, r.p10_us, r.p90_us, r.algbw_gbps, r.busbw_gbps);
     }
     std::printf("]}\n");
 }
@@ -165,7 +167,7 @@ int run(const Options & o) {
     if (o.json) {
         print_json(o, engine->name(), results);
     } else {
-        print_table(o, results);
+        print_table(o, engine->name(), results);
     }
     return 0;
 }

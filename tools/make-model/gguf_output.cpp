@@ -136,7 +136,7 @@ class Progress {
     }
 
   private:
-    static constexpr uint64_t kMinBytes = uint64_t(64) << 20;
+    static constexpr uint64_t kMinBytes = uint64_t(256) << 20;
 
     uint64_t total_;
     uint64_t done_ = 0;

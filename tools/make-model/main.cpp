@@ -5,9 +5,9 @@
 #include "tools/make-model/model_spec.h"
 #include "tools/make-model/options.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +25,18 @@ std::string default_vocab_path(Arch arch, const char * argv0) {
         exe = std::filesystem::absolute(argv0, ec);
     }
     return (exe.parent_path().parent_path() / "share" / "llama-tp" / default_vocab_file(arch)).string();
+}
+
+std::string resolve_vocab_path(const Options & options, const char * argv0) {
+    if (!options.vocab_path.empty()) {
+        return options.vocab_path;
+    }
+    const std::string path = default_vocab_path(options.spec.arch, argv0);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+        throw IoError("default vocabulary '" + path + "' not found (is the build complete?); pass --vocab FILE");
+    }
+    return path;
 }
 
 void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) {
@@ -49,9 +61,7 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
 
 int run(const Options & options, const char * argv0) {
     const ModelSpec & spec = options.spec;
-    const std::string vocab_path =
-        options.vocab_path.empty() ? default_vocab_path(spec.arch, argv0) : options.vocab_path;
-    const Vocabulary vocab(vocab_path);
+    const Vocabulary vocab(resolve_vocab_path(options, argv0));
     const std::vector<TensorPlan> plans = plan_tensors(spec.arch, spec.shape, spec.type, vocab.n_tokens());
     report_plan(spec, plans);
     if (options.dry_run) {

@@ -164,7 +164,7 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
   -o, --output FILE                   output GGUF (written atomically)
   --vocab FILE                        tokenizer source GGUF (default: the arch's
                                       ggml-vocab-*.gguf in ../share/llama-tp/
-                                      next to this executable)
+                                      relative to this executable)
   --threads N                         generation threads (default: all)
   --dry-run                           print the shape and file size, write nothing
 

@@ -3,7 +3,7 @@
 // distributions are. Exits 1 when logits are not finite, not peaked enough,
 // or mostly just repeat the input token.
 //
-// usage: test-make-model MODEL.gguf [--arch NAME] [--min-top1 P] [--threads N]
+// usage: test-make-model MODEL.gguf [--arch NAME] [--min-top1 P] [--threads N] [--verbose]
 
 #include "llama.h"
 
@@ -57,6 +57,7 @@ struct Options {
     std::string expected_arch;
     double min_top1 = 0.3;
     int n_threads = 2;
+    bool verbose = false;  // show upstream's log
 };
 
 struct PositionStats {
@@ -73,8 +74,8 @@ const char * const kPrompts[] = {
     "Tokyo is the capital of Japan. 東京は日本の首都です。",
 };
 
-void quiet_log(ggml_log_level level, const char * text, void *) {
-    if (level == GGML_LOG_LEVEL_ERROR) {
+void filtered_log(ggml_log_level level, const char * text, void * verbose) {
+    if (level == GGML_LOG_LEVEL_ERROR || *static_cast<bool *>(verbose)) {
         std::fputs(text, stderr);
     }
 }
@@ -90,6 +91,8 @@ Options parse_options(int argc, char ** argv) {
             options.min_top1 = std::atof(argv[++i]);
         } else if (arg == "--threads" && has_value) {
             options.n_threads = std::atoi(argv[++i]);
+        } else if (arg == "--verbose") {
+            options.verbose = true;
         } else if (options.model_path.empty() && arg.rfind("--", 0) != 0) {
             options.model_path = arg;
         } else {
@@ -97,7 +100,8 @@ Options parse_options(int argc, char ** argv) {
         }
     }
     if (options.model_path.empty()) {
-        throw std::invalid_argument("usage: test-make-model MODEL.gguf [--arch NAME] [--min-top1 P] [--threads N]");
+        throw std::invalid_argument(
+            "usage: test-make-model MODEL.gguf [--arch NAME] [--min-top1 P] [--threads N] [--verbose]");
     }
     return options;
 }
@@ -236,11 +240,14 @@ int run(const Options & options) {
 }  // namespace
 
 int main(int argc, char ** argv) {
-    llama_log_set(quiet_log, nullptr);
+    static bool verbose = false;
+    llama_log_set(filtered_log, &verbose);
     llama_backend_init();
     int status = 1;
     try {
-        status = run(parse_options(argc, argv));
+        const Options options = parse_options(argc, argv);
+        verbose = options.verbose;
+        status = run(options);
     } catch (const std::exception & e) {
         std::fprintf(stderr, "FAIL: %s\n", e.what());
     }

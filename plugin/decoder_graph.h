@@ -1,5 +1,9 @@
 #pragma once
-// The forward graph of the llama architecture for one batch shape.
+// The forward graph of a decoder-only transformer for one batch shape, over
+// one rank's shard: llama, qwen2 (QKV bias), qwen3 (Q/K norm) and qwen3moe
+// (mixture of experts). Partial sums meet in collective nodes: one after the
+// attention output projection, one after the FFN (for MoE after all routed
+// experts are summed).
 
 #include <cstdint>
 
@@ -42,7 +46,7 @@ struct GraphInputs {
 
 // Adds the forward pass over this rank's shard to gf; returns the logits
 // tensor [vocabulary slice, n_outputs]. reduce: nullptr for a single rank.
-ggml_tensor * build_llama_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                 const KvCache & kv, const GraphShape & shape, GraphInputs & in,
                                 const Collective * reduce);
 

@@ -1,0 +1,144 @@
+#include "plugin/decoder_graph.h"
+
+#include "plugin/hparams.h"
+#include "plugin/kv_cache.h"
+#include "plugin/weights.h"
+
+#include <cmath>
+
+#include "ggml.h"
+
+namespace llama_tp {
+
+namespace {
+
+struct Builder {
+    ggml_context * ctx;
+    const HParams & hp;
+    const ModelWeights & w;
+    const KvCache & kv;
+    const GraphShape & shape;
+    GraphInputs & in;
+    const Collective * reduce;
+    int64_t n_q;   // this rank's query heads
+    int64_t n_kv;  // this rank's KV heads
+
+    // Sums a rank's partial result across the group (a no-op for one rank).
+    ggml_tensor * all_reduce(ggml_tensor * x) const {
+        return reduce ? ggml_cluster_allreduce(ctx, x, reduce->fn, reduce->user) : x;
+    }
+
+    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * weight) const {
+        return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), weight);
+    }
+
+    ggml_tensor * rope(ggml_tensor * x) const {
+        return ggml_rope_ext(ctx, x, in.positions, w.rope_freqs, hp.n_rot, hp.rope_type, hp.rope_n_ctx_orig,
+                             hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
+                             hp.yarn_beta_fast, hp.yarn_beta_slow);
+    }
+
+    // x @ w (+ b), split into heads.
+    ggml_tensor * project_heads(ggml_tensor * x, ggml_tensor * weight, ggml_tensor * bias, int64_t n_heads) const {
+        ggml_tensor * y = ggml_mul_mat(ctx, weight, x);
+        if (bias) y = ggml_add(ctx, y, bias);
+        return ggml_reshape_3d(ctx, y, hp.head_dim, n_heads, shape.n_tokens);
+    }
+
+    // Writes this batch's keys or values into the cache and returns a view of
+    // the first `window` cells as [head_dim, window, n_kv]. The view is taken
+    // of the write's result so that it orders after it.
+    ggml_tensor * store_and_view(ggml_tensor * cache, ggml_tensor * cur) const {
+        const int64_t row = cache->ne[0];
+        ggml_tensor * stored = ggml_set_rows(ctx, cache, ggml_reshape_2d(ctx, cur, row, shape.n_tokens), in.kv_cells);
+        return ggml_view_3d(ctx, stored, hp.head_dim, shape.window, n_kv, cache->nb[1],
+                            ggml_row_size(cache->type, hp.head_dim), 0);
+    }
+
+    // This rank's heads of self-attention, projected back to n_embd: a partial sum.
+    ggml_tensor * attention(int il, ggml_tensor * cur) const {
+        const LayerWeights & l = w.layers[il];
+        ggml_tensor * q = project_heads(cur, l.wq, l.bq, n_q);
+        ggml_tensor * k = project_heads(cur, l.wk, l.bk, n_kv);
+        ggml_tensor * v = project_heads(cur, l.wv, l.bv, n_kv);
+        if (l.q_norm) q = norm(q, l.q_norm);
+        if (l.k_norm) k = norm(k, l.k_norm);
+        q = rope(q);
+        k = rope(k);
+        ggml_tensor * kview = store_and_view(kv.k(il), k);
+        ggml_tensor * vview = store_and_view(kv.v(il), v);
+        ggml_tensor * attn = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), kview, vview, in.kq_mask,
+                                                 1.0f / std::sqrt((float) hp.head_dim), 0.0f, 0.0f);
+        ggml_prec_set_acc(attn, GGML_PREC_F32);
+        return ggml_mul_mat(ctx, l.wo, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens));
+    }
+
+    // This rank's slice of the SwiGLU FFN: a partial sum.
+    ggml_tensor * dense_ffn(const LayerWeights & l, ggml_tensor * cur) const {
+        ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
+        ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
+        return ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, gate, up));
+    }
+
+    // Mixture of experts: the router is mirrored, so every rank picks the same
+    // experts; each rank runs its slice of every picked expert's width and
+    // weights it, and the routed experts are summed before the one reduction.
+    ggml_tensor * moe_ffn(const LayerWeights & l, ggml_tensor * cur) const {
+        const int64_t T = cur->ne[1], K = hp.n_expert_used;
+        ggml_tensor * probs = ggml_soft_max(ctx, ggml_mul_mat(ctx, l.ffn_router, cur));   // [n_expert, T]
+        ggml_tensor * picked = ggml_argsort_top_k(ctx, probs, (int) K);                   // [K, T]
+        ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, hp.n_expert, T), picked);
+        weights = ggml_reshape_2d(ctx, weights, K, T);
+        weights = ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));                    // normalised top-k
+        if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) {
+            weights = ggml_scale(ctx, weights, hp.expert_weights_scale);
+        }
+        ggml_tensor * x = ggml_reshape_3d(ctx, cur, cur->ne[0], 1, T);
+        ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x, picked);             // [F_r, K, T]
+        ggml_tensor * up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x, picked);
+        ggml_tensor * out = ggml_mul_mat_id(ctx, l.ffn_down_exps, ggml_swiglu_split(ctx, gate, up), picked);
+        out = ggml_mul(ctx, out, ggml_reshape_3d(ctx, weights, 1, K, T));                 // [E, K, T]
+        ggml_tensor * sum = ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], 0);
+        for (int64_t k = 1; k < K; ++k) {
+            sum = ggml_add(ctx, sum, ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], k * out->nb[1]));
+        }
+        return K == 1 ? ggml_cont(ctx, sum) : sum;
+    }
+};
+
+}  // namespace
+
+ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+                                  const KvCache & kv, const GraphShape & shape, GraphInputs & in,
+                                  const Collective * reduce) {
+    const int64_t T = shape.n_tokens;
+    in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    in.kv_cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
+    in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, shape.window, T);
+    in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
+    for (ggml_tensor * t : {in.tokens, in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
+
+    const Builder b{ctx, hp, w, kv, shape, in, reduce, w.layers[0].wq->ne[1] / hp.head_dim,
+                    kv.k(0)->ne[0] / hp.head_dim};
+    ggml_tensor * x = ggml_get_rows(ctx, w.tok_embd, in.tokens);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerWeights & l = w.layers[il];
+        ggml_tensor * cur = b.attention(il, b.norm(x, l.attn_norm));
+        if (il == hp.n_layer - 1) {
+            // Only the rows whose logits are wanted go on from here.
+            cur = ggml_get_rows(ctx, cur, in.out_rows);
+            x = ggml_get_rows(ctx, x, in.out_rows);
+        }
+        x = ggml_add(ctx, x, b.all_reduce(cur));
+        cur = b.norm(x, l.ffn_norm);
+        cur = hp.is_moe() ? b.moe_ffn(l, cur) : b.dense_ffn(l, cur);
+        x = ggml_add(ctx, x, b.all_reduce(cur));
+    }
+    ggml_tensor * logits = ggml_mul_mat(ctx, w.output, b.norm(x, w.output_norm));
+    ggml_set_output(logits);
+    ggml_build_forward_expand(gf, logits);
+    return logits;
+}
+
+}  // namespace llama_tp

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Accuracy matrix for one architecture: generates small models of several
+# weight types with llama-tp-make-model, then checks with llama-tp-compare
+#   - single device against upstream llama_decode (every type), and
+#   - tensor parallel (--tp 2, 3, 4, an uneven -ts 3,1, BF16 on the wire)
+#     against single device.
+# usage: compare_matrix.sh MAKE_MODEL COMPARE ARCH WORKDIR STORIES_MODEL
+set -uo pipefail
+make_model=$1 compare=$2 arch=$3 work=$4 stories=$5
+mkdir -p "$work"
+
+# Shapes that split 2, 3 and 4 ways: 12 query heads, FFN width in whole
+# q4_K blocks; a second llama shape with 2 KV heads makes --tp 4 replicate them.
+shape=(--n-embd 384 --n-head 12 --head-dim 32 --n-ff 1536 --n-layer 2)
+case $arch in
+    llama) shape+=(--n-head-kv 6) ;;
+    qwen2|qwen3) shape+=(--n-head-kv 6 --tied-output) ;;
+    qwen3moe) shape+=(--n-head-kv 6 --tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+esac
+
+failures=0 cases=0
+check() {  # description, compare arguments...
+    local what=$1; shift
+    cases=$((cases + 1))
+    local out
+    out=$("$compare" "$@" --json -t 2 2>"$work/stderr.log")
+    local rc=$?
+    echo "$what: $out"
+    if ((rc != 0)); then
+        failures=$((failures + 1))
+        echo "FAILED: $what" >&2
+        tail -5 "$work/stderr.log" >&2
+    fi
+}
+
+for type in f32 f16 q8_0 q4_k; do
+    model="$work/$arch-$type.gguf"
+    if ! "$make_model" --arch "$arch" --type "$type" --seed 7 "${shape[@]}" -o "$model" >/dev/null 2>"$work/make.log"; then
+        echo "FAILED: generating $model" >&2
+        cat "$work/make.log" >&2
+        exit 1
+    fi
+    check "$arch $type vs upstream" -m "$model" --reference upstream --prompts 4 --n-tokens 12
+    [[ $type == f16 ]] && continue
+    # Quantized activations (q8_K for q4_K weights) turn the reassociation of
+    # the split sums into occasional rounding flips: q4_k is held to greedy
+    # identity, 100% top-1 and mean KL <= 1e-3 rather than 1e-4.
+    # MoE routing is discontinuous: with quantized activations a flip picks
+    # another expert, so quantized MoE is checked at --tp 2 with that bound
+    # only (measured numbers for the rest are in docs/benchmarks.md).
+    bound=()
+    degrees=(2 3 4)
+    [[ $type == q4_k ]] && bound=(--max-mean-kl 1e-3)
+    if [[ $arch == qwen3moe && $type != f32 ]]; then
+        bound=(--max-mean-kl 1e-3)
+        degrees=(2)
+        [[ $type == q4_k ]] && degrees=()
+    fi
+    for tp in "${degrees[@]}"; do
+        check "$arch $type tp$tp vs tp1" -m "$model" --reference tp1 --tp $tp --prompts 3 --n-tokens 12 "${bound[@]}"
+    done
+done
+model="$work/$arch-q8_0.gguf"
+check "$arch q8_0 tp2 -ts 3,1 vs tp1" -m "$model" --reference tp1 --tp 2 -ts 3,1 --prompts 3 --n-tokens 12
+if [[ $arch == llama ]]; then
+    check "stories260K tp2 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 2 --bf16-wire --prompts 6 --n-tokens 24
+    check "stories260K tp4 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 4 --bf16-wire --prompts 6 --n-tokens 24
+fi
+check "$arch q8_0 tp2 butterfly vs tp1" -m "$model" --reference tp1 --tp 2 --allreduce butterfly --prompts 3 --n-tokens 12
+if [[ $arch == llama ]]; then
+    # 2 KV heads across 4 ranks: each rank holds the KV head its queries read.
+    "$make_model" --arch llama --type f32 --seed 3 --n-embd 384 --n-head 12 --n-head-kv 2 --head-dim 32 \
+        --n-ff 1536 --n-layer 2 -o "$work/llama-kv2.gguf" >/dev/null 2>&1
+    check "llama kv2 tp4 (replicated KV heads) vs tp1" -m "$work/llama-kv2.gguf" --reference tp1 --tp 4 --prompts 3
+fi
+rm -f "$work"/*.gguf
+echo "$arch: $((cases - failures)) passed, $failures failed"
+((failures == 0))
