@@ -112,16 +112,26 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
                                   const Collective * reduce) {
     const int64_t T = shape.n_tokens;
-    in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
     in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, shape.window, T);
     in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
-    for (ggml_tensor * t : {in.tokens, in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
+    for (ggml_tensor * t : {in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
 
     const Builder b{ctx, hp, w, kv, shape, in, reduce, w.layers[0].wq->ne[1] / hp.head_dim,
                     kv.k(0)->ne[0] / hp.head_dim};
-    ggml_tensor * x = ggml_get_rows(ctx, w.tok_embd, in.tokens);
+    ggml_tensor * x = nullptr;
+    if (reduce) {
+        in.embd_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+        in.embd_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T);
+        ggml_set_input(in.embd_rows);
+        ggml_set_input(in.embd_mask);
+        x = b.all_reduce(ggml_mul(ctx, ggml_get_rows(ctx, w.tok_embd, in.embd_rows), in.embd_mask));
+    } else {
+        in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+        ggml_set_input(in.tokens);
+        x = ggml_get_rows(ctx, w.tok_embd, in.tokens);
+    }
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & l = w.layers[il];
         ggml_tensor * cur = b.attention(il, b.norm(x, l.attn_norm));

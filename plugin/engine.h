@@ -55,6 +55,9 @@ class Engine {
     // How many times a graph was built and allocated (decode steps of an
     // unchanged shape reuse the last one).
     virtual int64_t graph_builds() const = 0;
+
+    // Device memory each rank holds: weights, KV cache, compute buffer.
+    virtual std::vector<uint64_t> rank_memory_bytes() const = 0;
 };
 
 }  // namespace llama_tp

@@ -30,6 +30,7 @@ class KvCache {
     int32_t n_cells() const { return (int32_t) cells_.size(); }
     int32_t n_seq_max() const { return n_seq_max_; }
     int32_t n_free() const;
+    size_t bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
 
     // Chooses a free cell for every batch token and records the tokens there.
     // Returns false (changing nothing) when there are not enough free cells.

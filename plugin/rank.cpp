@@ -72,11 +72,22 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
         graph_builds_++;
     }
     const int n = batch.size();
-    ggml_backend_tensor_set(inputs_.tokens, batch.tokens.data(), 0, n * sizeof(int32_t));
+    if (inputs_.tokens) ggml_backend_tensor_set(inputs_.tokens, batch.tokens.data(), 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(inputs_.positions, batch.pos.data(), 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(inputs_.kv_cells, cells.data(), 0, n * sizeof(int64_t));
     ggml_backend_tensor_set(inputs_.kq_mask, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
     ggml_backend_tensor_set(inputs_.out_rows, out_rows.data(), 0, out_rows.size() * sizeof(int32_t));
+    if (inputs_.embd_rows) {
+        std::vector<int32_t> rows(n);
+        std::vector<float> inside(n);
+        const int64_t v0 = vocab_begin_, v1 = vocab_begin_ + weights_->tok_embd->ne[1];
+        for (int i = 0; i < n; ++i) {
+            inside[i] = batch.tokens[i] >= v0 && batch.tokens[i] < v1 ? 1.0f : 0.0f;
+            rows[i] = inside[i] != 0.0f ? (int32_t) (batch.tokens[i] - v0) : 0;
+        }
+        ggml_backend_tensor_set(inputs_.embd_rows, rows.data(), 0, n * sizeof(int32_t));
+        ggml_backend_tensor_set(inputs_.embd_mask, inside.data(), 0, n * sizeof(float));
+    }
 }
 
 void Rank::compute() {
@@ -84,6 +95,10 @@ void Rank::compute() {
     if (st != GGML_STATUS_SUCCESS) {
         throw Error("rank " + std::to_string(config_.rank) + ": graph compute failed: " + ggml_status_to_string(st));
     }
+}
+
+uint64_t Rank::memory_bytes() const {
+    return weights_->total_bytes() + kv_->bytes() + ggml_gallocr_get_buffer_size(allocator_.get(), 0);
 }
 
 void Rank::gather_logits(float * logits, int32_t n_vocab) const {

@@ -57,6 +57,8 @@ class Rank {
     int64_t vocab_begin() const { return vocab_begin_; }
     uint64_t weight_bytes() const { return weights_->total_bytes(); }
     int64_t n_params() const { return weights_->n_params(); }
+    // Weights, KV cache and compute buffer of this rank.
+    uint64_t memory_bytes() const;
 
   private:
     static void allreduce_callback(void * user, void * data, size_t n, void * stream);

@@ -89,14 +89,12 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     const TensorSlice ff_cols = shard ? cols(shard->ff, 1) : TensorSlice{};
     const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
 
-    tok_embd = declare(file, "token_embd.weight", {E, V}, false);
+    // Under tensor parallelism the embedding table is split by vocabulary like
+    // the output head (a tied head then is the same shard): each rank looks up
+    // the tokens in its range and an AllReduce assembles the rows.
+    tok_embd = declare(file, "token_embd.weight", {E, V}, false, vocab_rows);
     output_norm = declare(file, "output_norm.weight", {E}, false);
-    const bool tied = !file.find_tensor("output.weight");
-    if (!tied || shard) {
-        // A sharded tied head is its own vocabulary slice of the embedding table.
-        output = declare(file, tied ? "token_embd.weight" : "output.weight", {E, V}, true, vocab_rows);
-        ggml_set_name(output, "output.weight");
-    }
+    if (file.find_tensor("output.weight")) output = declare(file, "output.weight", {E, V}, true, vocab_rows);
     rope_freqs = declare(file, "rope_freqs.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
     layers.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {

@@ -4,8 +4,11 @@
 // per graph compute, every compute.
 
 #include "ggml-ext/collective.h"
+#include "ggml-ext/meta_executor.h"
 
 #include <condition_variable>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -92,6 +95,75 @@ void build(RankGraph & r, RankCall & call, int n_threads) {
     ggml_build_forward_expand(r.gf, r.out);
     r.alloc.reset(ggml_gallocr_new(ggml_backend_cpu_buffer_type()));
     ASSERT_TRUE(ggml_gallocr_alloc_graph(r.alloc.get(), r.gf));
+}
+
+using ComputeFn = std::function<ggml_status(int rank)>;
+
+// Runs kComputes steps on both ranks and checks every contract of the node.
+void check_steps(RankGraph * graphs, RankCall * calls, const ComputeFn & compute) {
+    const int kComputes = 5;
+    for (int step = 1; step <= kComputes; ++step) {
+        std::vector<std::thread> threads;
+        for (int r = 0; r < kRanks; ++r) {
+            threads.emplace_back([&, r] {
+                std::vector<float> x(kN);
+                for (int i = 0; i < kN; ++i) x[i] = (float) (i + 1000 * r + step);
+                ggml_backend_tensor_set(graphs[r].x, x.data(), 0, sizeof(float) * kN);
+                ASSERT_EQ(compute(r), GGML_STATUS_SUCCESS);
+            });
+        }
+        for (auto & t : threads) t.join();
+
+        for (int r = 0; r < kRanks; ++r) {
+            EXPECT_EQ(calls[r].calls, step) << "exactly one call per compute";
+            EXPECT_EQ(calls[r].seen_n, (size_t) kN);
+            EXPECT_EQ(calls[r].seen_data, graphs[r].reduced->data) << "the node's own storage";
+            // The producer ran before the callback: it saw 2x the input.
+            EXPECT_FLOAT_EQ(calls[r].seen_values[7], 2.0f * (float) (7 + 1000 * r + step));
+            // The consumer ran after: it saw the sum across ranks.
+            std::vector<float> out(kN);
+            ggml_backend_tensor_get(graphs[r].out, out.data(), 0, sizeof(float) * kN);
+            for (int i : {0, 7, kN - 1}) {
+                const float expected = 2.0f * (float) (i + step) + 2.0f * (float) (i + 1000 + step) + 1.0f;
+                EXPECT_FLOAT_EQ(out[i], expected);
+            }
+        }
+    }
+}
+
+void setup(StandInGroup & group, RankCall * calls, RankGraph * graphs) {
+    for (int r = 0; r < kRanks; ++r) {
+        calls[r].group = &group;
+        calls[r].rank = r;
+        build(graphs[r], calls[r], 2);
+    }
+}
+
+TEST(CollectiveNode, SegmentedExecutionKeepsTheContractAndCachesTheSplit) {
+    StandInGroup group;
+    RankCall calls[kRanks];
+    RankGraph graphs[kRanks];
+    setup(group, calls, graphs);
+    std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
+    for (int r = 0; r < kRanks; ++r) {
+        executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(), /*force_segments =*/true));
+    }
+    check_steps(graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); });
+    for (int r = 0; r < kRanks; ++r) {
+        EXPECT_EQ(executors[r]->splits_built(), 1) << "the split is built once and reused";
+        EXPECT_EQ(executors[r]->n_segments(), 2u);
+    }
+}
+
+TEST(CollectiveNode, InGraphOnTheCpuBackend) {
+    StandInGroup group;
+    RankCall calls[kRanks];
+    RankGraph graphs[kRanks];
+    setup(group, calls, graphs);
+    std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
+    for (int r = 0; r < kRanks; ++r) executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get()));
+    check_steps(graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); });
+    EXPECT_EQ(executors[0]->splits_built(), 0) << "the CPU backend runs the node in-graph: nothing to split";
 }
 
 TEST(CollectiveNode, RunsBetweenProducerAndConsumerOncePerCompute) {

@@ -124,3 +124,58 @@ TEST(Engine, LogitsOfRowsNotAskedForAreAnError) {
 
 }  // namespace
 }  // namespace llama_tp
+
+namespace llama_tp {
+namespace {
+
+TEST(TensorParallelEngine, DecodeStepsReuseEachRanksGraphAndMatchOneDevice) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_ctx = 256;
+    o.n_threads = 2;
+    auto one = Engine::load(o);
+    o.tp = 2;
+    auto two = Engine::load(o);
+    EXPECT_EQ(two->info().tp, 2);
+    EXPECT_EQ(two->info().allreduce, "cpu");
+
+    const auto p = one->tokenizer().tokenize("Once upon a time there was", true, false);
+    Batch b;
+    for (size_t i = 0; i < p.size(); ++i) b.add(p[i], (int) i, 0, i + 1 == p.size());
+    one->decode(b);
+    two->decode(b);
+    int32_t pos = (int32_t) p.size();
+    int64_t builds = -1;
+    for (int step = 0; step < 12; ++step) {
+        const int row = step == 0 ? b.size() - 1 : 0;
+        EXPECT_LT(max_abs_diff(std::vector<float>(one->logits(row), one->logits(row) + 512),
+                               std::vector<float>(two->logits(row), two->logits(row) + 512)),
+                  5e-3f);  // raw logits of magnitude ~10; the compare tool judges probabilities
+        const int32_t tok = (int32_t) (std::max_element(one->logits(row), one->logits(row) + 512) - one->logits(row));
+        b.clear();
+        b.add(tok, pos++, 0, true);
+        one->decode(b);
+        two->decode(b);
+        if (step == 1) builds = two->graph_builds();
+    }
+    EXPECT_EQ(two->graph_builds(), builds) << "steady-state decode builds nothing";
+}
+
+TEST(TensorParallelEngine, RefusesASplitTheModelCannotTake) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_ctx = 64;
+    o.tp = 16;  // 8 heads
+    try {
+        Engine::load(o);
+        FAIL() << "loaded";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("cannot split"), std::string::npos) << e.what();
+    }
+    o.tp = 2;
+    o.tensor_split = {1, 1, 1};
+    EXPECT_THROW(Engine::load(o), Error);
+}
+
+}  // namespace
+}  // namespace llama_tp

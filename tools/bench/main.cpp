@@ -168,6 +168,10 @@ int run(const Options & o) {
                     utg > 0 ? tg / utg : 0.0);
         std::printf(", \"upstream_roofline_fraction\": %.3f", bw > 0 ? utg * bytes_per_token / bw : 0.0);
     }
+    std::printf(", \"rank_memory_mib\": [");
+    const std::vector<uint64_t> mem = ours->rank_memory_bytes();
+    for (size_t r = 0; r < mem.size(); ++r) std::printf("%s%.1f", r ? ", " : "", mem[r] / 1048576.0);
+    std::printf("]");
     std::printf(", \"decode_bytes_per_token\": %.0f, \"memory_bandwidth_gb_s\": %.2f, \"roofline_fraction\": %.3f}\n",
                 bytes_per_token, bw / 1e9, roofline);
     return 0;

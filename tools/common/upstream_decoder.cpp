@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "ggml-cpu.h"
 #include "llama.h"
 
 namespace llama_tp {
@@ -32,11 +33,17 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
         llama_model_free(model_);
         throw Error("upstream libllama could not create a context for '" + o.model_path + "'");
     }
+    // A persistent thread pool, as llama-bench and llama-server use (upstream's
+    // best setting): without one every decode step starts its threads anew.
+    ggml_threadpool_params tpp = ggml_threadpool_params_default(threads);
+    threadpool_ = ggml_threadpool_new(&tpp);
+    if (threadpool_) llama_attach_threadpool(ctx_, threadpool_, threadpool_);
 }
 
 UpstreamDecoder::~UpstreamDecoder() {
     llama_free(ctx_);
     llama_model_free(model_);
+    if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
 void UpstreamDecoder::decode(const Batch & b) {

@@ -10,6 +10,7 @@
 
 struct llama_model;
 struct llama_context;
+struct ggml_threadpool;
 
 namespace llama_tp {
 
@@ -37,6 +38,7 @@ class UpstreamDecoder {
   private:
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;
+    ggml_threadpool * threadpool_ = nullptr;
 };
 
 }  // namespace llama_tp
