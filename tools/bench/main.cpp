@@ -136,15 +136,25 @@ int run(const Options & o) {
         up = std::make_unique<UpstreamDecoder>(uo);
     }
 
+    // A/B alternation with the order swapped every repetition, so that
+    // neither side always runs with the caches and clocks the other left.
     Figures f;
+    auto run_ours = [&] {
+        if (o.n_prompt > 0) f.ours_pp.push_back(o.n_prompt / time_prefill(*ours, o.n_prompt, o.n_batch, n_vocab));
+        if (o.n_gen > 0) f.ours_tg.push_back(o.n_gen / time_decode(*ours, o.n_gen, n_vocab));
+    };
+    auto run_upstream = [&] {
+        if (!up) return;
+        if (o.n_prompt > 0) f.up_pp.push_back(o.n_prompt / time_prefill(*up, o.n_prompt, o.n_batch, n_vocab));
+        if (o.n_gen > 0) f.up_tg.push_back(o.n_gen / time_decode(*up, o.n_gen, n_vocab));
+    };
     for (int r = 0; r < o.reps; ++r) {
-        if (o.n_prompt > 0) {
-            f.ours_pp.push_back(o.n_prompt / time_prefill(*ours, o.n_prompt, o.n_batch, n_vocab));
-            if (up) f.up_pp.push_back(o.n_prompt / time_prefill(*up, o.n_prompt, o.n_batch, n_vocab));
-        }
-        if (o.n_gen > 0) {
-            f.ours_tg.push_back(o.n_gen / time_decode(*ours, o.n_gen, n_vocab));
-            if (up) f.up_tg.push_back(o.n_gen / time_decode(*up, o.n_gen, n_vocab));
+        if (r % 2 == 0) {
+            run_ours();
+            run_upstream();
+        } else {
+            run_upstream();
+            run_ours();
         }
     }
 
