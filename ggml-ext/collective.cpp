@@ -51,5 +51,4 @@ bool ggml_cluster_allreduce_info(const ggml_tensor * node, ggml_cluster_allreduc
     if (user) *user = call->user;
     return true;
 }
-
 }

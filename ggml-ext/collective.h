@@ -24,5 +24,4 @@ struct ggml_tensor * ggml_cluster_allreduce(struct ggml_context * ctx, struct gg
 
 // Whether node is a collective node; if so, fills fn and user.
 bool ggml_cluster_allreduce_info(const struct ggml_tensor * node, ggml_cluster_allreduce_fn * fn, void ** user);
-
 }

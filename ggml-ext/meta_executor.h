@@ -28,8 +28,8 @@ class MetaExecutor {
 
   private:
     struct Segment {
-        ggml_cgraph * graph = nullptr;         // nodes before the collective (may be empty)
-        ggml_tensor * collective = nullptr;    // nullptr for the tail segment
+        ggml_cgraph * graph = nullptr;       // nodes before the collective (may be empty)
+        ggml_tensor * collective = nullptr;  // nullptr for the tail segment
     };
     bool runs_in_graph(ggml_cgraph * gf) const;
     void split(ggml_cgraph * gf);

@@ -85,19 +85,19 @@ struct Builder {
     // weights it, and the routed experts are summed before the one reduction.
     ggml_tensor * moe_ffn(const LayerWeights & l, ggml_tensor * cur) const {
         const int64_t T = cur->ne[1], K = hp.n_expert_used;
-        ggml_tensor * probs = ggml_soft_max(ctx, ggml_mul_mat(ctx, l.ffn_router, cur));   // [n_expert, T]
-        ggml_tensor * picked = ggml_argsort_top_k(ctx, probs, (int) K);                   // [K, T]
+        ggml_tensor * probs = ggml_soft_max(ctx, ggml_mul_mat(ctx, l.ffn_router, cur));  // [n_expert, T]
+        ggml_tensor * picked = ggml_argsort_top_k(ctx, probs, (int) K);                  // [K, T]
         ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, hp.n_expert, T), picked);
         weights = ggml_reshape_2d(ctx, weights, K, T);
-        weights = ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));                    // normalised top-k
+        weights = ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));  // normalised top-k
         if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) {
             weights = ggml_scale(ctx, weights, hp.expert_weights_scale);
         }
         ggml_tensor * x = ggml_reshape_3d(ctx, cur, cur->ne[0], 1, T);
-        ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x, picked);             // [F_r, K, T]
+        ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x, picked);  // [F_r, K, T]
         ggml_tensor * up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x, picked);
         ggml_tensor * out = ggml_mul_mat_id(ctx, l.ffn_down_exps, ggml_swiglu_split(ctx, gate, up), picked);
-        out = ggml_mul(ctx, out, ggml_reshape_3d(ctx, weights, 1, K, T));                 // [E, K, T]
+        out = ggml_mul(ctx, out, ggml_reshape_3d(ctx, weights, 1, K, T));  // [E, K, T]
         ggml_tensor * sum = ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], 0);
         for (int64_t k = 1; k < K; ++k) {
             sum = ggml_add(ctx, sum, ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], k * out->nb[1]));
@@ -118,8 +118,8 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
     for (ggml_tensor * t : {in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
 
-    const Builder b{ctx, hp, w, kv, shape, in, reduce, w.layers[0].wq->ne[1] / hp.head_dim,
-                    kv.k(0)->ne[0] / hp.head_dim};
+    const Builder b{
+        ctx, hp, w, kv, shape, in, reduce, w.layers[0].wq->ne[1] / hp.head_dim, kv.k(0)->ne[0] / hp.head_dim};
     ggml_tensor * x = nullptr;
     if (reduce) {
         in.embd_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);

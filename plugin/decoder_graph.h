@@ -37,11 +37,11 @@ struct GraphShape {
 
 // Tensors the caller fills before each compute.
 struct GraphInputs {
-    ggml_tensor * tokens = nullptr;    // I32 [n_tokens] (single rank)
-    ggml_tensor * positions = nullptr; // I32 [n_tokens]
-    ggml_tensor * kv_cells = nullptr;  // I64 [n_tokens]: cache row each token is written to
-    ggml_tensor * kq_mask = nullptr;   // F16 [window, n_tokens]
-    ggml_tensor * out_rows = nullptr;  // I32 [n_outputs]: batch rows whose logits are wanted
+    ggml_tensor * tokens = nullptr;     // I32 [n_tokens] (single rank)
+    ggml_tensor * positions = nullptr;  // I32 [n_tokens]
+    ggml_tensor * kv_cells = nullptr;   // I64 [n_tokens]: cache row each token is written to
+    ggml_tensor * kq_mask = nullptr;    // F16 [window, n_tokens]
+    ggml_tensor * out_rows = nullptr;   // I32 [n_outputs]: batch rows whose logits are wanted
     // Tensor parallel only: each token's row in this rank's embedding slice
     // (0 when outside it) and 1/0 for inside/outside.
     ggml_tensor * embd_rows = nullptr;  // I32 [n_tokens]
@@ -51,7 +51,7 @@ struct GraphInputs {
 // Adds the forward pass over this rank's shard to gf; returns the logits
 // tensor [vocabulary slice, n_outputs]. reduce: nullptr for a single rank.
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
-                                const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                const Collective * reduce);
+                                  const KvCache & kv, const GraphShape & shape, GraphInputs & in,
+                                  const Collective * reduce);
 
 }  // namespace llama_tp

@@ -16,11 +16,11 @@ class Tokenizer;
 
 struct EngineOptions {
     std::string model_path;
-    int32_t n_ctx = 4096;    // KV cells, shared by all sequences; 0: the model's training context
-    int32_t n_seq_max = 1;   // sequences (server slots) that can be live at once
-    int32_t n_batch = 512;   // most tokens one decode() call accepts
-    int32_t n_threads = 0;   // 0: all cores
-    bool progress = true;    // load progress on stderr for large files
+    int32_t n_ctx = 4096;   // KV cells, shared by all sequences; 0: the model's training context
+    int32_t n_seq_max = 1;  // sequences (server slots) that can be live at once
+    int32_t n_batch = 512;  // most tokens one decode() call accepts
+    int32_t n_threads = 0;  // 0: all cores
+    bool progress = true;   // load progress on stderr for large files
 
     // Tensor parallelism.
     int32_t tp = 1;

@@ -17,8 +17,12 @@ namespace llama_tp {
 GgufFile::Fd::~Fd() {
     if (fd >= 0) ::close(fd);
 }
-void GgufFile::GgufDeleter::operator()(gguf_context * ctx) const { gguf_free(ctx); }
-void GgufFile::GgmlDeleter::operator()(ggml_context * ctx) const { ggml_free(ctx); }
+void GgufFile::GgufDeleter::operator()(gguf_context * ctx) const {
+    gguf_free(ctx);
+}
+void GgufFile::GgmlDeleter::operator()(ggml_context * ctx) const {
+    ggml_free(ctx);
+}
 
 GgufFile::GgufFile(const std::string & path) : path_(path) {
     fd_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -43,15 +47,20 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
         const ggml_tensor * t = tensor_at(i);
         const uint64_t end = tensor_offset(t) + ggml_nbytes(t);
         if (end > file_size_) {
-            throw Error("model file '" + path + "' is truncated: tensor '" + std::string(ggml_get_name(t)) + "' ends at byte " +
-                        std::to_string(end) + " but the file has " + std::to_string(file_size_) + " bytes");
+            throw Error("model file '" + path + "' is truncated: tensor '" + std::string(ggml_get_name(t)) +
+                        "' ends at byte " + std::to_string(end) + " but the file has " + std::to_string(file_size_) +
+                        " bytes");
         }
     }
 }
 
-int64_t GgufFile::key_id(const std::string & key) const { return gguf_find_key(gguf_.get(), key.c_str()); }
+int64_t GgufFile::key_id(const std::string & key) const {
+    return gguf_find_key(gguf_.get(), key.c_str());
+}
 
-bool GgufFile::has_key(const std::string & key) const { return key_id(key) >= 0; }
+bool GgufFile::has_key(const std::string & key) const {
+    return key_id(key) >= 0;
+}
 
 std::string GgufFile::get_string(const std::string & key) const {
     const int64_t id = key_id(key);
@@ -70,16 +79,25 @@ int64_t GgufFile::get_int(const std::string & key) const {
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path_ + "' has no metadata key '" + key + "'");
     switch (gguf_get_kv_type(gguf_.get(), id)) {
-        case GGUF_TYPE_UINT8: return gguf_get_val_u8(gguf_.get(), id);
-        case GGUF_TYPE_INT8: return gguf_get_val_i8(gguf_.get(), id);
-        case GGUF_TYPE_UINT16: return gguf_get_val_u16(gguf_.get(), id);
-        case GGUF_TYPE_INT16: return gguf_get_val_i16(gguf_.get(), id);
-        case GGUF_TYPE_UINT32: return gguf_get_val_u32(gguf_.get(), id);
-        case GGUF_TYPE_INT32: return gguf_get_val_i32(gguf_.get(), id);
-        case GGUF_TYPE_UINT64: return (int64_t) gguf_get_val_u64(gguf_.get(), id);
-        case GGUF_TYPE_INT64: return gguf_get_val_i64(gguf_.get(), id);
+        case GGUF_TYPE_UINT8:
+            return gguf_get_val_u8(gguf_.get(), id);
+        case GGUF_TYPE_INT8:
+            return gguf_get_val_i8(gguf_.get(), id);
+        case GGUF_TYPE_UINT16:
+            return gguf_get_val_u16(gguf_.get(), id);
+        case GGUF_TYPE_INT16:
+            return gguf_get_val_i16(gguf_.get(), id);
+        case GGUF_TYPE_UINT32:
+            return gguf_get_val_u32(gguf_.get(), id);
+        case GGUF_TYPE_INT32:
+            return gguf_get_val_i32(gguf_.get(), id);
+        case GGUF_TYPE_UINT64:
+            return (int64_t) gguf_get_val_u64(gguf_.get(), id);
+        case GGUF_TYPE_INT64:
+            return gguf_get_val_i64(gguf_.get(), id);
         default:
-            throw Error("model file '" + path_ + "': metadata key '" + key + "' is not an integer (per-layer arrays are not supported)");
+            throw Error("model file '" + path_ + "': metadata key '" + key +
+                        "' is not an integer (per-layer arrays are not supported)");
     }
 }
 
@@ -91,9 +109,12 @@ double GgufFile::get_float(const std::string & key) const {
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path_ + "' has no metadata key '" + key + "'");
     switch (gguf_get_kv_type(gguf_.get(), id)) {
-        case GGUF_TYPE_FLOAT32: return gguf_get_val_f32(gguf_.get(), id);
-        case GGUF_TYPE_FLOAT64: return gguf_get_val_f64(gguf_.get(), id);
-        default: return (double) get_int(key);
+        case GGUF_TYPE_FLOAT32:
+            return gguf_get_val_f32(gguf_.get(), id);
+        case GGUF_TYPE_FLOAT64:
+            return gguf_get_val_f64(gguf_.get(), id);
+        default:
+            return (double) get_int(key);
     }
 }
 
@@ -105,7 +126,9 @@ const ggml_tensor * GgufFile::find_tensor(const std::string & name) const {
     return ggml_get_tensor(meta_.get(), name.c_str());
 }
 
-int64_t GgufFile::n_tensors() const { return gguf_get_n_tensors(gguf_.get()); }
+int64_t GgufFile::n_tensors() const {
+    return gguf_get_n_tensors(gguf_.get());
+}
 
 const ggml_tensor * GgufFile::tensor_at(int64_t i) const {
     return ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
@@ -122,8 +145,8 @@ void GgufFile::read(uint64_t offset, void * dst, size_t n) const {
         const ssize_t got = ::pread(fd_.fd, out, n, (off_t) offset);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
-            throw Error("reading model file '" + path_ + "' at byte " + std::to_string(offset) + " failed: " +
-                        (got == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
+            throw Error("reading model file '" + path_ + "' at byte " + std::to_string(offset) +
+                        " failed: " + (got == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
         }
         out += got;
         offset += (uint64_t) got;

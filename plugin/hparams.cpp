@@ -19,7 +19,8 @@ Arch parse_arch(const GgufFile & file, const std::string & name) {
 }
 
 void require_positive(const GgufFile & file, const char * what, int64_t v) {
-    if (v <= 0) throw Error("model file '" + file.path() + "': " + what + " must be positive, got " + std::to_string(v));
+    if (v <= 0)
+        throw Error("model file '" + file.path() + "': " + what + " must be positive, got " + std::to_string(v));
 }
 
 void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {

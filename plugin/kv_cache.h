@@ -20,8 +20,7 @@ namespace llama_tp {
 class KvCache {
   public:
     // n_head_kv: the KV heads this cache stores (a rank's share under tensor parallelism).
-    KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max,
-            ggml_backend_buffer_type_t buft);
+    KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, ggml_backend_buffer_type_t buft);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 

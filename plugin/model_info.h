@@ -19,8 +19,8 @@ struct ModelInfo {
     int64_t n_params = 0;
     uint64_t weight_bytes = 0;  // all ranks together
     int32_t tp = 1;
-    std::string allreduce;      // engine name
-    std::string shard_plan;     // what each rank holds
+    std::string allreduce;   // engine name
+    std::string shard_plan;  // what each rank holds
 };
 
 }  // namespace llama_tp

@@ -64,7 +64,7 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
         shape_ = shape;
         const Collective reduce{allreduce_callback, this};
         logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
-                                    config_.n_ranks > 1 ? &reduce : nullptr);
+                                      config_.n_ranks > 1 ? &reduce : nullptr);
         if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
             graph_ = nullptr;
             throw Error("out of memory allocating the compute buffer of rank " + std::to_string(config_.rank));

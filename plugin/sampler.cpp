@@ -47,7 +47,9 @@ Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p) : n_voca
     llama_sampler_chain_add(chain_, llama_sampler_init_dist(p.seed));
 }
 
-Sampler::~Sampler() { llama_sampler_free(chain_); }
+Sampler::~Sampler() {
+    llama_sampler_free(chain_);
+}
 
 int32_t Sampler::sample(const float * logits) {
     std::vector<llama_token_data> cand(n_vocab_);
@@ -63,7 +65,9 @@ int32_t Sampler::sample(const float * logits) {
     return token;
 }
 
-void Sampler::accept(int32_t token) { llama_sampler_accept(chain_, token); }
+void Sampler::accept(int32_t token) {
+    llama_sampler_accept(chain_, token);
+}
 
 std::vector<TokenProb> Sampler::top_logprobs(const float * logits, int n) const {
     n = std::max(0, std::min(n, n_vocab_));

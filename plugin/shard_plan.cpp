@@ -37,7 +37,8 @@ std::vector<ShardRange> plan_or_explain(int64_t extent, int64_t granularity, con
 
 }  // namespace
 
-ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights_in) {
+ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks,
+                          const std::vector<float> & weights_in) {
     if (n_ranks < 1) throw Error("the tensor-parallel degree must be at least 1");
     std::vector<float> weights = weights_in;
     if (weights.empty()) weights.assign(n_ranks, 1.0f);

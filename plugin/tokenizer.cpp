@@ -42,7 +42,9 @@ Tokenizer::Tokenizer(const std::string & gguf_path) {
     vocab_ = llama_model_get_vocab(model_);
 }
 
-Tokenizer::~Tokenizer() { llama_model_free(model_); }
+Tokenizer::~Tokenizer() {
+    llama_model_free(model_);
+}
 
 std::vector<int32_t> Tokenizer::tokenize(const std::string & text, bool add_special, bool parse_special) const {
     std::vector<int32_t> out(text.size() + 2);
@@ -80,11 +82,21 @@ std::string Tokenizer::detokenize(const std::vector<int32_t> & tokens, bool spec
     return out;
 }
 
-int32_t Tokenizer::n_vocab() const { return llama_vocab_n_tokens(vocab_); }
-int32_t Tokenizer::bos() const { return llama_vocab_bos(vocab_); }
-int32_t Tokenizer::eos() const { return llama_vocab_eos(vocab_); }
-bool Tokenizer::add_bos() const { return llama_vocab_get_add_bos(vocab_); }
-bool Tokenizer::is_eog(int32_t token) const { return llama_vocab_is_eog(vocab_, token); }
+int32_t Tokenizer::n_vocab() const {
+    return llama_vocab_n_tokens(vocab_);
+}
+int32_t Tokenizer::bos() const {
+    return llama_vocab_bos(vocab_);
+}
+int32_t Tokenizer::eos() const {
+    return llama_vocab_eos(vocab_);
+}
+bool Tokenizer::add_bos() const {
+    return llama_vocab_get_add_bos(vocab_);
+}
+bool Tokenizer::is_eog(int32_t token) const {
+    return llama_vocab_is_eog(vocab_, token);
+}
 
 std::string Tokenizer::chat_template() const {
     const char * tmpl = llama_model_chat_template(model_, nullptr);

@@ -32,8 +32,8 @@ ggml_context * new_meta_context(size_t n_tensors) {
 // The CPU device's first extra buffer type (weight repacking), if any.
 ggml_backend_buffer_type_t find_repack_buft(ggml_backend_dev_t device) {
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(device);
-    auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
-        reg, "ggml_backend_dev_get_extra_bufts");
+    auto get_extra =
+        (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
     if (!get_extra) return nullptr;
     ggml_backend_buffer_type_t * bufts = get_extra(device);
     return (bufts && bufts[0]) ? bufts[0] : nullptr;
@@ -200,7 +200,9 @@ void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const Sou
     uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : (staging.resize(n), staging.data());
     const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
     switch (src.slice.axis) {
-        case TensorSlice::Whole: file.read(offset, dst, n); break;
+        case TensorSlice::Whole:
+            file.read(offset, dst, n);
+            break;
         case TensorSlice::Rows: {
             // One contiguous range per 2D slab (per expert for stacked experts).
             const size_t local_slab = (size_t) t->ne[1] * file_row;
@@ -214,7 +216,8 @@ void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const Sou
             const size_t skip = ggml_row_size(desc->type, src.slice.begin);
             const size_t local_row = ggml_row_size(desc->type, t->ne[0]);
             const int64_t n_rows = ggml_nrows(t);
-            for (int64_t r = 0; r < n_rows; ++r) file.read(offset + r * file_row + skip, dst + r * local_row, local_row);
+            for (int64_t r = 0; r < n_rows; ++r)
+                file.read(offset + r * file_row + skip, dst + r * local_row, local_row);
             break;
         }
     }

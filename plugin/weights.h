@@ -71,8 +71,8 @@ class ModelWeights {
     int64_t n_params() const { return n_params_; }
 
   private:
-    ggml_tensor * declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
-                          bool matrix, TensorSlice slice = {}, bool required = true);
+    ggml_tensor * declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape, bool matrix,
+                          TensorSlice slice = {}, bool required = true);
     void allocate_and_read(const GgufFile & file, bool progress);
     struct Source {
         std::string name;  // tensor in the file

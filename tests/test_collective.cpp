@@ -87,9 +87,9 @@ void build(RankGraph & r, RankCall & call, int n_threads) {
     ggml_context * ctx = r.ctx.get();
     r.x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, kN);
     ggml_set_input(r.x);
-    ggml_tensor * produced = ggml_scale(ctx, r.x, 2.0f);          // producer
+    ggml_tensor * produced = ggml_scale(ctx, r.x, 2.0f);  // producer
     r.reduced = ggml_cluster_allreduce(ctx, produced, stand_in_allreduce, &call);
-    r.out = ggml_scale_bias(ctx, r.reduced, 1.0f, 1.0f);           // consumer
+    r.out = ggml_scale_bias(ctx, r.reduced, 1.0f, 1.0f);  // consumer
     ggml_set_output(r.out);
     r.gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(r.gf, r.out);
@@ -146,7 +146,8 @@ TEST(CollectiveNode, SegmentedExecutionKeepsTheContractAndCachesTheSplit) {
     setup(group, calls, graphs);
     std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
     for (int r = 0; r < kRanks; ++r) {
-        executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(), /*force_segments =*/true));
+        executors.push_back(
+            std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(), /*force_segments =*/true));
     }
     check_steps(graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); });
     for (int r = 0; r < kRanks; ++r) {
@@ -161,7 +162,8 @@ TEST(CollectiveNode, InGraphOnTheCpuBackend) {
     RankGraph graphs[kRanks];
     setup(group, calls, graphs);
     std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
-    for (int r = 0; r < kRanks; ++r) executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get()));
+    for (int r = 0; r < kRanks; ++r)
+        executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get()));
     check_steps(graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); });
     EXPECT_EQ(executors[0]->splits_built(), 0) << "the CPU backend runs the node in-graph: nothing to split";
 }
@@ -169,12 +171,8 @@ TEST(CollectiveNode, InGraphOnTheCpuBackend) {
 TEST(CollectiveNode, RunsBetweenProducerAndConsumerOncePerCompute) {
     StandInGroup group;
     RankCall calls[kRanks];
-    for (int r = 0; r < kRanks; ++r) {
-        calls[r].group = &group;
-        calls[r].rank = r;
-    }
     RankGraph graphs[kRanks];
-    for (int r = 0; r < kRanks; ++r) build(graphs[r], calls[r], 2);
+    setup(group, calls, graphs);
 
     ggml_cluster_allreduce_fn fn = nullptr;
     void * user = nullptr;
@@ -183,34 +181,8 @@ TEST(CollectiveNode, RunsBetweenProducerAndConsumerOncePerCompute) {
     EXPECT_EQ(user, &calls[0]);
     EXPECT_FALSE(ggml_cluster_allreduce_info(graphs[0].out, nullptr, nullptr));
 
-    const int kComputes = 5;
-    for (int step = 1; step <= kComputes; ++step) {
-        std::vector<std::thread> threads;
-        for (int r = 0; r < kRanks; ++r) {
-            threads.emplace_back([&, r] {
-                std::vector<float> x(kN);
-                for (int i = 0; i < kN; ++i) x[i] = (float) (i + 1000 * r + step);
-                ggml_backend_tensor_set(graphs[r].x, x.data(), 0, sizeof(float) * kN);
-                ASSERT_EQ(ggml_backend_graph_compute(graphs[r].backend.get(), graphs[r].gf), GGML_STATUS_SUCCESS);
-            });
-        }
-        for (auto & t : threads) t.join();
-
-        for (int r = 0; r < kRanks; ++r) {
-            EXPECT_EQ(calls[r].calls, step) << "exactly one call per compute";
-            EXPECT_EQ(calls[r].seen_n, (size_t) kN);
-            EXPECT_EQ(calls[r].seen_data, graphs[r].reduced->data) << "the node's own storage";
-            // The producer ran before the callback: it saw 2x the input.
-            EXPECT_FLOAT_EQ(calls[r].seen_values[7], 2.0f * (float) (7 + 1000 * r + step));
-            // The consumer ran after: it saw the sum across ranks.
-            std::vector<float> out(kN);
-            ggml_backend_tensor_get(graphs[r].out, out.data(), 0, sizeof(float) * kN);
-            for (int i : {0, 7, kN - 1}) {
-                const float expected = 2.0f * (float) (i + step) + 2.0f * (float) (i + 1000 + step) + 1.0f;
-                EXPECT_FLOAT_EQ(out[i], expected);
-            }
-        }
-    }
+    check_steps(graphs, calls,
+                [&](int r) { return ggml_backend_graph_compute(graphs[r].backend.get(), graphs[r].gf); });
 }
 
 }  // namespace

@@ -65,8 +65,8 @@ TEST(Engine, DecodeStepsOfOneShapeReuseTheGraph) {
     for (size_t i = 0; i < p.size(); ++i) b.add(p[i], (int) i, 0, i + 1 == p.size());
     e->decode(b);
     int32_t pos = (int32_t) p.size();
-    int32_t tok = (int32_t) (std::max_element(e->logits(b.size() - 1), e->logits(b.size() - 1) + 512) -
-                             e->logits(b.size() - 1));
+    int32_t tok =
+        (int32_t) (std::max_element(e->logits(b.size() - 1), e->logits(b.size() - 1) + 512) - e->logits(b.size() - 1));
     b.clear();
     b.add(tok, pos++, 0, true);
     e->decode(b);

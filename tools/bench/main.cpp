@@ -6,6 +6,7 @@
 #include "plugin/engine.h"
 #include "plugin/error.h"
 #include "tools/common/args.h"
+#include "tools/common/engine_flags.h"
 #include "tools/common/memory_bandwidth.h"
 #include "tools/common/upstream_decoder.h"
 
@@ -20,27 +21,21 @@
 namespace llama_tp {
 namespace {
 
-const char * kUsage =
-    "usage: llama-tp-bench -m FILE [options]\n"
-    "  -m, --model FILE    GGUF model\n"
-    "  -t, --threads N     threads (default: all cores)\n"
-    "  -p N                prompt tokens for the prefill figure (default 512; 0: skip)\n"
-    "  -n N                tokens for the decode figure (default 128; 0: skip)\n"
-    "  -b, --batch-size N  prefill chunk (default 512)\n"
-    "  -r, --repetitions N runs per figure, median reported (default 3)\n"
-    "  --vs-upstream       also run upstream llama_decode, alternating, and print ratios\n"
-    "  --tp N, -ts a,b     tensor parallelism (when available)\n"
-    "  --json              print one JSON object\n";
+const std::string kUsage = std::string("usage: llama-tp-bench -m FILE [options]\n") + EngineFlags::kUsage +
+                           "  -p N                      prompt tokens for the prefill figure (default 512; 0: skip)\n"
+                           "  -n N                      tokens for the decode figure (default 128; 0: skip)\n"
+                           "  -b, --batch-size N        prefill chunk (default 512)\n"
+                           "  -r, --repetitions N       runs per figure, median reported (default 3)\n"
+                           "  --vs-upstream             also run upstream llama_decode (order swapped every\n"
+                           "                            repetition) and print ratios\n"
+                           "  --json                    print one JSON object\n";
 
 struct Options {
-    std::string model;
-    int threads = 0;
+    EngineFlags engine;
     int n_prompt = 512;
     int n_gen = 128;
     int n_batch = 512;
     int reps = 3;
-    int tp = 1;
-    std::vector<float> split;
     bool vs_upstream = false;
     bool json = false;
 };
@@ -50,20 +45,25 @@ Options parse(int argc, char ** argv) {
     ArgReader a(argc, argv, kUsage);
     while (!a.done()) {
         const std::string f = a.next();
-        if (f == "-m" || f == "--model") o.model = a.value(f);
-        else if (f == "-t" || f == "--threads") o.threads = (int) a.integer(f, 0, 1024);
-        else if (f == "-p") o.n_prompt = (int) a.integer(f, 0, 1 << 16);
-        else if (f == "-n") o.n_gen = (int) a.integer(f, 0, 1 << 16);
-        else if (f == "-b" || f == "--batch-size") o.n_batch = (int) a.integer(f, 1, 1 << 16);
-        else if (f == "-r" || f == "--repetitions") o.reps = (int) a.integer(f, 1, 100);
-        else if (f == "--tp") o.tp = (int) a.integer(f, 1, 64);
-        else if (f == "-ts" || f == "--tensor-split") o.split = a.reals(f);
-        else if (f == "--vs-upstream") o.vs_upstream = true;
-        else if (f == "--json") o.json = true;
-        else if (f == "-h" || f == "--help") a.help();
-        else a.fail("unknown argument '" + f + "'");
+        if (o.engine.take(f, a)) continue;
+        if (f == "-p")
+            o.n_prompt = (int) a.integer(f, 0, 1 << 16);
+        else if (f == "-n")
+            o.n_gen = (int) a.integer(f, 0, 1 << 16);
+        else if (f == "-b" || f == "--batch-size")
+            o.n_batch = (int) a.integer(f, 1, 1 << 16);
+        else if (f == "-r" || f == "--repetitions")
+            o.reps = (int) a.integer(f, 1, 100);
+        else if (f == "--vs-upstream")
+            o.vs_upstream = true;
+        else if (f == "--json")
+            o.json = true;
+        else if (f == "-h" || f == "--help")
+            a.help();
+        else
+            a.fail("unknown argument '" + f + "'");
     }
-    if (o.model.empty()) a.fail("a model is required (-m FILE)");
+    if (o.engine.model.empty()) a.fail("a model is required (-m FILE)");
     return o;
 }
 
@@ -114,13 +114,9 @@ struct Figures {
 };
 
 int run(const Options & o) {
-    EngineOptions eo;
-    eo.model_path = o.model;
-    eo.n_threads = o.threads;
+    EngineOptions eo = o.engine.options(o.engine.tp);
     eo.n_ctx = o.n_prompt + o.n_gen + 16;
     eo.n_batch = o.n_batch;
-    eo.tp = o.tp;
-    eo.tensor_split = o.split;
     eo.progress = !o.json;
     std::unique_ptr<Engine> ours = Engine::load(eo);
     const int32_t n_vocab = ours->info().n_vocab;
@@ -129,7 +125,7 @@ int run(const Options & o) {
     std::unique_ptr<UpstreamDecoder> up;
     if (o.vs_upstream) {
         UpstreamOptions uo;
-        uo.model_path = o.model;
+        uo.model_path = o.engine.model;
         uo.n_threads = threads;
         uo.n_ctx = eo.n_ctx;
         uo.n_batch = o.n_batch;
@@ -163,13 +159,14 @@ int run(const Options & o) {
     // Decode reads every weight but the embedding table (one row per token),
     // plus on average half the KV cache of the run (F16 K and V).
     const double embd_bytes = (double) mi.n_vocab * mi.n_embd * (double) mi.weight_bytes / (double) mi.n_params;
-    const double kv_bytes = 2.0 * 2.0 * mi.n_layer * (double) (mi.n_head_kv * (mi.n_embd / mi.n_head)) * (o.n_gen / 2.0);
+    const double kv_bytes =
+        2.0 * 2.0 * mi.n_layer * (double) (mi.n_head_kv * (mi.n_embd / mi.n_head)) * (o.n_gen / 2.0);
     const double bytes_per_token = (double) mi.weight_bytes - embd_bytes + kv_bytes;
     const double tg = median(f.ours_tg);
     const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;
 
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d",
-                o.model.c_str(), threads, o.tp, o.n_prompt, o.n_gen, o.reps);
+                o.engine.model.c_str(), threads, o.engine.tp, o.n_prompt, o.n_gen, o.reps);
     std::printf(", \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f", median(f.ours_pp), tg);
     if (up) {
         const double upp = median(f.up_pp), utg = median(f.up_tg);

@@ -61,12 +61,16 @@ void UpstreamDecoder::decode(const Batch & b) {
     if (rc != 0) throw Error("upstream llama_decode failed with code " + std::to_string(rc));
 }
 
-const float * UpstreamDecoder::logits(int32_t batch_row) const { return llama_get_logits_ith(ctx_, batch_row); }
+const float * UpstreamDecoder::logits(int32_t batch_row) const {
+    return llama_get_logits_ith(ctx_, batch_row);
+}
 
 void UpstreamDecoder::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
     llama_memory_seq_rm(llama_get_memory(ctx_), seq, p0, p1);
 }
 
-int32_t UpstreamDecoder::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(model_)); }
+int32_t UpstreamDecoder::n_vocab() const {
+    return llama_vocab_n_tokens(llama_model_get_vocab(model_));
+}
 
 }  // namespace llama_tp

@@ -6,6 +6,7 @@
 #include "plugin/error.h"
 #include "plugin/tokenizer.h"
 #include "tools/common/args.h"
+#include "tools/common/engine_flags.h"
 #include "tools/common/logit_compare.h"
 #include "tools/common/prompts.h"
 #include "tools/common/upstream_decoder.h"
@@ -19,35 +20,23 @@
 namespace llama_tp {
 namespace {
 
-const char * kUsage =
-    "usage: llama-tp-compare -m FILE [options]\n"
-    "  -m, --model FILE       GGUF model\n"
-    "  --reference upstream|tp1  what to compare against: upstream libllama (default) or\n"
-    "                         llama-tp on one device\n"
-    "  --tp N                 tensor-parallel degree of the llama-tp side (default 1)\n"
-    "  -ts, --tensor-split a,b,...  uneven split weights\n"
-    "  --allreduce ENGINE     auto|cpu|butterfly (default auto)\n"
-    "  --bf16-wire            BF16 on the AllReduce wire\n"
-    "  --max-mean-kl X        judge mean KL against X instead of the contract's bound\n"
-    "  --prompts N            number of prompts (default 4)\n"
-    "  --n-tokens T           greedy tokens generated after each prompt (default 16)\n"
-    "  -t, --threads N        threads (default: all cores)\n"
-    "  --json                 print only the JSON result\n"
-    "Exit status 0 when the accuracy contract holds. Against upstream: top-1 agreement 100%,\n"
-    "max |dp| <= 1e-3, greedy tokens identical. Against tp1: top-1 100%, greedy tokens identical,\n"
-    "mean KL <= 1e-4 (F32 wire) or <= 1e-3 (BF16 wire). Near-ties (top-2 margin <= 1e-4) are\n"
-    "counted and reported, not judged.\n";
+const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options]\n") + EngineFlags::kUsage +
+                           "  --reference upstream|tp1  compare against upstream libllama (default) or llama-tp\n"
+                           "                            on one device\n"
+                           "  --max-mean-kl X           judge mean KL against X instead of the contract's bound\n"
+                           "  --prompts N               number of prompts (default 4)\n"
+                           "  --n-tokens T              greedy tokens generated after each prompt (default 16)\n"
+                           "  --json                    print only the JSON result\n"
+                           "Exit status 0 when the accuracy contract holds. Against upstream: top-1 agreement\n"
+                           "100%, max |dp| <= 1e-3, greedy tokens identical. Against tp1: top-1 100%, greedy\n"
+                           "tokens identical, mean KL <= 1e-4 (F32 wire) or <= 1e-3 (BF16 wire). Near-ties\n"
+                           "(top-2 margin <= 1e-4) are counted and reported, not judged.\n";
 
 struct Options {
-    std::string model;
+    EngineFlags engine;
     std::string reference = "upstream";
     int prompts = 4;
     int n_tokens = 16;
-    int threads = 0;
-    int tp = 1;
-    std::vector<float> split;
-    std::string allreduce = "auto";
-    bool bf16 = false;
     double max_mean_kl = -1.0;  // < 0: the contract's bound
     bool json = false;
 };
@@ -57,21 +46,23 @@ Options parse(int argc, char ** argv) {
     ArgReader a(argc, argv, kUsage);
     while (!a.done()) {
         const std::string f = a.next();
-        if (f == "-m" || f == "--model") o.model = a.value(f);
-        else if (f == "--reference") o.reference = a.value(f);
-        else if (f == "--prompts") o.prompts = (int) a.integer(f, 1, 64);
-        else if (f == "--n-tokens") o.n_tokens = (int) a.integer(f, 0, 1024);
-        else if (f == "-t" || f == "--threads") o.threads = (int) a.integer(f, 0, 1024);
-        else if (f == "--tp") o.tp = (int) a.integer(f, 1, 64);
-        else if (f == "-ts" || f == "--tensor-split") o.split = a.reals(f);
-        else if (f == "--allreduce") o.allreduce = a.value(f);
-        else if (f == "--bf16-wire") o.bf16 = true;
-        else if (f == "--max-mean-kl") o.max_mean_kl = a.real(f);
-        else if (f == "--json") o.json = true;
-        else if (f == "-h" || f == "--help") a.help();
-        else a.fail("unknown argument '" + f + "'");
+        if (o.engine.take(f, a)) continue;
+        if (f == "--reference")
+            o.reference = a.value(f);
+        else if (f == "--prompts")
+            o.prompts = (int) a.integer(f, 1, 64);
+        else if (f == "--n-tokens")
+            o.n_tokens = (int) a.integer(f, 0, 1024);
+        else if (f == "--max-mean-kl")
+            o.max_mean_kl = a.real(f);
+        else if (f == "--json")
+            o.json = true;
+        else if (f == "-h" || f == "--help")
+            a.help();
+        else
+            a.fail("unknown argument '" + f + "'");
     }
-    if (o.model.empty()) a.fail("a model is required (-m FILE)");
+    if (o.engine.model.empty()) a.fail("a model is required (-m FILE)");
     if (o.reference != "upstream" && o.reference != "tp1") {
         a.fail("unknown reference '" + o.reference + "' (expected: upstream or tp1)");
     }
@@ -103,7 +94,8 @@ std::vector<Trace> reference_traces(Decoder & ref, const std::vector<std::vector
     ref.decode(b);
     int row = 0;
     for (Trace & tr : traces) {
-        for (int32_t i = 0; i < tr.n_prompt; ++i, ++row) tr.logits.emplace_back(ref.logits(row), ref.logits(row) + n_vocab);
+        for (int32_t i = 0; i < tr.n_prompt; ++i, ++row)
+            tr.logits.emplace_back(ref.logits(row), ref.logits(row) + n_vocab);
     }
     for (int t = 0; t < n_tokens; ++t) {
         b.clear();
@@ -177,28 +169,20 @@ Verdict compare_engine(Engine & engine, const std::vector<Trace> & traces, int32
 }
 
 std::unique_ptr<Engine> load_engine(const Options & o, int tp, int32_t n_ctx) {
-    EngineOptions eo;
-    eo.model_path = o.model;
-    eo.n_threads = o.threads;
+    EngineOptions eo = o.engine.options(tp);
     eo.n_seq_max = o.prompts;
     eo.n_batch = 4096;
     eo.n_ctx = n_ctx;
     eo.progress = !o.json;
-    eo.tp = tp;
-    if (tp > 1) {
-        eo.tensor_split = o.split;
-        eo.allreduce = o.allreduce;
-        eo.allreduce_bf16 = o.bf16;
-    }
     return Engine::load(eo);
 }
 
-std::vector<Trace> run_reference(const Options & o, const std::vector<std::vector<int32_t>> & prompts,
-                                 int32_t n_vocab, int32_t n_ctx) {
+std::vector<Trace> run_reference(const Options & o, const std::vector<std::vector<int32_t>> & prompts, int32_t n_vocab,
+                                 int32_t n_ctx) {
     if (o.reference == "upstream") {
         UpstreamOptions uo;
-        uo.model_path = o.model;
-        uo.n_threads = o.threads;
+        uo.model_path = o.engine.model;
+        uo.n_threads = o.engine.threads;
         uo.n_ctx = n_ctx;
         uo.n_batch = n_ctx;
         uo.n_seq_max = (int32_t) prompts.size();
@@ -214,20 +198,20 @@ bool contract_holds(const Options & o, const Verdict & v) {
     if (r.top1_agreement() != 1.0 || !v.greedy_identical) return false;
     if (o.max_mean_kl >= 0.0 && r.mean_kl() > o.max_mean_kl) return false;
     if (o.reference == "upstream") return r.max_abs_prob_diff <= 1e-3;
-    return r.mean_kl() <= (o.max_mean_kl >= 0.0 ? o.max_mean_kl : o.bf16 ? 1e-3 : 1e-4);
+    return r.mean_kl() <= (o.max_mean_kl >= 0.0 ? o.max_mean_kl : o.engine.bf16 ? 1e-3 : 1e-4);
 }
 
 int run(const Options & o) {
     std::vector<std::vector<int32_t>> prompts;
     int32_t cells = 0;
     {
-        const Tokenizer tok(o.model);
+        const Tokenizer tok(o.engine.model);
         for (int i = 0; i < o.prompts; ++i) {
             prompts.push_back(tok.tokenize(builtin_prompts()[i % builtin_prompts().size()], true, false));
             cells += (int32_t) prompts.back().size() + o.n_tokens;
         }
     }
-    std::unique_ptr<Engine> engine = load_engine(o, o.tp, cells);
+    std::unique_ptr<Engine> engine = load_engine(o, o.engine.tp, cells);
     const int32_t n_vocab = engine->info().n_vocab;
     const std::vector<Trace> traces = run_reference(o, prompts, n_vocab, cells);
 
@@ -240,10 +224,10 @@ int run(const Options & o) {
         "\"positions\": %lld, \"near_ties\": %lld, \"top1_agreement\": %.6f, \"max_abs_prob_diff\": %.3e, "
         "\"mean_kl\": %.3e, \"max_kl\": %.3e, \"greedy_tokens_identical\": %s, \"greedy_positions_judged\": %lld, "
         "\"pass\": %s}\n",
-        o.model.c_str(), o.reference.c_str(), o.tp, engine->info().shard_plan.c_str(), engine->info().allreduce.c_str(),
-        o.bf16 ? "bf16" : "f32", o.prompts, o.n_tokens, (long long) r.positions, (long long) r.near_ties,
-        r.top1_agreement(), r.max_abs_prob_diff, r.mean_kl(), r.max_kl, v.greedy_identical ? "true" : "false",
-        (long long) v.greedy_judged, pass ? "true" : "false");
+        o.engine.model.c_str(), o.reference.c_str(), o.engine.tp, engine->info().shard_plan.c_str(),
+        engine->info().allreduce.c_str(), o.engine.bf16 ? "bf16" : "f32", o.prompts, o.n_tokens,
+        (long long) r.positions, (long long) r.near_ties, r.top1_agreement(), r.max_abs_prob_diff, r.mean_kl(),
+        r.max_kl, v.greedy_identical ? "true" : "false", (long long) v.greedy_judged, pass ? "true" : "false");
     return pass ? 0 : 1;
 }
 

@@ -1,0 +1,63 @@
+#pragma once
+// The flags every tool that loads a model shares, with the same names and
+// meaning as the server's: -m, -t, --tp, -ts, --allreduce, --bf16-wire.
+
+#include "plugin/engine.h"
+#include "tools/common/args.h"
+
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+
+struct EngineFlags {
+    std::string model;
+    int threads = 0;
+    int tp = 1;
+    std::vector<float> split;
+    std::string allreduce = "auto";
+    bool bf16 = false;
+
+    static constexpr const char * kUsage =
+        "  -m, --model FILE          GGUF model\n"
+        "  -t, --threads N           threads, divided among ranks (default: all cores)\n"
+        "  --tp N                    tensor-parallel ranks (default 1)\n"
+        "  -ts, --tensor-split a,b   uneven split weights, one per rank\n"
+        "  --allreduce ENGINE        auto|cpu|butterfly (default auto; env LLAMA_TP_ALLREDUCE)\n"
+        "  --bf16-wire               BF16 on the AllReduce wire\n";
+
+    // Consumes flag f (and its value) if it is one of these; false otherwise.
+    bool take(const std::string & f, ArgReader & a) {
+        if (f == "-m" || f == "--model")
+            model = a.value(f);
+        else if (f == "-t" || f == "--threads")
+            threads = (int) a.integer(f, 0, 1024);
+        else if (f == "--tp")
+            tp = (int) a.integer(f, 1, 64);
+        else if (f == "-ts" || f == "--tensor-split")
+            split = a.reals(f);
+        else if (f == "--allreduce")
+            allreduce = a.value(f);
+        else if (f == "--bf16-wire")
+            bf16 = true;
+        else
+            return false;
+        return true;
+    }
+
+    // Engine options for these flags at a given tensor-parallel degree.
+    EngineOptions options(int degree) const {
+        EngineOptions eo;
+        eo.model_path = model;
+        eo.n_threads = threads;
+        eo.tp = degree;
+        if (degree > 1) {
+            eo.tensor_split = split;
+            eo.allreduce = allreduce;
+            eo.allreduce_bf16 = bf16;
+        }
+        return eo;
+    }
+};
+
+}  // namespace llama_tp
