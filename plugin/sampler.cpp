@@ -23,6 +23,17 @@ float log_sum_exp(const float * x, int n) {
 
 Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p) : n_vocab_(tokenizer.n_vocab()) {
     chain_ = llama_sampler_chain_init(llama_sampler_chain_default_params());
+    if (!p.logit_bias.empty()) {
+        std::vector<llama_logit_bias> bias;
+        for (const auto & [token, value] : p.logit_bias) {
+            if (token < 0 || token >= n_vocab_) {
+                llama_sampler_free(chain_);
+                throw Error("logit_bias names token " + std::to_string(token) + ", outside the vocabulary");
+            }
+            bias.push_back({token, value});
+        }
+        llama_sampler_chain_add(chain_, llama_sampler_init_logit_bias(n_vocab_, (int32_t) bias.size(), bias.data()));
+    }
     if (!p.grammar.empty()) {
         llama_sampler * g = llama_sampler_init_grammar(tokenizer.vocab(), p.grammar.c_str(), "root");
         if (!g) {

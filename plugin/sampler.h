@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct llama_sampler;
@@ -22,6 +23,7 @@ struct SamplingParams {
     float repeat_penalty = 1.0f;
     int32_t penalty_last_n = 64;
     std::string grammar;  // GBNF; empty: none
+    std::vector<std::pair<int32_t, float>> logit_bias;  // added to a token's logit before anything else
 };
 
 struct TokenProb {

@@ -1,6 +1,9 @@
 #pragma once
 // Text <-> tokens through libllama loaded with vocab_only: the vocabulary and
-// its special tokens come from the same GGUF file the weights do.
+// its special tokens come from the same GGUF file the weights do. The
+// vocabulary is immutable after loading, so the const methods may be called
+// from several threads at once (request threads tokenize while the engine
+// thread detokenizes).
 
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,7 @@
 #include "plugin/engine.h"
 
 #include "plugin/error.h"
+#include "plugin/sampler.h"
 #include "plugin/tokenizer.h"
 
 #include <algorithm>
@@ -175,6 +176,31 @@ TEST(TensorParallelEngine, RefusesASplitTheModelCannotTake) {
     o.tp = 2;
     o.tensor_split = {1, 1, 1};
     EXPECT_THROW(Engine::load(o), Error);
+}
+
+}  // namespace
+}  // namespace llama_tp
+
+
+namespace llama_tp {
+namespace {
+
+TEST(Sampler, GreedyPicksTheLargestLogitAndHonoursLogitBias) {
+    const Tokenizer tok(LLAMA_TP_TEST_MODEL);
+    std::vector<float> logits(tok.n_vocab(), 0.0f);
+    logits[7] = 5.0f;
+    SamplingParams p;
+    p.temperature = 0.0f;
+    Sampler greedy(tok, p);
+    EXPECT_EQ(greedy.sample(logits.data()), 7);
+    EXPECT_NEAR(greedy.last_logprob(), 5.0f - std::log(std::exp(5.0f) + (float) (tok.n_vocab() - 1)), 1e-4f);
+
+    p.logit_bias = {{42, 100.0f}};
+    Sampler biased(tok, p);
+    EXPECT_EQ(biased.sample(logits.data()), 42);
+
+    p.logit_bias = {{tok.n_vocab(), 1.0f}};
+    EXPECT_THROW(Sampler(tok, p), Error);
 }
 
 }  // namespace
