@@ -56,7 +56,7 @@ ChatFormatter::ChatFormatter(const Tokenizer & tokenizer, const std::string & ov
     // Render a small conversation now, so that a broken template fails at
     // startup rather than on every request.
     try {
-        apply({{"system", "You are helpful.", "", ""}, {"user", "Hello", "", ""}});
+        apply({{"system", "You are helpful.", "", "", {}}, {"user", "Hello", "", "", {}}});
     } catch (const ApiError & e) {
         throw std::runtime_error(std::string("chat template cannot render a conversation: ") + e.what());
     }
@@ -68,7 +68,36 @@ std::string ChatFormatter::source() const {
     return common_chat_templates_source(impl_->templates.get());
 }
 
-ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages) const {
+namespace {
+
+common_chat_tool_choice to_common_choice(ToolChoice choice) {
+    switch (choice) {
+        case ToolChoice::Required:
+            return COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+        case ToolChoice::None:
+            return COMMON_CHAT_TOOL_CHOICE_NONE;
+        case ToolChoice::Auto:
+        default:
+            return COMMON_CHAT_TOOL_CHOICE_AUTO;
+    }
+}
+
+void add_tools(common_chat_templates_inputs & in, const ToolSet & tools) {
+    for (const auto & t : tools.tools) {
+        in.tools.push_back({t.name, t.description, t.parameters});
+    }
+    in.tool_choice = to_common_choice(tools.choice);
+    in.parallel_tool_calls = tools.parallel_calls;
+}
+
+}  // namespace
+
+ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const ToolSet & tools) const {
+    if (!tools.tools.empty() && !impl_->use_jinja) {
+        throw bad_request("tools need a Jinja chat template; the built-in template '" + origin_ +
+                              "' cannot render them",
+                          "tools", "unsupported_value");
+    }
     common_chat_templates_inputs in;
     in.use_jinja = impl_->use_jinja;
     in.add_generation_prompt = true;
@@ -82,14 +111,23 @@ ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages) const
             msg.tool_name = m.name;
         }
         msg.tool_call_id = m.tool_call_id;
+        for (const auto & tc : m.tool_calls) {
+            msg.tool_calls.push_back({tc.name, tc.arguments, tc.id});
+        }
         in.messages.push_back(std::move(msg));
     }
+    add_tools(in, tools);
     ChatPrompt out;
     try {
         std::lock_guard<std::mutex> lock(mutex_);
         common_chat_params params = common_chat_templates_apply(impl_->templates.get(), in);
         out.prompt = std::move(params.prompt);
         out.stops = std::move(params.additional_stops);
+        out.syntax.format = (int) params.format;
+        out.syntax.generation_prompt = std::move(params.generation_prompt);
+        out.syntax.parser = std::move(params.parser);
+        out.tool_grammar = std::move(params.grammar);
+        out.tool_grammar_lazy = params.grammar_lazy;
     } catch (const std::exception & e) {
         throw bad_request(std::string("the chat template failed on these messages: ") + e.what(), "messages",
                           "template_error");

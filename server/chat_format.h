@@ -10,6 +10,8 @@
 // was not trained on ChatML may still write it out as text.
 
 #include "server/request.h"
+#include "server/tool_call_parser.h"
+#include "server/tools.h"
 
 #include <memory>
 #include <mutex>
@@ -25,6 +27,11 @@ namespace llama_tp::server {
 struct ChatPrompt {
     std::string prompt;
     std::vector<std::string> stops;  // stop strings the template implies
+
+    // With tools: how to read the output, and the grammar that constrains it.
+    ChatSyntax syntax;
+    std::string tool_grammar;  // GBNF; "" when the format has none
+    bool tool_grammar_lazy = false;  // applies only after a trigger word
 };
 
 class ChatFormatter {
@@ -34,8 +41,9 @@ class ChatFormatter {
     ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template);
     ~ChatFormatter();
 
-    // Throws ApiError 400 when the template rejects the conversation.
-    ChatPrompt apply(const std::vector<ChatMessage> & messages) const;
+    // Throws ApiError 400 when the template rejects the conversation or the
+    // tools.
+    ChatPrompt apply(const std::vector<ChatMessage> & messages, const ToolSet & tools = {}) const;
 
     // "model", "override", "builtin:<name>" or "chatml-fallback".
     const std::string & origin() const { return origin_; }

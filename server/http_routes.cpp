@@ -8,6 +8,8 @@
 #include "server/request.h"
 #include "server/response.h"
 #include "server/scheduler.h"
+#include "server/tool_call_parser.h"
+#include "server/tool_grammar.h"
 
 #include <cpp-httplib/httplib.h>
 
@@ -79,14 +81,49 @@ bool same_key(const std::string & a, const std::string & b) {
     return diff == 0;
 }
 
-std::vector<int32_t> tokenize_prompt(const ServerState & st, const GenerationRequest & gr,
-                                     std::vector<std::string> & stops) {
+// The prompt, and when the model may call tools, how to constrain and read its
+// output.
+struct PreparedPrompt {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> grammar_prefill;  // tokens the tool grammar must see first
+    std::shared_ptr<ToolCallParser> tool_parser;
+};
+
+// Tool calls: the template's grammar constrains sampling when a call is
+// required. A lazy grammar (tool_choice "auto") would need trigger words the
+// sampler does not support, so then the output is only parsed.
+void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const ChatPrompt & cp, PreparedPrompt & out) {
+    out.tool_parser = std::make_shared<ToolCallParser>(cp.syntax);
+    if (cp.tool_grammar.empty()) {
+        if (gr.tools.choice == ToolChoice::Required) {
+            throw bad_request("the chat template (" + st.chat->origin() +
+                                  ") has no tool-call format, so a tool call cannot be required",
+                              "tool_choice", "unsupported_value");
+        }
+        return;
+    }
+    if (cp.tool_grammar_lazy) {
+        return;
+    }
+    gr.sampling.grammar =
+        gr.tools.choice == ToolChoice::Required ? calls_only_grammar(cp.tool_grammar) : cp.tool_grammar;
+    SRV_DBG("tool grammar after generation prompt '%s':\n%s", cp.syntax.generation_prompt.c_str(),
+            gr.sampling.grammar.c_str());
+    out.grammar_prefill = grammar_prefill_tokens(st.engine->tokenizer(), cp.syntax.generation_prompt);
+}
+
+PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, std::vector<std::string> & stops) {
     const Tokenizer & tok = st.engine->tokenizer();
+    PreparedPrompt out;
     if (gr.endpoint == Endpoint::Chat) {
-        ChatPrompt cp = st.chat->apply(gr.messages);
+        ChatPrompt cp = st.chat->apply(gr.messages, gr.tools);
         stops.insert(stops.end(), cp.stops.begin(), cp.stops.end());
         SRV_DBG("chat prompt: %s", cp.prompt.c_str());
-        return tok.tokenize(cp.prompt, true, true);
+        if (gr.tools.active()) {
+            use_tool_grammar(st, gr, cp, out);
+        }
+        out.tokens = tok.tokenize(cp.prompt, true, true);
+        return out;
     }
     if (gr.prompt_is_tokens) {
         const int32_t n_vocab = tok.n_vocab();
@@ -98,17 +135,22 @@ std::vector<int32_t> tokenize_prompt(const ServerState & st, const GenerationReq
                                   "prompt", "invalid_value");
             }
         }
-        return gr.prompt_tokens;
+        out.tokens = gr.prompt_tokens;
+        return out;
     }
-    return tok.tokenize(gr.prompt_text, true, true);
+    out.tokens = tok.tokenize(gr.prompt_text, true, true);
+    return out;
 }
 
 // Validates what needs the model, and builds the scheduler task.
-std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr) {
+std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
+                                std::shared_ptr<ToolCallParser> & tool_parser) {
     auto task = std::make_unique<Task>();
     task->id = st.next_task_id++;
     task->stop = gr.stop;
-    task->prompt = tokenize_prompt(st, gr, task->stop);
+    PreparedPrompt prepared = prepare_prompt(st, gr, task->stop);
+    task->prompt = std::move(prepared.tokens);
+    tool_parser = std::move(prepared.tool_parser);
 
     const char * prompt_param = gr.endpoint == Endpoint::Chat ? "messages" : "prompt";
     const int32_t n_prompt = (int32_t) task->prompt.size();
@@ -141,6 +183,14 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr) {
         throw bad_request(std::string("invalid sampling parameters: ") + e.what(),
                           gr.sampling.grammar.empty() ? "" : "grammar", "invalid_value");
     }
+    try {
+        for (int32_t t : prepared.grammar_prefill) {
+            task->sampler->accept(t);
+        }
+    } catch (const std::exception & e) {
+        throw ApiError(500, std::string("the tool-call grammar rejects the template's generation prompt: ") + e.what(),
+                       "", "internal_error");
+    }
     return task;
 }
 
@@ -149,7 +199,7 @@ ApiError event_error(const TaskEvent & e) {
 }
 
 void respond_blocking(const Request & req, Response & res, const ResponseContext & ctx,
-                      const std::shared_ptr<TaskChannel> & channel) {
+                      const std::shared_ptr<TaskChannel> & channel, ToolCallParser * tool_parser) {
     std::string text;
     std::vector<TokenLogprob> logprobs;
     std::vector<TaskEvent> events;
@@ -175,7 +225,12 @@ void respond_blocking(const Request & req, Response & res, const ResponseContext
                     }
                     break;
                 case TaskEvent::Kind::Done:
-                    send_json(res, final_response(ctx, text, logprobs, e));
+                    if (tool_parser != nullptr) {
+                        const AssistantMessage m = tool_parser->parse(text);
+                        send_json(res, final_response(ctx, m.content, logprobs, e, m.tool_calls));
+                    } else {
+                        send_json(res, final_response(ctx, text, logprobs, e));
+                    }
                     return;
                 case TaskEvent::Kind::Error:
                     throw event_error(e);
@@ -188,6 +243,9 @@ struct StreamState {
     ResponseContext ctx;
     std::shared_ptr<TaskChannel> channel;
     std::function<bool()> connection_closed;
+    std::shared_ptr<ToolCallParser> tool_parser;  // set: deltas come from the parser
+    std::string text;                             // all text so far, for the parser
+    bool called_tools = false;
     bool include_usage = false;
     bool started = false;
     bool finished = false;
@@ -201,10 +259,24 @@ bool write_event(httplib::DataSink & sink, const StreamState & s, json chunk) {
     return sink.write(data.data(), data.size());
 }
 
+// Chat with tools: parsed deltas (content and tool-call fragments) for the text
+// so far, rather than the raw text.
+bool write_parsed_deltas(httplib::DataSink & sink, StreamState & s, bool final) {
+    for (const json & delta : s.tool_parser->stream_deltas(s.text, final)) {
+        s.called_tools |= delta.contains("tool_calls");
+        if (!write_event(sink, s, delta_chunk(s.ctx, delta))) {
+            return false;
+        }
+    }
+    return true;
+}
+
 void respond_streaming(const Request & req, Response & res, const ResponseContext & ctx,
-                       const std::shared_ptr<TaskChannel> & channel, bool include_usage) {
+                       const std::shared_ptr<TaskChannel> & channel, bool include_usage,
+                       std::shared_ptr<ToolCallParser> tool_parser) {
     auto s = std::make_shared<StreamState>();
     s->ctx = ctx;
+    s->tool_parser = std::move(tool_parser);
     s->channel = channel;
     s->connection_closed = req.is_connection_closed;
     s->include_usage = include_usage;
@@ -232,10 +304,19 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
                 bool ok = true;
                 switch (e.kind) {
                     case TaskEvent::Kind::Text:
-                        ok = write_event(sink, *s, text_chunk(s->ctx, e.text, e.logprobs));
+                        if (s->tool_parser) {
+                            s->text += e.text;
+                            ok = write_parsed_deltas(sink, *s, false);
+                        } else {
+                            ok = write_event(sink, *s, text_chunk(s->ctx, e.text, e.logprobs));
+                        }
                         break;
                     case TaskEvent::Kind::Done: {
-                        ok = write_event(sink, *s, finish_chunk(s->ctx, e));
+                        if (s->tool_parser) {
+                            ok = write_parsed_deltas(sink, *s, true);
+                            e.finish_reason = finish_reason_after(e.finish_reason, s->called_tools);
+                        }
+                        ok = ok && write_event(sink, *s, finish_chunk(s->ctx, e));
                         if (ok && s->include_usage) {
                             ok = write_event(sink, *s, usage_chunk(s->ctx, e));
                         }
@@ -272,15 +353,44 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
 void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res) {
     const json body = parse_json_body(req.body);
     GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling);
-    std::unique_ptr<Task> task = make_task(st, gr);
+    std::shared_ptr<ToolCallParser> tool_parser;
+    std::unique_ptr<Task> task = make_task(st, gr, tool_parser);
     const ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model,
                                                       gr.logprobs, &st.engine->tokenizer());
-    auto channel = st.scheduler->submit(std::move(task));
-    if (gr.stream) {
-        respond_streaming(req, res, ctx, channel, gr.include_usage);
-    } else {
-        respond_blocking(req, res, ctx, channel);
+    std::shared_ptr<TaskChannel> channel;
+    try {
+        channel = st.scheduler->submit(std::move(task));
+    } catch (const QueueFullError & e) {
+        throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
     }
+    if (gr.stream) {
+        respond_streaming(req, res, ctx, channel, gr.include_usage, std::move(tool_parser));
+    } else {
+        respond_blocking(req, res, ctx, channel, tool_parser.get());
+    }
+}
+
+// Known routes by name; anything else is "other", so that scanning a server
+// for paths cannot grow the number of series without bound.
+std::string metrics_endpoint(const std::string & path) {
+    static const char * const known[] = {"/health",
+                                         "/v1/health",
+                                         "/v1/models",
+                                         "/models",
+                                         "/v1/completions",
+                                         "/completions",
+                                         "/v1/chat/completions",
+                                         "/chat/completions",
+                                         "/tokenize",
+                                         "/detokenize",
+                                         "/props",
+                                         "/metrics"};
+    for (const char * k : known) {
+        if (path == k) {
+            return path;
+        }
+    }
+    return "other";
 }
 
 json model_entry(const ServerState & st) {
@@ -369,8 +479,9 @@ void register_routes(httplib::Server & http, ServerState & st) {
         send_error(res, ApiError(500, "internal error: " + what, "", "internal_error"));
     });
 
-    http.set_logger([](const Request & req, const Response & res) {
+    http.set_logger([&st](const Request & req, const Response & res) {
         SRV_DBG("%s %s -> %d", req.method.c_str(), req.path.c_str(), res.status);
+        st.metrics.count_request(metrics_endpoint(req.path), res.status);
     });
 
     auto health = [&st](const Request &, Response & res) {
@@ -433,6 +544,15 @@ void register_routes(httplib::Server & http, ServerState & st) {
                   }
                   send_json(res, {{"content", tok.detokenize(tokens, false)}});
               }));
+
+    http.Get("/metrics", guarded([&st](const Request &, Response & res) {
+                 const auto stats = st.scheduler->stats();
+                 SchedulerGauges g;
+                 g.busy_slots = stats.busy;
+                 g.total_slots = st.scheduler->n_slots();
+                 g.queued = stats.queued;
+                 res.set_content(st.metrics.prometheus(g), "text/plain; version=0.0.4; charset=utf-8");
+             }));
 
     http.Get("/props", guarded([&st](const Request &, Response & res) {
                  const auto stats = st.scheduler->stats();

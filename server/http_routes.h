@@ -2,6 +2,7 @@
 // HTTP routes: authentication, error objects, and the OpenAI-compatible
 // endpoints on top of the scheduler.
 
+#include "server/metrics.h"
 #include "server/server_options.h"
 
 #include <atomic>
@@ -39,6 +40,7 @@ struct ServerState {
     int64_t created = 0;     // load time, unix seconds
 
     std::atomic<uint64_t> next_task_id{1};
+    Metrics metrics;
 };
 
 void register_routes(httplib::Server & http, ServerState & state);

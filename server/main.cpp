@@ -134,6 +134,7 @@ int main(int argc, char ** argv) {
     });
     http.set_read_timeout(opts.timeout_s, 0);
     http.set_write_timeout(opts.timeout_s, 0);
+    http.set_payload_max_length(opts.max_body_size);
     register_routes(http, state);
 
     int port = opts.port;
@@ -189,7 +190,8 @@ int main(int argc, char ** argv) {
         return fail_startup(e.what());
     }
 
-    Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch);
+    Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch, opts.max_queue,
+                        &state.metrics);
     scheduler.start();
 
     const ModelInfo & info = engine->info();

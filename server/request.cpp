@@ -275,7 +275,9 @@ void parse_messages(const json & body, GenerationRequest & r) {
         cm.content = message_content(msg, i, role);
         cm.name = get_string(msg, "name", "");
         cm.tool_call_id = get_string(msg, "tool_call_id", "");
-        expect_type(msg, "tool_calls", msg.contains("tool_calls") && msg["tool_calls"].is_array(), "an array");
+        if (const json * calls = field(msg, "tool_calls")) {
+            cm.tool_calls = parse_history_tool_calls(*calls, param + ".tool_calls");
+        }
         r.messages.push_back(std::move(cm));
     }
 }
@@ -456,21 +458,19 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         }
     }
 
-    // Tools: accepted only when they cannot be called.
-    expect_type(body, "tools", body.contains("tools") && body["tools"].is_array(), "an array");
-    expect_type(body, "tool_choice",
-                body.contains("tool_choice") && (body["tool_choice"].is_string() || body["tool_choice"].is_object()),
-                "a string or an object");
-    expect_type(body, "functions", body.contains("functions") && body["functions"].is_array(), "an array");
-    {
-        const json * tools = field(body, "tools");
-        const json * functions = field(body, "functions");
-        const json * choice = field(body, "tool_choice");
-        const bool none = choice != nullptr && choice->is_string() && *choice == "none";
-        if (((tools != nullptr && !tools->empty()) || (functions != nullptr && !functions->empty())) && !none) {
-            throw bad_request("tool calling is not supported yet", tools != nullptr ? "tools" : "functions",
-                              "unsupported_value");
+    if (endpoint != Endpoint::Chat) {
+        get_bool(body, "parallel_tool_calls", false);
+    } else {
+        r.tools = parse_tool_set(body);
+        if (r.tools.active() && (!s.grammar.empty() || !r.json_schema.empty())) {
+            throw bad_request("'tools' cannot be combined with 'grammar' or 'response_format'", "tools",
+                              "invalid_value");
         }
+    }
+    expect_type(body, "functions", body.contains("functions") && body["functions"].is_array(), "an array");
+    if (const json * functions = field(body, "functions"); functions != nullptr && !functions->empty()) {
+        throw bad_request("the legacy 'functions' field is not supported; use 'tools'", "functions",
+                          "unsupported_value");
     }
 
     // OpenAI fields with no effect here; their types are still checked.
@@ -478,7 +478,6 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     get_string(body, "service_tier", "");
     get_string(body, "reasoning_effort", "");
     get_bool(body, "store", false);
-    get_bool(body, "parallel_tool_calls", false);
     get_bool(body, "cache_prompt", true);
     get_string(body, "verbosity", "");
     get_string(body, "safety_identifier", "");

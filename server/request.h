@@ -5,6 +5,7 @@
 
 #include "plugin/sampler.h"
 #include "server/api_error.h"
+#include "server/tools.h"
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,7 @@ struct ChatMessage {
     std::string content;  // text parts joined
     std::string name;
     std::string tool_call_id;
+    std::vector<ToolCall> tool_calls;  // assistant turns that called tools
 };
 
 // What the request wants generated; the prompt is not yet tokenized.
@@ -37,6 +39,7 @@ struct GenerationRequest {
 
     // Chat.
     std::vector<ChatMessage> messages;
+    ToolSet tools;
 
     int32_t max_tokens = -1;  // -1: server default / until the context is full
     std::vector<std::string> stop;

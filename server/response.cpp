@@ -78,6 +78,15 @@ json base(const ResponseContext & ctx, bool chunk) {
             {"system_fingerprint", "llama-tp"}};
 }
 
+json tool_calls_json(const std::vector<ToolCall> & calls) {
+    json out = json::array();
+    for (const auto & c : calls) {
+        out.push_back(
+            {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return out;
+}
+
 json finish_value(const std::string & reason) {
     return reason.empty() ? json(nullptr) : json(reason);
 }
@@ -131,15 +140,26 @@ json timings_json(const TaskEvent & done) {
             {"predicted_per_second", per_second(t.predicted_ms, t.predicted_n)}};
 }
 
+std::string finish_reason_after(const std::string & reason, bool called_tools) {
+    return called_tools && reason == "stop" ? "tool_calls" : reason;
+}
+
 json final_response(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs,
-                    const TaskEvent & done) {
+                    const TaskEvent & done, const std::vector<ToolCall> & tool_calls) {
     json r = base(ctx, false);
     json choice;
     if (ctx.endpoint == Endpoint::Chat) {
+        json message = {{"role", "assistant"}, {"content", text}};
+        if (!tool_calls.empty()) {
+            if (text.empty()) {
+                message["content"] = nullptr;
+            }
+            message["tool_calls"] = tool_calls_json(tool_calls);
+        }
         choice = {{"index", 0},
-                  {"message", {{"role", "assistant"}, {"content", text}}},
+                  {"message", message},
                   {"logprobs", logprobs_json(ctx, logprobs, 0)},
-                  {"finish_reason", finish_value(done.finish_reason)}};
+                  {"finish_reason", finish_value(finish_reason_after(done.finish_reason, !tool_calls.empty()))}};
     } else {
         choice = {{"index", 0},
                   {"text", text},
@@ -163,6 +183,12 @@ json text_chunk(const ResponseContext & ctx, const std::string & text, const std
     choice["logprobs"] = logprobs_json(ctx, logprobs, 0);
     choice["finish_reason"] = nullptr;
     r["choices"] = json::array({choice});
+    return r;
+}
+
+json delta_chunk(const ResponseContext & ctx, const json & delta) {
+    json r = base(ctx, true);
+    r["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
     return r;
 }
 

@@ -4,6 +4,7 @@
 #include "server/api_error.h"
 #include "server/request.h"
 #include "server/task.h"
+#include "server/tools.h"
 
 #include <nlohmann/json.hpp>
 
@@ -39,12 +40,17 @@ json error_json(const ApiError & e);
 json usage_json(const TaskEvent & done);
 json timings_json(const TaskEvent & done);
 
-// A complete (non-streamed) response.
+// A complete (non-streamed) response. Chat: `tool_calls` the model made, if
+// any, go into the message, and a stop then reads "tool_calls".
 json final_response(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs,
-                    const TaskEvent & done);
+                    const TaskEvent & done, const std::vector<ToolCall> & tool_calls = {});
+
+// The finish reason to report: a natural stop after tool calls is "tool_calls".
+std::string finish_reason_after(const std::string & reason, bool called_tools);
 
 // Stream chunks. `finish_reason` "" -> null.
 json text_chunk(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs);
+json delta_chunk(const ResponseContext & ctx, const json & delta);  // chat: any delta object
 json role_chunk(const ResponseContext & ctx);  // chat only: the first chunk, {"role":"assistant"}
 json finish_chunk(const ResponseContext & ctx, const TaskEvent & done);
 json usage_chunk(const ResponseContext & ctx, const TaskEvent & done);

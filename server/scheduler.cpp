@@ -24,8 +24,13 @@ TaskEvent error_event(int status, const std::string & message) {
 
 }  // namespace
 
-Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch)
-    : engine_(engine), n_ctx_slot_(n_ctx_slot), n_batch_(std::max<int32_t>(1, n_batch)) {
+Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch, int32_t max_queue,
+                     Metrics * metrics)
+    : engine_(engine),
+      n_ctx_slot_(n_ctx_slot),
+      n_batch_(std::max<int32_t>(1, n_batch)),
+      max_queue_(std::max<int32_t>(0, max_queue)),
+      metrics_(metrics) {
     for (int32_t i = 0; i < n_slots; i++) {
         slots_.push_back(std::make_unique<Slot>(i));
     }
@@ -64,6 +69,12 @@ std::shared_ptr<TaskChannel> Scheduler::submit(std::unique_ptr<Task> task) {
             channel->push(error_event(503, "the server is shutting down"));
             return channel;
         }
+        // Queued tasks that idle slots will take at the next step do not wait.
+        const int32_t idle = n_slots() - busy_;
+        if ((int32_t) queue_.size() >= max_queue_ + std::max(0, idle)) {
+            throw QueueFullError("all " + std::to_string(n_slots()) + " slots are busy and " +
+                                 std::to_string(queue_.size()) + " requests are waiting; retry later");
+        }
         queue_.push_back(std::move(task));
     }
     cv_.notify_all();
@@ -95,8 +106,14 @@ void Scheduler::run() {
         drop_cancelled();
         build_batch();
         if (batch_.size() > 0) {
+            const auto t0 = std::chrono::steady_clock::now();
+            step_sampled_ = 0;
             decode_and_sample();
             steps_++;
+            if (metrics_ != nullptr) {
+                metrics_->count_step(step_prompt_tokens_, step_sampled_,
+                                     ms_between(t0, std::chrono::steady_clock::now()));
+            }
         }
     }
     for (auto & slot : slots_) {
@@ -158,6 +175,7 @@ void Scheduler::drop_cancelled() {
 void Scheduler::build_batch() {
     batch_.clear();
     int32_t budget = n_batch_;
+    step_prompt_tokens_ = 0;
 
     // One token for every generating slot first: generation never stalls
     // behind a long prompt.
@@ -192,6 +210,7 @@ void Scheduler::build_batch() {
             slot.n_prompt_done++;
         }
         budget -= (int32_t) take;
+        step_prompt_tokens_ += (int32_t) take;
     }
     prompt_rr_ = (prompt_rr_ + 1) % std::max<size_t>(1, n);
 }
@@ -241,6 +260,7 @@ void Scheduler::sample(Slot & slot) {
     const float * logits = engine_.logits(slot.logits_row);
     const int32_t token = task.sampler->sample(logits);
     slot.n_decoded++;
+    step_sampled_++;
 
     TaskEvent ev;
     if (task.n_top_logprobs >= 0) {

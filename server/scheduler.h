@@ -6,6 +6,7 @@
 
 #include "plugin/batch.h"
 #include "plugin/engine.h"
+#include "server/metrics.h"
 #include "server/slot.h"
 #include "server/task.h"
 
@@ -15,15 +16,24 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 namespace llama_tp::server {
 
+// All slots are busy and the wait queue is at its limit.
+class QueueFullError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
 class Scheduler {
   public:
-    // n_ctx_slot: positions each slot may use (prompt + generated).
-    Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch);
+    // n_ctx_slot: positions each slot may use (prompt + generated); max_queue:
+    // most tasks that may wait for a slot; metrics: may be null.
+    Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch, int32_t max_queue,
+              Metrics * metrics);
     ~Scheduler();
 
     void start();
@@ -31,7 +41,8 @@ class Scheduler {
     // submissions fail at once.
     void shutdown();
 
-    // Queues a task; its events arrive on the returned channel.
+    // Queues a task; its events arrive on the returned channel. Throws
+    // QueueFullError when it would have to wait behind max_queue others.
     std::shared_ptr<TaskChannel> submit(std::unique_ptr<Task> task);
 
     int32_t n_slots() const { return (int32_t) slots_.size(); }
@@ -58,6 +69,10 @@ class Scheduler {
     Engine & engine_;
     const int32_t n_ctx_slot_;
     const int32_t n_batch_;
+    const int32_t max_queue_;
+    Metrics * metrics_;
+    int32_t step_prompt_tokens_ = 0;  // of the batch being decoded
+    int32_t step_sampled_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;
     Batch batch_;
     size_t prompt_rr_ = 0;  // which slot gets prompt budget first (fairness)

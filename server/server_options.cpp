@@ -202,6 +202,18 @@ const std::vector<Flag> & flags() {
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              o.http_threads = (int32_t) parse_int(f, v, -1, 4096);
          }},
+        {{"--max-body-size"},
+         "N",
+         "largest request body in bytes; larger ones get 413 (default: 8388608)",
+         [](ServerOptions & o, const std::string & f, const std::string & v) {
+             o.max_body_size = (size_t) parse_int(f, v, 1, 1LL << 40);
+         }},
+        {{"--max-queue"},
+         "N",
+         "requests that may wait while all slots are busy; more get 503 (default: 64)",
+         [](ServerOptions & o, const std::string & f, const std::string & v) {
+             o.max_queue = (int32_t) parse_int(f, v, 0, 1 << 20);
+         }},
         // Default sampling parameters for requests that leave them out.
         {{"--temp"},
          "N",

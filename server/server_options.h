@@ -21,6 +21,8 @@ struct ServerOptions {
     int32_t n_predict = -1;     // default cap on generated tokens (-1: until the context is full)
     int timeout_s = 600;        // HTTP read/write timeout
     int32_t http_threads = -1;  // -1: n_parallel + a few
+    size_t max_body_size = 8u << 20;  // larger request bodies are answered 413
+    int32_t max_queue = 64;           // requests that may wait for a slot; more are answered 503
 
     std::vector<std::string> api_keys;  // empty: no authentication
     std::string alias;                  // model name reported by the API

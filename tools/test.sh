@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and builds llama-tp, then runs every test: CTest (C++ and tool
-# checks) and pytest (server and eval). Fails if any test fails or none ran.
+# checks), pytest (server and eval) and node (the OpenAI client against the
+# server). Fails if any test fails or none ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || { echo "test: setup/build failed"; exit 1; }
@@ -16,6 +17,9 @@ if ((${#py_dirs[@]})); then
     # pytest exits 5 when it collected nothing: that is a failure here too.
     ((rc == 0)) || status=1
 fi
+
+# The official OpenAI Node client against the real server.
+bash tests/node/run.sh || status=1
 
 if ((status == 0)); then echo "test: all tests passed"; else echo "test: FAILED"; fi
 exit $status

@@ -1,0 +1,52 @@
+#pragma once
+// Counters and gauges for GET /metrics, in Prometheus' text format. HTTP
+// threads count requests; the scheduler thread reports each decode step.
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace llama_tp::server {
+
+// Point-in-time values that the scheduler knows.
+struct SchedulerGauges {
+    int32_t busy_slots = 0;
+    int32_t total_slots = 0;
+    int32_t queued = 0;
+};
+
+class Metrics {
+  public:
+    // `endpoint` must come from a fixed set (a route, or "other"), so that the
+    // number of series stays bounded.
+    void count_request(const std::string & endpoint, int status);
+
+    // One decode step: prompt tokens it decoded, tokens sampled after it, and
+    // how long decoding and sampling took.
+    void count_step(int32_t n_prompt, int32_t n_generated, double ms);
+
+    std::string prometheus(const SchedulerGauges & gauges) const;
+
+  private:
+    struct Step {
+        std::chrono::steady_clock::time_point at;
+        int32_t n_prompt;
+        int32_t n_generated;
+        double ms;
+    };
+    void forget_old_steps(std::chrono::steady_clock::time_point now) const;
+
+    mutable std::mutex mutex_;
+    std::map<std::pair<std::string, int>, uint64_t> requests_;
+    uint64_t prompt_tokens_ = 0;
+    uint64_t generated_tokens_ = 0;
+    uint64_t steps_ = 0;
+    double busy_ms_ = 0;
+    mutable std::deque<Step> recent_;  // the last kWindow of steps, for rates
+};
+
+}  // namespace llama_tp::server

@@ -1,0 +1,49 @@
+#pragma once
+// Reads tool calls out of generated text with libcommon's parser for the chat
+// format the template chose, for whole responses and as stream deltas.
+
+#include "server/tools.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llama_tp::server {
+
+using json = nlohmann::json;
+
+// What libcommon's template application says about parsing the output.
+struct ChatSyntax {
+    int format = 0;                 // common_chat_format
+    std::string generation_prompt;  // text the template put after the last turn
+    std::string parser;             // serialized PEG parser; "" -> content only
+};
+
+struct AssistantMessage {
+    std::string content;
+    std::vector<ToolCall> tool_calls;
+};
+
+class ToolCallParser {
+  public:
+    explicit ToolCallParser(const ChatSyntax & syntax);
+    ~ToolCallParser();
+    ToolCallParser(const ToolCallParser &) = delete;
+    ToolCallParser & operator=(const ToolCallParser &) = delete;
+
+    // The complete output. Text the parser rejects is returned as content.
+    AssistantMessage parse(const std::string & text);
+
+    // OpenAI `delta` objects ({"content"} or {"tool_calls": [...]}) for what
+    // `text_so_far` adds to the previous call's text; `final` on the last call.
+    // Tool call ids stay the same across calls and match parse().
+    std::vector<json> stream_deltas(const std::string & text_so_far, bool final);
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llama_tp::server

@@ -1,0 +1,64 @@
+"""GET /metrics: Prometheus text format with request, token and slot figures."""
+
+import re
+
+from server_harness import ServerProcess
+
+
+def parse_metrics(text):
+    """{name or name{labels}: value}, checking that every sample has HELP and TYPE."""
+    helped, typed, values = set(), set(), {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helped.add(line.split()[2])
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            assert kind in ("counter", "gauge"), line
+            typed.add(name)
+        elif line:
+            m = re.fullmatch(r'([a-z_]+)(\{[^}]*\})? (\S+)', line)
+            assert m, line
+            assert m.group(1) in helped and m.group(1) in typed, line
+            values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return values
+
+
+def test_metrics_format_and_counts(server):
+    before = parse_metrics(server.get("/metrics").text)
+    r = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 5, "ignore_eos": True})
+    assert r.status_code == 200
+    server.post("/v1/completions", {"prompt": 5})  # a 400
+    res = server.get("/metrics")
+    assert res.status_code == 200
+    assert res.headers["Content-Type"].startswith("text/plain")
+    after = parse_metrics(res.text)
+
+    ok = 'llamatp_requests_total{endpoint="/v1/completions",status="200"}'
+    bad = 'llamatp_requests_total{endpoint="/v1/completions",status="400"}'
+    assert after[ok] >= before.get(ok, 0) + 1
+    assert after[bad] >= before.get(bad, 0) + 1
+    assert after["llamatp_tokens_predicted_total"] >= before["llamatp_tokens_predicted_total"] + 5
+    assert after["llamatp_prompt_tokens_total"] > before["llamatp_prompt_tokens_total"]
+    assert after["llamatp_slots_total"] == 4
+    assert 0 <= after["llamatp_slots_busy"] <= 4
+    assert after["llamatp_requests_queued"] >= 0
+    assert after["llamatp_predicted_tokens_per_second"] > 0
+    assert after["llamatp_prompt_tokens_per_second"] > 0
+
+
+def test_unknown_paths_share_one_series(server):
+    server.get("/no/such/path/1")
+    server.get("/no/such/path/2")
+    values = parse_metrics(server.get("/metrics").text)
+    assert values['llamatp_requests_total{endpoint="other",status="404"}'] >= 2
+    assert not any("/no/such" in k for k in values)
+
+
+def test_metrics_need_the_api_key():
+    s = ServerProcess("-t", "1", api_key="k1")
+    try:
+        import requests
+        assert requests.get(s.base + "/metrics", timeout=10).status_code == 401
+        assert s.get("/metrics").status_code == 200
+    finally:
+        assert s.stop() == 0
