@@ -103,6 +103,11 @@ class TensorParallelEngine final : public Engine {
     const ModelInfo & info() const override { return info_; }
     const EngineOptions & options() const override { return options_; }
     int64_t graph_builds() const override { return ranks_[0]->graph_builds(); }
+    std::vector<CollectiveStats> collective_stats() const override {
+        std::vector<CollectiveStats> out;
+        for (const auto & r : ranks_) out.push_back(r->collective_stats());
+        return out;
+    }
     std::vector<uint64_t> rank_memory_bytes() const override {
         std::vector<uint64_t> out;
         for (const auto & r : ranks_) out.push_back(r->memory_bytes());

@@ -14,6 +14,12 @@ namespace llama_tp {
 
 class Tokenizer;
 
+// How often and how long a rank has waited in collectives since loading.
+struct CollectiveStats {
+    int64_t calls = 0;
+    double seconds = 0.0;
+};
+
 struct EngineOptions {
     std::string model_path;
     int32_t n_ctx = 4096;   // KV cells, shared by all sequences; 0: the model's training context
@@ -58,6 +64,9 @@ class Engine {
 
     // Device memory each rank holds: weights, KV cache, compute buffer.
     virtual std::vector<uint64_t> rank_memory_bytes() const = 0;
+
+    // Per rank; safe to call from any thread while decode() runs.
+    virtual std::vector<CollectiveStats> collective_stats() const = 0;
 };
 
 }  // namespace llama_tp

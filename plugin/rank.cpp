@@ -4,6 +4,8 @@
 #include "plugin/gguf_file.h"
 #include "plugin/shard_plan.h"
 
+#include <chrono>
+
 #include "ggml-alloc.h"
 #include "ggml.h"
 
@@ -49,7 +51,11 @@ Rank::~Rank() {
 
 void Rank::allreduce_callback(void * user, void * data, size_t n, void *) {
     Rank * self = static_cast<Rank *>(user);
+    const auto t0 = std::chrono::steady_clock::now();
     self->config_.allreduce->allreduce(self->config_.rank, static_cast<float *>(data), n);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    self->collective_calls_.fetch_add(1, std::memory_order_relaxed);
+    self->collective_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
 }
 
 void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,

@@ -9,8 +9,10 @@
 #include "plugin/hparams.h"
 #include "plugin/kv_cache.h"
 #include "plugin/decoder_graph.h"
+#include "plugin/engine.h"
 #include "plugin/weights.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -59,6 +61,9 @@ class Rank {
     int64_t n_params() const { return weights_->n_params(); }
     // Weights, KV cache and compute buffer of this rank.
     uint64_t memory_bytes() const;
+    CollectiveStats collective_stats() const {
+        return {collective_calls_.load(), (double) collective_ns_.load() * 1e-9};
+    }
 
   private:
     static void allreduce_callback(void * user, void * data, size_t n, void * stream);
@@ -79,6 +84,9 @@ class Rank {
     GraphInputs inputs_;
     ggml_tensor * logits_ = nullptr;
     int64_t graph_builds_ = 0;
+    // Written by the rank's compute thread, read by anyone (metrics).
+    std::atomic<int64_t> collective_calls_{0};
+    std::atomic<int64_t> collective_ns_{0};
 };
 
 }  // namespace llama_tp

@@ -551,6 +551,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
                  g.busy_slots = stats.busy;
                  g.total_slots = st.scheduler->n_slots();
                  g.queued = stats.queued;
+                 g.collectives = st.engine->collective_stats();
                  res.set_content(st.metrics.prometheus(g), "text/plain; version=0.0.4; charset=utf-8");
              }));
 

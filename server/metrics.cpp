@@ -88,6 +88,14 @@ std::string Metrics::prometheus(const SchedulerGauges & gauges) const {
     sample(out, "slots_busy", gauges.busy_slots);
     header(out, "slots_total", "gauge", "Slots (-np).");
     sample(out, "slots_total", gauges.total_slots);
+    header(out, "collective_calls_total", "counter", "AllReduce calls, per tensor-parallel rank.");
+    for (size_t r = 0; r < gauges.collectives.size(); ++r) {
+        out << kPrefix << "collective_calls_total{rank=\"" << r << "\"} " << gauges.collectives[r].calls << '\n';
+    }
+    header(out, "collective_seconds_total", "counter", "Time spent in AllReduce calls, per rank, in seconds.");
+    for (size_t r = 0; r < gauges.collectives.size(); ++r) {
+        out << kPrefix << "collective_seconds_total{rank=\"" << r << "\"} " << gauges.collectives[r].seconds << '\n';
+    }
     return out.str();
 }
 

@@ -9,6 +9,9 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "plugin/engine.h"
 
 namespace llama_tp::server {
 
@@ -17,6 +20,7 @@ struct SchedulerGauges {
     int32_t busy_slots = 0;
     int32_t total_slots = 0;
     int32_t queued = 0;
+    std::vector<CollectiveStats> collectives;  // per tensor-parallel rank
 };
 
 class Metrics {

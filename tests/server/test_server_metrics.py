@@ -62,3 +62,20 @@ def test_metrics_need_the_api_key():
         assert s.get("/metrics").status_code == 200
     finally:
         assert s.stop() == 0
+
+
+def test_metrics_count_collectives_per_rank():
+    srv = ServerProcess("--tp", "2", "-t", "2", "-c", "512")
+    try:
+        before = parse_metrics(srv.get("/metrics").text)
+        r = srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "ignore_eos": True,
+                                         "temperature": 0})
+        assert r.status_code == 200, r.text
+        after = parse_metrics(srv.get("/metrics").text)
+        for rank in (0, 1):
+            calls = f'llamatp_collective_calls_total{{rank="{rank}"}}'
+            # Every decode step runs 2 AllReduces per layer (5 layers) plus the embedding's.
+            assert after[calls] >= before.get(calls, 0) + 4 * 11
+            assert after[f'llamatp_collective_seconds_total{{rank="{rank}"}}'] > 0
+    finally:
+        srv.stop()
