@@ -63,17 +63,20 @@ Sampler::~Sampler() {
 }
 
 int32_t Sampler::sample(const float * logits) {
-    std::vector<llama_token_data> cand(n_vocab_);
-    for (int32_t i = 0; i < n_vocab_; ++i) cand[i] = llama_token_data{i, logits[i], 0.0f};
-    llama_token_data_array arr{cand.data(), cand.size(), -1, false};
+    candidates_.resize(n_vocab_);
+    for (int32_t i = 0; i < n_vocab_; ++i) candidates_[i] = llama_token_data{i, logits[i], 0.0f};
+    llama_token_data_array arr{candidates_.data(), candidates_.size(), -1, false};
     llama_sampler_apply(chain_, &arr);
     if (arr.selected < 0 || arr.selected >= (int64_t) arr.size) {
         throw Error("sampling found no admissible token (grammar dead end?)");
     }
     const int32_t token = arr.data[arr.selected].id;
     llama_sampler_accept(chain_, token);
-    last_logprob_ = logits[token] - log_sum_exp(logits, n_vocab_);
     return token;
+}
+
+float Sampler::logprob(const float * logits, int32_t token) const {
+    return logits[token] - log_sum_exp(logits, n_vocab_);
 }
 
 void Sampler::accept(int32_t token) {

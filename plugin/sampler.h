@@ -7,6 +7,7 @@
 #include <vector>
 
 struct llama_sampler;
+struct llama_token_data;
 
 namespace llama_tp {
 
@@ -22,7 +23,7 @@ struct SamplingParams {
     float frequency_penalty = 0.0f;
     float repeat_penalty = 1.0f;
     int32_t penalty_last_n = 64;
-    std::string grammar;  // GBNF; empty: none
+    std::string grammar;                                // GBNF; empty: none
     std::vector<std::pair<int32_t, float>> logit_bias;  // added to a token's logit before anything else
 };
 
@@ -45,15 +46,16 @@ class Sampler {
     // Feeds a prompt token into the penalty state without sampling.
     void accept(int32_t token);
 
-    // Log-probabilities (full softmax of the raw logits) of the last sample()'s
-    // token and of the n most likely tokens.
-    float last_logprob() const { return last_logprob_; }
+    // Log-probabilities (full softmax of the raw logits) of one token and of
+    // the n most likely tokens; computed only when asked (a pass over the
+    // whole vocabulary).
+    float logprob(const float * logits, int32_t token) const;
     std::vector<TokenProb> top_logprobs(const float * logits, int n) const;
 
   private:
     llama_sampler * chain_ = nullptr;
     int32_t n_vocab_;
-    float last_logprob_ = 0.0f;
+    std::vector<llama_token_data> candidates_;  // reused every sample()
 };
 
 }  // namespace llama_tp

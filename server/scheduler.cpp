@@ -267,7 +267,7 @@ void Scheduler::sample(Slot & slot) {
         TokenLogprob lp;
         lp.token = token;
         lp.piece = tok.piece(token, false);
-        lp.logprob = task.sampler->last_logprob();
+        lp.logprob = task.sampler->logprob(logits, token);
         if (task.n_top_logprobs > 0) {
             lp.top = task.sampler->top_logprobs(logits, task.n_top_logprobs);
         }

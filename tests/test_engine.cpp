@@ -193,7 +193,7 @@ TEST(Sampler, GreedyPicksTheLargestLogitAndHonoursLogitBias) {
     p.temperature = 0.0f;
     Sampler greedy(tok, p);
     EXPECT_EQ(greedy.sample(logits.data()), 7);
-    EXPECT_NEAR(greedy.last_logprob(), 5.0f - std::log(std::exp(5.0f) + (float) (tok.n_vocab() - 1)), 1e-4f);
+    EXPECT_NEAR(greedy.logprob(logits.data(), 7), 5.0f - std::log(std::exp(5.0f) + (float) (tok.n_vocab() - 1)), 1e-4f);
 
     p.logit_bias = {{42, 100.0f}};
     Sampler biased(tok, p);
