@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import done_tasks, gpqa_rows, load_state, run_eval, write_gpqa_csv
+from json_reply import reply_json
 
 
 def test_accuracy_matches_success_rate(simulator, tmp_path):
@@ -98,12 +99,7 @@ class RecordingHandler(BaseHTTPRequestHandler):
                                   "finish_reason": "stop"}], "usage": {"completion_tokens": 1}})
 
     def _reply(self, obj):
-        data = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply_json(self, obj)
 
 
 @pytest.fixture

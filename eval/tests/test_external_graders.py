@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import done_tasks, load_state, run_eval
+from json_reply import reply_json
 from llama_eval.graders import GradingError, JudgeGrader, ScriptGrader, parse_judge_verdict
 from llama_eval.http_client import ChatClient
 
@@ -59,12 +60,7 @@ class JudgeHandler(BaseHTTPRequestHandler):
         pool = self.wordings if candidate == reference else self.refusals
         reply = {"choices": [{"message": {"role": "assistant", "content": pool[JudgeHandler.calls % 3]},
                               "finish_reason": "stop"}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply_json(self, reply)
 
 
 @pytest.fixture

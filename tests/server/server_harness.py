@@ -98,6 +98,16 @@ class ServerProcess:
         kw.setdefault("headers", self.headers())
         return requests.get(self.base + path, **kw)
 
+    def settled_props(self, timeout=2.0):
+        """/props once no slot is busy and nothing is queued (a slot is released
+        just after its last response is written), or the last answer at the deadline."""
+        deadline = time.time() + timeout
+        while True:
+            props = self.get("/props").json()
+            if (props["busy_slots"] == 0 and props["queued_requests"] == 0) or time.time() > deadline:
+                return props
+            time.sleep(0.02)
+
     def post(self, path, body=None, **kw):
         kw.setdefault("timeout", 60)
         kw.setdefault("headers", self.headers())

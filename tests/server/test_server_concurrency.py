@@ -37,13 +37,7 @@ def test_eight_requests_on_four_slots(server):
         body = r.json()
         assert body["usage"]["completion_tokens"] == 24
         assert body["choices"][0]["finish_reason"] == "length"
-    # A slot is released just after its last response is written.
-    deadline = time.time() + 2.0
-    while True:
-        props = server.get("/props").json()
-        if (props["busy_slots"] == 0 and props["queued_requests"] == 0) or time.time() > deadline:
-            break
-        time.sleep(0.02)
+    props = server.settled_props()
     assert props["busy_slots"] == 0 and props["queued_requests"] == 0
 
 

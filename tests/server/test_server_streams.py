@@ -71,14 +71,7 @@ def runs(server):
         streams = list(ex.map(one, range(N_STREAMS)))
     assert time.time() - t0 < 15, "16 short streams took too long"
 
-    # Every slot is released (just after its last event is written).
-    deadline = time.time() + 2.0
-    while True:
-        props = server.get("/props").json()
-        if (props["busy_slots"] == 0 and props["queued_requests"] == 0) or time.time() > deadline:
-            break
-        time.sleep(0.02)
-    return expected, streams, props
+    return expected, streams, server.settled_props()
 
 
 def chunks_of(i, events):
