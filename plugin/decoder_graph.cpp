@@ -45,17 +45,36 @@ struct Builder {
         return ggml_reshape_3d(ctx, y, hp.head_dim, n_heads, shape.n_tokens);
     }
 
-    // Writes this batch's keys or values into the cache and returns a view of
-    // the first `window` cells as [head_dim, window, n_kv]. The view is taken
-    // of the write's result so that it orders after it.
-    ggml_tensor * store_and_view(ggml_tensor * cache, ggml_tensor * cur) const {
-        const int64_t row = cache->ne[0];
-        ggml_tensor * stored = ggml_set_rows(ctx, cache, ggml_reshape_2d(ctx, cur, row, shape.n_tokens), in.kv_cells);
-        return ggml_view_3d(ctx, stored, hp.head_dim, shape.window, n_kv, cache->nb[1],
-                            ggml_row_size(cache->type, hp.head_dim), 0);
+    // Writes this batch's keys or values into the cache. Views of the cache
+    // are taken of the write's result so that they order after it.
+    ggml_tensor * store(ggml_tensor * cache, ggml_tensor * cur) const {
+        return ggml_set_rows(ctx, cache, ggml_reshape_2d(ctx, cur, cache->ne[0], shape.n_tokens), in.kv_cells);
     }
 
-    // This rank's heads of self-attention, projected back to n_embd: a partial sum.
+    // Cells [run.cell0, run.cell0 + run.window) of a stored cache as [head_dim, window, n_kv].
+    ggml_tensor * cache_view(ggml_tensor * stored, const AttentionRun & run) const {
+        return ggml_view_3d(ctx, stored, hp.head_dim, run.window, n_kv, stored->nb[1],
+                            ggml_row_size(stored->type, hp.head_dim), (size_t) run.cell0 * stored->nb[1]);
+    }
+
+    // Attention of one run's queries q [head_dim, n_q, n_tokens] over its
+    // cells: [head_dim, n_q, run.n_tokens].
+    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
+                         size_t mask_offset) const {
+        ggml_tensor * qr =
+            ggml_view_3d(ctx, q, hp.head_dim, n_q, run.n_tokens, q->nb[1], q->nb[2], (size_t) run.t0 * q->nb[2]);
+        ggml_tensor * mask = ggml_view_2d(ctx, in.kq_mask, run.window, run.n_tokens,
+                                          (size_t) run.window * sizeof(ggml_fp16_t), mask_offset * sizeof(ggml_fp16_t));
+        ggml_tensor * out =
+            ggml_flash_attn_ext(ctx, ggml_permute(ctx, qr, 0, 2, 1, 3), cache_view(k, run), cache_view(v, run), mask,
+                                1.0f / std::sqrt((float) hp.head_dim), 0.0f, 0.0f);
+        ggml_prec_set_acc(out, GGML_PREC_F32);
+        return out;
+    }
+
+    // This rank's heads of self-attention, projected back to n_embd: a partial
+    // sum. Each run attends only over its own cells; the runs' results are
+    // joined in token order.
     ggml_tensor * attention(int il, ggml_tensor * cur) const {
         const LayerWeights & l = w.layers[il];
         ggml_tensor * q = project_heads(cur, l.wq, l.bq, n_q);
@@ -65,11 +84,15 @@ struct Builder {
         if (l.k_norm) k = norm(k, l.k_norm);
         q = rope(q);
         k = rope(k);
-        ggml_tensor * kview = store_and_view(kv.k(il), k);
-        ggml_tensor * vview = store_and_view(kv.v(il), v);
-        ggml_tensor * attn = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), kview, vview, in.kq_mask,
-                                                 1.0f / std::sqrt((float) hp.head_dim), 0.0f, 0.0f);
-        ggml_prec_set_acc(attn, GGML_PREC_F32);
+        ggml_tensor * k_stored = store(kv.k(il), k);
+        ggml_tensor * v_stored = store(kv.v(il), v);
+        ggml_tensor * attn = nullptr;
+        size_t mask_offset = 0;
+        for (const AttentionRun & run : shape.runs) {
+            ggml_tensor * part = attend(q, k_stored, v_stored, run, mask_offset);
+            attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
+            mask_offset += (size_t) run.window * run.n_tokens;
+        }
         return ggml_mul_mat(ctx, l.wo, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens));
     }
 
@@ -114,7 +137,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     const int64_t T = shape.n_tokens;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
-    in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, shape.window, T);
+    in.kq_mask = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) shape.mask_size());
     in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
     for (ggml_tensor * t : {in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
 

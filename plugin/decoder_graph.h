@@ -5,7 +5,10 @@
 // attention output projection, one after the FFN (for MoE after all routed
 // experts are summed).
 
+#include "plugin/kv_cache.h"
+
 #include <cstdint>
+#include <vector>
 
 #include "ggml-ext/collective.h"
 
@@ -17,7 +20,6 @@ namespace llama_tp {
 
 struct HParams;
 class ModelWeights;
-class KvCache;
 
 // How a rank's partial sums are combined: a collective node calling fn.
 struct Collective {
@@ -29,9 +31,15 @@ struct Collective {
 struct GraphShape {
     int32_t n_tokens = 0;
     int32_t n_outputs = 0;
-    int32_t window = 0;  // KV cells attended over
+    std::vector<AttentionRun> runs;  // cover the tokens in order
     bool operator==(const GraphShape & o) const {
-        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && window == o.window;
+        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && runs == o.runs;
+    }
+    // Mask elements of all runs together.
+    size_t mask_size() const {
+        size_t n = 0;
+        for (const AttentionRun & r : runs) n += (size_t) r.window * r.n_tokens;
+        return n;
     }
 };
 
@@ -40,7 +48,7 @@ struct GraphInputs {
     ggml_tensor * tokens = nullptr;     // I32 [n_tokens] (single rank)
     ggml_tensor * positions = nullptr;  // I32 [n_tokens]
     ggml_tensor * kv_cells = nullptr;   // I64 [n_tokens]: cache row each token is written to
-    ggml_tensor * kq_mask = nullptr;    // F16 [window, n_tokens]
+    ggml_tensor * kq_mask = nullptr;    // F16: each run's [window, n_tokens] in turn
     ggml_tensor * out_rows = nullptr;   // I32 [n_outputs]: batch rows whose logits are wanted
     // Tensor parallel only: each token's row in this rank's embedding slice
     // (0 when outside it) and 1/0 for inside/outside.

@@ -59,6 +59,7 @@ class TensorParallelEngine final : public Engine {
                 rc.n_threads = std::max(1, options_.n_threads / tp);
                 rc.n_ctx = options_.n_ctx;
                 rc.n_seq_max = options_.n_seq_max;
+                rc.kv_unified = options_.kv_unified;
                 rc.progress = options_.progress && r == 0;
                 ranks_[r] = std::make_unique<Rank>(file, hp_, rc);
             },
@@ -74,11 +75,8 @@ class TensorParallelEngine final : public Engine {
     void decode(const Batch & batch) override {
         validate_batch(batch);
         std::vector<int64_t> cells;
-        if (!place(batch, cells)) {
-            throw Error("KV cache full: the batch needs " + std::to_string(batch.size()) + " cells, " +
-                        std::to_string(ranks_[0]->kv().n_free()) + " are free (context " +
-                        std::to_string(options_.n_ctx) + ")");
-        }
+        std::string why;
+        if (!place(batch, cells, why)) throw Error("KV cache full: " + why);
         try {
             run(batch, cells);
         } catch (...) {
@@ -148,8 +146,8 @@ class TensorParallelEngine final : public Engine {
     }
 
     // Every rank's cache makes the same choice (same algorithm, same state).
-    bool place(const Batch & batch, std::vector<int64_t> & cells) {
-        if (!ranks_[0]->kv().place(batch, cells)) return false;
+    bool place(const Batch & batch, std::vector<int64_t> & cells, std::string & why) {
+        if (!ranks_[0]->kv().place(batch, cells, &why)) return false;
         std::vector<int64_t> other;
         for (size_t r = 1; r < ranks_.size(); ++r) ranks_[r]->kv().place(batch, other);
         return true;
@@ -166,9 +164,14 @@ class TensorParallelEngine final : public Engine {
             }
         }
         if (out_rows.empty()) out_rows.push_back(n - 1);  // the graph always has one output row
-        const GraphShape shape{n, (int32_t) out_rows.size(), ranks_[0]->kv().window()};
-        mask_.resize((size_t) shape.window * n);
-        ranks_[0]->kv().fill_mask(batch, shape.window, mask_.data());
+        const KvCache & kv = ranks_[0]->kv();
+        const GraphShape shape{n, (int32_t) out_rows.size(), kv.attention_runs(batch)};
+        mask_.resize(shape.mask_size());
+        size_t offset = 0;
+        for (const AttentionRun & r : shape.runs) {
+            kv.fill_mask(batch, r, mask_.data() + offset);
+            offset += (size_t) r.window * r.n_tokens;
+        }
         logits_.assign((size_t) out_rows.size() * hp_.n_vocab, 0.0f);
 
         threads_->run(

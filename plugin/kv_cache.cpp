@@ -4,22 +4,31 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "ggml.h"
 
 namespace llama_tp {
 
-KvCache::KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max,
+KvCache::KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified,
                  ggml_backend_buffer_type_t buft)
-    : cells_(n_cells), n_seq_max_(n_seq_max) {
+    : n_seq_max_(n_seq_max), unified_(unified || n_seq_max == 1) {
+    if (n_seq_max < 1) throw Error("the KV cache needs room for at least one sequence");
+    region_ = unified_ ? n_cells : n_cells / n_seq_max;
+    if (region_ < 1) {
+        throw Error("a context of " + std::to_string(n_cells) + " cells cannot hold " + std::to_string(n_seq_max) +
+                    " sequences");
+    }
+    cells_.resize(unified_ ? (size_t) n_cells : (size_t) region_ * n_seq_max);
+    used_end_.resize(unified_ ? 1 : n_seq_max);
+    update_all_used_ends();
+
     ggml_init_params params = {2 * (size_t) hp.n_layer * ggml_tensor_overhead(), nullptr, true};
     ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("out of memory creating the KV cache context");
     const int64_t row = (int64_t) n_head_kv * hp.head_dim;
     for (int il = 0; il < hp.n_layer; ++il) {
-        ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, row, n_cells);
-        ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, row, n_cells);
+        ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, row, (int64_t) cells_.size());
+        ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, row, (int64_t) cells_.size());
         ggml_format_name(k, "cache_k_l%d", il);
         ggml_format_name(v, "cache_v_l%d", il);
         k_.push_back(k);
@@ -37,70 +46,119 @@ int32_t KvCache::n_free() const {
     return (int32_t) std::count_if(cells_.begin(), cells_.end(), [](const Cell & c) { return c.pos < 0; });
 }
 
-bool KvCache::place(const Batch & batch, std::vector<int64_t> & cells) {
+bool KvCache::place(const Batch & batch, std::vector<int64_t> & cells, std::string * why) {
     cells.clear();
-    for (int32_t c = 0; c < n_cells() && (int) cells.size() < batch.size(); ++c) {
-        if (cells_[c].pos < 0) cells.push_back(c);
-    }
-    if ((int) cells.size() < batch.size()) {
-        cells.clear();
-        return false;
-    }
+    // Lowest free cells first, so that windows stay small.
+    std::vector<int32_t> cursor(used_end_.size());
+    for (size_t r = 0; r < cursor.size(); ++r) cursor[r] = region_begin((int32_t) r);
     for (int i = 0; i < batch.size(); ++i) {
-        cells_[cells[i]] = Cell{batch.pos[i], batch.seq[i]};
+        const int32_t r = region_of(batch.seq[i]);
+        const int32_t end = region_begin(r) + region_;
+        int32_t c = cursor[r];
+        while (c < end && cells_[c].pos >= 0) ++c;
+        if (c == end) {
+            unplace(cells);
+            cells.clear();
+            if (why) {
+                *why = unified_ ? "the batch needs " + std::to_string(batch.size()) + " cells, " +
+                                      std::to_string(n_free()) + " are free (context " + std::to_string(n_cells()) + ")"
+                                : "sequence " + std::to_string(batch.seq[i]) + " has used all " +
+                                      std::to_string(region_) + " cells of its share of the context";
+            }
+            return false;
+        }
+        cells_[c] = Cell{batch.pos[i], batch.seq[i]};
+        cells.push_back(c);
+        cursor[r] = c + 1;
+        used_end_[r] = std::max(used_end_[r], c + 1);
     }
-    update_used_end();
     return true;
 }
 
 void KvCache::unplace(const std::vector<int64_t> & cells) {
     for (int64_t c : cells) cells_[c] = Cell{};
-    update_used_end();
+    update_all_used_ends();
+}
+
+int32_t KvCache::rounded_window(int32_t begin, int32_t used_end) const {
+    const int32_t g = kWindowGranularity;
+    const int32_t w = std::max<int32_t>(1, (used_end - begin + g - 1) / g) * g;
+    return std::min(w, unified_ ? n_cells() : region_);
 }
 
 int32_t KvCache::window() const {
+    const int32_t end = *std::max_element(used_end_.begin(), used_end_.end());
     const int32_t g = kWindowGranularity;
-    const int32_t w = std::max<int32_t>(1, (used_end_ + g - 1) / g) * g;
-    return std::min(w, n_cells());
+    return std::min(std::max<int32_t>(1, (end + g - 1) / g) * g, n_cells());
 }
 
-void KvCache::fill_mask(const Batch & batch, int32_t window, ggml_fp16_t * mask) const {
+std::vector<AttentionRun> KvCache::attention_runs(const Batch & batch) const {
+    const int32_t n = batch.size();
+    const std::vector<AttentionRun> whole{{0, n, 0, window()}};
+    if (unified_) return whole;
+    std::vector<AttentionRun> runs;
+    std::vector<uint8_t> seen(n_seq_max_, 0);
+    for (int32_t t = 0; t < n;) {
+        const int32_t seq = batch.seq[t];
+        if (seen[seq]) return whole;  // a sequence split over two groups
+        seen[seq] = 1;
+        int32_t end = t + 1;
+        while (end < n && batch.seq[end] == seq) ++end;
+        const int32_t begin = region_begin(seq);
+        runs.push_back({t, end - t, begin, rounded_window(begin, used_end_[seq])});
+        t = end;
+    }
+    return runs;
+}
+
+void KvCache::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask) const {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f);
     const ggml_fp16_t ninf = ggml_fp32_to_fp16(-INFINITY);
-    for (int t = 0; t < batch.size(); ++t) {
-        ggml_fp16_t * row = mask + (size_t) t * window;
-        for (int32_t c = 0; c < window; ++c) {
-            const Cell & cell = cells_[c];
-            const bool visible = cell.pos >= 0 && cell.seq == batch.seq[t] && cell.pos <= batch.pos[t];
-            row[c] = visible ? zero : ninf;
+    for (int32_t t = 0; t < run.n_tokens; ++t) {
+        const int32_t seq = batch.seq[run.t0 + t], pos = batch.pos[run.t0 + t];
+        ggml_fp16_t * row = mask + (size_t) t * run.window;
+        for (int32_t c = 0; c < run.window; ++c) {
+            const Cell & cell = cells_[run.cell0 + c];
+            row[c] = cell.pos >= 0 && cell.seq == seq && cell.pos <= pos ? zero : ninf;
         }
     }
 }
 
 void KvCache::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
+    if (seq < 0 || seq >= n_seq_max_) return;
     if (p1 < 0) p1 = INT32_MAX;
-    for (Cell & c : cells_) {
-        if (c.pos >= 0 && c.seq == seq && c.pos >= p0 && c.pos < p1) c = Cell{};
+    const int32_t r = region_of(seq);
+    for (int32_t c = region_begin(r); c < region_begin(r) + region_; ++c) {
+        Cell & cell = cells_[c];
+        if (cell.pos >= 0 && cell.seq == seq && cell.pos >= p0 && cell.pos < p1) cell = Cell{};
     }
-    update_used_end();
+    update_used_end(r);
 }
 
 int32_t KvCache::seq_pos_max(int32_t seq) const {
+    if (seq < 0 || seq >= n_seq_max_) return -1;
+    const int32_t r = region_of(seq);
     int32_t m = -1;
-    for (const Cell & c : cells_) {
-        if (c.pos >= 0 && c.seq == seq) m = std::max(m, c.pos);
+    for (int32_t c = region_begin(r); c < region_begin(r) + region_; ++c) {
+        if (cells_[c].pos >= 0 && cells_[c].seq == seq) m = std::max(m, cells_[c].pos);
     }
     return m;
 }
 
-void KvCache::update_used_end() {
-    used_end_ = 0;
-    for (int32_t c = n_cells() - 1; c >= 0; --c) {
+void KvCache::update_used_end(int32_t region) {
+    const int32_t begin = region_begin(region);
+    int32_t end = begin;
+    for (int32_t c = begin + region_ - 1; c >= begin; --c) {
         if (cells_[c].pos >= 0) {
-            used_end_ = c + 1;
+            end = c + 1;
             break;
         }
     }
+    used_end_[region] = end;
+}
+
+void KvCache::update_all_used_ends() {
+    for (size_t r = 0; r < used_end_.size(); ++r) update_used_end((int32_t) r);
 }
 
 }  // namespace llama_tp

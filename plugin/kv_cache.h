@@ -1,12 +1,17 @@
 #pragma once
 // The key/value cache: per layer one K and one V tensor of n_cells rows, and
-// per cell which sequence and position it holds. Cells of all sequences share
-// one pool; attention masks keep sequences apart.
+// per cell which sequence and position it holds.
+//
+// Two layouts. Unified: all sequences share one pool of cells and attention
+// masks keep them apart (what upstream calls kv_unified). Per sequence: each
+// sequence owns n_cells / n_seq_max consecutive cells, so attention for a
+// sequence reads only its own region, however many other sequences are live.
 
 #include "plugin/batch.h"
 #include "plugin/hparams.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -17,10 +22,23 @@ struct ggml_tensor;
 
 namespace llama_tp {
 
+// Consecutive batch tokens [t0, t0 + n_tokens) attending over cells
+// [cell0, cell0 + window).
+struct AttentionRun {
+    int32_t t0 = 0;
+    int32_t n_tokens = 0;
+    int32_t cell0 = 0;
+    int32_t window = 0;
+    bool operator==(const AttentionRun & o) const {
+        return t0 == o.t0 && n_tokens == o.n_tokens && cell0 == o.cell0 && window == o.window;
+    }
+};
+
 class KvCache {
   public:
     // n_head_kv: the KV heads this cache stores (a rank's share under tensor parallelism).
-    KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, ggml_backend_buffer_type_t buft);
+    KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified,
+            ggml_backend_buffer_type_t buft);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
@@ -28,20 +46,29 @@ class KvCache {
     ggml_tensor * v(int il) const { return v_[il]; }
     int32_t n_cells() const { return (int32_t) cells_.size(); }
     int32_t n_seq_max() const { return n_seq_max_; }
+    bool unified() const { return unified_; }
+    // Cells one sequence may use: all of them (unified) or its region.
+    int32_t n_cells_per_seq() const { return region_; }
     int32_t n_free() const;
     size_t bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
 
     // Chooses a free cell for every batch token and records the tokens there.
-    // Returns false (changing nothing) when there are not enough free cells.
-    bool place(const Batch & batch, std::vector<int64_t> & cells);
+    // Returns false (changing nothing, saying why in *why) when a token finds
+    // no free cell.
+    bool place(const Batch & batch, std::vector<int64_t> & cells, std::string * why = nullptr);
     // Undoes place() for a batch whose compute failed.
     void unplace(const std::vector<int64_t> & cells);
 
     // Cells [0, window) hold every used cell; rounded up so that the attention
     // shape (and so the graph) stays the same for many decode steps.
     int32_t window() const;
-    // mask[t * window + c] = 0 where token t of the batch may attend to cell c, -inf elsewhere.
-    void fill_mask(const Batch & batch, int32_t window, ggml_fp16_t * mask) const;
+    // How the batch's attention is computed: per sequence layout and tokens
+    // grouped by sequence: one run per group over that sequence's region;
+    // otherwise one run of all tokens over window().
+    std::vector<AttentionRun> attention_runs(const Batch & batch) const;
+    // mask[t * run.window + c] = 0 where token run.t0 + t may attend to cell
+    // run.cell0 + c, -inf elsewhere.
+    void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask) const;
 
     void seq_remove(int32_t seq, int32_t p0, int32_t p1);
     int32_t seq_pos_max(int32_t seq) const;
@@ -55,12 +82,18 @@ class KvCache {
     };
     std::vector<Cell> cells_;
     int32_t n_seq_max_;
-    int32_t used_end_ = 0;  // one past the highest used cell
+    bool unified_;
+    int32_t region_;                 // cells per sequence region (all cells when unified)
+    std::vector<int32_t> used_end_;  // per region: one past its highest used cell (absolute)
     ggml_context_ptr ctx_;
     ggml_backend_buffer_ptr buffer_;
     std::vector<ggml_tensor *> k_, v_;
 
-    void update_used_end();
+    int32_t region_of(int32_t seq) const { return unified_ ? 0 : seq; }
+    int32_t region_begin(int32_t region) const { return region * region_; }
+    int32_t rounded_window(int32_t begin, int32_t used_end) const;
+    void update_used_end(int32_t region);
+    void update_all_used_ends();
 };
 
 }  // namespace llama_tp

@@ -13,7 +13,11 @@ namespace llama_tp {
 
 namespace {
 
-constexpr size_t kMaxGraphNodes = 8192;
+// Graph nodes: a fixed budget for the layers plus a few per attention run
+// and layer.
+size_t max_graph_nodes(const HParams & hp, const GraphShape & shape) {
+    return 8192 + (size_t) hp.n_layer * shape.runs.size() * 8;
+}
 
 ggml_backend_dev_t cpu_device() {
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
@@ -38,7 +42,8 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
     ggml_backend_cpu_set_n_threads(backend_.get(), config.n_threads);
     const int32_t n_kv = config.shard ? (int32_t) config.shard->kv_heads.size() : hp.n_head_kv;
-    kv_ = std::make_unique<KvCache>(hp, n_kv, config.n_ctx, config.n_seq_max, ggml_backend_dev_buffer_type(device));
+    kv_ = std::make_unique<KvCache>(hp, n_kv, config.n_ctx, config.n_seq_max, config.kv_unified,
+                                    ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     executor_ = std::make_unique<MetaExecutor>(backend_.get());
 }
@@ -62,11 +67,12 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
                    const GraphShape & shape, const std::vector<ggml_fp16_t> & mask) {
     if (!graph_ || !(shape_ == shape)) {
         graph_ctx_.reset();
-        ggml_init_params params = {
-            kMaxGraphNodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(kMaxGraphNodes, false), nullptr, true};
+        const size_t n_nodes = max_graph_nodes(hp_, shape);
+        ggml_init_params params = {n_nodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(n_nodes, false),
+                                   nullptr, true};
         graph_ctx_.reset(ggml_init(params));
         if (!graph_ctx_) throw Error("out of memory building the graph");
-        graph_ = ggml_new_graph_custom(graph_ctx_.get(), kMaxGraphNodes, false);
+        graph_ = ggml_new_graph_custom(graph_ctx_.get(), n_nodes, false);
         shape_ = shape;
         const Collective reduce{allreduce_callback, this};
         logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,

@@ -34,6 +34,7 @@ struct RankConfig {
     int32_t n_threads = 1;
     int32_t n_ctx = 0;
     int32_t n_seq_max = 1;
+    bool kv_unified = false;
     bool progress = false;
 };
 

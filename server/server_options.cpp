@@ -109,6 +109,11 @@ const std::vector<Flag> & flags() {
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              o.n_parallel = (int32_t) parse_int(f, v, 1, 4096);
          }},
+        {{"-kvu", "--kv-unified"},
+         "",
+         "one KV cell pool for all slots (default: each slot owns ctx-size/N cells and attends over those "
+         "only, which is faster with many slots)",
+         [](ServerOptions & o, const std::string &, const std::string &) { o.engine.kv_unified = true; }},
         {{"-t", "--threads"},
          "N",
          "CPU threads (default: 0 = all cores)",

@@ -59,6 +59,70 @@ TEST(Engine, SequencesInOneBatchMatchSequencesAlone) {
     EXPECT_LT(max_abs_diff(expected, row(*e, mixed.size() - 1)), 1e-4f);
 }
 
+// Greedy steps of sequence 0, alone or with sequence 1 in every batch: the
+// logits of each of sequence 0's steps.
+std::vector<std::vector<float>> greedy_steps(Engine & e, bool with_companion, int n_steps) {
+    const auto p = e.tokenizer().tokenize("Once upon a time there was a little girl", true, false);
+    const auto q = e.tokenizer().tokenize("The big brown dog ran", true, false);
+    Batch b;
+    for (size_t i = 0; i < p.size(); ++i) b.add(p[i], (int) i, 0, i + 1 == p.size());
+    if (with_companion) {
+        for (size_t i = 0; i < q.size(); ++i) b.add(q[i], (int) i, 1, i + 1 == q.size());
+    }
+    e.decode(b);
+    std::vector<std::vector<float>> out{row(e, (int) p.size() - 1)};
+    int32_t pos0 = (int32_t) p.size(), pos1 = (int32_t) q.size();
+    int32_t row1 = b.size() - 1;
+    for (int step = 0; step < n_steps; ++step) {
+        const auto & last = out.back();
+        const int32_t tok = (int32_t) (std::max_element(last.begin(), last.end()) - last.begin());
+        Batch d;
+        d.add(tok, pos0++, 0, true);
+        if (with_companion) {
+            const float * l1 = e.logits(row1);
+            d.add((int32_t) (std::max_element(l1, l1 + e.info().n_vocab) - l1), pos1++, 1, true);
+            row1 = 1;
+        }
+        e.decode(d);
+        out.push_back(row(e, 0));
+    }
+    return out;
+}
+
+size_t argmax(const std::vector<float> & v) {
+    return (size_t) (std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Attention reads only the sequence's own cells, so a companion in the batch
+// changes a sequence's logits only through the matrix kernels' rounding
+// (which differs with the number of rows, 2e-6 here, and grows through the F16
+// cache); never through attending to the companion.
+TEST(Engine, ABatchCompanionChangesASequenceOnlyByRounding) {
+    auto alone = load_test_model();
+    auto batched = load_test_model();
+    const auto a = greedy_steps(*alone, false, 12);
+    const auto b = greedy_steps(*batched, true, 12);
+    EXPECT_LT(max_abs_diff(a[0], b[0]), 1e-5f);
+    for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_LT(max_abs_diff(a[i], b[i]), 2e-2f) << "step " << i;
+        EXPECT_EQ(argmax(a[i]), argmax(b[i])) << "step " << i;
+    }
+}
+
+TEST(Engine, PerSequenceAndUnifiedCacheLayoutsAgree) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_seq_max = 4;
+    o.n_ctx = 512;
+    o.n_threads = 2;
+    auto per_seq = Engine::load(o);
+    o.kv_unified = true;
+    auto unified = Engine::load(o);
+    const auto a = greedy_steps(*per_seq, true, 12);
+    const auto b = greedy_steps(*unified, true, 12);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(max_abs_diff(a[i], b[i]), 1e-4f) << "step " << i;
+}
+
 TEST(Engine, DecodeStepsOfOneShapeReuseTheGraph) {
     auto e = load_test_model();
     const auto p = e->tokenizer().tokenize("Lily liked to", true, false);
@@ -180,7 +244,6 @@ TEST(TensorParallelEngine, RefusesASplitTheModelCannotTake) {
 
 }  // namespace
 }  // namespace llama_tp
-
 
 namespace llama_tp {
 namespace {

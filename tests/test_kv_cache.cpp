@@ -21,7 +21,7 @@ HParams tiny_hparams() {
 
 class KvCacheTest : public ::testing::Test {
   protected:
-    KvCache kv{tiny_hparams(), 2, 600, 3, ggml_backend_cpu_buffer_type()};
+    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/true, ggml_backend_cpu_buffer_type()};
 };
 
 TEST_F(KvCacheTest, PlacesTokensInFreeCellsAndTracksPositions) {
@@ -82,9 +82,12 @@ TEST_F(KvCacheTest, MaskSeparatesSequencesAndIsCausal) {
     b.add(1, 0, 1, false);
     std::vector<int64_t> cells;
     ASSERT_TRUE(kv.place(b, cells));
+    const auto runs = kv.attention_runs(b);
+    ASSERT_EQ(runs.size(), 1u);  // unified: one run over the shared window
     const int32_t w = kv.window();
+    EXPECT_EQ(runs[0], (AttentionRun{0, 3, 0, w}));
     std::vector<ggml_fp16_t> mask((size_t) w * b.size());
-    kv.fill_mask(b, w, mask.data());
+    kv.fill_mask(b, runs[0], mask.data());
     auto visible = [&](int t, int c) { return std::isfinite(ggml_fp16_to_fp32(mask[(size_t) t * w + c])); };
     EXPECT_TRUE(visible(0, 0));
     EXPECT_FALSE(visible(0, 1));  // causal: position 0 does not see position 1
@@ -95,6 +98,87 @@ TEST_F(KvCacheTest, MaskSeparatesSequencesAndIsCausal) {
     EXPECT_FALSE(visible(2, 0));
     EXPECT_TRUE(visible(2, 2));
     EXPECT_FALSE(visible(2, 3));  // free cell
+}
+
+class PerSequenceKvCacheTest : public ::testing::Test {
+  protected:
+    // Three regions of 200 cells.
+    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/false, ggml_backend_cpu_buffer_type()};
+};
+
+TEST_F(PerSequenceKvCacheTest, EachSequencePlacesInItsOwnRegion) {
+    EXPECT_EQ(kv.n_cells_per_seq(), 200);
+    Batch b;
+    b.add(1, 0, 2, false);
+    b.add(1, 0, 0, false);
+    b.add(1, 1, 2, false);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    EXPECT_EQ(cells, (std::vector<int64_t>{400, 0, 401}));
+    kv.seq_remove(2, 0, 1);
+    Batch c;
+    c.add(1, 0, 2, false);
+    ASSERT_TRUE(kv.place(c, cells));
+    EXPECT_EQ(cells, (std::vector<int64_t>{400}));  // the lowest free cell of the region again
+}
+
+TEST_F(PerSequenceKvCacheTest, AFullRegionRefusesAndNamesTheSequence) {
+    Batch b;
+    for (int i = 0; i < 200; ++i) b.add(1, i, 1, false);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    Batch more;
+    more.add(1, 0, 0, false);  // fits
+    more.add(1, 200, 1, false);
+    std::string why;
+    EXPECT_FALSE(kv.place(more, cells, &why));
+    EXPECT_NE(why.find("sequence 1"), std::string::npos) << why;
+    EXPECT_EQ(kv.seq_pos_max(0), -1);  // the token that fitted was taken back
+    EXPECT_EQ(kv.n_free(), 400);
+}
+
+TEST_F(PerSequenceKvCacheTest, GroupedBatchGetsOneRunPerSequenceOverItsRegion) {
+    Batch warm;
+    for (int i = 0; i < 190; ++i) warm.add(1, i, 1, false);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(warm, cells));
+
+    Batch b;
+    b.add(1, 190, 1, true);
+    b.add(1, 0, 2, false);
+    b.add(1, 1, 2, true);
+    ASSERT_TRUE(kv.place(b, cells));
+    const auto runs = kv.attention_runs(b);
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_EQ(runs[0], (AttentionRun{0, 1, 200, 200}));  // 191 cells rounded up, capped at the region
+    EXPECT_EQ(runs[1], (AttentionRun{1, 2, 400, 200}));
+
+    std::vector<ggml_fp16_t> mask((size_t) runs[1].window * runs[1].n_tokens);
+    kv.fill_mask(b, runs[1], mask.data());
+    auto visible = [&](int t, int c) {
+        return std::isfinite(ggml_fp16_to_fp32(mask[(size_t) t * runs[1].window + c]));
+    };
+    EXPECT_TRUE(visible(0, 0));
+    EXPECT_FALSE(visible(0, 1));
+    EXPECT_TRUE(visible(1, 1));
+    EXPECT_FALSE(visible(1, 2));
+}
+
+TEST_F(PerSequenceKvCacheTest, UngroupedBatchFallsBackToOneRunOverEverything) {
+    Batch b;
+    b.add(1, 0, 0, false);
+    b.add(1, 0, 1, false);
+    b.add(1, 1, 0, true);  // sequence 0 again, after sequence 1
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    const auto runs = kv.attention_runs(b);
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0], (AttentionRun{0, 3, 0, kv.window()}));
+    EXPECT_GE(kv.window(), 201);  // covers sequence 1's region too
+}
+
+TEST(KvCacheLayout, RefusesMoreSequencesThanCells) {
+    EXPECT_THROW(KvCache(tiny_hparams(), 2, 2, 3, false, ggml_backend_cpu_buffer_type()), std::exception);
 }
 
 }  // namespace

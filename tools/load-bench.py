@@ -28,6 +28,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import statistics
 import sys
 import threading
@@ -80,14 +81,15 @@ after that, take their diploma.
 WORDS_PER_TOKEN = 0.75  # English words per token, roughly, for Llama-style vocabularies
 
 
-def make_prompt(n_tokens, index):
+def make_prompt(n_tokens, index, salt):
     """About n_tokens tokens of TEXT, starting at a different word for every
-    index and led by the index itself, so that no two requests of a run share
-    more than the chat template's prefix (no server can answer from a prompt
-    cache: every server does the same prefill work)."""
-    n_words = max(1, int(n_tokens * WORDS_PER_TOKEN) - 2)
+    index and led by the index and the run's salt, so that no two requests
+    share more than the chat template's prefix, within a run or across runs
+    against the same server (no server can answer from a prompt cache, its
+    slots' or one kept in host memory: every server does the same prefill)."""
+    n_words = max(1, int(n_tokens * WORDS_PER_TOKEN) - 4)
     start = (index * 37) % len(TEXT)
-    return f"Part {index}. " + " ".join(TEXT[(start + i) % len(TEXT)] for i in range(n_words))
+    return f"Part {index} of {salt}. " + " ".join(TEXT[(start + i) % len(TEXT)] for i in range(n_words))
 
 
 def percentile(xs, p):
@@ -149,7 +151,7 @@ class Client:
             self.conn = None
 
     def body(self, index):
-        prompt = make_prompt(self.a.prompt_tokens, index)
+        prompt = make_prompt(self.a.prompt_tokens, index, self.a.salt)
         b = {"max_tokens": self.a.max_tokens, "temperature": 0, "ignore_eos": True,
              "stream": self.a.stream}
         if self.a.model:
@@ -422,7 +424,7 @@ def bench(args, targets):
                    "requests": args.requests or "max(8, 4*concurrency)", "duration_s": args.duration,
                    "max_tokens": args.max_tokens, "prompt_tokens_approx": args.prompt_tokens,
                    "stream": args.stream, "endpoint": args.endpoint, "keep_alive": args.keep_alive,
-                   "repeat": args.repeat, "warmup": args.warmup},
+                   "repeat": args.repeat, "warmup": args.warmup, "salt": args.salt},
         "runs": runs, "summary": summary, "ratios": ratios,
     }
     if args.json:
@@ -559,11 +561,16 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=120.0, help="socket timeout per request (s)")
     p.add_argument("--health-timeout", type=float, default=60.0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--salt", type=int, default=None,
+                   help="number written into every prompt (default: random per run, so that a second run "
+                        "against the same servers cannot hit their prompt caches)")
     p.add_argument("--soak", type=float, default=0, help="soak mode: seconds (at most 3600)")
     p.add_argument("--clients", type=int, default=64, help="soak clients (default 64)")
     p.add_argument("--pid", type=int, default=0, help="server process for VmRSS (soak)")
     p.add_argument("--max-rss-growth", type=float, default=5.0, help="soak goal, percent (default 5)")
     args = p.parse_args(argv)
+    if args.salt is None:
+        args.salt = random.randrange(1, 10**6)
     if args.soak > 3600 or args.duration > 3600:
         p.error("--soak and --duration are limited to 3600 s")
     if args.clients < 1 or args.clients > 1024:

@@ -171,6 +171,9 @@ Verdict compare_engine(Engine & engine, const std::vector<Trace> & traces, int32
 std::unique_ptr<Engine> load_engine(const Options & o, int tp, int32_t n_ctx) {
     EngineOptions eo = o.engine.options(tp);
     eo.n_seq_max = o.prompts;
+    // Upstream is run with one KV pool for all sequences (kv_unified); the
+    // same layout gives the same attention shapes and so the same rounding.
+    eo.kv_unified = o.reference == "upstream";
     eo.n_batch = 4096;
     eo.n_ctx = n_ctx;
     eo.progress = !o.json;
@@ -203,14 +206,16 @@ bool contract_holds(const Options & o, const Verdict & v) {
 
 int run(const Options & o) {
     std::vector<std::vector<int32_t>> prompts;
-    int32_t cells = 0;
+    int32_t longest = 0;
     {
         const Tokenizer tok(o.engine.model);
         for (int i = 0; i < o.prompts; ++i) {
             prompts.push_back(tok.tokenize(builtin_prompts()[i % builtin_prompts().size()], true, false));
-            cells += (int32_t) prompts.back().size() + o.n_tokens;
+            longest = std::max(longest, (int32_t) prompts.back().size() + o.n_tokens);
         }
     }
+    // Every sequence gets an equal share of the cells.
+    const int32_t cells = longest * o.prompts;
     std::unique_ptr<Engine> engine = load_engine(o, o.engine.tp, cells);
     const int32_t n_vocab = engine->info().n_vocab;
     const std::vector<Trace> traces = run_reference(o, prompts, n_vocab, cells);
