@@ -167,6 +167,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     n_predict = std::min<int64_t>(n_predict, st.n_ctx_slot - n_prompt);
     task->n_predict = (int32_t) n_predict;
     task->ignore_eos = gr.ignore_eos;
+    task->cache_prompt = gr.cache_prompt;
     task->n_top_logprobs = gr.logprobs ? gr.top_logprobs : -1;
 
     if (!gr.json_schema.empty()) {

@@ -6,6 +6,7 @@
 #include "plugin/tokenizer.h"
 #include "server/chat_format.h"
 #include "server/http_routes.h"
+#include "server/http_task_queue.h"
 #include "server/log.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
@@ -125,7 +126,20 @@ int main(int argc, char ** argv) {
     ServerState state(opts);
     httplib::Server http;
     const size_t n_http = opts.http_threads > 0 ? (size_t) opts.http_threads : (size_t) opts.n_parallel + 8;
-    http.new_task_queue = [n_http] { return new httplib::ThreadPool(n_http, n_http * 4); };
+    // httplib owns (and deletes) the queue; the pointer is only read while it serves.
+    std::atomic<HttpTaskQueue *> queue{nullptr};
+    http.new_task_queue = [n_http, &queue] {
+        auto * q = new HttpTaskQueue(n_http, n_http * 4);
+        queue = q;
+        return q;
+    };
+    http.set_post_routing_handler([&queue](const httplib::Request &, httplib::Response & res) {
+        const HttpTaskQueue * q = queue.load();
+        if (q != nullptr && q->waiting() > 0) {
+            res.headers.erase("Keep-Alive");
+            res.set_header("Connection", "close");
+        }
+    });
     // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let
     // a second server silently share a port already in use).
     http.set_socket_options([](socket_t sock) {

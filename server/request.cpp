@@ -403,6 +403,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         }
     }
     r.ignore_eos = get_bool(body, "ignore_eos", false);
+    r.cache_prompt = get_bool(body, "cache_prompt", true);
 
     s.grammar = get_string(body, "grammar", "");
     parse_response_format(body, r);
@@ -478,7 +479,6 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     get_string(body, "service_tier", "");
     get_string(body, "reasoning_effort", "");
     get_bool(body, "store", false);
-    get_bool(body, "cache_prompt", true);
     get_string(body, "verbosity", "");
     get_string(body, "safety_identifier", "");
     get_string(body, "prompt_cache_key", "");

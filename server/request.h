@@ -44,6 +44,7 @@ struct GenerationRequest {
     int32_t max_tokens = -1;  // -1: server default / until the context is full
     std::vector<std::string> stop;
     bool ignore_eos = false;
+    bool cache_prompt = true;  // false: decode the whole prompt, reuse nothing cached
     SamplingParams sampling;
     std::string json_schema;  // response_format: turned into a grammar by the route
 

@@ -12,7 +12,7 @@ size_t Slot::common_prefix(const std::vector<int32_t> & tokens) const {
 
 void Slot::begin(std::unique_ptr<Task> t, Engine & engine) {
     task = std::move(t);
-    size_t keep = common_prefix(task->prompt);
+    size_t keep = task->cache_prompt ? common_prefix(task->prompt) : 0;
     if (keep >= task->prompt.size()) {
         keep = task->prompt.empty() ? 0 : task->prompt.size() - 1;
     }

@@ -48,7 +48,8 @@ class Slot {
     size_t common_prefix(const std::vector<int32_t> & tokens) const;
 
     // Takes a task: keeps the longest reusable cache prefix (always leaving at
-    // least the last prompt token to decode, for its logits) and drops the rest.
+    // least the last prompt token to decode, for its logits; none when the task
+    // asks not to reuse the cache) and drops the rest.
     void begin(std::unique_ptr<Task> t, Engine & engine);
 
     // After a successful decode: the in-flight tokens are now in the cache.

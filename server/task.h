@@ -92,6 +92,7 @@ struct Task {
     int32_t n_predict = 0;  // resolved cap on generated tokens (>= 0)
     std::vector<std::string> stop;
     bool ignore_eos = false;
+    bool cache_prompt = true;  // false: reuse no cached prefix
     int32_t n_top_logprobs = -1;  // -1: no logprobs; 0: only the chosen token's
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();

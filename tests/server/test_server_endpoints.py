@@ -255,3 +255,16 @@ def test_prompt_cache_reuse(server):
     n = b["usage"]["prompt_tokens"]
     assert b["usage"]["prompt_tokens_details"]["cached_tokens"] == n - 1
     assert b["timings"]["prompt_n"] == 1
+
+
+def test_cache_prompt_false_decodes_the_whole_prompt(server):
+    body = dict(prompt=PROMPT + " The cat sat by the warm fire.", max_tokens=6, ignore_eos=True)
+    a = complete(server, **body)
+    b = complete(server, cache_prompt=False, **body)
+    assert a["choices"][0]["text"] == b["choices"][0]["text"]
+    n = b["usage"]["prompt_tokens"]
+    assert b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert b["timings"]["prompt_n"] == n
+    # The default reuses the cache again afterwards.
+    c = complete(server, **body)
+    assert c["usage"]["prompt_tokens_details"]["cached_tokens"] == n - 1

@@ -59,3 +59,60 @@ def test_queue_limit_flags_are_checked():
                            timeout=30)
         assert p.returncode == 2, (flag, value, p.stderr)
         assert flag in p.stderr
+
+
+def test_kept_alive_connections_make_way_for_waiting_ones():
+    """With every HTTP thread held by a busy kept-alive connection, a new
+    connection is still served promptly: while connections wait for a thread,
+    responses say "Connection: close" and free theirs."""
+    import http.client
+    import socket
+    import threading
+    import urllib.parse
+
+    # One HTTP thread at first, four at most: four busy clients fill them.
+    s = ServerProcess("-np", "1", "-c", "512", "-t", "1", "--threads-http", "1")
+    url = urllib.parse.urlparse(s.base)
+    stop = threading.Event()
+    closes = []
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "ignore_eos": True})
+
+    def busy_client():
+        # Completions take long enough that no connection reaches httplib's
+        # 100 requests per kept-alive connection during the test.
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        n_close = 0
+        while not stop.is_set():
+            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            if (r.getheader("Connection") or "").lower() == "close":
+                n_close += 1
+                conn.close()  # the next request opens a new connection
+        conn.close()
+        closes.append(n_close)
+
+    clients = [threading.Thread(target=busy_client) for _ in range(4)]
+    try:
+        for c in clients:
+            c.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=5)
+        try:
+            conn.request("GET", "/health")
+            r = conn.getresponse()
+            r.read()
+        except socket.timeout:
+            pytest.fail("a new connection got no answer in 5 s behind kept-alive ones")
+        finally:
+            conn.close()
+        waited = time.monotonic() - t0
+        assert r.status == 200
+        assert waited < 2.0, f"a new connection waited {waited:.2f} s behind kept-alive ones"
+    finally:
+        stop.set()
+        for c in clients:
+            c.join(timeout=30)
+        assert s.stop() == 0, s.log_text()
+    assert sum(closes) > 0, "no busy connection was asked to close"
