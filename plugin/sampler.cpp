@@ -19,6 +19,17 @@ float log_sum_exp(const float * x, int n) {
     return m + (float) std::log(s);
 }
 
+llama_sampler * lazy_grammar(const Tokenizer & tokenizer, const SamplingParams & p) {
+    if (p.grammar_trigger_patterns.empty() && p.grammar_trigger_tokens.empty()) {
+        throw Error("a lazy grammar needs at least one trigger");
+    }
+    std::vector<const char *> patterns;
+    for (const std::string & s : p.grammar_trigger_patterns) patterns.push_back(s.c_str());
+    return llama_sampler_init_grammar_lazy_patterns(tokenizer.vocab(), p.grammar.c_str(), "root", patterns.data(),
+                                                    patterns.size(), p.grammar_trigger_tokens.data(),
+                                                    p.grammar_trigger_tokens.size());
+}
+
 }  // namespace
 
 Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p) : n_vocab_(tokenizer.n_vocab()) {
@@ -35,7 +46,8 @@ Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p) : n_voca
         llama_sampler_chain_add(chain_, llama_sampler_init_logit_bias(n_vocab_, (int32_t) bias.size(), bias.data()));
     }
     if (!p.grammar.empty()) {
-        llama_sampler * g = llama_sampler_init_grammar(tokenizer.vocab(), p.grammar.c_str(), "root");
+        llama_sampler * g = p.grammar_lazy ? lazy_grammar(tokenizer, p)
+                                           : llama_sampler_init_grammar(tokenizer.vocab(), p.grammar.c_str(), "root");
         if (!g) {
             llama_sampler_free(chain_);
             throw Error("invalid grammar");

@@ -23,7 +23,14 @@ struct SamplingParams {
     float frequency_penalty = 0.0f;
     float repeat_penalty = 1.0f;
     int32_t penalty_last_n = 64;
-    std::string grammar;                                // GBNF; empty: none
+    std::string grammar;  // GBNF; empty: none
+    // A lazy grammar is free until the output so far matches one of the
+    // trigger patterns (regular expressions over the generated text; the
+    // grammar then starts at the match, or at its first group) or a trigger
+    // token is sampled; from there on it constrains every token.
+    bool grammar_lazy = false;
+    std::vector<std::string> grammar_trigger_patterns;
+    std::vector<int32_t> grammar_trigger_tokens;
     std::vector<std::pair<int32_t, float>> logit_bias;  // added to a token's logit before anything else
 };
 

@@ -90,13 +90,27 @@ void add_tools(common_chat_templates_inputs & in, const ToolSet & tools) {
     in.parallel_tool_calls = tools.parallel_calls;
 }
 
+GrammarTrigger::Kind trigger_kind(common_grammar_trigger_type type) {
+    switch (type) {
+        case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN:
+            return GrammarTrigger::Kind::Token;
+        case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:
+            return GrammarTrigger::Kind::Pattern;
+        case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL:
+            return GrammarTrigger::Kind::PatternFull;
+        case COMMON_GRAMMAR_TRIGGER_TYPE_WORD:
+        default:
+            return GrammarTrigger::Kind::Word;
+    }
+}
+
 }  // namespace
 
 ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const ToolSet & tools) const {
     if (!tools.tools.empty() && !impl_->use_jinja) {
-        throw bad_request("tools need a Jinja chat template; the built-in template '" + origin_ +
-                              "' cannot render them",
-                          "tools", "unsupported_value");
+        throw bad_request(
+            "tools need a Jinja chat template; the built-in template '" + origin_ + "' cannot render them", "tools",
+            "unsupported_value");
     }
     common_chat_templates_inputs in;
     in.use_jinja = impl_->use_jinja;
@@ -128,6 +142,10 @@ ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const
         out.syntax.parser = std::move(params.parser);
         out.tool_grammar = std::move(params.grammar);
         out.tool_grammar_lazy = params.grammar_lazy;
+        for (const common_grammar_trigger & t : params.grammar_triggers) {
+            out.tool_grammar_triggers.push_back({trigger_kind(t.type), t.value, (int32_t) t.token});
+        }
+        out.preserved_tokens = std::move(params.preserved_tokens);
     } catch (const std::exception & e) {
         throw bad_request(std::string("the chat template failed on these messages: ") + e.what(), "messages",
                           "template_error");

@@ -11,6 +11,7 @@
 
 #include "server/request.h"
 #include "server/tool_call_parser.h"
+#include "server/tool_grammar.h"
 #include "server/tools.h"
 
 #include <memory>
@@ -30,8 +31,10 @@ struct ChatPrompt {
 
     // With tools: how to read the output, and the grammar that constrains it.
     ChatSyntax syntax;
-    std::string tool_grammar;  // GBNF; "" when the format has none
-    bool tool_grammar_lazy = false;  // applies only after a trigger word
+    std::string tool_grammar;        // GBNF; "" when the format has none
+    bool tool_grammar_lazy = false;  // applies only after a trigger
+    std::vector<GrammarTrigger> tool_grammar_triggers;
+    std::vector<std::string> preserved_tokens;  // special tokens the output must show as text
 };
 
 class ChatFormatter {

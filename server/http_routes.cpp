@@ -85,15 +85,18 @@ bool same_key(const std::string & a, const std::string & b) {
 // output.
 struct PreparedPrompt {
     std::vector<int32_t> tokens;
-    std::vector<int32_t> grammar_prefill;  // tokens the tool grammar must see first
+    std::vector<int32_t> grammar_prefill;   // tokens the tool grammar must see first
+    std::vector<int32_t> preserved_tokens;  // sorted; shown as text in the output
     std::shared_ptr<ToolCallParser> tool_parser;
 };
 
-// Tool calls: the template's grammar constrains sampling when a call is
-// required. A lazy grammar (tool_choice "auto") would need trigger words the
-// sampler does not support, so then the output is only parsed.
+// Tool calls: the template's grammar constrains sampling, from the start when
+// a call is required, and from the first trigger (the start of a call) when
+// the model may also answer in text (tool_choice "auto", a lazy grammar).
 void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const ChatPrompt & cp, PreparedPrompt & out) {
+    const Tokenizer & tok = st.engine->tokenizer();
     out.tool_parser = std::make_shared<ToolCallParser>(cp.syntax);
+    out.preserved_tokens = preserved_token_ids(tok, cp.preserved_tokens);
     if (cp.tool_grammar.empty()) {
         if (gr.tools.choice == ToolChoice::Required) {
             throw bad_request("the chat template (" + st.chat->origin() +
@@ -103,13 +106,21 @@ void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const Chat
         return;
     }
     if (cp.tool_grammar_lazy) {
+        if (set_lazy_triggers(tok, cp.tool_grammar_triggers, out.preserved_tokens, gr.sampling)) {
+            gr.sampling.grammar = cp.tool_grammar;
+            SRV_DBG("lazy tool grammar, %zu trigger patterns, %zu trigger tokens:\n%s",
+                    gr.sampling.grammar_trigger_patterns.size(), gr.sampling.grammar_trigger_tokens.size(),
+                    gr.sampling.grammar.c_str());
+        } else {
+            SRV_DBG("lazy tool grammar without usable triggers: output is parsed only");
+        }
         return;
     }
     gr.sampling.grammar =
         gr.tools.choice == ToolChoice::Required ? calls_only_grammar(cp.tool_grammar) : cp.tool_grammar;
     SRV_DBG("tool grammar after generation prompt '%s':\n%s", cp.syntax.generation_prompt.c_str(),
             gr.sampling.grammar.c_str());
-    out.grammar_prefill = grammar_prefill_tokens(st.engine->tokenizer(), cp.syntax.generation_prompt);
+    out.grammar_prefill = grammar_prefill_tokens(tok, cp.syntax.generation_prompt);
 }
 
 PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, std::vector<std::string> & stops) {
@@ -151,6 +162,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     PreparedPrompt prepared = prepare_prompt(st, gr, task->stop);
     task->prompt = std::move(prepared.tokens);
     tool_parser = std::move(prepared.tool_parser);
+    task->preserved_tokens = std::move(prepared.preserved_tokens);
 
     const char * prompt_param = gr.endpoint == Endpoint::Chat ? "messages" : "prompt";
     const int32_t n_prompt = (int32_t) task->prompt.size();

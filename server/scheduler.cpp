@@ -259,6 +259,7 @@ void Scheduler::sample(Slot & slot) {
 
     const float * logits = engine_.logits(slot.logits_row);
     const int32_t token = task.sampler->sample(logits);
+    const bool as_text = std::binary_search(task.preserved_tokens.begin(), task.preserved_tokens.end(), token);
     slot.n_decoded++;
     step_sampled_++;
 
@@ -266,7 +267,7 @@ void Scheduler::sample(Slot & slot) {
     if (task.n_top_logprobs >= 0) {
         TokenLogprob lp;
         lp.token = token;
-        lp.piece = tok.piece(token, false);
+        lp.piece = tok.piece(token, as_text);
         lp.logprob = task.sampler->logprob(logits, token);
         if (task.n_top_logprobs > 0) {
             lp.top = task.sampler->top_logprobs(logits, task.n_top_logprobs);
@@ -276,7 +277,7 @@ void Scheduler::sample(Slot & slot) {
 
     const bool eog = tok.is_eog(token) && !task.ignore_eos;
     if (!eog) {
-        ev.text = slot.stream.push(tok.piece(token, false));
+        ev.text = slot.stream.push(tok.piece(token, as_text));
     }
     if (!ev.text.empty() || !ev.logprobs.empty()) {
         task.channel->push(std::move(ev));

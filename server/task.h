@@ -92,8 +92,9 @@ struct Task {
     int32_t n_predict = 0;  // resolved cap on generated tokens (>= 0)
     std::vector<std::string> stop;
     bool ignore_eos = false;
-    bool cache_prompt = true;  // false: reuse no cached prefix
-    int32_t n_top_logprobs = -1;  // -1: no logprobs; 0: only the chosen token's
+    bool cache_prompt = true;               // false: reuse no cached prefix
+    std::vector<int32_t> preserved_tokens;  // sorted: special tokens shown as text
+    int32_t n_top_logprobs = -1;            // -1: no logprobs; 0: only the chosen token's
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
     std::chrono::steady_clock::time_point t_submit = std::chrono::steady_clock::now();

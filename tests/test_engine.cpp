@@ -266,5 +266,34 @@ TEST(Sampler, GreedyPicksTheLargestLogitAndHonoursLogitBias) {
     EXPECT_THROW(Sampler(tok, p), Error);
 }
 
+// One-hot logits: `token` wins, `second` (if any) comes next.
+std::vector<float> favour(const Tokenizer & tok, int32_t token, int32_t second = -1) {
+    std::vector<float> logits(tok.n_vocab(), 0.0f);
+    logits[token] = 20.0f;
+    if (second >= 0) logits[second] = 10.0f;
+    return logits;
+}
+
+TEST(Sampler, LazyGrammarIsFreeUntilItsTriggerAndBindsAfterIt) {
+    const Tokenizer tok(LLAMA_TP_TEST_MODEL);
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.grammar = "root ::= \"call:\" \" \"? [0-9]+";
+    p.grammar_lazy = true;
+    p.grammar_trigger_patterns = {"call:"};
+    Sampler s(tok, p);
+
+    const int32_t x = tok.tokenize("x", false, false).back();
+    const int32_t seven = tok.tokenize("7", false, false).back();
+    EXPECT_EQ(s.sample(favour(tok, x).data()), x);  // not triggered yet: anything goes
+    for (int32_t t : tok.tokenize(" call:", false, false)) EXPECT_EQ(s.sample(favour(tok, t).data()), t);
+    // Triggered: the grammar now wants digits and refuses the favourite.
+    const int32_t next = s.sample(favour(tok, x, seven).data());
+    EXPECT_EQ(next, seven) << "'" << tok.piece(next) << "'";
+
+    p.grammar_trigger_patterns.clear();
+    EXPECT_THROW(Sampler(tok, p), Error);  // a lazy grammar without triggers
+}
+
 }  // namespace
 }  // namespace llama_tp

@@ -138,3 +138,42 @@ def test_streamed_auto_content_matches_blocking(tool_server):
             finish = choice["finish_reason"] or finish
     assert content == blocking["message"]["content"]
     assert finish == blocking["finish_reason"] == "length"
+
+
+TAGGED_TEMPLATE = Path(__file__).resolve().parent / "templates" / "tool_call_tags.jinja"
+
+
+@pytest.fixture(scope="module")
+def tagged_server():
+    # Calls between <tool_call> tags: libcommon makes tool_choice "auto" a lazy
+    # grammar that starts at the opening tag. -v logs how the grammar was set.
+    s = ServerProcess("-np", "1", "-c", "2048", "-t", "1", "-v", "--chat-template-file", str(TAGGED_TEMPLATE))
+    yield s
+    assert s.stop() == 0, s.log_text()
+
+
+def test_tagged_required_call_is_parsed(tagged_server):
+    # The tiny model repeats calls until max_tokens (this format's grammar
+    # allows several): every call is get_weather, all but a cut-off last one
+    # have complete arguments.
+    r = chat(tagged_server, tools=[WEATHER], tool_choice="required")
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    calls = choice["message"]["tool_calls"]
+    assert calls and all(c["function"]["name"] == "get_weather" for c in calls), calls
+    complete = calls if choice["finish_reason"] == "tool_calls" else calls[:-1]
+    assert complete, choice
+    for call in complete:
+        assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "London")
+
+
+def test_auto_uses_the_lazy_grammar_and_stays_free_text_until_its_trigger(tagged_server):
+    free = chat(tagged_server, max_tokens=10).json()["choices"][0]["message"]["content"]
+    r = chat(tagged_server, tools=[WEATHER], tool_choice="auto", max_tokens=10)
+    assert r.status_code == 200, r.text
+    msg = r.json()["choices"][0]["message"]
+    assert "tool_calls" not in msg and msg["content"], msg
+    assert "lazy tool grammar, 1 trigger patterns" in tagged_server.log_text()
+    # The tiny model never writes the opening tag, so the text is unconstrained
+    # (the prompt differs from the one without tools, so only its kind is compared).
+    assert isinstance(free, str) and free

@@ -25,6 +25,10 @@ const std::string kUsage = std::string("usage: llama-tp-bench -m FILE [options]\
                            "  -p N                      prompt tokens for the prefill figure (default 512; 0: skip)\n"
                            "  -n N                      tokens for the decode figure (default 128; 0: skip)\n"
                            "  -b, --batch-size N        prefill chunk (default 512)\n"
+                           "  -np, --parallel N         decode N sequences together, one token each per step,\n"
+                           "                            each after a prompt of -d tokens (default 1); upstream\n"
+                           "                            then keeps one KV stream per sequence, as llama-server\n"
+                           "  -d, --depth N             prompt tokens before the decode figure (default 0)\n"
                            "  -r, --repetitions N       runs per figure, median reported (default 3)\n"
                            "  --vs-upstream             also run upstream llama_decode (order swapped every\n"
                            "                            repetition) and print ratios\n"
@@ -35,6 +39,8 @@ struct Options {
     int n_prompt = 512;
     int n_gen = 128;
     int n_batch = 512;
+    int n_parallel = 1;
+    int depth = 0;
     int reps = 3;
     bool vs_upstream = false;
     bool json = false;
@@ -52,6 +58,10 @@ Options parse(int argc, char ** argv) {
             o.n_gen = (int) a.integer(f, 0, 1 << 16);
         else if (f == "-b" || f == "--batch-size")
             o.n_batch = (int) a.integer(f, 1, 1 << 16);
+        else if (f == "-np" || f == "--parallel")
+            o.n_parallel = (int) a.integer(f, 1, 256);
+        else if (f == "-d" || f == "--depth")
+            o.depth = (int) a.integer(f, 0, 1 << 16);
         else if (f == "-r" || f == "--repetitions")
             o.reps = (int) a.integer(f, 1, 100);
         else if (f == "--vs-upstream")
@@ -94,18 +104,29 @@ double time_prefill(Decoder & d, int n, int n_batch, int32_t n_vocab) {
     });
 }
 
+// n_seq sequences, each given `depth` prompt tokens (one batch per
+// sequence), then n decode steps of one token per sequence; returns seconds
+// for the steps.
 template <typename Decoder>
-double time_decode(Decoder & d, int n, int32_t n_vocab) {
-    d.seq_remove(0, 0, -1);
+double time_decode(Decoder & d, int n, int n_seq, int depth, int n_batch, int32_t n_vocab) {
     Batch b;
-    b.add(1, 0, 0, true);
-    d.decode(b);  // the first token builds the graph; not timed (llama-bench warms up too)
-    return seconds_of([&] {
-        for (int i = 1; i <= n; ++i) {
+    for (int s = 0; s < n_seq; ++s) {
+        d.seq_remove(s, 0, -1);
+        for (int start = 0; start < depth; start += n_batch) {
             b.clear();
-            b.add((i * 7919 + 13) % n_vocab, i, 0, true);
+            const int end = std::min(depth, start + n_batch);
+            for (int i = start; i < end; ++i) b.add((i * 7919 + 13 * s) % n_vocab, i, s, i == end - 1);
             d.decode(b);
         }
+    }
+    auto step = [&](int i) {
+        b.clear();
+        for (int s = 0; s < n_seq; ++s) b.add((i * 7919 + 13 * s) % n_vocab, depth + i, s, true);
+        d.decode(b);
+    };
+    step(0);  // the first step builds the graph; not timed (llama-bench warms up too)
+    return seconds_of([&] {
+        for (int i = 1; i <= n; ++i) step(i);
     });
 }
 
@@ -115,8 +136,10 @@ struct Figures {
 
 int run(const Options & o) {
     EngineOptions eo = o.engine.options(o.engine.tp);
-    eo.n_ctx = o.n_prompt + o.n_gen + 16;
-    eo.n_batch = o.n_batch;
+    // Every sequence's share of the cells holds the longer of the figures.
+    eo.n_ctx = o.n_parallel * (std::max(o.n_prompt, o.depth + o.n_gen) + 16);
+    eo.n_seq_max = o.n_parallel;
+    eo.n_batch = std::max(o.n_batch, o.n_parallel);
     eo.progress = !o.json;
     std::unique_ptr<Engine> ours = Engine::load(eo);
     const int32_t n_vocab = ours->info().n_vocab;
@@ -128,21 +151,25 @@ int run(const Options & o) {
         uo.model_path = o.engine.model;
         uo.n_threads = threads;
         uo.n_ctx = eo.n_ctx;
-        uo.n_batch = o.n_batch;
+        uo.n_batch = eo.n_batch;
+        uo.n_seq_max = o.n_parallel;
+        uo.kv_unified = o.n_parallel == 1;
         up = std::make_unique<UpstreamDecoder>(uo);
     }
 
     // A/B alternation with the order swapped every repetition, so that
     // neither side always runs with the caches and clocks the other left.
     Figures f;
+    const double tokens_per_step = o.n_parallel;
+    auto decode_seconds = [&](auto & d) { return time_decode(d, o.n_gen, o.n_parallel, o.depth, o.n_batch, n_vocab); };
     auto run_ours = [&] {
         if (o.n_prompt > 0) f.ours_pp.push_back(o.n_prompt / time_prefill(*ours, o.n_prompt, o.n_batch, n_vocab));
-        if (o.n_gen > 0) f.ours_tg.push_back(o.n_gen / time_decode(*ours, o.n_gen, n_vocab));
+        if (o.n_gen > 0) f.ours_tg.push_back(tokens_per_step * o.n_gen / decode_seconds(*ours));
     };
     auto run_upstream = [&] {
         if (!up) return;
         if (o.n_prompt > 0) f.up_pp.push_back(o.n_prompt / time_prefill(*up, o.n_prompt, o.n_batch, n_vocab));
-        if (o.n_gen > 0) f.up_tg.push_back(o.n_gen / time_decode(*up, o.n_gen, n_vocab));
+        if (o.n_gen > 0) f.up_tg.push_back(tokens_per_step * o.n_gen / decode_seconds(*up));
     };
     for (int r = 0; r < o.reps; ++r) {
         if (r % 2 == 0) {
@@ -156,17 +183,20 @@ int run(const Options & o) {
 
     const double bw = measure_read_bandwidth(threads);
     const ModelInfo & mi = ours->info();
-    // Decode reads every weight but the embedding table (one row per token),
-    // plus on average half the KV cache of the run (F16 K and V).
+    // A decode step reads every weight but the embedding table (one row per
+    // token) once for all its sequences, plus each sequence's KV cache: its
+    // prompt and on average half of what the run adds (F16 K and V).
     const double embd_bytes = (double) mi.n_vocab * mi.n_embd * (double) mi.weight_bytes / (double) mi.n_params;
     const double kv_bytes =
-        2.0 * 2.0 * mi.n_layer * (double) (mi.n_head_kv * (mi.n_embd / mi.n_head)) * (o.n_gen / 2.0);
-    const double bytes_per_token = (double) mi.weight_bytes - embd_bytes + kv_bytes;
+        2.0 * 2.0 * mi.n_layer * (double) (mi.n_head_kv * (mi.n_embd / mi.n_head)) * (o.depth + o.n_gen / 2.0);
+    const double bytes_per_token = ((double) mi.weight_bytes - embd_bytes) / o.n_parallel + kv_bytes;
     const double tg = median(f.ours_tg);
     const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;
 
-    std::printf("{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d",
-                o.engine.model.c_str(), threads, o.engine.tp, o.n_prompt, o.n_gen, o.reps);
+    std::printf(
+        "{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"parallel\": %d, "
+        "\"depth\": %d, \"repetitions\": %d",
+        o.engine.model.c_str(), threads, o.engine.tp, o.n_prompt, o.n_gen, o.n_parallel, o.depth, o.reps);
     std::printf(", \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f", median(f.ours_pp), tg);
     if (up) {
         const double upp = median(f.up_pp), utg = median(f.up_tg);

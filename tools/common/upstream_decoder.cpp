@@ -25,9 +25,7 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
     cp.n_threads = threads;
     cp.n_threads_batch = threads;
     cp.no_perf = true;
-    // One KV buffer for all sequences, as llama-tp has: batches then reach the
-    // matrix kernels whole, with the same shapes (and so the same rounding).
-    cp.kv_unified = true;
+    cp.kv_unified = o.kv_unified;
     ctx_ = llama_init_from_model(model_, cp);
     if (!ctx_) {
         llama_model_free(model_);

@@ -19,6 +19,9 @@ struct UpstreamOptions {
     int32_t n_ctx = 4096;
     int32_t n_batch = 512;
     int32_t n_seq_max = 1;
+    // One KV pool for all sequences (what llama-tp's compare runs against) or
+    // one stream per sequence (llama-server's default).
+    bool kv_unified = true;
     int32_t n_threads = 0;  // 0: all cores
     bool use_mmap = false;  // upstream decodes fastest from ordinary memory
 };
