@@ -51,25 +51,28 @@ struct Builder {
         return ggml_set_rows(ctx, cache, ggml_reshape_2d(ctx, cur, cache->ne[0], shape.n_tokens), in.kv_cells);
     }
 
-    // Cells [run.cell0, run.cell0 + run.window) of a stored cache as [head_dim, window, n_kv].
+    // Each stream's cells of a stored cache: [head_dim, window, n_kv, n_streams].
     ggml_tensor * cache_view(ggml_tensor * stored, const AttentionRun & run) const {
-        return ggml_view_3d(ctx, stored, hp.head_dim, run.window, n_kv, stored->nb[1],
-                            ggml_row_size(stored->type, hp.head_dim), (size_t) run.cell0 * stored->nb[1]);
+        const size_t cell = stored->nb[1];
+        return ggml_view_4d(ctx, stored, hp.head_dim, run.window, n_kv, run.n_streams, cell,
+                            ggml_row_size(stored->type, hp.head_dim), (size_t) run.stride * cell,
+                            (size_t) run.cell0 * cell);
     }
 
-    // Attention of one run's queries q [head_dim, n_q, n_tokens] over its
-    // cells: [head_dim, n_q, run.n_tokens].
+    // Attention of one run's queries (of q [head_dim, n_q, n_tokens]) over
+    // their streams' cells: [head_dim, n_q, run.size()].
     ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
                          size_t mask_offset) const {
-        ggml_tensor * qr =
-            ggml_view_3d(ctx, q, hp.head_dim, n_q, run.n_tokens, q->nb[1], q->nb[2], (size_t) run.t0 * q->nb[2]);
-        ggml_tensor * mask = ggml_view_2d(ctx, in.kq_mask, run.window, run.n_tokens,
-                                          (size_t) run.window * sizeof(ggml_fp16_t), mask_offset * sizeof(ggml_fp16_t));
+        ggml_tensor * qr = ggml_view_4d(ctx, q, hp.head_dim, n_q, run.n_tokens, run.n_streams, q->nb[1], q->nb[2],
+                                        (size_t) run.n_tokens * q->nb[2], (size_t) run.t0 * q->nb[2]);
+        const size_t row = (size_t) run.window * sizeof(ggml_fp16_t);
+        ggml_tensor * mask = ggml_view_4d(ctx, in.kq_mask, run.window, run.n_tokens, 1, run.n_streams, row,
+                                          row * run.n_tokens, row * run.n_tokens, mask_offset * sizeof(ggml_fp16_t));
         ggml_tensor * out =
             ggml_flash_attn_ext(ctx, ggml_permute(ctx, qr, 0, 2, 1, 3), cache_view(k, run), cache_view(v, run), mask,
                                 1.0f / std::sqrt((float) hp.head_dim), 0.0f, 0.0f);
         ggml_prec_set_acc(out, GGML_PREC_F32);
-        return out;
+        return ggml_reshape_3d(ctx, out, hp.head_dim, n_q, run.size());
     }
 
     // This rank's heads of self-attention, projected back to n_embd: a partial
@@ -91,7 +94,7 @@ struct Builder {
         for (const AttentionRun & run : shape.runs) {
             ggml_tensor * part = attend(q, k_stored, v_stored, run, mask_offset);
             attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
-            mask_offset += (size_t) run.window * run.n_tokens;
+            mask_offset += (size_t) run.window * run.size();
         }
         return ggml_mul_mat(ctx, l.wo, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens));
     }

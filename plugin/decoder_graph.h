@@ -38,7 +38,7 @@ struct GraphShape {
     // Mask elements of all runs together.
     size_t mask_size() const {
         size_t n = 0;
-        for (const AttentionRun & r : runs) n += (size_t) r.window * r.n_tokens;
+        for (const AttentionRun & r : runs) n += (size_t) r.window * r.size();
         return n;
     }
 };

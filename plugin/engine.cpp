@@ -170,7 +170,7 @@ class TensorParallelEngine final : public Engine {
         size_t offset = 0;
         for (const AttentionRun & r : shape.runs) {
             kv.fill_mask(batch, r, mask_.data() + offset);
-            offset += (size_t) r.window * r.n_tokens;
+            offset += (size_t) r.window * r.size();
         }
         logits_.assign((size_t) out_rows.size() * hp_.n_vocab, 0.0f);
 

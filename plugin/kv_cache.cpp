@@ -86,6 +86,16 @@ int32_t KvCache::rounded_window(int32_t begin, int32_t used_end) const {
     return std::min(w, unified_ ? n_cells() : region_);
 }
 
+// Single decode tokens join a run of them. Windows stay under 512 cells:
+// there ggml's CPU attention computes a lone token exactly as one of several
+// streams (from 512 cells on it splits a lone token's cells across threads,
+// which rounds differently), so joining never changes a sequence's numbers.
+bool KvCache::joins_as_stream(const AttentionRun & run, const AttentionRun & next) {
+    constexpr int32_t kMaxStreamWindow = 512;
+    return run.n_tokens == 1 && next.n_tokens == 1 && run.window < kMaxStreamWindow && next.window < kMaxStreamWindow &&
+           next.t0 == run.t0 + run.n_streams;
+}
+
 int32_t KvCache::window() const {
     const int32_t end = *std::max_element(used_end_.begin(), used_end_.end());
     const int32_t g = kWindowGranularity;
@@ -98,6 +108,7 @@ std::vector<AttentionRun> KvCache::attention_runs(const Batch & batch) const {
     if (unified_) return whole;
     std::vector<AttentionRun> runs;
     std::vector<uint8_t> seen(n_seq_max_, 0);
+    int32_t last_seq = -1;
     for (int32_t t = 0; t < n;) {
         const int32_t seq = batch.seq[t];
         if (seen[seq]) return whole;  // a sequence split over two groups
@@ -105,7 +116,14 @@ std::vector<AttentionRun> KvCache::attention_runs(const Batch & batch) const {
         int32_t end = t + 1;
         while (end < n && batch.seq[end] == seq) ++end;
         const int32_t begin = region_begin(seq);
-        runs.push_back({t, end - t, begin, rounded_window(begin, used_end_[seq])});
+        const AttentionRun run{t, end - t, begin, rounded_window(begin, used_end_[seq]), 1, region_};
+        if (!runs.empty() && joins_as_stream(runs.back(), run) && seq == last_seq + 1) {
+            runs.back().n_streams++;
+            runs.back().window = std::max(runs.back().window, run.window);
+        } else {
+            runs.push_back(run);
+        }
+        last_seq = seq;
         t = end;
     }
     return runs;
@@ -114,12 +132,12 @@ std::vector<AttentionRun> KvCache::attention_runs(const Batch & batch) const {
 void KvCache::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask) const {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f);
     const ggml_fp16_t ninf = ggml_fp32_to_fp16(-INFINITY);
-    for (int32_t t = 0; t < run.n_tokens; ++t) {
-        const int32_t seq = batch.seq[run.t0 + t], pos = batch.pos[run.t0 + t];
-        ggml_fp16_t * row = mask + (size_t) t * run.window;
+    for (int32_t i = 0; i < run.size(); ++i) {
+        const int32_t seq = batch.seq[run.t0 + i], pos = batch.pos[run.t0 + i];
+        const Cell * cells = cells_.data() + run.cell0 + (size_t) (i / run.n_tokens) * run.stride;
+        ggml_fp16_t * row = mask + (size_t) i * run.window;
         for (int32_t c = 0; c < run.window; ++c) {
-            const Cell & cell = cells_[run.cell0 + c];
-            row[c] = cell.pos >= 0 && cell.seq == seq && cell.pos <= pos ? zero : ninf;
+            row[c] = cells[c].pos >= 0 && cells[c].seq == seq && cells[c].pos <= pos ? zero : ninf;
         }
     }
 }

@@ -22,15 +22,21 @@ struct ggml_tensor;
 
 namespace llama_tp {
 
-// Consecutive batch tokens [t0, t0 + n_tokens) attending over cells
-// [cell0, cell0 + window).
+// Consecutive batch tokens attending over their cells: n_streams groups of
+// n_tokens tokens from t0 on, group j over cells [cell0 + j * stride,
+// cell0 + j * stride + window). Several streams let one attention op serve
+// the decode tokens of neighbouring sequences.
 struct AttentionRun {
     int32_t t0 = 0;
     int32_t n_tokens = 0;
     int32_t cell0 = 0;
     int32_t window = 0;
+    int32_t n_streams = 1;
+    int32_t stride = 0;  // cells between streams
+    int32_t size() const { return n_tokens * n_streams; }
     bool operator==(const AttentionRun & o) const {
-        return t0 == o.t0 && n_tokens == o.n_tokens && cell0 == o.cell0 && window == o.window;
+        return t0 == o.t0 && n_tokens == o.n_tokens && cell0 == o.cell0 && window == o.window &&
+               n_streams == o.n_streams && stride == o.stride;
     }
 };
 
@@ -63,11 +69,12 @@ class KvCache {
     // shape (and so the graph) stays the same for many decode steps.
     int32_t window() const;
     // How the batch's attention is computed: per sequence layout and tokens
-    // grouped by sequence: one run per group over that sequence's region;
-    // otherwise one run of all tokens over window().
+    // grouped by sequence: one run per group over that sequence's region,
+    // single tokens of consecutive sequences joined into one run of several
+    // streams; otherwise one run of all tokens over window().
     std::vector<AttentionRun> attention_runs(const Batch & batch) const;
-    // mask[t * run.window + c] = 0 where token run.t0 + t may attend to cell
-    // run.cell0 + c, -inf elsewhere.
+    // mask[(j * run.n_tokens + t) * run.window + c] = 0 where token t of
+    // stream j may attend to cell c of that stream's window, -inf elsewhere.
     void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask) const;
 
     void seq_remove(int32_t seq, int32_t p0, int32_t p1);
@@ -89,6 +96,7 @@ class KvCache {
     ggml_backend_buffer_ptr buffer_;
     std::vector<ggml_tensor *> k_, v_;
 
+    static bool joins_as_stream(const AttentionRun & run, const AttentionRun & next);
     int32_t region_of(int32_t seq) const { return unified_ ? 0 : seq; }
     int32_t region_begin(int32_t region) const { return region * region_; }
     int32_t rounded_window(int32_t begin, int32_t used_end) const;

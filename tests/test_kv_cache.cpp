@@ -150,8 +150,8 @@ TEST_F(PerSequenceKvCacheTest, GroupedBatchGetsOneRunPerSequenceOverItsRegion) {
     ASSERT_TRUE(kv.place(b, cells));
     const auto runs = kv.attention_runs(b);
     ASSERT_EQ(runs.size(), 2u);
-    EXPECT_EQ(runs[0], (AttentionRun{0, 1, 200, 200}));  // 191 cells rounded up, capped at the region
-    EXPECT_EQ(runs[1], (AttentionRun{1, 2, 400, 200}));
+    EXPECT_EQ(runs[0], (AttentionRun{0, 1, 200, 200, 1, 200}));  // 191 cells rounded up, capped at the region
+    EXPECT_EQ(runs[1], (AttentionRun{1, 2, 400, 200, 1, 200}));
 
     std::vector<ggml_fp16_t> mask((size_t) runs[1].window * runs[1].n_tokens);
     kv.fill_mask(b, runs[1], mask.data());
@@ -162,6 +162,30 @@ TEST_F(PerSequenceKvCacheTest, GroupedBatchGetsOneRunPerSequenceOverItsRegion) {
     EXPECT_FALSE(visible(0, 1));
     EXPECT_TRUE(visible(1, 1));
     EXPECT_FALSE(visible(1, 2));
+}
+
+TEST_F(PerSequenceKvCacheTest, SingleTokensOfConsecutiveSequencesShareOneRunOfStreams) {
+    Batch b;
+    b.add(1, 0, 0, true);
+    b.add(1, 0, 1, true);
+    b.add(1, 0, 2, true);
+    std::vector<int64_t> cells;
+    ASSERT_TRUE(kv.place(b, cells));
+    const auto runs = kv.attention_runs(b);
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0], (AttentionRun{0, 1, 0, 200, 3, 200}));
+    std::vector<ggml_fp16_t> mask((size_t) runs[0].window * runs[0].size());
+    kv.fill_mask(b, runs[0], mask.data());
+    for (int j = 0; j < 3; ++j) {  // each stream sees its own first cell only
+        EXPECT_TRUE(std::isfinite(ggml_fp16_to_fp32(mask[(size_t) j * 200])));
+        EXPECT_FALSE(std::isfinite(ggml_fp16_to_fp32(mask[(size_t) j * 200 + 1])));
+    }
+
+    Batch gap;  // sequences 0 and 2: not neighbours, two runs
+    gap.add(1, 1, 0, true);
+    gap.add(1, 1, 2, true);
+    ASSERT_TRUE(kv.place(gap, cells));
+    EXPECT_EQ(kv.attention_runs(gap).size(), 2u);
 }
 
 TEST_F(PerSequenceKvCacheTest, UngroupedBatchFallsBackToOneRunOverEverything) {
