@@ -502,6 +502,11 @@ def soak(args, target):
         health = f"{type(e).__name__}: {e}"
     rss_vals = [v for _, v in samples if v is not None]
     growth = None if not (rss0 and rss1) else round(100.0 * (rss1 - rss0) / rss0, 2)
+    # Growth from a quarter into the soak to the end: allocator and thread
+    # warm-up is over by then, so what remains is what a leak would add.
+    late = [v for t, v in samples if v is not None and t >= args.soak / 4]
+    rss_q = late[0] if late else None
+    late_growth = None if not (rss_q and rss1) else round(100.0 * (rss1 - rss_q) / rss_q, 2)
     result = {
         "mode": "soak", "server": target.name, "url": target.url, "clients": args.clients,
         "duration_s": args.soak, "max_tokens": args.max_tokens, "prompt_tokens_approx": args.prompt_tokens,
@@ -516,6 +521,7 @@ def soak(args, target):
         "wall_s": s["wall_s"], "pid": args.pid,
         "rss_start_kib": rss0, "rss_end_kib": rss1, "rss_growth_pct": growth,
         "rss_min_kib": min(rss_vals) if rss_vals else None, "rss_max_kib": max(rss_vals) if rss_vals else None,
+        "rss_quarter_kib": rss_q, "rss_growth_after_quarter_pct": late_growth,
         "idle_after": idle, "health_after": health,
     }
     passed = (s["failures"] == 0 and warm["failures"] == 0 and health == 200
@@ -531,7 +537,7 @@ def soak(args, target):
               f"latency p50/p99/max {s['latency_p50_ms']}/{s['latency_p99_ms']}/{s['latency_max_ms']} ms")
         if args.pid:
             print(f"  VmRSS {rss0} -> {rss1} KiB ({growth}%), min/max during {result['rss_min_kib']}/"
-                  f"{result['rss_max_kib']} KiB")
+                  f"{result['rss_max_kib']} KiB; from a quarter in: {rss_q} -> {rss1} KiB ({late_growth}%)")
         print(f"  idle after: {idle}, /health after: {health}; {'PASS' if passed else 'FAIL'}")
         for e in s["errors"]:
             print(f"  {e['count']} x {e['error']}")
