@@ -83,10 +83,26 @@ def test_chat_template_override_and_summary(tmp_path):
         log = s.log_text()
         summary = [l for l in log.splitlines() if "ready:" in l]
         assert len(summary) == 1, log
-        for part in ("model", "tp 1", "ctx 1024", "slots 2", "listening on http://127.0.0.1:"):
+        for part in ("model", "tp 1", "ctx 1024", "slots 2", "KV cells per slot", "listening on http://127.0.0.1:"):
             assert part in summary[0], summary[0]
     finally:
         assert s.stop() == 0
+
+
+def test_kv_unified_serves_the_same_greedy_text():
+    body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    texts = []
+    for extra in ((), ("--kv-unified",)):
+        s = ServerProcess("-np", "2", "-c", "512", "-t", "1", *extra)
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            texts.append(r.json()["choices"][0]["text"])
+            if extra:
+                assert "KV cells shared" in s.log_text()
+        finally:
+            assert s.stop() == 0
+    assert texts[0] == texts[1]
 
 
 def test_sigint_exits_zero():
