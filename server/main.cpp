@@ -103,6 +103,14 @@ void limit_malloc_arenas() {
 #endif
 }
 
+// glibc keeps freed pages of its heaps resident; an idle server gives them
+// back (a few milliseconds, and only when no request is running or waiting).
+void release_free_memory() {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -220,6 +228,8 @@ int main(int argc, char ** argv) {
 
     Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch, opts.max_queue,
                         &state.metrics);
+    // Whenever the server falls idle, the allocator hands freed pages back.
+    scheduler.set_on_idle(release_free_memory);
     scheduler.start();
 
     const ModelInfo & info = engine->info();

@@ -94,9 +94,16 @@ Scheduler::Stats Scheduler::stats() const {
 }
 
 void Scheduler::run() {
+    bool had_work = false;
     while (true) {
         {
             std::unique_lock<std::mutex> lock(mutex_);
+            if (had_work && queue_.empty() && busy_ == 0 && !stopping_ && on_idle_) {
+                lock.unlock();
+                on_idle_();
+                lock.lock();
+            }
+            had_work = false;
             cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy_ > 0; });
             if (stopping_) {
                 break;
@@ -105,6 +112,7 @@ void Scheduler::run() {
         admit();
         drop_cancelled();
         build_batch();
+        had_work = true;
         if (batch_.size() > 0) {
             const auto t0 = std::chrono::steady_clock::now();
             step_sampled_ = 0;

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -35,6 +36,10 @@ class Scheduler {
     Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch, int32_t max_queue,
               Metrics * metrics);
     ~Scheduler();
+
+    // Called on the scheduler thread whenever the last task finishes and no
+    // other waits (set before start()).
+    void set_on_idle(std::function<void()> fn) { on_idle_ = std::move(fn); }
 
     void start();
     // Fails queued and running tasks with 503 and joins the thread; later
@@ -82,6 +87,7 @@ class Scheduler {
     std::deque<std::unique_ptr<Task>> queue_;
     bool stopping_ = false;
     std::thread thread_;
+    std::function<void()> on_idle_;
 
     std::atomic<int32_t> busy_{0};
     std::atomic<uint64_t> tasks_done_{0};
