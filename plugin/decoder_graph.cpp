@@ -1,5 +1,7 @@
 #include "plugin/decoder_graph.h"
 
+#include "ggml-ext/row_attention.h"
+
 #include "plugin/hparams.h"
 #include "plugin/kv_cache.h"
 #include "plugin/weights.h"
@@ -60,7 +62,10 @@ struct Builder {
     }
 
     // Attention of one run's queries (of q [head_dim, n_q, n_tokens]) over
-    // their streams' cells: [head_dim, n_q, run.size()].
+    // their streams' cells: [head_dim, n_q, run.size()]. With per-sequence
+    // regions every row goes through ggml-ext's row attention, so a position
+    // gets the same numbers in a prompt, as a decode token or after a cached
+    // prefix; the shared pool keeps ggml's kernel, identical to upstream.
     ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
                          size_t mask_offset) const {
         ggml_tensor * qr = ggml_view_4d(ctx, q, hp.head_dim, n_q, run.n_tokens, run.n_streams, q->nb[1], q->nb[2],
@@ -68,10 +73,15 @@ struct Builder {
         const size_t row = (size_t) run.window * sizeof(ggml_fp16_t);
         ggml_tensor * mask = ggml_view_4d(ctx, in.kq_mask, run.window, run.n_tokens, 1, run.n_streams, row,
                                           row * run.n_tokens, row * run.n_tokens, mask_offset * sizeof(ggml_fp16_t));
-        ggml_tensor * out =
-            ggml_flash_attn_ext(ctx, ggml_permute(ctx, qr, 0, 2, 1, 3), cache_view(k, run), cache_view(v, run), mask,
-                                1.0f / std::sqrt((float) hp.head_dim), 0.0f, 0.0f);
-        ggml_prec_set_acc(out, GGML_PREC_F32);
+        ggml_tensor * qp = ggml_permute(ctx, qr, 0, 2, 1, 3);
+        const float scale = 1.0f / std::sqrt((float) hp.head_dim);
+        ggml_tensor * out = nullptr;
+        if (!kv.unified()) {
+            out = ggml_ext_row_attention(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale);
+        } else {
+            out = ggml_flash_attn_ext(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale, 0.0f, 0.0f);
+            ggml_prec_set_acc(out, GGML_PREC_F32);
+        }
         return ggml_reshape_3d(ctx, out, hp.head_dim, n_q, run.size());
     }
 

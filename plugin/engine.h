@@ -25,7 +25,9 @@ struct EngineOptions {
     int32_t n_ctx = 4096;   // KV cells, shared by all sequences; 0: the model's training context
     int32_t n_seq_max = 1;  // sequences (server slots) that can be live at once
     // false: each sequence owns n_ctx / n_seq_max cells and attends over those
-    // only; true: one pool of cells for all sequences (upstream's kv_unified).
+    // only, decode tokens through llama-tp's attention kernel; true: one pool
+    // of cells for all sequences and ggml's attention throughout, which gives
+    // exactly upstream's numbers (upstream's kv_unified).
     bool kv_unified = false;
     int32_t n_batch = 512;  // most tokens one decode() call accepts
     int32_t n_threads = 0;  // 0: all cores

@@ -11,7 +11,7 @@ namespace llama_tp {
 
 KvCache::KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified,
                  ggml_backend_buffer_type_t buft)
-    : n_seq_max_(n_seq_max), unified_(unified || n_seq_max == 1) {
+    : n_seq_max_(n_seq_max), unified_(unified) {
     if (n_seq_max < 1) throw Error("the KV cache needs room for at least one sequence");
     region_ = unified_ ? n_cells : n_cells / n_seq_max;
     if (region_ < 1) {
@@ -86,14 +86,11 @@ int32_t KvCache::rounded_window(int32_t begin, int32_t used_end) const {
     return std::min(w, unified_ ? n_cells() : region_);
 }
 
-// Single decode tokens join a run of them. Windows stay under 512 cells:
-// there ggml's CPU attention computes a lone token exactly as one of several
-// streams (from 512 cells on it splits a lone token's cells across threads,
-// which rounds differently), so joining never changes a sequence's numbers.
+// Single decode tokens of neighbouring sequences join one run. Each row's
+// attention is computed alone over its own visible cells, so joining changes
+// no sequence's numbers.
 bool KvCache::joins_as_stream(const AttentionRun & run, const AttentionRun & next) {
-    constexpr int32_t kMaxStreamWindow = 512;
-    return run.n_tokens == 1 && next.n_tokens == 1 && run.window < kMaxStreamWindow && next.window < kMaxStreamWindow &&
-           next.t0 == run.t0 + run.n_streams;
+    return run.n_tokens == 1 && next.n_tokens == 1 && next.t0 == run.t0 + run.n_streams;
 }
 
 int32_t KvCache::window() const {

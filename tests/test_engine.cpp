@@ -59,6 +59,10 @@ TEST(Engine, SequencesInOneBatchMatchSequencesAlone) {
     EXPECT_LT(max_abs_diff(expected, row(*e, mixed.size() - 1)), 1e-4f);
 }
 
+size_t argmax(const std::vector<float> & v) {
+    return (size_t) (std::max_element(v.begin(), v.end()) - v.begin());
+}
+
 // Greedy steps of sequence 0, alone or with sequence 1 in every batch: the
 // logits of each of sequence 0's steps.
 std::vector<std::vector<float>> greedy_steps(Engine & e, bool with_companion, int n_steps) {
@@ -89,10 +93,6 @@ std::vector<std::vector<float>> greedy_steps(Engine & e, bool with_companion, in
     return out;
 }
 
-size_t argmax(const std::vector<float> & v) {
-    return (size_t) (std::max_element(v.begin(), v.end()) - v.begin());
-}
-
 // Attention reads only the sequence's own cells, so a companion in the batch
 // changes a sequence's logits only through the matrix kernels' rounding
 // (which differs with the number of rows, 2e-6 here, and grows through the F16
@@ -120,7 +120,12 @@ TEST(Engine, PerSequenceAndUnifiedCacheLayoutsAgree) {
     auto unified = Engine::load(o);
     const auto a = greedy_steps(*per_seq, true, 12);
     const auto b = greedy_steps(*unified, true, 12);
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(max_abs_diff(a[i], b[i]), 1e-4f) << "step " << i;
+    // The layouts differ in how attention sums its values: F32 in ggml-ext's
+    // row attention (per-sequence regions), F16 in ggml's kernel (shared pool).
+    for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_LT(max_abs_diff(a[i], b[i]), 2e-2f) << "step " << i;
+        EXPECT_EQ(argmax(a[i]), argmax(b[i])) << "step " << i;
+    }
 }
 
 TEST(Engine, DecodeStepsOfOneShapeReuseTheGraph) {

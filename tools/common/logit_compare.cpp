@@ -23,10 +23,10 @@ int32_t LogitCompare::argmax(const float * logits, int32_t n) {
     return (int32_t) (std::max_element(logits, logits + n) - logits);
 }
 
-bool LogitCompare::is_near_tie(const float * logits, int32_t n) {
+bool LogitCompare::is_near_tie(const float * logits, int32_t n) const {
     std::vector<double> p = softmax(logits, n);
     std::partial_sort(p.begin(), p.begin() + std::min<int32_t>(2, n), p.end(), std::greater<double>());
-    return n > 1 && p[0] - p[1] <= kNearTieMargin;
+    return n > 1 && p[0] - p[1] <= near_tie_;
 }
 
 bool LogitCompare::add(const float * reference, const float * candidate, int32_t n_vocab) {

@@ -26,16 +26,21 @@ class LogitCompare {
   public:
     static constexpr double kNearTieMargin = 1e-4;
 
+    // near_tie: the reference's top-2 probability margin at or below which a
+    // position is a near-tie.
+    explicit LogitCompare(double near_tie = kNearTieMargin) : near_tie_(near_tie) {}
+
     // Adds one position; returns true when it is a near-tie in the reference.
     bool add(const float * reference, const float * candidate, int32_t n_vocab);
     const LogitCompareResult & result() const { return r_; }
 
-    // Index of the largest logit, and whether the reference's top-2
-    // probability margin is below kNearTieMargin.
+    // Index of the largest logit, and whether the top-2 probability margin
+    // of these logits is at or below the near-tie margin.
     static int32_t argmax(const float * logits, int32_t n);
-    static bool is_near_tie(const float * logits, int32_t n);
+    bool is_near_tie(const float * logits, int32_t n) const;
 
   private:
+    double near_tie_;
     LogitCompareResult r_;
 };
 

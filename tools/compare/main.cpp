@@ -24,13 +24,16 @@ const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options
                            "  --reference upstream|tp1  compare against upstream libllama (default) or llama-tp\n"
                            "                            on one device\n"
                            "  --max-mean-kl X           judge mean KL against X instead of the contract's bound\n"
+                           "  --near-tie X              top-2 probability margin of a near-tie (default 1e-4)\n"
+                           "  --min-top1 X              judge top-1 agreement >= X instead of 100% (below 1,\n"
+                           "                            greedy identity is reported, not judged)\n"
                            "  --prompts N               number of prompts (default 4)\n"
                            "  --n-tokens T              greedy tokens generated after each prompt (default 16)\n"
                            "  --json                    print only the JSON result\n"
                            "Exit status 0 when the accuracy contract holds. Against upstream: top-1 agreement\n"
                            "100%, max |dp| <= 1e-3, greedy tokens identical. Against tp1: top-1 100%, greedy\n"
                            "tokens identical, mean KL <= 1e-4 (F32 wire) or <= 1e-3 (BF16 wire). Near-ties\n"
-                           "(top-2 margin <= 1e-4) are counted and reported, not judged.\n";
+                           "(top-2 margin <= --near-tie) are counted and reported, not judged.\n";
 
 struct Options {
     EngineFlags engine;
@@ -38,6 +41,8 @@ struct Options {
     int prompts = 4;
     int n_tokens = 16;
     double max_mean_kl = -1.0;  // < 0: the contract's bound
+    double near_tie = LogitCompare::kNearTieMargin;
+    double min_top1 = 1.0;
     bool json = false;
 };
 
@@ -55,6 +60,10 @@ Options parse(int argc, char ** argv) {
             o.n_tokens = (int) a.integer(f, 0, 1024);
         else if (f == "--max-mean-kl")
             o.max_mean_kl = a.real(f);
+        else if (f == "--near-tie")
+            o.near_tie = a.real(f);
+        else if (f == "--min-top1")
+            o.min_top1 = a.real(f);
         else if (f == "--json")
             o.json = true;
         else if (f == "-h" || f == "--help")
@@ -66,6 +75,8 @@ Options parse(int argc, char ** argv) {
     if (o.reference != "upstream" && o.reference != "tp1") {
         a.fail("unknown reference '" + o.reference + "' (expected: upstream or tp1)");
     }
+    if (!(o.near_tie >= 0.0 && o.near_tie < 1.0)) a.fail("--near-tie must be in [0, 1)");
+    if (!(o.min_top1 > 0.0 && o.min_top1 <= 1.0)) a.fail("--min-top1 must be in (0, 1]");
     return o;
 }
 
@@ -123,14 +134,14 @@ struct Verdict {
 // greedy check asks, at each position that produced a continuation token,
 // whether our argmax is that token; a prompt stops being judged at its first
 // near-tie in the reference.
-Verdict compare_engine(Engine & engine, const std::vector<Trace> & traces, int32_t n_vocab) {
-    LogitCompare cmp;
+Verdict compare_engine(Engine & engine, const std::vector<Trace> & traces, int32_t n_vocab, double near_tie) {
+    LogitCompare cmp(near_tie);
     Verdict v;
     std::vector<bool> judging(traces.size(), true);
     auto judge_greedy = [&](size_t s, size_t pos, const float * ours) {
         const Trace & tr = traces[s];
         if (!judging[s] || pos + 1 >= tr.tokens.size()) return;
-        if (LogitCompare::is_near_tie(tr.logits[pos].data(), n_vocab)) {
+        if (cmp.is_near_tie(tr.logits[pos].data(), n_vocab)) {
             judging[s] = false;
             return;
         }
@@ -198,7 +209,9 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
 
 bool contract_holds(const Options & o, const Verdict & v) {
     const LogitCompareResult & r = v.logits;
-    if (r.top1_agreement() != 1.0 || !v.greedy_identical) return false;
+    // Below 100% top-1 the greedy texts may part at a flip, so only the rate is judged.
+    if (r.top1_agreement() < o.min_top1) return false;
+    if (o.min_top1 >= 1.0 && !v.greedy_identical) return false;
     if (o.max_mean_kl >= 0.0 && r.mean_kl() > o.max_mean_kl) return false;
     if (o.reference == "upstream") return r.max_abs_prob_diff <= 1e-3;
     return r.mean_kl() <= (o.max_mean_kl >= 0.0 ? o.max_mean_kl : o.engine.bf16 ? 1e-3 : 1e-4);
@@ -220,7 +233,7 @@ int run(const Options & o) {
     const int32_t n_vocab = engine->info().n_vocab;
     const std::vector<Trace> traces = run_reference(o, prompts, n_vocab, cells);
 
-    const Verdict v = compare_engine(*engine, traces, n_vocab);
+    const Verdict v = compare_engine(*engine, traces, n_vocab, o.near_tie);
     const LogitCompareResult & r = v.logits;
     const bool pass = contract_holds(o, v);
     std::printf(

@@ -1,0 +1,23 @@
+#pragma once
+// Attention computed row by row: for every query token, head and stream,
+// the scores of its visible cells, a softmax and the weighted sum of their
+// F16 values, in F32 and vectorised for every head size that is a multiple
+// of 16. The same inputs as ggml_flash_attn_ext. Each row's result depends
+// only on its own query, mask row and cells, so it is the same whichever
+// other rows share the batch. (ggml's CPU kernel runs scalar code for F16
+// rows shorter than its SIMD step, 128 on CPUs with AVX512-FP16: there a
+// head size of 64 made attention the largest cost of batched decoding.)
+
+#include "ggml.h"
+
+extern "C" {
+
+// q:    F32 [D, T, n_head, n_streams] (any strides; a permuted view is fine)
+// k, v: F16 [D, n_kv, n_head_kv, n_streams], n_head a multiple of n_head_kv
+// mask: F16 [n_kv, >= T, 1, n_streams]; -inf hides a cell, other values are
+//       added to the scaled score
+// Returns F32 [D, n_head, T, n_streams], the layout of ggml_flash_attn_ext.
+// A row whose cells are all hidden comes out as zeros.
+struct ggml_tensor * ggml_ext_row_attention(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
+                                            struct ggml_tensor * v, struct ggml_tensor * mask, float scale);
+}
