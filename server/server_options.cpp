@@ -111,8 +111,8 @@ const std::vector<Flag> & flags() {
          }},
         {{"-kvu", "--kv-unified"},
          "",
-         "one KV cell pool for all slots (default: each slot owns ctx-size/N cells and attends over those "
-         "only, which is faster with many slots)",
+         "one KV cell pool for all slots and ggml's attention kernel, as upstream (default: each slot owns "
+         "ctx-size/N cells and attends over those only through llama-tp's row attention, which is faster)",
          [](ServerOptions & o, const std::string &, const std::string &) { o.engine.kv_unified = true; }},
         {{"-t", "--threads"},
          "N",
