@@ -80,10 +80,9 @@ void KvCache::unplace(const std::vector<int64_t> & cells) {
     update_all_used_ends();
 }
 
-int32_t KvCache::rounded_window(int32_t begin, int32_t used_end) const {
+int32_t KvCache::rounded_window(int32_t n_used, int32_t cap) {
     const int32_t g = kWindowGranularity;
-    const int32_t w = std::max<int32_t>(1, (used_end - begin + g - 1) / g) * g;
-    return std::min(w, unified_ ? n_cells() : region_);
+    return std::min(std::max<int32_t>(1, (n_used + g - 1) / g) * g, cap);
 }
 
 // Single decode tokens of neighbouring sequences join one run. Each row's
@@ -94,9 +93,7 @@ bool KvCache::joins_as_stream(const AttentionRun & run, const AttentionRun & nex
 }
 
 int32_t KvCache::window() const {
-    const int32_t end = *std::max_element(used_end_.begin(), used_end_.end());
-    const int32_t g = kWindowGranularity;
-    return std::min(std::max<int32_t>(1, (end + g - 1) / g) * g, n_cells());
+    return rounded_window(*std::max_element(used_end_.begin(), used_end_.end()), n_cells());
 }
 
 std::vector<AttentionRun> KvCache::attention_runs(const Batch & batch) const {
@@ -113,7 +110,7 @@ std::vector<AttentionRun> KvCache::attention_runs(const Batch & batch) const {
         int32_t end = t + 1;
         while (end < n && batch.seq[end] == seq) ++end;
         const int32_t begin = region_begin(seq);
-        const AttentionRun run{t, end - t, begin, rounded_window(begin, used_end_[seq]), 1, region_};
+        const AttentionRun run{t, end - t, begin, rounded_window(used_end_[seq] - begin, region_), 1, region_};
         if (!runs.empty() && joins_as_stream(runs.back(), run) && seq == last_seq + 1) {
             runs.back().n_streams++;
             runs.back().window = std::max(runs.back().window, run.window);

@@ -99,7 +99,8 @@ class KvCache {
     static bool joins_as_stream(const AttentionRun & run, const AttentionRun & next);
     int32_t region_of(int32_t seq) const { return unified_ ? 0 : seq; }
     int32_t region_begin(int32_t region) const { return region * region_; }
-    int32_t rounded_window(int32_t begin, int32_t used_end) const;
+    // n_used cells rounded up to the window granularity, at most cap.
+    static int32_t rounded_window(int32_t n_used, int32_t cap);
     void update_used_end(int32_t region);
     void update_all_used_ends();
 };
