@@ -24,7 +24,8 @@ class ButterflyAllReduce final : public AllReduceEngine {
 
     const char * name() const override { return "butterfly"; }
     int n_ranks() const override { return n_ranks_; }
-    void allreduce(int rank, float * data, size_t n) override;
+    void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
+    void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
     bool failed() const override { return failed_.load(std::memory_order_acquire); }
     std::string error() const override { return failure_.message(); }
     void abort(const std::string & why) override;
@@ -36,7 +37,8 @@ class ButterflyAllReduce final : public AllReduceEngine {
         std::atomic<uint64_t> consumed{0};  // step number of the latest peer staging this rank has read
         std::atomic<uint64_t> entered{0};   // calls this rank has entered (names missing ranks)
         size_t posted_n = 0;                // element count behind posted
-        std::vector<float> staging;
+        size_t posted_size = 0;             // and element size
+        std::vector<double> staging;        // holds floats or doubles
         // Owner only:
         uint64_t calls = 0;
         int last_reader = -1;  // the rank that reads the current staging
@@ -44,20 +46,27 @@ class ButterflyAllReduce final : public AllReduceEngine {
     };
 
     // One rank's part in one call.
+    template <typename T>
     struct Turn {
         int rank;
-        float * data;
+        T * data;
         size_t n;
         uint64_t call;
     };
 
     uint64_t step_number(uint64_t call, int step) const { return call * steps_per_call_ + step + 1; }
-    bool run_folded(const Turn & turn);
-    bool run_paired(const Turn & turn);
-    bool post(const Turn & turn, int reader, uint64_t step, WireType wire);
-    bool receive(const Turn & turn, int from, uint64_t step, bool add);
-    bool wait_for(const Turn & turn, const std::atomic<uint64_t> & flag, uint64_t at_least, int awaited);
-    void fail_timeout(const Turn & turn, int awaited);
+    template <typename T>
+    void run(int rank, T * data, size_t n);
+    template <typename T>
+    bool run_folded(const Turn<T> & turn);
+    template <typename T>
+    bool run_paired(const Turn<T> & turn);
+    template <typename T>
+    bool post(const Turn<T> & turn, int reader, uint64_t step, WireType wire);
+    template <typename T>
+    bool receive(const Turn<T> & turn, int from, uint64_t step, bool add);
+    bool wait_for(uint64_t call, const std::atomic<uint64_t> & flag, uint64_t at_least, int awaited);
+    void fail_timeout(uint64_t call, int awaited);
     template <typename Why>
     void fail(Why why);
 

@@ -16,9 +16,9 @@ constexpr int kGenerationShift = 33;
 constexpr uint64_t kGenerationUnit = 1ull << kGenerationShift;
 
 // Slices start on 64-byte lines so two ranks never write the same line.
-constexpr size_t kFloatsPerLine = 64 / sizeof(float);
+constexpr size_t kLineBytes = 64;
 // Sums are built in a stack block that stays in L1 while every buffer adds to it.
-constexpr size_t kBlockFloats = 1024;
+constexpr size_t kBlockBytes = 4096;
 
 uint64_t generation_of(uint64_t word) {
     return word >> kGenerationShift;
@@ -68,7 +68,8 @@ void CpuAllReduce::abort(const std::string & why) {
     fail([&] { return why; });
 }
 
-void CpuAllReduce::allreduce(int rank, float * data, size_t n) {
+template <typename T>
+void CpuAllReduce::run(int rank, T * data, size_t n) {
     if (rank < 0 || rank >= n_ranks_) {
         fail([&] { return bad_rank_message(rank, n_ranks_); });
         return;
@@ -76,18 +77,24 @@ void CpuAllReduce::allreduce(int rank, float * data, size_t n) {
     RankSlot & me = slots_[rank];
     me.data = data;
     me.n = n;
+    me.element_size = sizeof(T);
     if (!arrive(rank)) return;
     const uint64_t call = ++me.calls;
     // Every rank sees the same published counts, so all of them take this exit together.
     if (!counts_match()) {
         fail([&] {
-            std::vector<std::pair<int, size_t>> counts;
-            for (int r = 0; r < n_ranks_; ++r) counts.emplace_back(r, slots_[r].n);
-            return mismatched_counts_message(counts);
+            std::vector<std::pair<int, size_t>> counts, sizes;
+            for (int r = 0; r < n_ranks_; ++r) {
+                counts.emplace_back(r, slots_[r].n);
+                sizes.emplace_back(r, slots_[r].element_size);
+            }
+            const bool same_types =
+                std::all_of(sizes.begin(), sizes.end(), [&](auto & s) { return s.second == sizes[0].second; });
+            return same_types ? mismatched_counts_message(counts) : mismatched_types_message(sizes);
         });
         return;
     }
-    reduce_slice(rank, n);
+    reduce_slice<T>(rank, n);
     me.done.store(call, std::memory_order_release);
     await_slices(call);
 }
@@ -139,27 +146,36 @@ bool CpuAllReduce::give_up_waiting(uint64_t generation) {
     return opened;
 }
 
+// Ranks passing different element types would misread each other's values.
 bool CpuAllReduce::counts_match() const {
-    return std::all_of(slots_.begin(), slots_.end(), [&](const RankSlot & s) { return s.n == slots_[0].n; });
+    return std::all_of(slots_.begin(), slots_.end(), [&](const RankSlot & s) {
+        return s.n == slots_[0].n && s.element_size == slots_[0].element_size;
+    });
 }
 
+template <typename T>
 void CpuAllReduce::reduce_slice(int rank, size_t n) {
-    const size_t per_rank_lines = (n + n_ranks_ * kFloatsPerLine - 1) / (n_ranks_ * kFloatsPerLine);
-    const size_t per_rank = per_rank_lines * kFloatsPerLine;
+    constexpr size_t per_line = kLineBytes / sizeof(T);
+    constexpr size_t block = kBlockBytes / sizeof(T);
+    const size_t per_rank_lines = (n + n_ranks_ * per_line - 1) / (n_ranks_ * per_line);
+    const size_t per_rank = per_rank_lines * per_line;
     const size_t begin = std::min(rank * per_rank, n);
     const size_t end = std::min(begin + per_rank, n);
 
-    float * buffers[kMaxRanks];
-    for (int r = 0; r < n_ranks_; ++r) buffers[r] = slots_[r].data;
+    T * buffers[kMaxRanks];
+    for (int r = 0; r < n_ranks_; ++r) buffers[r] = static_cast<T *>(slots_[r].data);
 
-    float sum[kBlockFloats];
-    for (size_t offset = begin; offset < end; offset += kBlockFloats) {
-        const size_t len = std::min(kBlockFloats, end - offset);
+    T sum[block];
+    for (size_t offset = begin; offset < end; offset += block) {
+        const size_t len = std::min(block, end - offset);
         wire_copy(sum, buffers[0] + offset, len, wire_);
         for (int r = 1; r < n_ranks_; ++r) wire_add(sum, buffers[r] + offset, len, wire_);
-        for (int r = 0; r < n_ranks_; ++r) std::memcpy(buffers[r] + offset, sum, len * sizeof(float));
+        for (int r = 0; r < n_ranks_; ++r) std::memcpy(buffers[r] + offset, sum, len * sizeof(T));
     }
 }
+
+template void CpuAllReduce::run<float>(int, float *, size_t);
+template void CpuAllReduce::run<double>(int, double *, size_t);
 
 // Waits until every rank has written its slice. Not abandoned on failure or
 // timeout: the other ranks are past the arrival barrier and writing into

@@ -38,7 +38,8 @@ class CpuAllReduce final : public AllReduceEngine {
 
     const char * name() const override { return "cpu"; }
     int n_ranks() const override { return n_ranks_; }
-    void allreduce(int rank, float * data, size_t n) override;
+    void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
+    void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
     bool failed() const override;
     std::string error() const override { return failure_.message(); }
     void abort(const std::string & why) override;
@@ -46,15 +47,19 @@ class CpuAllReduce final : public AllReduceEngine {
   private:
     // What one rank shares; a cache line of its own so ranks do not disturb each other.
     struct alignas(64) RankSlot {
-        float * data = nullptr;         // this call's buffer, valid once the arrival barrier opens
+        void * data = nullptr;          // this call's buffer, valid once the arrival barrier opens
         size_t n = 0;                   // this call's element count
+        size_t element_size = 0;        // and element size
         std::atomic<uint64_t> done{0};  // calls whose slice this rank has written
         uint64_t calls = 0;             // calls this rank has passed the arrival barrier for (owner only)
     };
 
+    template <typename T>
+    void run(int rank, T * data, size_t n);
     bool arrive(int rank);
     bool give_up_waiting(uint64_t generation);
     bool counts_match() const;
+    template <typename T>
     void reduce_slice(int rank, size_t n);
     void await_slices(uint64_t call) const;
     // Poisons the group; why() builds the message (inside the failure record, where throwing is caught).

@@ -30,6 +30,12 @@ class AllReduceEngine {
     // returns at once and failed() becomes true for every rank.
     virtual void allreduce(int rank, float * data, size_t n) = 0;
 
+    // The same for doubles, always exact on the wire (whatever the config's
+    // wire type): sums of float partials held in double do not depend on the
+    // order they are added in (see ggml-ext/exact_sum.h). Every rank of one
+    // call uses the same element type.
+    virtual void allreduce(int rank, double * data, size_t n) = 0;
+
     virtual bool failed() const = 0;
     virtual std::string error() const = 0;
     // Marks the group failed (for example when a rank hit an error outside

@@ -40,6 +40,15 @@ std::string mismatched_counts_message(std::vector<std::pair<int, size_t>> rank_c
     return "allreduce: ranks called with different element counts (" + list + ")";
 }
 
+std::string mismatched_types_message(std::vector<std::pair<int, size_t>> rank_sizes) {
+    std::sort(rank_sizes.begin(), rank_sizes.end());
+    std::string list;
+    for (const auto & [rank, size] : rank_sizes) {
+        list += (list.empty() ? "rank " : ", rank ") + std::to_string(rank) + ": f" + std::to_string(size * 8);
+    }
+    return "allreduce: ranks called with different element types (" + list + ")";
+}
+
 std::string bad_rank_message(int rank, int n_ranks) {
     return "allreduce: rank " + std::to_string(rank) + " is out of range for a group of " + std::to_string(n_ranks);
 }

@@ -41,6 +41,10 @@ std::string missing_ranks_message(const std::vector<int> & missing, double timeo
 // "allreduce: ranks called with different element counts (rank 0: 4096, rank 1: 4095)".
 std::string mismatched_counts_message(std::vector<std::pair<int, size_t>> rank_counts);
 
+// "allreduce: ranks called with different element types (rank 0: f32, rank 1: f64)",
+// from each rank's element size in bytes.
+std::string mismatched_types_message(std::vector<std::pair<int, size_t>> rank_sizes);
+
 // "allreduce: rank 5 is out of range for a group of 2".
 std::string bad_rank_message(int rank, int n_ranks);
 

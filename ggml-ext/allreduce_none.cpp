@@ -11,7 +11,7 @@ NoneAllReduce::NoneAllReduce(const AllReduceConfig & config) {
     }
 }
 
-void NoneAllReduce::allreduce(int rank, float *, size_t) {
+void NoneAllReduce::check_rank(int rank) {
     if (rank == 0) return;
     failure_.record([&] {
         failed_.store(true, std::memory_order_release);

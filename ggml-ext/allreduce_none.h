@@ -15,12 +15,15 @@ class NoneAllReduce final : public AllReduceEngine {
 
     const char * name() const override { return "none"; }
     int n_ranks() const override { return 1; }
-    void allreduce(int rank, float * data, size_t n) override;
+    void allreduce(int rank, float *, size_t) override { check_rank(rank); }
+    void allreduce(int rank, double *, size_t) override { check_rank(rank); }
     bool failed() const override { return failed_.load(std::memory_order_acquire); }
     std::string error() const override { return failure_.message(); }
     void abort(const std::string & why) override;
 
   private:
+    void check_rank(int rank);
+
     std::atomic<bool> failed_{false};
     FailureRecord failure_;
 };

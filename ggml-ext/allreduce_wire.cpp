@@ -39,4 +39,14 @@ void wire_add(float * __restrict acc, const float * __restrict src, size_t n, Wi
     for (size_t i = 0; i < n; ++i) acc[i] += round_to_bf16(src[i]);
 }
 
+LLAMA_TP_VECTOR_CLONES
+void wire_copy(double * dst, const double * src, size_t n, WireType) {
+    if (dst != src && n > 0) std::memmove(dst, src, n * sizeof(double));
+}
+
+LLAMA_TP_VECTOR_CLONES
+void wire_add(double * __restrict acc, const double * __restrict src, size_t n, WireType) {
+    for (size_t i = 0; i < n; ++i) acc[i] += src[i];
+}
+
 }  // namespace llama_tp

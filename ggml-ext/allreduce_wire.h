@@ -33,4 +33,8 @@ void wire_copy(float * dst, const float * src, size_t n, WireType wire);
 // acc[i] += src[i] as it arrives over the wire.
 void wire_add(float * acc, const float * src, size_t n, WireType wire);
 
+// Doubles cross the wire exactly; the wire type is ignored.
+void wire_copy(double * dst, const double * src, size_t n, WireType wire);
+void wire_add(double * acc, const double * src, size_t n, WireType wire);
+
 }  // namespace llama_tp

@@ -33,7 +33,7 @@ void run_on_cpu(ggml_tensor * dst, int ith, int, void *) {
 extern "C" {
 
 ggml_tensor * ggml_cluster_allreduce(ggml_context * ctx, ggml_tensor * a, ggml_cluster_allreduce_fn fn, void * user) {
-    GGML_ASSERT(a->type == GGML_TYPE_F32 && ggml_is_contiguous(a));
+    GGML_ASSERT((a->type == GGML_TYPE_F32 || a->type == GGML_TYPE_F64) && ggml_is_contiguous(a));
     ggml_tensor * call = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1);
     ggml_set_name(call, kCallName);
     const CollectiveCall c{fn, user};

@@ -14,11 +14,12 @@
 
 extern "C" {
 
-// data: the node's F32 values (n elements), in the backend's memory;
+// data: the node's F32 or F64 values (n elements; the caller registers a
+// callback that knows which), in the backend's memory;
 // stream: the backend's stream where it has one, else NULL.
 typedef void (*ggml_cluster_allreduce_fn)(void * user, void * data, size_t n, void * stream);
 
-// a must be a contiguous F32 tensor; the result is a view of it (in place).
+// a must be a contiguous F32 or F64 tensor; the result is a view of it (in place).
 struct ggml_tensor * ggml_cluster_allreduce(struct ggml_context * ctx, struct ggml_tensor * a,
                                             ggml_cluster_allreduce_fn fn, void * user);
 

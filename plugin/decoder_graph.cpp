@@ -1,5 +1,6 @@
 #include "plugin/decoder_graph.h"
 
+#include "ggml-ext/exact_sum.h"
 #include "ggml-ext/row_attention.h"
 
 #include "plugin/hparams.h"
@@ -22,12 +23,43 @@ struct Builder {
     const GraphShape & shape;
     GraphInputs & in;
     const Collective * reduce;
+    bool exact;    // split-invariant sums
     int64_t n_q;   // this rank's query heads
     int64_t n_kv;  // this rank's KV heads
 
     // Sums a rank's partial result across the group (a no-op for one rank).
     ggml_tensor * all_reduce(ggml_tensor * x) const {
         return reduce ? ggml_cluster_allreduce(ctx, x, reduce->fn, reduce->user) : x;
+    }
+
+    // x @ W summed over the group, for a row-parallel W held in column pieces:
+    // product(piece, its columns of x) is one piece's partial result. Without
+    // split-invariant sums there is one piece, reduced in F32. With them each
+    // piece's product is added in double, the doubles are reduced, and the
+    // total is rounded once (ggml-ext/exact_sum.h). rows, when given, picks
+    // the result rows that go on (before the reduction where it can).
+    template <typename Product>
+    ggml_tensor * row_parallel(const std::vector<ggml_tensor *> & pieces, ggml_tensor * x, ggml_tensor * rows,
+                               const Product & product) const {
+        if (!exact) {
+            ggml_tensor * part = product(pieces[0], x);
+            return all_reduce(rows ? ggml_get_rows(ctx, part, rows) : part);
+        }
+        ggml_tensor * acc = nullptr;
+        size_t offset = 0;
+        for (ggml_tensor * w : pieces) {
+            ggml_tensor * xs = ggml_view_3d(ctx, x, w->ne[0], x->ne[1], x->ne[2], x->nb[1], x->nb[2], offset);
+            acc = ggml_ext_exact_add(ctx, acc, product(w, ggml_cont(ctx, xs)));
+            offset += (size_t) w->ne[0] * x->nb[0];
+        }
+        if (reduce) acc = ggml_cluster_allreduce(ctx, acc, reduce->fn_f64, reduce->user);
+        ggml_tensor * sum = ggml_ext_exact_round(ctx, acc);
+        return rows ? ggml_get_rows(ctx, sum, rows) : sum;
+    }
+
+    // A product for row_parallel: the plain matrix product.
+    auto matmul() const {
+        return [this](ggml_tensor * w, ggml_tensor * x) { return ggml_mul_mat(ctx, w, x); };
     }
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * weight) const {
@@ -85,10 +117,10 @@ struct Builder {
         return ggml_reshape_3d(ctx, out, hp.head_dim, n_q, run.size());
     }
 
-    // This rank's heads of self-attention, projected back to n_embd: a partial
-    // sum. Each run attends only over its own cells; the runs' results are
-    // joined in token order.
-    ggml_tensor * attention(int il, ggml_tensor * cur) const {
+    // Self-attention, projected back to n_embd and summed over the group
+    // (rows: see row_parallel). Each rank computes its heads; each run attends
+    // only over its own cells; the runs' results are joined in token order.
+    ggml_tensor * attention(int il, ggml_tensor * cur, ggml_tensor * rows) const {
         const LayerWeights & l = w.layers[il];
         ggml_tensor * q = project_heads(cur, l.wq, l.bq, n_q);
         ggml_tensor * k = project_heads(cur, l.wk, l.bk, n_kv);
@@ -106,19 +138,20 @@ struct Builder {
             attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
             mask_offset += (size_t) run.window * run.size();
         }
-        return ggml_mul_mat(ctx, l.wo, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens));
+        return row_parallel(l.wo, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens), rows, matmul());
     }
 
-    // This rank's slice of the SwiGLU FFN: a partial sum.
+    // The SwiGLU FFN, each rank computing its slice of the width, summed over the group.
     ggml_tensor * dense_ffn(const LayerWeights & l, ggml_tensor * cur) const {
         ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
         ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
-        return ggml_mul_mat(ctx, l.ffn_down, ggml_swiglu_split(ctx, gate, up));
+        return row_parallel(l.ffn_down, ggml_swiglu_split(ctx, gate, up), nullptr, matmul());
     }
 
     // Mixture of experts: the router is mirrored, so every rank picks the same
     // experts; each rank runs its slice of every picked expert's width and
-    // weights it, and the routed experts are summed before the one reduction.
+    // weights it, and the routed experts are summed before the one reduction
+    // over the group.
     ggml_tensor * moe_ffn(const LayerWeights & l, ggml_tensor * cur) const {
         const int64_t T = cur->ne[1], K = hp.n_expert_used;
         ggml_tensor * probs = ggml_soft_max(ctx, ggml_mul_mat(ctx, l.ffn_router, cur));  // [n_expert, T]
@@ -132,13 +165,17 @@ struct Builder {
         ggml_tensor * x = ggml_reshape_3d(ctx, cur, cur->ne[0], 1, T);
         ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x, picked);  // [F_r, K, T]
         ggml_tensor * up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x, picked);
-        ggml_tensor * out = ggml_mul_mat_id(ctx, l.ffn_down_exps, ggml_swiglu_split(ctx, gate, up), picked);
-        out = ggml_mul(ctx, out, ggml_reshape_3d(ctx, weights, 1, K, T));  // [E, K, T]
-        ggml_tensor * sum = ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], 0);
-        for (int64_t k = 1; k < K; ++k) {
-            sum = ggml_add(ctx, sum, ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], k * out->nb[1]));
-        }
-        return K == 1 ? ggml_cont(ctx, sum) : sum;
+        // One piece of every picked expert's down projection, weighted and summed over the experts.
+        auto experts = [&](ggml_tensor * down, ggml_tensor * h) {
+            ggml_tensor * out = ggml_mul_mat_id(ctx, down, h, picked);
+            out = ggml_mul(ctx, out, ggml_reshape_3d(ctx, weights, 1, K, T));  // [E, K, T]
+            ggml_tensor * sum = ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], 0);
+            for (int64_t k = 1; k < K; ++k) {
+                sum = ggml_add(ctx, sum, ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], k * out->nb[1]));
+            }
+            return K == 1 ? ggml_cont(ctx, sum) : sum;
+        };
+        return row_parallel(l.ffn_down_exps, ggml_swiglu_split(ctx, gate, up), nullptr, experts);
     }
 };
 
@@ -146,7 +183,7 @@ struct Builder {
 
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const Collective * reduce) {
+                                  const Collective * reduce, bool split_invariant) {
     const int64_t T = shape.n_tokens;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
@@ -154,8 +191,16 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
     for (ggml_tensor * t : {in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
 
-    const Builder b{
-        ctx, hp, w, kv, shape, in, reduce, w.layers[0].wq->ne[1] / hp.head_dim, kv.k(0)->ne[0] / hp.head_dim};
+    const Builder b{ctx,
+                    hp,
+                    w,
+                    kv,
+                    shape,
+                    in,
+                    reduce,
+                    split_invariant,
+                    w.layers[0].wq->ne[1] / hp.head_dim,
+                    kv.k(0)->ne[0] / hp.head_dim};
     ggml_tensor * x = nullptr;
     if (reduce) {
         in.embd_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
@@ -170,16 +215,13 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     }
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & l = w.layers[il];
-        ggml_tensor * cur = b.attention(il, b.norm(x, l.attn_norm));
-        if (il == hp.n_layer - 1) {
-            // Only the rows whose logits are wanted go on from here.
-            cur = ggml_get_rows(ctx, cur, in.out_rows);
-            x = ggml_get_rows(ctx, x, in.out_rows);
-        }
-        x = ggml_add(ctx, x, b.all_reduce(cur));
+        // Only the rows whose logits are wanted go on from the last layer's attention.
+        ggml_tensor * rows = il == hp.n_layer - 1 ? in.out_rows : nullptr;
+        ggml_tensor * cur = b.attention(il, b.norm(x, l.attn_norm), rows);
+        if (rows) x = ggml_get_rows(ctx, x, rows);
+        x = ggml_add(ctx, x, cur);
         cur = b.norm(x, l.ffn_norm);
-        cur = hp.is_moe() ? b.moe_ffn(l, cur) : b.dense_ffn(l, cur);
-        x = ggml_add(ctx, x, b.all_reduce(cur));
+        x = ggml_add(ctx, x, hp.is_moe() ? b.moe_ffn(l, cur) : b.dense_ffn(l, cur));
     }
     ggml_tensor * logits = ggml_mul_mat(ctx, w.output, b.norm(x, w.output_norm));
     ggml_set_output(logits);

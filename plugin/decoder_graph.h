@@ -21,9 +21,11 @@ namespace llama_tp {
 struct HParams;
 class ModelWeights;
 
-// How a rank's partial sums are combined: a collective node calling fn.
+// How a rank's partial sums are combined: a collective node calling fn for
+// F32 values, fn_f64 for F64 ones (split-invariant sums).
 struct Collective {
     ggml_cluster_allreduce_fn fn;
+    ggml_cluster_allreduce_fn fn_f64;
     void * user;
 };
 
@@ -58,8 +60,10 @@ struct GraphInputs {
 
 // Adds the forward pass over this rank's shard to gf; returns the logits
 // tensor [vocabulary slice, n_outputs]. reduce: nullptr for a single rank.
+// split_invariant: row-parallel products are summed piece by piece in double
+// (ShardPlan), so the logits do not depend on the split.
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const Collective * reduce);
+                                  const Collective * reduce, bool split_invariant);
 
 }  // namespace llama_tp

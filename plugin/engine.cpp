@@ -37,8 +37,9 @@ class TensorParallelEngine final : public Engine {
         }
         validate_options();
         const int tp = options_.tp;
+        const bool sharded = tp > 1 || options_.split_invariant;
+        if (sharded) plan_ = ShardPlan::plan(file, hp_, tp, options_.tensor_split, options_.split_invariant);
         if (tp > 1) {
-            plan_ = ShardPlan::plan(file, hp_, tp, options_.tensor_split);
             AllReduceConfig ac;
             const std::string env = allreduce_engine_from_env();
             ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
@@ -54,7 +55,8 @@ class TensorParallelEngine final : public Engine {
                 RankConfig rc;
                 rc.rank = r;
                 rc.n_ranks = tp;
-                rc.shard = tp > 1 ? &plan_.ranks[r] : nullptr;
+                rc.shard = sharded ? &plan_.ranks[r] : nullptr;
+                rc.split_invariant = options_.split_invariant;
                 rc.allreduce = allreduce_.get();
                 rc.n_threads = std::max(1, options_.n_threads / tp);
                 rc.n_ctx = options_.n_ctx;
@@ -120,6 +122,9 @@ class TensorParallelEngine final : public Engine {
         if (options_.n_batch < 1) throw Error("the batch size must be at least 1");
         if (options_.n_threads <= 0) options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency());
         if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
+        if (options_.split_invariant && options_.allreduce_bf16) {
+            throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
+        }
     }
 
     void validate_batch(const Batch & batch) const {

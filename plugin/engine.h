@@ -38,6 +38,12 @@ struct EngineOptions {
     std::vector<float> tensor_split;  // empty: even
     std::string allreduce = "auto";   // --allreduce; "auto" honours LLAMA_TP_ALLREDUCE
     bool allreduce_bf16 = false;      // BF16 on the wire
+    // Results that do not depend on the split: the row-parallel products are
+    // summed on a reduction grid fixed by the model and added exactly, so
+    // every --tp and -ts on the grid, one device included, gives the same
+    // logits (ShardPlan). Costs a few extra graph nodes per layer and F64 on
+    // the wire; not with a BF16 wire.
+    bool split_invariant = false;
 };
 
 class Engine {

@@ -13,10 +13,11 @@ namespace llama_tp {
 
 namespace {
 
-// Graph nodes: a fixed budget for the layers plus a few per attention run
-// and layer.
-size_t max_graph_nodes(const HParams & hp, const GraphShape & shape) {
-    return 8192 + (size_t) hp.n_layer * shape.runs.size() * 8;
+// Graph nodes: a fixed budget for the layers plus a few per attention run,
+// and per piece of a row-parallel matrix, and layer.
+size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankShard * shard) {
+    const size_t pieces = shard ? shard->o_pieces.size() + shard->ff_pieces.size() : 2;
+    return 8192 + (size_t) hp.n_layer * (shape.runs.size() + pieces) * 8;
 }
 
 ggml_backend_dev_t cpu_device() {
@@ -54,29 +55,37 @@ Rank::~Rank() {
     if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
-void Rank::allreduce_callback(void * user, void * data, size_t n, void *) {
-    Rank * self = static_cast<Rank *>(user);
+template <typename T>
+void Rank::timed_allreduce(T * data, size_t n) {
     const auto t0 = std::chrono::steady_clock::now();
-    self->config_.allreduce->allreduce(self->config_.rank, static_cast<float *>(data), n);
+    config_.allreduce->allreduce(config_.rank, data, n);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-    self->collective_calls_.fetch_add(1, std::memory_order_relaxed);
-    self->collective_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
+    collective_calls_.fetch_add(1, std::memory_order_relaxed);
+    collective_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
+}
+
+void Rank::allreduce_callback(void * user, void * data, size_t n, void *) {
+    static_cast<Rank *>(user)->timed_allreduce(static_cast<float *>(data), n);
+}
+
+void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void *) {
+    static_cast<Rank *>(user)->timed_allreduce(static_cast<double *>(data), n);
 }
 
 void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
                    const GraphShape & shape, const std::vector<ggml_fp16_t> & mask) {
     if (!graph_ || !(shape_ == shape)) {
         graph_ctx_.reset();
-        const size_t n_nodes = max_graph_nodes(hp_, shape);
+        const size_t n_nodes = max_graph_nodes(hp_, shape, config_.shard);
         ggml_init_params params = {n_nodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(n_nodes, false),
                                    nullptr, true};
         graph_ctx_.reset(ggml_init(params));
         if (!graph_ctx_) throw Error("out of memory building the graph");
         graph_ = ggml_new_graph_custom(graph_ctx_.get(), n_nodes, false);
         shape_ = shape;
-        const Collective reduce{allreduce_callback, this};
+        const Collective reduce{allreduce_callback, allreduce_f64_callback, this};
         logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
-                                      config_.n_ranks > 1 ? &reduce : nullptr);
+                                      config_.n_ranks > 1 ? &reduce : nullptr, config_.split_invariant);
         if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
             graph_ = nullptr;
             throw Error("out of memory allocating the compute buffer of rank " + std::to_string(config_.rank));

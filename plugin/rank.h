@@ -29,7 +29,8 @@ struct RankShard;
 struct RankConfig {
     int rank = 0;
     int n_ranks = 1;
-    const RankShard * shard = nullptr;  // nullptr: the whole model
+    const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
+    bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
     AllReduceEngine * allreduce = nullptr;
     int32_t n_threads = 1;
     int32_t n_ctx = 0;
@@ -68,6 +69,9 @@ class Rank {
 
   private:
     static void allreduce_callback(void * user, void * data, size_t n, void * stream);
+    static void allreduce_f64_callback(void * user, void * data, size_t n, void * stream);
+    template <typename T>
+    void timed_allreduce(T * data, size_t n);
 
     const HParams & hp_;
     RankConfig config_;

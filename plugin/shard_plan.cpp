@@ -3,7 +3,10 @@
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 
+#include <algorithm>
+#include <iterator>
 #include <numeric>
+#include <set>
 
 #include "ggml.h"
 
@@ -35,10 +38,104 @@ std::vector<ShardRange> plan_or_explain(int64_t extent, int64_t granularity, con
     }
 }
 
+// "0, 3, 6, 12" for the message of a split that misses the grid.
+std::string grid_string(const std::vector<int64_t> & grid) {
+    std::string out;
+    for (size_t i = 0; i + 1 < grid.size(); ++i) out += (i ? ", " : "") + std::to_string(grid[i]);
+    return out;
+}
+
+// Rows of the matrix kernels' tiles (see split_axes and the vocabulary split).
+constexpr int64_t kRowTile = 16;
+
+// The query-head and FFN-width ranges of a split into weights.size() ranks.
+struct AxisSplit {
+    std::vector<ShardRange> q, ff;
+};
+
+AxisSplit split_axes(const GgufFile & file, const HParams & hp, const std::vector<float> & weights) {
+    const int64_t n_ranks = (int64_t) weights.size();
+    const int64_t group = hp.n_head / hp.n_head_kv;
+    // Column slices of attn_output start at head boundaries, which must also
+    // be quantization-block boundaries.
+    const int64_t blk_o = block_of_layers(file, hp, "attn_output.weight");
+    const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) hp.head_dim);
+    const int64_t head_unit = std::lcm(hp.n_head_kv >= n_ranks ? group : 1, heads_per_block);
+    AxisSplit s;
+    s.q = plan_or_explain(hp.n_head, head_unit, weights,
+                          "attention heads (" + std::to_string(hp.n_head) + " heads in units of " +
+                              std::to_string(head_unit) + " for blk.*.attn_q.weight / attn_output.weight)");
+    // Dense FFN: its width; MoE: every expert's width (each rank holds every expert).
+    const std::string down = hp.is_moe() ? "ffn_down_exps.weight" : "ffn_down.weight";
+    const int64_t width = hp.is_moe() ? hp.n_ff_exp : hp.n_ff;
+    // Slices of whole 16-row tiles where the width allows (quantization blocks
+    // are already): ggml's kernels then treat a slice of gate/up as they treat
+    // the whole matrix, which split-invariant sums rely on.
+    const int64_t blk = block_of_layers(file, hp, down), tiled = std::lcm(blk, kRowTile);
+    const int64_t blk_down = width % tiled == 0 && width / tiled >= n_ranks ? tiled : blk;
+    s.ff = plan_or_explain(width, blk_down, weights,
+                           "the FFN width (" + std::to_string(width) + " in blocks of " + std::to_string(blk_down) +
+                               " for blk.*." + down + ")");
+    return s;
+}
+
+// The degrees whose even splits make the reduction grid.
+constexpr int kGridDegrees[] = {2, 3, 4, 8};
+
+// Grid boundaries of one axis: its ends and every boundary of the model's
+// even splits into kGridDegrees ranks (those it can take).
+struct ReductionGrid {
+    std::vector<int64_t> q, ff;
+};
+
+ReductionGrid reduction_grid(const GgufFile & file, const HParams & hp) {
+    const int64_t width = hp.is_moe() ? hp.n_ff_exp : hp.n_ff;
+    std::set<int64_t> q{0, hp.n_head}, ff{0, width};
+    for (int degree : kGridDegrees) {
+        try {
+            const AxisSplit s = split_axes(file, hp, std::vector<float>(degree, 1.0f));
+            for (const ShardRange & r : s.q) q.insert(r.begin);
+            for (const ShardRange & r : s.ff) ff.insert(r.begin);
+        } catch (const Error &) {
+            // A degree the model cannot take adds no boundaries.
+        }
+    }
+    return {{q.begin(), q.end()}, {ff.begin(), ff.end()}};
+}
+
+// Moves every boundary between ranks to the nearest grid boundary (the lower
+// one on a tie); throws when two ranks' boundaries meet.
+void snap_to_grid(std::vector<ShardRange> & ranges, const std::vector<int64_t> & grid, const std::string & what) {
+    for (size_t r = 1; r < ranges.size(); ++r) {
+        const int64_t b = ranges[r].begin;
+        auto above = std::lower_bound(grid.begin(), grid.end(), b);
+        int64_t snapped = *above;
+        if (above != grid.begin() && b - *std::prev(above) <= *above - b) snapped = *std::prev(above);
+        ranges[r - 1].end = ranges[r].begin = snapped;
+    }
+    for (size_t r = 0; r < ranges.size(); ++r) {
+        if (ranges[r].size() <= 0) {
+            throw Error("cannot split " + what + " across " + std::to_string(ranges.size()) +
+                        " ranks with split-invariant sums: rank " + std::to_string(r) +
+                        " gets nothing on the reduction grid (its cells start at " + grid_string(grid) +
+                        "); choose a split closer to an even one");
+        }
+    }
+}
+
+// The grid cells inside one rank's range.
+std::vector<ShardRange> pieces_of(const ShardRange & range, const std::vector<int64_t> & grid) {
+    std::vector<ShardRange> pieces;
+    for (size_t i = 0; i + 1 < grid.size(); ++i) {
+        if (grid[i] >= range.begin && grid[i + 1] <= range.end) pieces.push_back({grid[i], grid[i + 1]});
+    }
+    return pieces;
+}
+
 }  // namespace
 
-ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks,
-                          const std::vector<float> & weights_in) {
+ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights_in,
+                          bool split_invariant) {
     if (n_ranks < 1) throw Error("the tensor-parallel degree must be at least 1");
     std::vector<float> weights = weights_in;
     if (weights.empty()) weights.assign(n_ranks, 1.0f);
@@ -48,41 +145,42 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
     }
     ShardPlan p;
     p.n_ranks = n_ranks;
+    p.split_invariant = split_invariant;
     p.ranks.resize(n_ranks);
+    AxisSplit split = split_axes(file, hp, weights);
+    ReductionGrid grid;
+    if (split_invariant) {
+        grid = reduction_grid(file, hp);
+        snap_to_grid(split.q, grid.q, "the attention heads");
+        snap_to_grid(split.ff, grid.ff, "the FFN width");
+    }
+    // Vocabulary slices start at multiples of 64 rows where the vocabulary
+    // allows: ggml's matrix kernels then run the same tiles over each slice as
+    // over the whole head (an f32 head split at row 10667 rounded its last
+    // rows differently).
+    const int64_t vocab_unit = std::gcd(hp.n_vocab, 4 * kRowTile);
+    const auto vocab = plan_or_explain(hp.n_vocab, vocab_unit, weights, "the output head vocabulary");
     const int64_t group = hp.n_head / hp.n_head_kv;
-    // Column slices of attn_output start at head boundaries, which must also
-    // be quantization-block boundaries.
-    const int64_t blk_o = block_of_layers(file, hp, "attn_output.weight");
-    const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) hp.head_dim);
-    const int64_t head_unit = std::lcm(hp.n_head_kv >= n_ranks ? group : 1, heads_per_block);
-    const auto q = plan_or_explain(hp.n_head, head_unit, weights,
-                                   "attention heads (" + std::to_string(hp.n_head) + " heads in units of " +
-                                       std::to_string(head_unit) + " for blk.*.attn_q.weight / attn_output.weight)");
-    // Dense FFN: its width; MoE: every expert's width (each rank holds every expert).
-    const std::string down = hp.is_moe() ? "ffn_down_exps.weight" : "ffn_down.weight";
-    const int64_t width = hp.is_moe() ? hp.n_ff_exp : hp.n_ff;
-    const int64_t blk_down = block_of_layers(file, hp, down);
-    const auto ff = plan_or_explain(width, blk_down, weights,
-                                    "the FFN width (" + std::to_string(width) + " in blocks of " +
-                                        std::to_string(blk_down) + " for blk.*." + down + ")");
-    const auto vocab = plan_or_explain(hp.n_vocab, 1, weights, "the output head vocabulary");
     for (int r = 0; r < n_ranks; ++r) {
         RankShard & s = p.ranks[r];
-        s.q_heads = q[r];
-        s.kv_heads = {q[r].begin / group, (q[r].end + group - 1) / group};
+        const ShardRange & q = split.q[r];
+        s.q_heads = q;
+        s.kv_heads = {q.begin / group, (q.end + group - 1) / group};
         // Attention maps local query head i to local KV head i / (local ratio):
         // right when the rank holds whole groups, or part of a single group.
-        const bool whole_groups = q[r].begin % group == 0 && q[r].size() == s.kv_heads.size() * group;
+        const bool whole_groups = q.begin % group == 0 && q.size() == s.kv_heads.size() * group;
         if (s.kv_heads.size() != 1 && !whole_groups) {
             throw Error("cannot split attention across " + std::to_string(n_ranks) + " ranks: rank " +
-                        std::to_string(r) + " would hold query heads [" + std::to_string(q[r].begin) + ", " +
-                        std::to_string(q[r].end) + ") that do not map evenly onto KV heads (" +
-                        std::to_string(hp.n_head) + " query heads, " + std::to_string(hp.n_head_kv) +
+                        std::to_string(r) + " would hold query heads [" + std::to_string(q.begin) + ", " +
+                        std::to_string(q.end) + ") that do not map evenly onto KV heads (" + std::to_string(hp.n_head) +
+                        " query heads, " + std::to_string(hp.n_head_kv) +
                         " KV heads); choose a tensor-parallel degree that divides " + std::to_string(hp.n_head_kv) +
                         " or " + std::to_string(hp.n_head));
         }
-        s.ff = ff[r];
+        s.ff = split.ff[r];
         s.vocab = vocab[r];
+        s.o_pieces = split_invariant ? pieces_of(s.q_heads, grid.q) : std::vector<ShardRange>{s.q_heads};
+        s.ff_pieces = split_invariant ? pieces_of(s.ff, grid.ff) : std::vector<ShardRange>{s.ff};
     }
     return p;
 }

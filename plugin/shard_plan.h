@@ -18,15 +18,30 @@ struct RankShard {
     ShardRange kv_heads;  // the KV heads those query heads read (replicated when n_head_kv < ranks)
     ShardRange ff;        // FFN width (rows of gate/up, columns of down)
     ShardRange vocab;     // rows of the output head
+    // The row-parallel matrices (attn_output, ffn_down) in pieces of columns
+    // whose products are summed separately: the rank's whole range, or with
+    // split-invariant sums the cells of the reduction grid it holds.
+    std::vector<ShardRange> o_pieces;   // in query heads, covering q_heads
+    std::vector<ShardRange> ff_pieces;  // in FFN columns, covering ff
 };
 
 struct ShardPlan {
     int n_ranks = 1;
+    bool split_invariant = false;
     std::vector<RankShard> ranks;
 
     // Throws llama_tp::Error saying which tensor cannot take the split and
     // what would work.
-    static ShardPlan plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights);
+    //
+    // split_invariant: results must not depend on the split. The attention
+    // heads and the FFN width are cut at a reduction grid that depends on the
+    // model only: the union of the boundaries of its even splits into 2, 3, 4
+    // and 8 ranks. Every rank's boundaries are moved to the nearest grid
+    // boundary, and every grid cell's products are summed on their own and
+    // then added exactly (ggml-ext/exact_sum.h), so any split on the grid,
+    // one device included, adds up the same products to the same sums.
+    static ShardPlan plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights,
+                          bool split_invariant = false);
     std::string describe() const;
 };
 

@@ -69,7 +69,9 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     : device_(device) {
     host_buft_ = ggml_backend_dev_buffer_type(device);
     repack_buft_ = find_repack_buft(device);
-    const size_t n_max = (size_t) file.n_tensors() + 8;
+    // Every piece of a row-parallel matrix is a tensor of its own.
+    const size_t n_pieces = shard ? shard->o_pieces.size() + shard->ff_pieces.size() : 0;
+    const size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * n_pieces;
     host_ctx_.reset(new_meta_context(n_max));
     repack_ctx_.reset(new_meta_context(n_max));
 
@@ -86,8 +88,22 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     const TensorSlice kv_rows = shard ? rows(shard->kv_heads, hd) : TensorSlice{};
     const TensorSlice kv_cols = shard ? cols(shard->kv_heads, hd) : TensorSlice{};
     const TensorSlice ff_rows = shard ? rows(shard->ff, 1) : TensorSlice{};
-    const TensorSlice ff_cols = shard ? cols(shard->ff, 1) : TensorSlice{};
     const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
+    // Column slices of the row-parallel matrices' pieces (one whole piece on one device).
+    auto pieces = [&](const std::vector<ShardRange> * ranges, int64_t unit) {
+        std::vector<TensorSlice> slices;
+        for (const ShardRange & r : ranges ? *ranges : std::vector<ShardRange>{}) slices.push_back(cols(r, unit));
+        if (slices.empty()) slices.push_back(TensorSlice{});
+        return slices;
+    };
+    const std::vector<TensorSlice> o_pieces = pieces(shard ? &shard->o_pieces : nullptr, hd);
+    const std::vector<TensorSlice> ff_pieces = pieces(shard ? &shard->ff_pieces : nullptr, 1);
+    auto declare_pieces = [&](const std::string & name, const std::vector<int64_t> & shape,
+                              const std::vector<TensorSlice> & slices) {
+        std::vector<ggml_tensor *> out;
+        for (const TensorSlice & slice : slices) out.push_back(declare(file, name, shape, true, slice));
+        return out;
+    };
 
     // Under tensor parallelism the embedding table is split by vocabulary like
     // the output head (a tied head then is the same shard): each rank looks up
@@ -104,7 +120,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
         l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
         l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
-        l.wo = declare(file, p + "attn_output.weight", {Q, E}, true, q_cols);
+        l.wo = declare_pieces(p + "attn_output.weight", {Q, E}, o_pieces);
         if (hp.has_qkv_bias()) {
             // A bias is one row: its slice is a column range.
             l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
@@ -121,11 +137,11 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
             l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, ff_rows);
             l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, ff_rows);
-            l.ffn_down_exps = declare(file, p + "ffn_down_exps.weight", {FX, E, X}, true, ff_cols);
+            l.ffn_down_exps = declare_pieces(p + "ffn_down_exps.weight", {FX, E, X}, ff_pieces);
         } else {
             l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
             l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
-            l.ffn_down = declare(file, p + "ffn_down.weight", {F, E}, true, ff_cols);
+            l.ffn_down = declare_pieces(p + "ffn_down.weight", {F, E}, ff_pieces);
         }
     }
     allocate_and_read(file, progress);

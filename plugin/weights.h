@@ -34,7 +34,9 @@ struct LayerWeights {
     ggml_tensor * wq = nullptr;
     ggml_tensor * wk = nullptr;
     ggml_tensor * wv = nullptr;
-    ggml_tensor * wo = nullptr;
+    // Row-parallel matrices come in pieces of consecutive columns, each
+    // multiplied and summed on its own (RankShard::o_pieces, ff_pieces).
+    std::vector<ggml_tensor *> wo;
     ggml_tensor * bq = nullptr;  // qwen2
     ggml_tensor * bk = nullptr;
     ggml_tensor * bv = nullptr;
@@ -43,11 +45,11 @@ struct LayerWeights {
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
-    ggml_tensor * ffn_down = nullptr;
+    std::vector<ggml_tensor *> ffn_down;
     ggml_tensor * ffn_router = nullptr;  // MoE: [n_embd, n_expert], mirrored
     ggml_tensor * ffn_gate_exps = nullptr;
     ggml_tensor * ffn_up_exps = nullptr;
-    ggml_tensor * ffn_down_exps = nullptr;
+    std::vector<ggml_tensor *> ffn_down_exps;
 };
 
 class ModelWeights {

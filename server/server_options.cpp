@@ -195,6 +195,11 @@ const std::vector<Flag> & flags() {
              if (v.empty()) throw UsageError(f + ": empty engine name");
              o.engine.allreduce = v;
          }},
+        {{"--split-invariant"},
+         "",
+         "logits that do not depend on --tp / -ts: row-parallel products summed exactly on a reduction grid "
+         "fixed by the model (a few more graph nodes per layer)",
+         [](ServerOptions & o, const std::string &, const std::string &) { o.engine.split_invariant = true; }},
         {{"-to", "--timeout"},
          "N",
          "HTTP read/write timeout in seconds (default: 600)",

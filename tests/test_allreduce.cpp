@@ -315,6 +315,43 @@ TEST_P(AllReduceEngineTest, DifferentCountsFailTheGroup) {
     EXPECT_EQ(engine->error(), "allreduce: ranks called with different element counts (rank 0: 10, rank 1: 11)");
 }
 
+// Doubles: every value is a float widened, so every partial sum is exact in
+// double and the result must equal the reference exactly, on a BF16 wire too,
+// for power-of-two and other rank counts.
+TEST_P(AllReduceEngineTest, DoublesSumExactlyWhateverTheWire) {
+    for (const int n_ranks : {2, 3, 4, 5}) {
+        SCOPED_TRACE("ranks=" + std::to_string(n_ranks));
+        auto engine = engine_for(GetParam(), n_ranks, WireType::BF16);
+        const Buffers inputs = random_inputs(n_ranks, 10007, (unsigned) n_ranks);
+        std::vector<std::vector<double>> data(n_ranks);
+        for (int r = 0; r < n_ranks; ++r) data[r].assign(inputs[r].begin(), inputs[r].end());
+        run_ranks(all_ranks(n_ranks), [&](int rank) { engine->allreduce(rank, data[rank].data(), data[rank].size()); });
+        ASSERT_FALSE(engine->failed()) << engine->error();
+        size_t wrong = 0;
+        for (size_t i = 0; i < data[0].size(); ++i) {
+            double expected = 0.0;
+            for (int r = n_ranks - 1; r >= 0; --r) expected += (double) inputs[r][i];  // another order: still exact
+            for (int r = 0; r < n_ranks; ++r) wrong += data[r][i] != expected;
+        }
+        EXPECT_EQ(wrong, 0u);
+    }
+}
+
+TEST_P(AllReduceEngineTest, DifferentElementTypesFailTheGroup) {
+    auto engine = engine_for(GetParam(), 2, WireType::F32, 1.0);
+    run_ranks({0, 1}, [&](int rank) {
+        if (rank == 0) {
+            std::vector<float> data(10, 1.0f);
+            engine->allreduce(rank, data.data(), data.size());
+        } else {
+            std::vector<double> data(10, 1.0);
+            engine->allreduce(rank, data.data(), data.size());
+        }
+    });
+    ASSERT_TRUE(engine->failed());
+    EXPECT_EQ(engine->error(), "allreduce: ranks called with different element types (rank 0: f32, rank 1: f64)");
+}
+
 TEST_P(AllReduceEngineTest, RankOutOfRangeFailsTheGroup) {
     auto engine = engine_for(GetParam(), 2);
     float x = 1.0f;

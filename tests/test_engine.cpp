@@ -1,6 +1,9 @@
 #include "plugin/engine.h"
 
 #include "plugin/error.h"
+#include "plugin/gguf_file.h"
+#include "plugin/hparams.h"
+#include "plugin/shard_plan.h"
 #include "plugin/sampler.h"
 #include "plugin/tokenizer.h"
 
@@ -245,6 +248,79 @@ TEST(TensorParallelEngine, RefusesASplitTheModelCannotTake) {
     o.tp = 2;
     o.tensor_split = {1, 1, 1};
     EXPECT_THROW(Engine::load(o), Error);
+}
+
+// Pieces tile a range exactly, in order.
+void expect_tiles(const std::vector<ShardRange> & pieces, const ShardRange & range) {
+    ASSERT_FALSE(pieces.empty());
+    EXPECT_EQ(pieces.front().begin, range.begin);
+    EXPECT_EQ(pieces.back().end, range.end);
+    for (size_t i = 1; i < pieces.size(); ++i) EXPECT_EQ(pieces[i].begin, pieces[i - 1].end);
+}
+
+bool is_cell_of(const ShardRange & piece, const std::vector<ShardRange> & grid) {
+    return std::any_of(grid.begin(), grid.end(),
+                       [&](const ShardRange & g) { return g.begin == piece.begin && g.end == piece.end; });
+}
+
+// With split-invariant sums every split's pieces are cells of the one grid a
+// single device uses; without them each rank has one piece, its range.
+TEST(ShardPlan, SplitInvariantPiecesAreCellsOfOneGridForEverySplit) {
+    const GgufFile file(LLAMA_TP_TEST_MODEL);
+    const HParams hp = read_hparams(file);
+    const ShardPlan one = ShardPlan::plan(file, hp, 1, {}, true);
+    const std::vector<ShardRange> & o_grid = one.ranks[0].o_pieces;
+    const std::vector<ShardRange> & ff_grid = one.ranks[0].ff_pieces;
+    expect_tiles(o_grid, {0, hp.n_head});
+    expect_tiles(ff_grid, {0, hp.n_ff});
+    EXPECT_GT(ff_grid.size(), 4u);  // the boundaries of the 2-, 3-, 4- and 8-way splits
+
+    const std::vector<std::vector<float>> splits = {{1, 1}, {1, 1, 1}, {1, 1, 1, 1}, {3, 1}, {5, 2, 1}};
+    for (const auto & weights : splits) {
+        SCOPED_TRACE("ranks=" + std::to_string(weights.size()) + " first weight " + std::to_string(weights[0]));
+        const ShardPlan p = ShardPlan::plan(file, hp, (int) weights.size(), weights, true);
+        for (const RankShard & r : p.ranks) {
+            expect_tiles(r.o_pieces, r.q_heads);
+            expect_tiles(r.ff_pieces, r.ff);
+            for (const ShardRange & piece : r.o_pieces) EXPECT_TRUE(is_cell_of(piece, o_grid));
+            for (const ShardRange & piece : r.ff_pieces) EXPECT_TRUE(is_cell_of(piece, ff_grid));
+        }
+        const ShardPlan plain = ShardPlan::plan(file, hp, (int) weights.size(), weights, false);
+        for (const RankShard & r : plain.ranks) {
+            ASSERT_EQ(r.o_pieces.size(), 1u);
+            ASSERT_EQ(r.ff_pieces.size(), 1u);
+            EXPECT_EQ(r.ff_pieces[0].begin, r.ff.begin);
+            EXPECT_EQ(r.ff_pieces[0].end, r.ff.end);
+        }
+    }
+}
+
+TEST(ShardPlan, SplitInvariantRefusesASplitThatLeavesARankOffTheGrid) {
+    const GgufFile file(LLAMA_TP_TEST_MODEL);
+    const HParams hp = read_hparams(file);
+    // 1000:1 gives rank 1 a sliver of the FFN width, nearer the end than any grid boundary.
+    EXPECT_NO_THROW(ShardPlan::plan(file, hp, 2, {1000, 1}, false));
+    try {
+        ShardPlan::plan(file, hp, 2, {1000, 1}, true);
+        FAIL() << "planned";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("reduction grid"), std::string::npos) << e.what();
+    }
+}
+
+TEST(TensorParallelEngine, SplitInvariantSumsRefuseABf16Wire) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_ctx = 64;
+    o.tp = 2;
+    o.split_invariant = true;
+    o.allreduce_bf16 = true;
+    try {
+        Engine::load(o);
+        FAIL() << "loaded";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("--bf16-wire"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

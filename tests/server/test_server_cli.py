@@ -20,7 +20,7 @@ def test_help():
     r = run("--help")
     assert r.returncode == 0
     for flag in ("--model", "--ctx-size", "--parallel", "--api-key", "--tensor-split", "--allreduce", "--tp",
-                 "--chat-template", "--n-predict"):
+                 "--split-invariant", "--chat-template", "--n-predict"):
         assert flag in r.stdout
 
 
@@ -103,6 +103,22 @@ def test_kv_unified_serves_the_same_greedy_text():
         finally:
             assert s.stop() == 0
     assert texts[0] == texts[1]
+
+
+def test_split_invariant_tp2_serves_the_text_of_one_device():
+    body = {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+    texts = []
+    for extra in (("-t", "1"), ("--tp", "2", "-t", "2")):
+        s = ServerProcess("-np", "1", "-c", "256", "--split-invariant", *extra)
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            texts.append(r.json()["choices"][0]["text"])
+            assert "split-invariant sums" in s.log_text()
+        finally:
+            assert s.stop() == 0
+    assert texts[0] == texts[1]
+    assert len(texts[0]) > 0
 
 
 def test_sigint_exits_zero():

@@ -25,7 +25,8 @@ const char * kUsage =
     "usage: llama-tp-allreduce-bench [options]\n"
     "  --engine NAME   cpu | butterfly | auto (default cpu)\n"
     "  --ranks N       ranks, one thread each (default 2)\n"
-    "  --wire TYPE     f32 | bf16 (default f32)\n"
+    "  --wire TYPE     f32 | bf16 | f64 (default f32; f64: the doubles of\n"
+    "                  split-invariant sums)\n"
     "  --iters K       most calls measured per size (default 1000; fewer for large sizes, about 1.5 s each)\n"
     "  --json          print one JSON object\n";
 
@@ -39,6 +40,7 @@ struct Options {
     std::string engine = "cpu";
     int ranks = 2;
     WireType wire = WireType::F32;
+    bool f64 = false;  // doubles (exact on any wire)
     int iters = 1000;
     bool json = false;
 };
@@ -54,8 +56,11 @@ Options parse(int argc, char ** argv) {
             o.ranks = (int) a.integer(f, 1, 64);
         } else if (f == "--wire") {
             const std::string w = a.value(f);
-            if (w != "f32" && w != "bf16") a.fail("invalid value '" + w + "' for --wire (expected f32 or bf16)");
-            o.wire = w == "f32" ? WireType::F32 : WireType::BF16;
+            if (w != "f32" && w != "bf16" && w != "f64") {
+                a.fail("invalid value '" + w + "' for --wire (expected f32, bf16 or f64)");
+            }
+            o.wire = w == "bf16" ? WireType::BF16 : WireType::F32;
+            o.f64 = w == "f64";
         } else if (f == "--iters") {
             o.iters = (int) a.integer(f, 1, 1000000);
         } else if (f == "--json") {
@@ -77,14 +82,23 @@ struct SizeResult {
     double busbw_gbps = 0;  // algbw * 2(n-1)/n: the traffic a ring would move per rank, for comparison
 };
 
-// Runs `calls` allreduces of n floats on every rank; returns rank 0's time per call in microseconds.
-std::vector<double> time_calls(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t n,
-                               int calls) {
+const char * wire_name(const Options & o) {
+    return o.f64 ? "f64" : o.wire == WireType::F32 ? "f32" : "bf16";
+}
+
+// Runs `calls` allreduces of `bytes` (floats, or doubles with f64) on every
+// rank; returns rank 0's time per call in microseconds.
+std::vector<double> time_calls(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t bytes,
+                               bool f64, int calls) {
     std::vector<double> rank0_us(calls);
     auto body = [&](int rank) {
         for (int i = 0; i < calls; ++i) {
             const auto start = std::chrono::steady_clock::now();
-            engine.allreduce(rank, buffers[rank].data(), n);
+            if (f64) {
+                engine.allreduce(rank, reinterpret_cast<double *>(buffers[rank].data()), bytes / sizeof(double));
+            } else {
+                engine.allreduce(rank, buffers[rank].data(), bytes / sizeof(float));
+            }
             if (rank == 0) {
                 rank0_us[i] =
                     std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
@@ -102,14 +116,14 @@ double percentile(const std::vector<double> & sorted, double fraction) {
     return sorted[(size_t) (fraction * (sorted.size() - 1) + 0.5)];
 }
 
-SizeResult measure(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t bytes, int max_iters) {
-    const size_t n = bytes / sizeof(float);
-    std::vector<double> warmup = time_calls(engine, buffers, n, kWarmupCalls);
+SizeResult measure(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t bytes, bool f64,
+                   int max_iters) {
+    std::vector<double> warmup = time_calls(engine, buffers, bytes, f64, kWarmupCalls);
     std::sort(warmup.begin(), warmup.end());
     const double estimate_us = std::max(percentile(warmup, 0.5), 0.01);
     const int iters = std::clamp((int) (kSecondsPerSize * 1e6 / estimate_us), kWarmupCalls, max_iters);
 
-    std::vector<double> us = time_calls(engine, buffers, n, iters);
+    std::vector<double> us = time_calls(engine, buffers, bytes, f64, iters);
     std::sort(us.begin(), us.end());
     SizeResult r;
     r.bytes = bytes;
@@ -129,7 +143,7 @@ std::string size_text(size_t bytes) {
 
 void print_table(const Options & o, const std::string & engine_name, const std::vector<SizeResult> & results) {
     std::printf("allreduce %s, %d ranks, wire %s (rank 0's time per call)\n", engine_name.c_str(), o.ranks,
-                o.wire == WireType::F32 ? "f32" : "bf16");
+                wire_name(o));
     std::printf("%10s %7s %11s %11s %11s %11s %11s\n", "size", "iters", "median_us", "p10_us", "p90_us", "algbw_GB/s",
                 "busbw_GB/s");
     for (const SizeResult & r : results) {
@@ -140,7 +154,7 @@ void print_table(const Options & o, const std::string & engine_name, const std::
 
 void print_json(const Options & o, const std::string & engine_name, const std::vector<SizeResult> & results) {
     std::printf("{\"engine\": \"%s\", \"ranks\": %d, \"wire\": \"%s\", \"results\": [", engine_name.c_str(), o.ranks,
-                o.wire == WireType::F32 ? "f32" : "bf16");
+                wire_name(o));
     for (size_t i = 0; i < results.size(); ++i) {
         const SizeResult & r = results[i];
         std::printf(
@@ -162,7 +176,7 @@ int run(const Options & o) {
     std::vector<std::vector<float>> buffers(o.ranks, std::vector<float>(kLargestBytes / sizeof(float), 0.0f));
     std::vector<SizeResult> results;
     for (size_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) {
-        results.push_back(measure(*engine, buffers, bytes, o.iters));
+        results.push_back(measure(*engine, buffers, bytes, o.f64, o.iters));
     }
     if (o.json) {
         print_json(o, engine->name(), results);

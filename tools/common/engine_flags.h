@@ -1,6 +1,7 @@
 #pragma once
 // The flags every tool that loads a model shares, with the same names and
-// meaning as the server's: -m, -t, --tp, -ts, --allreduce, --bf16-wire.
+// meaning as the server's: -m, -t, --tp, -ts, --allreduce, --bf16-wire,
+// --split-invariant.
 
 #include "plugin/engine.h"
 #include "tools/common/args.h"
@@ -17,6 +18,7 @@ struct EngineFlags {
     std::vector<float> split;
     std::string allreduce = "auto";
     bool bf16 = false;
+    bool split_invariant = false;
 
     static constexpr const char * kUsage =
         "  -m, --model FILE          GGUF model\n"
@@ -24,7 +26,9 @@ struct EngineFlags {
         "  --tp N                    tensor-parallel ranks (default 1)\n"
         "  -ts, --tensor-split a,b   uneven split weights, one per rank\n"
         "  --allreduce ENGINE        auto|cpu|butterfly (default auto; env LLAMA_TP_ALLREDUCE)\n"
-        "  --bf16-wire               BF16 on the AllReduce wire\n";
+        "  --bf16-wire               BF16 on the AllReduce wire\n"
+        "  --split-invariant         logits that do not depend on --tp / -ts (exact sums on\n"
+        "                            a reduction grid fixed by the model)\n";
 
     // Consumes flag f (and its value) if it is one of these; false otherwise.
     bool take(const std::string & f, ArgReader & a) {
@@ -40,6 +44,8 @@ struct EngineFlags {
             allreduce = a.value(f);
         else if (f == "--bf16-wire")
             bf16 = true;
+        else if (f == "--split-invariant")
+            split_invariant = true;
         else
             return false;
         return true;
@@ -51,6 +57,7 @@ struct EngineFlags {
         eo.model_path = model;
         eo.n_threads = threads;
         eo.tp = degree;
+        eo.split_invariant = split_invariant;
         if (degree > 1) {
             eo.tensor_split = split;
             eo.allreduce = allreduce;

@@ -24,6 +24,8 @@ const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options
                            "  --reference upstream|tp1  compare against upstream libllama (default) or llama-tp\n"
                            "                            on one device\n"
                            "  --max-mean-kl X           judge mean KL against X instead of the contract's bound\n"
+                           "  --max-abs-dp X            also judge max |dp| <= X (0 with --split-invariant:\n"
+                           "                            identical probabilities)\n"
                            "  --near-tie X              top-2 probability margin of a near-tie (default 1e-4)\n"
                            "  --min-top1 X              judge top-1 agreement >= X instead of 100% (below 1,\n"
                            "                            greedy identity is reported, not judged)\n"
@@ -41,6 +43,7 @@ struct Options {
     int prompts = 4;
     int n_tokens = 16;
     double max_mean_kl = -1.0;  // < 0: the contract's bound
+    double max_abs_dp = -1.0;   // < 0: not judged (against tp1)
     double near_tie = LogitCompare::kNearTieMargin;
     double min_top1 = 1.0;
     bool json = false;
@@ -58,9 +61,13 @@ Options parse(int argc, char ** argv) {
             o.prompts = (int) a.integer(f, 1, 64);
         else if (f == "--n-tokens")
             o.n_tokens = (int) a.integer(f, 0, 1024);
-        else if (f == "--max-mean-kl")
+        else if (f == "--max-mean-kl") {
             o.max_mean_kl = a.real(f);
-        else if (f == "--near-tie")
+            if (!(o.max_mean_kl >= 0.0)) a.fail("--max-mean-kl must be >= 0");
+        } else if (f == "--max-abs-dp") {
+            o.max_abs_dp = a.real(f);
+            if (!(o.max_abs_dp >= 0.0)) a.fail("--max-abs-dp must be >= 0");
+        } else if (f == "--near-tie")
             o.near_tie = a.real(f);
         else if (f == "--min-top1")
             o.min_top1 = a.real(f);
@@ -213,6 +220,7 @@ bool contract_holds(const Options & o, const Verdict & v) {
     if (r.top1_agreement() < o.min_top1) return false;
     if (o.min_top1 >= 1.0 && !v.greedy_identical) return false;
     if (o.max_mean_kl >= 0.0 && r.mean_kl() > o.max_mean_kl) return false;
+    if (o.max_abs_dp >= 0.0 && r.max_abs_prob_diff > o.max_abs_dp) return false;
     if (o.reference == "upstream") return r.max_abs_prob_diff <= 1e-3;
     return r.mean_kl() <= (o.max_mean_kl >= 0.0 ? o.max_mean_kl : o.engine.bf16 ? 1e-3 : 1e-4);
 }
@@ -238,14 +246,15 @@ int run(const Options & o) {
     const bool pass = contract_holds(o, v);
     std::printf(
         "{\"model\": \"%s\", \"reference\": \"%s\", \"tp\": %d, \"tensor_split\": \"%s\", \"allreduce\": \"%s\", "
-        "\"wire\": \"%s\", \"prompts\": %d, \"n_tokens\": %d, "
+        "\"wire\": \"%s\", \"split_invariant\": %s, \"prompts\": %d, \"n_tokens\": %d, "
         "\"positions\": %lld, \"near_ties\": %lld, \"top1_agreement\": %.6f, \"max_abs_prob_diff\": %.3e, "
         "\"mean_kl\": %.3e, \"max_kl\": %.3e, \"greedy_tokens_identical\": %s, \"greedy_positions_judged\": %lld, "
         "\"pass\": %s}\n",
         o.engine.model.c_str(), o.reference.c_str(), o.engine.tp, engine->info().shard_plan.c_str(),
-        engine->info().allreduce.c_str(), o.engine.bf16 ? "bf16" : "f32", o.prompts, o.n_tokens,
-        (long long) r.positions, (long long) r.near_ties, r.top1_agreement(), r.max_abs_prob_diff, r.mean_kl(),
-        r.max_kl, v.greedy_identical ? "true" : "false", (long long) v.greedy_judged, pass ? "true" : "false");
+        engine->info().allreduce.c_str(), o.engine.bf16 ? "bf16" : "f32", o.engine.split_invariant ? "true" : "false",
+        o.prompts, o.n_tokens, (long long) r.positions, (long long) r.near_ties, r.top1_agreement(),
+        r.max_abs_prob_diff, r.mean_kl(), r.max_kl, v.greedy_identical ? "true" : "false", (long long) v.greedy_judged,
+        pass ? "true" : "false");
     return pass ? 0 : 1;
 }
 

@@ -1,0 +1,130 @@
+// ggml_ext_exact_add / ggml_ext_exact_round on the CPU: the rounded sum of
+// float parts is the float nearest their exact sum, whatever order the parts
+// are added in; and an F64 collective node between the two passes its values
+// and element count to the callback.
+
+#include "ggml-ext/collective.h"
+#include "ggml-ext/exact_sum.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+namespace {
+
+constexpr int64_t kRows = 37, kCols = 5;  // 185 elements: uneven shares for every thread count
+
+struct Context {
+    ggml_context * ctx;
+    Context() {
+        ggml_init_params params = {64u << 20, nullptr, false};
+        ctx = ggml_init(params);
+    }
+    ~Context() { ggml_free(ctx); }
+};
+
+// Parts of mixed sign spanning 2^-12 to 2^12, so float sums in different
+// orders round differently while every double sum stays exact.
+std::vector<ggml_tensor *> random_parts(ggml_context * ctx, int n_parts, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-12, 12);
+    std::vector<ggml_tensor *> parts;
+    for (int p = 0; p < n_parts; ++p) {
+        ggml_tensor * t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kRows, kCols);
+        float * x = static_cast<float *>(t->data);
+        for (int64_t i = 0; i < ggml_nelements(t); ++i) x[i] = std::ldexp(value(rng), exponent(rng));
+        parts.push_back(t);
+    }
+    return parts;
+}
+
+ggml_tensor * exact_sum(ggml_context * ctx, const std::vector<ggml_tensor *> & parts) {
+    ggml_tensor * acc = nullptr;
+    for (ggml_tensor * p : parts) acc = ggml_ext_exact_add(ctx, acc, p);
+    return acc;
+}
+
+std::vector<float> compute(ggml_context * ctx, ggml_tensor * out, int threads) {
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    EXPECT_EQ(ggml_graph_compute_with_ctx(ctx, gf, threads), GGML_STATUS_SUCCESS);
+    const float * y = static_cast<const float *>(out->data);
+    return std::vector<float>(y, y + ggml_nelements(out));
+}
+
+TEST(ExactSum, AnyOrderGivesTheNearestFloatToTheExactSum) {
+    for (const int threads : {1, 2, 3}) {
+        SCOPED_TRACE("threads=" + std::to_string(threads));
+        Context c;
+        const std::vector<ggml_tensor *> parts = random_parts(c.ctx, 7, 11);
+        std::vector<ggml_tensor *> reversed(parts.rbegin(), parts.rend());
+        std::vector<ggml_tensor *> shuffled = parts;
+        std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(5));
+        const std::vector<float> a = compute(c.ctx, ggml_ext_exact_round(c.ctx, exact_sum(c.ctx, parts)), threads);
+        const std::vector<float> b = compute(c.ctx, ggml_ext_exact_round(c.ctx, exact_sum(c.ctx, reversed)), threads);
+        const std::vector<float> s = compute(c.ctx, ggml_ext_exact_round(c.ctx, exact_sum(c.ctx, shuffled)), threads);
+        size_t wrong = 0, float_orders_differ = 0;
+        for (int64_t i = 0; i < kRows * kCols; ++i) {
+            double exact = 0.0;
+            float forward = 0.0f, backward = 0.0f;
+            for (ggml_tensor * p : parts) {
+                exact += static_cast<const float *>(p->data)[i];
+                forward += static_cast<const float *>(p->data)[i];
+            }
+            for (ggml_tensor * p : reversed) backward += static_cast<const float *>(p->data)[i];
+            wrong += a[i] != (float) exact || b[i] != a[i] || s[i] != a[i];
+            float_orders_differ += forward != backward;
+        }
+        EXPECT_EQ(wrong, 0u);
+        // The parts are hard enough that plain float sums depend on the order.
+        EXPECT_GT(float_orders_differ, 0u);
+    }
+}
+
+TEST(ExactSum, OnePartRoundTripsExactly) {
+    Context c;
+    const std::vector<ggml_tensor *> parts = random_parts(c.ctx, 1, 3);
+    const std::vector<float> y = compute(c.ctx, ggml_ext_exact_round(c.ctx, exact_sum(c.ctx, parts)), 2);
+    EXPECT_EQ(0, std::memcmp(y.data(), parts[0]->data, y.size() * sizeof(float)));
+}
+
+// A stand-in for a group of two ranks holding the same values: doubles them.
+struct Call {
+    int calls = 0;
+    size_t n = 0;
+};
+
+void twice(void * user, void * data, size_t n, void *) {
+    Call * call = static_cast<Call *>(user);
+    call->calls++;
+    call->n = n;
+    double * x = static_cast<double *>(data);
+    for (size_t i = 0; i < n; ++i) x[i] *= 2.0;
+}
+
+TEST(ExactSum, F64CollectiveNodeRunsBetweenAddAndRound) {
+    Context c;
+    const std::vector<ggml_tensor *> parts = random_parts(c.ctx, 3, 7);
+    Call call;
+    ggml_tensor * reduced = ggml_cluster_allreduce(c.ctx, exact_sum(c.ctx, parts), twice, &call);
+    const std::vector<float> y = compute(c.ctx, ggml_ext_exact_round(c.ctx, reduced), 2);
+    EXPECT_EQ(call.calls, 1);
+    EXPECT_EQ(call.n, (size_t) (kRows * kCols));
+    size_t wrong = 0;
+    for (int64_t i = 0; i < kRows * kCols; ++i) {
+        double exact = 0.0;
+        for (ggml_tensor * p : parts) exact += static_cast<const float *>(p->data)[i];
+        wrong += y[i] != (float) (2.0 * exact);
+    }
+    EXPECT_EQ(wrong, 0u);
+}
+
+}  // namespace
