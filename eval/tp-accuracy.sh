@@ -102,12 +102,20 @@ sys.exit(f"tp-accuracy: error: {url}/health not ready after {limit:g} s; see {lo
 PY
 }
 
-# start_server TP: starts a server and sets URL.
+# start_server TP: starts a server and sets URL. One device gets the extra
+# arguments without a tensor split (one share per rank of the other server).
 start_server() {
-    local tp="$1" port log
+    local tp="$1" port log args=()
+    for ((i = 0; i < ${#SERVER_ARGS[@]}; i++)); do
+        if [ "$tp" -eq 1 ] && [[ "${SERVER_ARGS[i]}" == -ts || "${SERVER_ARGS[i]}" == --tensor-split ]]; then
+            i=$((i + 1))
+        else
+            args+=("${SERVER_ARGS[i]}")
+        fi
+    done
     port="$(free_port)"
     log="$OUT_DIR/server-tp$tp.log"
-    "$SERVER_BIN" -m "$MODEL" --tp "$tp" --host 127.0.0.1 --port "$port" "${SERVER_ARGS[@]}" >"$log" 2>&1 &
+    "$SERVER_BIN" -m "$MODEL" --tp "$tp" --host 127.0.0.1 --port "$port" "${args[@]}" >"$log" 2>&1 &
     PIDS+=("$!")
     URL="http://127.0.0.1:$port"
     echo "started --tp $tp at $URL (log: $log)"
@@ -148,7 +156,16 @@ echo
 echo "== logit agreement (llama-tp-compare) =="
 FAILED=0
 compare_status=0
-"$COMPARE_BIN" -m "$MODEL" --tp "$TP" --reference tp1 --json >"$OUT_DIR/kl.json" || compare_status=$?
+# The split flags among the server arguments, so the logits are judged for the split that was served.
+COMPARE_ARGS=()
+for ((i = 0; i < ${#SERVER_ARGS[@]}; i++)); do
+    case "${SERVER_ARGS[i]}" in
+        -ts|--tensor-split|--allreduce) COMPARE_ARGS+=("${SERVER_ARGS[i]}" "${SERVER_ARGS[i + 1]:-}"); i=$((i + 1)) ;;
+        --split-invariant)              COMPARE_ARGS+=("${SERVER_ARGS[i]}") ;;
+    esac
+done
+"$COMPARE_BIN" -m "$MODEL" --tp "$TP" --reference tp1 "${COMPARE_ARGS[@]}" --json >"$OUT_DIR/kl.json" ||
+    compare_status=$?
 cat "$OUT_DIR/kl.json"
 echo
 if [ "$compare_status" -ne 0 ]; then

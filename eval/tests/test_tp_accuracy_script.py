@@ -81,6 +81,20 @@ def test_tp_accuracy_report_end_to_end(tmp_path):
         assert not process_alive(json.loads((record_dir / f"server-tp{tp}.json").read_text())["pid"])
 
 
+def test_tp_accuracy_judges_the_split_it_served(tmp_path):
+    record_dir, model, env = make_fakes(tmp_path)
+    result = subprocess.run(["bash", str(SCRIPT), "-m", str(model), "--tp", "2", "--n-cases", "2",
+                             "--out", str(tmp_path / "o"), "--", "-ts", "3,1", "-c", "512", "--split-invariant"],
+                            capture_output=True, text=True, env=env, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    args = json.loads((record_dir / "server-tp2.json").read_text())["args"]
+    assert args[-5:] == ["-ts", "3,1", "-c", "512", "--split-invariant"]
+    args = json.loads((record_dir / "server-tp1.json").read_text())["args"]
+    assert args[-3:] == ["-c", "512", "--split-invariant"] and "-ts" not in args
+    assert (record_dir / "compare-args.txt").read_text().split() == [
+        "-m", str(model), "--tp", "2", "--reference", "tp1", "-ts", "3,1", "--split-invariant", "--json"]
+
+
 def test_tp_accuracy_fails_clearly_without_binaries(tmp_path):
     _, model, env = make_fakes(tmp_path)
     env["LLAMA_TP_SERVER_BIN"] = str(tmp_path / "missing-server")

@@ -194,9 +194,10 @@ int run(const Options & o) {
     const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;
 
     std::printf(
-        "{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"parallel\": %d, "
-        "\"depth\": %d, \"repetitions\": %d",
-        o.engine.model.c_str(), threads, o.engine.tp, o.n_prompt, o.n_gen, o.n_parallel, o.depth, o.reps);
+        "{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"split_invariant\": %s, \"n_prompt\": %d, "
+        "\"n_gen\": %d, \"parallel\": %d, \"depth\": %d, \"repetitions\": %d",
+        o.engine.model.c_str(), threads, o.engine.tp, o.engine.split_invariant ? "true" : "false", o.n_prompt, o.n_gen,
+        o.n_parallel, o.depth, o.reps);
     std::printf(", \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f", median(f.ours_pp), tg);
     if (up) {
         const double upp = median(f.up_pp), utg = median(f.up_tg);
