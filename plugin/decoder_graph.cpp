@@ -49,6 +49,9 @@ struct Builder {
         size_t offset = 0;
         for (ggml_tensor * w : pieces) {
             ggml_tensor * xs = ggml_view_3d(ctx, x, w->ne[0], x->ne[1], x->ne[2], x->nb[1], x->nb[2], offset);
+            // Contiguous: the kernels of repacked weights quantize four input
+            // rows at a time as if they were contiguous, so a strided view
+            // gave wrong products (q4_K, max |dp| 1.0).
             acc = ggml_ext_exact_add(ctx, acc, product(w, ggml_cont(ctx, xs)));
             offset += (size_t) w->ne[0] * x->nb[0];
         }
