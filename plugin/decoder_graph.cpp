@@ -210,7 +210,11 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         in.embd_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T);
         ggml_set_input(in.embd_rows);
         ggml_set_input(in.embd_mask);
-        x = b.all_reduce(ggml_mul(ctx, ggml_get_rows(ctx, w.tok_embd, in.embd_rows), in.embd_mask));
+        // Each token's row comes from the one rank whose vocabulary slice holds
+        // it, the others add zeros: summed as doubles so that no wire rounds it.
+        ggml_tensor * rows = ggml_mul(ctx, ggml_get_rows(ctx, w.tok_embd, in.embd_rows), in.embd_mask);
+        x = ggml_ext_exact_round(
+            ctx, ggml_cluster_allreduce(ctx, ggml_ext_exact_add(ctx, nullptr, rows), reduce->fn_f64, reduce->user));
     } else {
         in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
         ggml_set_input(in.tokens);

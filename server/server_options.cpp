@@ -195,6 +195,11 @@ const std::vector<Flag> & flags() {
              if (v.empty()) throw UsageError(f + ": empty engine name");
              o.engine.allreduce = v;
          }},
+        {{"--bf16-wire"},
+         "",
+         "BF16 on the AllReduce wire for the layers' partial sums (for links slower than memory; "
+         "about 2^-9 relative rounding per sum)",
+         [](ServerOptions & o, const std::string &, const std::string &) { o.engine.allreduce_bf16 = true; }},
         {{"--split-invariant"},
          "",
          "logits that do not depend on --tp / -ts: row-parallel products summed exactly on a reduction grid "

@@ -20,7 +20,7 @@ def test_help():
     r = run("--help")
     assert r.returncode == 0
     for flag in ("--model", "--ctx-size", "--parallel", "--api-key", "--tensor-split", "--allreduce", "--tp",
-                 "--split-invariant", "--chat-template", "--n-predict"):
+                 "--bf16-wire", "--split-invariant", "--chat-template", "--n-predict"):
         assert flag in r.stdout
 
 
@@ -119,6 +119,24 @@ def test_split_invariant_tp2_serves_the_text_of_one_device():
             assert s.stop() == 0
     assert texts[0] == texts[1]
     assert len(texts[0]) > 0
+
+
+def test_bf16_wire_serves_and_says_so():
+    s = ServerProcess("--tp", "2", "-t", "2", "-c", "256", "--bf16-wire")
+    try:
+        r = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] >= 1
+        summary = [l for l in s.log_text().splitlines() if "ready:" in l]
+        assert "bf16 wire" in summary[0], summary
+    finally:
+        assert s.stop() == 0
+
+
+def test_split_invariant_refuses_a_bf16_wire():
+    r = run("-m", str(model_path()), "--tp", "2", "--split-invariant", "--bf16-wire", "--port", "0")
+    assert r.returncode != 0
+    assert "--bf16-wire" in r.stderr
 
 
 def test_sigint_exits_zero():
