@@ -18,10 +18,9 @@
 
 extern "C" {
 
-// acc + part as F64 with part's shape: part is a contiguous F32 tensor; acc is
-// NULL (the result is part widened to double) or a contiguous F64 tensor of
-// the same shape, which the result updates in place.
-struct ggml_tensor * ggml_ext_exact_add(struct ggml_context * ctx, struct ggml_tensor * acc, struct ggml_tensor * part);
+// The sum of n_parts >= 1 contiguous F32 tensors of one shape, as F64 of that
+// shape. One graph node per up to nine parts (fewer nodes, fewer barriers).
+struct ggml_tensor * ggml_ext_exact_sum(struct ggml_context * ctx, struct ggml_tensor ** parts, int n_parts);
 
 // A contiguous F64 tensor rounded to F32 (to nearest), same shape.
 struct ggml_tensor * ggml_ext_exact_round(struct ggml_context * ctx, struct ggml_tensor * acc);

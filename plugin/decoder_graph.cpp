@@ -45,16 +45,17 @@ struct Builder {
             ggml_tensor * part = product(pieces[0], x);
             return all_reduce(rows ? ggml_get_rows(ctx, part, rows) : part);
         }
-        ggml_tensor * acc = nullptr;
+        std::vector<ggml_tensor *> parts;
         size_t offset = 0;
         for (ggml_tensor * w : pieces) {
             ggml_tensor * xs = ggml_view_3d(ctx, x, w->ne[0], x->ne[1], x->ne[2], x->nb[1], x->nb[2], offset);
             // Contiguous: the kernels of repacked weights quantize four input
             // rows at a time as if they were contiguous, so a strided view
             // gave wrong products (q4_K, max |dp| 1.0).
-            acc = ggml_ext_exact_add(ctx, acc, product(w, ggml_cont(ctx, xs)));
+            parts.push_back(product(w, ggml_cont(ctx, xs)));
             offset += (size_t) w->ne[0] * x->nb[0];
         }
+        ggml_tensor * acc = ggml_ext_exact_sum(ctx, parts.data(), (int) parts.size());
         if (reduce) acc = ggml_cluster_allreduce(ctx, acc, reduce->fn_f64, reduce->user);
         ggml_tensor * sum = ggml_ext_exact_round(ctx, acc);
         return rows ? ggml_get_rows(ctx, sum, rows) : sum;
@@ -214,7 +215,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         // it, the others add zeros: summed as doubles so that no wire rounds it.
         ggml_tensor * rows = ggml_mul(ctx, ggml_get_rows(ctx, w.tok_embd, in.embd_rows), in.embd_mask);
         x = ggml_ext_exact_round(
-            ctx, ggml_cluster_allreduce(ctx, ggml_ext_exact_add(ctx, nullptr, rows), reduce->fn_f64, reduce->user));
+            ctx, ggml_cluster_allreduce(ctx, ggml_ext_exact_sum(ctx, &rows, 1), reduce->fn_f64, reduce->user));
     } else {
         in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
         ggml_set_input(in.tokens);

@@ -41,8 +41,8 @@ struct EngineOptions {
     // Results that do not depend on the split: the row-parallel products are
     // summed on a reduction grid fixed by the model and added exactly, so
     // every --tp and -ts on the grid, one device included, gives the same
-    // logits (ShardPlan). Costs a few extra graph nodes per layer and F64 on
-    // the wire; not with a BF16 wire.
+    // logits (ShardPlan). Costs a product per grid cell and F64 on the wire
+    // (docs/benchmarks.md); not with a BF16 wire.
     bool split_invariant = false;
 };
 

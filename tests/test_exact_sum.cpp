@@ -1,7 +1,7 @@
-// ggml_ext_exact_add / ggml_ext_exact_round on the CPU: the rounded sum of
+// ggml_ext_exact_sum / ggml_ext_exact_round on the CPU: the rounded sum of
 // float parts is the float nearest their exact sum, whatever order the parts
-// are added in; and an F64 collective node between the two passes its values
-// and element count to the callback.
+// come in and however many nodes they take; and an F64 collective node
+// between the two passes its values and element count to the callback.
 
 #include "ggml-ext/collective.h"
 #include "ggml-ext/exact_sum.h"
@@ -46,10 +46,8 @@ std::vector<ggml_tensor *> random_parts(ggml_context * ctx, int n_parts, unsigne
     return parts;
 }
 
-ggml_tensor * exact_sum(ggml_context * ctx, const std::vector<ggml_tensor *> & parts) {
-    ggml_tensor * acc = nullptr;
-    for (ggml_tensor * p : parts) acc = ggml_ext_exact_add(ctx, acc, p);
-    return acc;
+ggml_tensor * exact_sum(ggml_context * ctx, std::vector<ggml_tensor *> parts) {
+    return ggml_ext_exact_sum(ctx, parts.data(), (int) parts.size());
 }
 
 std::vector<float> compute(ggml_context * ctx, ggml_tensor * out, int threads) {
@@ -64,7 +62,8 @@ TEST(ExactSum, AnyOrderGivesTheNearestFloatToTheExactSum) {
     for (const int threads : {1, 2, 3}) {
         SCOPED_TRACE("threads=" + std::to_string(threads));
         Context c;
-        const std::vector<ggml_tensor *> parts = random_parts(c.ctx, 7, 11);
+        // 23 parts: three nodes (9 + 8 + 6).
+        const std::vector<ggml_tensor *> parts = random_parts(c.ctx, 23, 11);
         std::vector<ggml_tensor *> reversed(parts.rbegin(), parts.rend());
         std::vector<ggml_tensor *> shuffled = parts;
         std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(5));
