@@ -16,15 +16,18 @@ struct Share {
 };
 
 // dst (+)= the sum of dst->src[first..]: first is 0 for a new sum, 1 when
-// dst is a view of the running sum src[0].
+// dst is a view of the running sum src[0]. Parts are added in source order.
 template <int first>
 void add_parts(ggml_tensor * dst, int ith, int nth, void *) {
+    const float * parts[GGML_MAX_SRC];
+    int n = 0;
+    for (int j = first; j < GGML_MAX_SRC && dst->src[j]; ++j)
+        parts[n++] = static_cast<const float *>(dst->src[j]->data);
     double * out = static_cast<double *>(dst->data);
     const Share s(ggml_nelements(dst), ith, nth);
     for (int64_t i = s.begin; i < s.end; ++i) {
         double sum = first ? out[i] : 0.0;
-        for (int j = first; j < GGML_MAX_SRC && dst->src[j]; ++j)
-            sum += (double) static_cast<const float *>(dst->src[j]->data)[i];
+        for (int j = 0; j < n; ++j) sum += (double) parts[j][i];
         out[i] = sum;
     }
 }
