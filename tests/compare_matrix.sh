@@ -45,6 +45,8 @@ for type in f32 f16 q8_0 q4_k; do
         exit 1
     fi
     check "$arch $type vs upstream" -m "$model" --reference upstream --prompts 4 --n-tokens 12
+    check "$arch $type split-invariant vs upstream" -m "$model" --reference upstream --split-invariant --prompts 4 \
+        --n-tokens 12
     [[ $type == f16 ]] && continue
     # Split-invariant sums add the same products in every split: nothing may differ.
     for split in "--tp 2" "--tp 3" "--tp 4" "--tp 2 -ts 3,1" "--tp 3 --allreduce butterfly"; do

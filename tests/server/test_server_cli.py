@@ -121,6 +121,30 @@ def test_split_invariant_tp2_serves_the_text_of_one_device():
     assert len(texts[0]) > 0
 
 
+def test_split_invariant_quantized_tp_gives_one_devices_logprobs(tmp_path):
+    # A generated q8_0 model: with the default sums a split can flip an
+    # activation's rounding (llama-tp-compare measures how often); with
+    # split-invariant sums every split answers with one device's numbers.
+    make_model = server_bin().parent / "llama-tp-make-model"
+    model = tmp_path / "llama-q8_0.gguf"
+    subprocess.run([str(make_model), "--arch", "llama", "--type", "q8_0", "--seed", "7", "--n-embd", "256",
+                    "--n-head", "8", "--n-head-kv", "4", "--head-dim", "32", "--n-ff", "768", "--n-layer", "2",
+                    "-o", str(model)], check=True, capture_output=True, timeout=120)
+    body = {"prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0, "ignore_eos": True, "logprobs": 5}
+    answers = []
+    for extra in (("-t", "1"), ("--tp", "2", "-t", "2"), ("--tp", "2", "-ts", "3,1", "-t", "2")):
+        s = ServerProcess("-np", "1", "-c", "256", "--split-invariant", *extra, model=model)
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            answers.append(r.json()["choices"][0]["logprobs"])
+        finally:
+            assert s.stop() == 0
+    assert len(answers[0]["tokens"]) == 12
+    assert answers[1] == answers[0]
+    assert answers[2] == answers[0]
+
+
 def test_bf16_wire_serves_and_says_so():
     s = ServerProcess("--tp", "2", "-t", "2", "-c", "256", "--bf16-wire")
     try:
