@@ -90,7 +90,14 @@ const T * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3) {
 }
 
 constexpr ggml_fp16_t kHidden = 0xFC00;  // F16 -inf
-constexpr int64_t kBlock = 4;            // query rows sharing each key and value load
+
+// Whether any of the nr rows sees cell c (a cell no row sees is not loaded).
+bool any_row_sees(const ggml_fp16_t * const * mask, int64_t nr, int64_t c) {
+    bool any = false;
+    for (int64_t r = 0; r < nr; ++r) any |= mask[r][c] != kHidden;
+    return any;
+}
+constexpr int64_t kBlock = 4;  // query rows sharing each key and value load
 
 struct Scratch {
     std::vector<float> q, scores, out, kf, vf;
@@ -120,9 +127,7 @@ void attend_rows(const ggml_tensor * dst, int64_t t0, int64_t nr, int64_t h, int
     }
 
     for (int64_t c = 0; c < n_kv; ++c) {
-        bool any = false;
-        for (int64_t r = 0; r < nr; ++r) any |= mask[r][c] != kHidden;
-        if (!any) continue;
+        if (!any_row_sees(mask, nr, c)) continue;
         to_f32(at<ggml_fp16_t>(tk, c, hk, s), w.kf.data(), D);
         for (int64_t r = 0; r < nr; ++r) {
             float & score = w.scores[r * n_kv + c];
@@ -137,9 +142,7 @@ void attend_rows(const ggml_tensor * dst, int64_t t0, int64_t nr, int64_t h, int
 
     std::memset(w.out.data(), 0, nr * D * sizeof(float));
     for (int64_t c = 0; c < n_kv; ++c) {
-        bool any = false;
-        for (int64_t r = 0; r < nr; ++r) any |= mask[r][c] != kHidden;
-        if (!any) continue;
+        if (!any_row_sees(mask, nr, c)) continue;
         to_f32(at<ggml_fp16_t>(tv, c, hk, s), w.vf.data(), D);
         for (int64_t r = 0; r < nr; ++r) {
             if (mask[r][c] == kHidden) continue;

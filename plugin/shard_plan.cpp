@@ -145,7 +145,6 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
     }
     ShardPlan p;
     p.n_ranks = n_ranks;
-    p.split_invariant = split_invariant;
     p.ranks.resize(n_ranks);
     AxisSplit split = split_axes(file, hp, weights);
     ReductionGrid grid;

@@ -27,7 +27,6 @@ struct RankShard {
 
 struct ShardPlan {
     int n_ranks = 1;
-    bool split_invariant = false;
     std::vector<RankShard> ranks;
 
     // Throws llama_tp::Error saying which tensor cannot take the split and
