@@ -35,23 +35,11 @@ ButterflyAllReduce::ButterflyAllReduce(const AllReduceConfig & config)
       steps_per_call_(levels_ + 2),
       slots_(n_ranks_) {}
 
-template <typename Why>
-void ButterflyAllReduce::fail(Why why) {
-    failure_.record([&] {
-        failed_.store(true, std::memory_order_release);
-        return std::string(why());
-    });
-}
-
-void ButterflyAllReduce::abort(const std::string & why) {
-    fail([&] { return why; });
-}
-
 template <typename T>
 void ButterflyAllReduce::run(int rank, T * data, size_t n) {
     if (failed()) return;
     if (rank < 0 || rank >= n_ranks_) {
-        fail([&] { return bad_rank_message(rank, n_ranks_); });
+        failure_.fail([&] { return bad_rank_message(rank, n_ranks_); });
         return;
     }
     RankSlot & me = slots_[rank];
@@ -98,7 +86,8 @@ bool ButterflyAllReduce::post(const Turn<T> & turn, int reader, uint64_t step, W
     try {
         if (me.staging.size() < words) me.staging.resize(words);
     } catch (...) {
-        fail([&] { return "allreduce: out of memory for a " + std::to_string(turn.n) + "-element staging buffer"; });
+        failure_.fail(
+            [&] { return "allreduce: out of memory for a " + std::to_string(turn.n) + "-element staging buffer"; });
         return false;
     }
     wire_copy(reinterpret_cast<T *>(me.staging.data()), turn.data, turn.n, wire);
@@ -117,11 +106,11 @@ bool ButterflyAllReduce::receive(const Turn<T> & turn, int from, uint64_t step, 
     const RankSlot & peer = slots_[from];
     if (!wait_for(turn.call, peer.posted, step, from)) return false;
     if (peer.posted_size != sizeof(T)) {
-        fail([&] { return mismatched_types_message({{turn.rank, sizeof(T)}, {from, peer.posted_size}}); });
+        failure_.fail([&] { return mismatched_types_message({{turn.rank, sizeof(T)}, {from, peer.posted_size}}); });
         return false;
     }
     if (peer.posted_n != turn.n) {
-        fail([&] { return mismatched_counts_message({{turn.rank, turn.n}, {from, peer.posted_n}}); });
+        failure_.fail([&] { return mismatched_counts_message({{turn.rank, turn.n}, {from, peer.posted_n}}); });
         return false;
     }
     const T * staged = reinterpret_cast<const T *>(peer.staging.data());
@@ -150,7 +139,7 @@ bool ButterflyAllReduce::wait_for(uint64_t call, const std::atomic<uint64_t> & f
 // Names the ranks that have not entered this call; if all have, the one
 // this rank was waiting for.
 void ButterflyAllReduce::fail_timeout(uint64_t call, int awaited) {
-    fail([&] {
+    failure_.fail([&] {
         std::vector<int> missing;
         for (int r = 0; r < n_ranks_; ++r) {
             if (slots_[r].entered.load(std::memory_order_acquire) <= call) missing.push_back(r);

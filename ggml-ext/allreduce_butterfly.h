@@ -26,9 +26,11 @@ class ButterflyAllReduce final : public AllReduceEngine {
     int n_ranks() const override { return n_ranks_; }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
-    bool failed() const override { return failed_.load(std::memory_order_acquire); }
+    bool failed() const override { return failure_.failed(); }
     std::string error() const override { return failure_.message(); }
-    void abort(const std::string & why) override;
+    void abort(const std::string & why) override {
+        failure_.fail([&] { return why; });
+    }
 
   private:
     // One rank's mailbox; a cache line of its own for the flags peers poll.
@@ -67,8 +69,6 @@ class ButterflyAllReduce final : public AllReduceEngine {
     bool receive(const Turn<T> & turn, int from, uint64_t step, bool add);
     bool wait_for(uint64_t call, const std::atomic<uint64_t> & flag, uint64_t at_least, int awaited);
     void fail_timeout(uint64_t call, int awaited);
-    template <typename Why>
-    void fail(Why why);
 
     const int n_ranks_;
     const WireType wire_;
@@ -77,8 +77,7 @@ class ButterflyAllReduce final : public AllReduceEngine {
     const int levels_;          // log2(paired_ranks_): pairwise exchange rounds
     const int steps_per_call_;  // fold + levels + unfold
     std::vector<RankSlot> slots_;
-    std::atomic<bool> failed_{false};
-    FailureRecord failure_;
+    GroupFailure failure_;
 };
 
 }  // namespace llama_tp

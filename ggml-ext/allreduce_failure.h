@@ -3,6 +3,7 @@
 // under a lock that is held while the group is marked failed, so a rank that
 // sees the failure and then asks for the message always finds it.
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -33,6 +34,31 @@ class FailureRecord {
   private:
     mutable std::mutex mutex_;
     std::string message_;
+};
+
+// A group's failed flag with its first reason, as the butterfly, none and
+// mpi engines keep it (the cpu engine keeps its flag in its barrier word and
+// uses FailureRecord directly).
+class GroupFailure {
+  public:
+    bool failed() const { return failed_.load(std::memory_order_acquire); }
+    std::string message() const { return record_.message(); }
+    // The flag itself, for waits that give up once the group has failed.
+    const std::atomic<bool> & flag() const { return failed_; }
+
+    // Marks the group failed; why() builds the reason, kept if it is the
+    // first. Never throws.
+    template <typename Why>
+    void fail(Why why) noexcept {
+        record_.record([&] {
+            failed_.store(true, std::memory_order_release);
+            return std::string(why());
+        });
+    }
+
+  private:
+    std::atomic<bool> failed_{false};
+    FailureRecord record_;
 };
 
 // "allreduce: rank 1 did not arrive within 30.0 s (group of 2)", or "ranks 1, 3 ...".

@@ -13,17 +13,7 @@ NoneAllReduce::NoneAllReduce(const AllReduceConfig & config) {
 
 void NoneAllReduce::check_rank(int rank) {
     if (rank == 0) return;
-    failure_.record([&] {
-        failed_.store(true, std::memory_order_release);
-        return bad_rank_message(rank, 1);
-    });
-}
-
-void NoneAllReduce::abort(const std::string & why) {
-    failure_.record([&] {
-        failed_.store(true, std::memory_order_release);
-        return why;
-    });
+    failure_.fail([&] { return bad_rank_message(rank, 1); });
 }
 
 }  // namespace llama_tp

@@ -4,8 +4,6 @@
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/allreduce_failure.h"
 
-#include <atomic>
-
 namespace llama_tp {
 
 class NoneAllReduce final : public AllReduceEngine {
@@ -17,15 +15,16 @@ class NoneAllReduce final : public AllReduceEngine {
     int n_ranks() const override { return 1; }
     void allreduce(int rank, float *, size_t) override { check_rank(rank); }
     void allreduce(int rank, double *, size_t) override { check_rank(rank); }
-    bool failed() const override { return failed_.load(std::memory_order_acquire); }
+    bool failed() const override { return failure_.failed(); }
     std::string error() const override { return failure_.message(); }
-    void abort(const std::string & why) override;
+    void abort(const std::string & why) override {
+        failure_.fail([&] { return why; });
+    }
 
   private:
     void check_rank(int rank);
 
-    std::atomic<bool> failed_{false};
-    FailureRecord failure_;
+    GroupFailure failure_;
 };
 
 }  // namespace llama_tp

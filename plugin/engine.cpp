@@ -4,14 +4,20 @@
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 #include "plugin/hparams.h"
-#include "plugin/rank.h"
-#include "plugin/rank_threads.h"
+#include "ggml-ext/process_group.h"
+#include "plugin/kv_cells.h"
+#include "plugin/mpi_rank_group.h"
 #include "plugin/shard_plan.h"
+#include "plugin/step.h"
+#include "plugin/thread_rank_group.h"
 #include "plugin/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <thread>
+
+#include "ggml.h"
 
 namespace llama_tp {
 
@@ -22,67 +28,99 @@ std::string file_name_of(const std::string & path) {
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Every rank holds the same model shape over its own shard; rank 0's caller
-// thread drives them all. With one rank there are no collectives at all.
+bool has_quantized_layer_matrix(const GgufFile & file) {
+    for (int64_t i = 0; i < file.n_tensors(); ++i) {
+        const ggml_tensor * t = file.tensor_at(i);
+        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_is_quantized(t->type)) return true;
+    }
+    return false;
+}
+
+ggml_backend_dev_t cpu_device() {
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!dev) throw Error("no CPU backend device is available");
+    return dev;
+}
+
+// Rank 0's side of a rank group: it validates every batch, decides its
+// placement on its own copy of the cells' bookkeeping and hands the ranks
+// one step. With one rank there are no collectives at all.
 class TensorParallelEngine final : public Engine {
   public:
     explicit TensorParallelEngine(const EngineOptions & options) : options_(options) {
-        GgufFile file(options.model_path);
+        GgufFile file(options_.model_path);
+        ProcessGroup * processes = options_.processes;
+        const int n_processes = processes ? processes->size() : 1;
+        if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file));
         hp_ = read_hparams(file);
-        tokenizer_ = std::make_unique<Tokenizer>(options.model_path);
+        tokenizer_ = std::make_unique<Tokenizer>(options_.model_path);
         if (tokenizer_->n_vocab() != hp_.n_vocab) {
-            throw Error("model file '" + options.model_path + "': vocabulary has " +
+            throw Error("model file '" + options_.model_path + "': vocabulary has " +
                         std::to_string(tokenizer_->n_vocab()) + " tokens but token_embd.weight has " +
                         std::to_string(hp_.n_vocab) + " rows");
         }
         validate_options();
-        const int tp = options_.tp;
-        const bool sharded = tp > 1 || options_.split_invariant;
-        if (sharded) plan_ = ShardPlan::plan(file, hp_, tp, options_.tensor_split, options_.split_invariant);
-        if (tp > 1) {
-            AllReduceConfig ac;
-            const std::string env = allreduce_engine_from_env();
-            ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
-            ac.n_ranks = tp;
-            ac.wire = options_.allreduce_bf16 ? WireType::BF16 : WireType::F32;
-            allreduce_ = make_allreduce_engine(ac);
+        const int tp = options_.tp, n_ranks = tp * n_processes;
+        const bool sharded = n_ranks > 1 || options_.split_invariant;
+        if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.split_invariant);
+        cells_ = std::make_unique<KvCells>(options_.n_ctx, options_.n_seq_max, options_.kv_unified);
+        RankSetup setup;
+        setup.file = &file;
+        setup.hp = &hp_;
+        setup.plan = sharded ? &plan_ : nullptr;
+        setup.options = &options_;
+        setup.first_rank = processes ? processes->rank() * tp : 0;
+        setup.n_local = tp;
+        setup.n_ranks = n_ranks;
+        setup.n_threads = std::max(1, options_.n_threads / tp);
+        setup.device = cpu_device();
+        std::unique_ptr<AllReduceEngine> allreduce;
+        if (n_processes > 1) {
+            allreduce = process_allreduce(*processes);
+        } else if (tp > 1) {
+            allreduce = make_allreduce_engine(allreduce_config(tp));
         }
-        threads_ = std::make_unique<RankThreads>(tp);
-        ranks_.resize(tp);
-        // Ranks load in parallel, each reading only its own slices.
-        threads_->run(
-            [&](int r) {
-                RankConfig rc;
-                rc.rank = r;
-                rc.n_ranks = tp;
-                rc.shard = sharded ? &plan_.ranks[r] : nullptr;
-                rc.split_invariant = options_.split_invariant;
-                rc.allreduce = allreduce_.get();
-                rc.n_threads = std::max(1, options_.n_threads / tp);
-                rc.n_ctx = options_.n_ctx;
-                rc.n_seq_max = options_.n_seq_max;
-                rc.kv_unified = options_.kv_unified;
-                rc.progress = options_.progress && r == 0;
-                ranks_[r] = std::make_unique<Rank>(file, hp_, rc);
-            },
-            [](int, const char *) {});
+        auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
+        if (n_processes > 1) {
+            log_ranks(setup, *processes, local->reports());
+            group_ =
+                std::make_unique<MpiRankGroup>(*processes, std::move(local), process_vocab(n_processes), hp_.n_vocab);
+        } else {
+            group_ = std::move(local);
+        }
         fill_info(file);
     }
 
-    ~TensorParallelEngine() override {
-        if (allreduce_) allreduce_->abort("engine shutting down");
-        ranks_.clear();
+    std::string failure() const override { return group_->failure(); }
+    void abort(const std::string & why) override { group_->abort(why); }
+
+    bool follower() const override { return options_.processes && options_.processes->rank() != 0; }
+
+    void follow() override {
+        if (!follower()) throw Error("follow() is for the processes that follow process 0");
+        static_cast<MpiRankGroup &>(*group_).follow();
     }
 
     void decode(const Batch & batch) override {
+        if (follower()) throw Error("only process 0 of the group decodes");
         validate_batch(batch);
+        Step step;
         std::vector<int64_t> cells;
         std::string why;
-        if (!place(batch, cells, why)) throw Error("KV cache full: " + why);
+        if (!cells_->place(batch, cells, &why)) throw Error("KV cache full: " + why);
+        step.batch = batch;
+        step.placement = placement_digest(cells);
+        step.removes.swap(pending_removes_);
+        const std::vector<int32_t> rows = output_rows(batch);
+        output_index_.assign(batch.size(), -1);
+        for (size_t i = 0; i < rows.size(); ++i) {
+            if (batch.want_logits[rows[i]]) output_index_[rows[i]] = (int32_t) i;
+        }
+        logits_.resize(rows.size() * (size_t) hp_.n_vocab);
         try {
-            run(batch, cells);
+            group_->run(step, logits_.data());
         } catch (...) {
-            for (auto & r : ranks_) r->kv().unplace(cells);
+            cells_->unplace(cells);
             throw;
         }
     }
@@ -94,23 +132,21 @@ class TensorParallelEngine final : public Engine {
         return logits_.data() + (size_t) output_index_[batch_row] * hp_.n_vocab;
     }
 
+    // Applied here now, and by every rank with the next step.
     void seq_remove(int32_t seq, int32_t p0, int32_t p1) override {
-        for (auto & r : ranks_) r->kv().seq_remove(seq, p0, p1);
+        cells_->seq_remove(seq, p0, p1);
+        pending_removes_.push_back({seq, p0, p1});
     }
-    int32_t seq_pos_max(int32_t seq) const override { return ranks_[0]->kv().seq_pos_max(seq); }
-    int32_t n_free_cells() const override { return ranks_[0]->kv().n_free(); }
+    int32_t seq_pos_max(int32_t seq) const override { return cells_->seq_pos_max(seq); }
+    int32_t n_free_cells() const override { return cells_->n_free(); }
     const Tokenizer & tokenizer() const override { return *tokenizer_; }
     const ModelInfo & info() const override { return info_; }
     const EngineOptions & options() const override { return options_; }
-    int64_t graph_builds() const override { return ranks_[0]->graph_builds(); }
-    std::vector<CollectiveStats> collective_stats() const override {
-        std::vector<CollectiveStats> out;
-        for (const auto & r : ranks_) out.push_back(r->collective_stats());
-        return out;
-    }
+    int64_t graph_builds() const override { return group_->graph_builds(); }
+    std::vector<CollectiveStats> collective_stats() const override { return group_->collective_stats(); }
     std::vector<uint64_t> rank_memory_bytes() const override {
         std::vector<uint64_t> out;
-        for (const auto & r : ranks_) out.push_back(r->memory_bytes());
+        for (const RankReport & r : group_->reports()) out.push_back(r.memory_bytes);
         return out;
     }
 
@@ -120,11 +156,82 @@ class TensorParallelEngine final : public Engine {
         if (options_.n_ctx <= 0) options_.n_ctx = hp_.n_ctx_train;
         if (options_.n_seq_max < 1) throw Error("the number of sequences must be at least 1");
         if (options_.n_batch < 1) throw Error("the batch size must be at least 1");
-        if (options_.n_threads <= 0) options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency());
+        if (options_.n_threads <= 0) {
+            // Processes of the group on one host share its cores.
+            const int sharing = options_.processes ? options_.processes->local_size() : 1;
+            options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency() / sharing);
+        }
         if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
         if (options_.split_invariant && options_.allreduce_bf16) {
             throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
         }
+    }
+
+    AllReduceConfig allreduce_config(int n_ranks) const {
+        AllReduceConfig ac;
+        const std::string env = allreduce_engine_from_env();
+        ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
+        ac.n_ranks = n_ranks;
+        ac.wire = options_.allreduce_bf16 ? WireType::BF16 : WireType::F32;
+        return ac;
+    }
+
+    // Across processes the mpi engine joins them; the other engines join
+    // threads of one process only.
+    std::unique_ptr<AllReduceEngine> process_allreduce(ProcessGroup & processes) const {
+        AllReduceConfig ac = allreduce_config(options_.tp);
+        std::string name;
+        for (const char c : ac.engine) name += (char) std::tolower((unsigned char) c);
+        if (name != "auto" && name != "mpi") {
+            throw Error("allreduce engine '" + ac.engine + "' joins the ranks of one process; ranks in " +
+                        std::to_string(processes.size()) + " processes need mpi (or auto)");
+        }
+        if (processes.rank() == 0) {
+            std::fprintf(stderr,
+                         "llama-tp: allreduce engine mpi (%s: %d ranks in %d processes, %d per process; "
+                         "MPI across processes, shared memory inside one)\n",
+                         name == "auto" ? "auto" : "requested", options_.tp * processes.size(), processes.size(),
+                         options_.tp);
+        }
+        return processes.make_allreduce(ac);
+    }
+
+    // The output-head rows each process's ranks hold together.
+    std::vector<ShardRange> process_vocab(int n_processes) const {
+        std::vector<ShardRange> out;
+        for (int p = 0; p < n_processes; ++p) {
+            out.push_back({plan_.ranks[p * options_.tp].vocab.begin, plan_.ranks[(p + 1) * options_.tp - 1].vocab.end});
+        }
+        return out;
+    }
+
+    void log_ranks(const RankSetup & setup, const ProcessGroup & processes, const std::vector<RankReport> & reports) {
+        for (int i = 0; i < setup.n_local; ++i) {
+            const RankShard & s = plan_.ranks[setup.first_rank + i];
+            std::fprintf(stderr,
+                         "llama-tp: rank %d of %d on %s: device %s, heads [%lld, %lld) (kv %lld), ffn [%lld, %lld), "
+                         "vocab [%lld, %lld), %.1f MiB, allreduce mpi\n",
+                         setup.first_rank + i, setup.n_ranks, processes.host().c_str(),
+                         ggml_backend_dev_name(setup.device), (long long) s.q_heads.begin, (long long) s.q_heads.end,
+                         (long long) s.kv_heads.size(), (long long) s.ff.begin, (long long) s.ff.end,
+                         (long long) s.vocab.begin, (long long) s.vocab.end, reports[i].memory_bytes / 1048576.0);
+        }
+    }
+
+    // What every process of a group must agree on before it loads anything.
+    std::string setup_text(const GgufFile & file) const {
+        char digest[32];
+        std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) file.header_digest());
+        std::string split;
+        for (float w : options_.tensor_split) split += (split.empty() ? "" : ",") + std::to_string(w);
+        return "model: " + std::to_string(file.file_size()) + " bytes, header digest " + digest + "\n" +
+               "build: " + LLAMA_TP_BUILD_ID + "\n" + "ranks per process: " + std::to_string(options_.tp) + "\n" +
+               "tensor split: " + (split.empty() ? "even" : split) + "\n" + "allreduce: " + options_.allreduce +
+               (options_.allreduce_bf16 ? ", bf16 wire" : ", f32 wire") + "\n" +
+               "split-invariant: " + (options_.split_invariant ? "yes" : "no") + "\n" +
+               "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
+               " sequences, " + (options_.kv_unified ? "unified" : "per sequence") + "\n" +
+               "batch: " + std::to_string(options_.n_batch) + "\n";
     }
 
     void validate_batch(const Batch & batch) const {
@@ -150,47 +257,6 @@ class TensorParallelEngine final : public Engine {
         }
     }
 
-    // Every rank's cache makes the same choice (same algorithm, same state).
-    bool place(const Batch & batch, std::vector<int64_t> & cells, std::string & why) {
-        if (!ranks_[0]->kv().place(batch, cells, &why)) return false;
-        std::vector<int64_t> other;
-        for (size_t r = 1; r < ranks_.size(); ++r) ranks_[r]->kv().place(batch, other);
-        return true;
-    }
-
-    void run(const Batch & batch, const std::vector<int64_t> & cells) {
-        const int n = batch.size();
-        std::vector<int32_t> out_rows;
-        output_index_.assign(n, -1);
-        for (int i = 0; i < n; ++i) {
-            if (batch.want_logits[i]) {
-                output_index_[i] = (int32_t) out_rows.size();
-                out_rows.push_back(i);
-            }
-        }
-        if (out_rows.empty()) out_rows.push_back(n - 1);  // the graph always has one output row
-        const KvCache & kv = ranks_[0]->kv();
-        const GraphShape shape{n, (int32_t) out_rows.size(), kv.attention_runs(batch)};
-        mask_.resize(shape.mask_size());
-        size_t offset = 0;
-        for (const AttentionRun & r : shape.runs) {
-            kv.fill_mask(batch, r, mask_.data() + offset);
-            offset += (size_t) r.window * r.size();
-        }
-        logits_.assign((size_t) out_rows.size() * hp_.n_vocab, 0.0f);
-
-        threads_->run(
-            [&](int r) {
-                ranks_[r]->prepare(batch, cells, out_rows, shape, mask_);
-                ranks_[r]->compute();
-                ranks_[r]->gather_logits(logits_.data(), hp_.n_vocab);
-            },
-            [&](int r, const char * what) {
-                if (allreduce_) allreduce_->abort("rank " + std::to_string(r) + " failed: " + what);
-            });
-        if (allreduce_ && allreduce_->failed()) throw Error(allreduce_->error());
-    }
-
     void fill_info(const GgufFile & file) {
         info_.path = options_.model_path;
         info_.name = file.get_string("general.name", file_name_of(options_.model_path));
@@ -201,14 +267,17 @@ class TensorParallelEngine final : public Engine {
         info_.n_layer = hp_.n_layer;
         info_.n_head = hp_.n_head;
         info_.n_head_kv = hp_.n_head_kv;
+        info_.moe = hp_.is_moe();
+        info_.quantized = has_quantized_layer_matrix(file);
         // Per rank figures summed; mirrored tensors count once per rank.
-        for (const auto & r : ranks_) {
-            info_.n_params += r->n_params();
-            info_.weight_bytes += r->weight_bytes();
+        for (const RankReport & r : group_->reports()) {
+            info_.n_params += r.n_params;
+            info_.weight_bytes += r.weight_bytes;
         }
-        info_.tp = options_.tp;
-        info_.allreduce = allreduce_ ? allreduce_->name() : "none";
-        info_.shard_plan = options_.tp > 1 ? plan_.describe() : "";
+        info_.tp = group_->n_ranks();
+        info_.allreduce = group_->allreduce_name();
+        info_.shard_plan = info_.tp > 1 ? plan_.describe() : "";
+        info_.split_tiled = info_.tp == 1 || plan_.tiled(hp_);
     }
 
     EngineOptions options_;
@@ -216,10 +285,9 @@ class TensorParallelEngine final : public Engine {
     ModelInfo info_;
     ShardPlan plan_;
     std::unique_ptr<Tokenizer> tokenizer_;
-    std::unique_ptr<AllReduceEngine> allreduce_;
-    std::vector<std::unique_ptr<Rank>> ranks_;
-    std::unique_ptr<RankThreads> threads_;
-    std::vector<ggml_fp16_t> mask_;
+    std::unique_ptr<KvCells> cells_;
+    std::vector<KvRemove> pending_removes_;
+    std::unique_ptr<RankGroup> group_;
     std::vector<float> logits_;
     std::vector<int32_t> output_index_;
 };

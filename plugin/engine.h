@@ -12,6 +12,7 @@
 
 namespace llama_tp {
 
+class ProcessGroup;
 class Tokenizer;
 
 // How often and how long a rank has waited in collectives since loading.
@@ -33,8 +34,11 @@ struct EngineOptions {
     int32_t n_threads = 0;  // 0: all cores
     bool progress = true;   // load progress on stderr for large files
 
-    // Tensor parallelism.
+    // Tensor parallelism: tp ranks in this process (threads), times the
+    // processes of an MPI launch (join_launched_processes(); nullptr: this
+    // process alone). Process p holds ranks [p * tp, p * tp + tp).
     int32_t tp = 1;
+    ProcessGroup * processes = nullptr;
     std::vector<float> tensor_split;  // empty: even
     std::string allreduce = "auto";   // --allreduce; "auto" honours LLAMA_TP_ALLREDUCE
     bool allreduce_bf16 = false;      // BF16 on the wire
@@ -56,6 +60,20 @@ class Engine {
     // range, sequence id out of range, too many tokens, no KV room); the cache
     // is left as it was before the call.
     virtual void decode(const Batch & batch) = 0;
+
+    // In a group of processes only process 0 drives (decode, logits); the
+    // others are followers: follow() runs the steps process 0 sends until it
+    // ends the group (its engine is destroyed), then returns. Throws
+    // llama_tp::Error when a step fails on this process.
+    virtual bool follower() const = 0;
+    virtual void follow() = 0;
+
+    // Why the rank group failed for good ("" while it works): a rank died,
+    // stopped answering, or failed a step. Safe from any thread.
+    virtual std::string failure() const = 0;
+    // Fails the rank group from outside: a decode waiting in a collective
+    // returns at once and throws. The group stays failed.
+    virtual void abort(const std::string & why) = 0;
 
     // Logits of batch row i of the last decode(); only rows that asked for them.
     virtual const float * logits(int32_t batch_row) const = 0;

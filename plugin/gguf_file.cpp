@@ -1,5 +1,8 @@
 #include "plugin/gguf_file.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "plugin/error.h"
 
 #include <fcntl.h>
@@ -132,6 +135,19 @@ int64_t GgufFile::n_tensors() const {
 
 const ggml_tensor * GgufFile::tensor_at(int64_t i) const {
     return ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
+}
+
+uint64_t GgufFile::header_digest() const {
+    const uint64_t n = gguf_get_data_offset(gguf_.get());
+    std::vector<uint8_t> bytes(1 << 20);
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (uint64_t at = 0; at < n;) {
+        const size_t len = (size_t) std::min<uint64_t>(bytes.size(), n - at);
+        read(at, bytes.data(), len);
+        for (size_t i = 0; i < len; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+        at += len;
+    }
+    return h;
 }
 
 uint64_t GgufFile::tensor_offset(const ggml_tensor * desc) const {

@@ -36,6 +36,10 @@ class GgufFile {
     int64_t n_tensors() const;
     const ggml_tensor * tensor_at(int64_t i) const;
 
+    // A digest of the header and tensor table (every byte before the data):
+    // two files with equal size and digest hold the same model.
+    uint64_t header_digest() const;
+
     // Absolute file offset of a tensor's data.
     uint64_t tensor_offset(const ggml_tensor * desc) const;
     // Reads n bytes at an absolute offset; throws on a short read.

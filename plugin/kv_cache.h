@@ -1,17 +1,11 @@
 #pragma once
 // The key/value cache: per layer one K and one V tensor of n_cells rows, and
-// per cell which sequence and position it holds.
-//
-// Two layouts. Unified: all sequences share one pool of cells and attention
-// masks keep them apart (what upstream calls kv_unified). Per sequence: each
-// sequence owns n_cells / n_seq_max consecutive cells, so attention for a
-// sequence reads only its own region, however many other sequences are live.
+// the cells' bookkeeping (KvCells: which sequence and position each holds).
 
-#include "plugin/batch.h"
 #include "plugin/hparams.h"
+#include "plugin/kv_cells.h"
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -22,25 +16,7 @@ struct ggml_tensor;
 
 namespace llama_tp {
 
-// Consecutive batch tokens attending over their cells: n_streams groups of
-// n_tokens tokens from t0 on, group j over cells [cell0 + j * stride,
-// cell0 + j * stride + window). Several streams let one attention op serve
-// the decode tokens of neighbouring sequences.
-struct AttentionRun {
-    int32_t t0 = 0;
-    int32_t n_tokens = 0;
-    int32_t cell0 = 0;
-    int32_t window = 0;
-    int32_t n_streams = 1;
-    int32_t stride = 0;  // cells between streams
-    int32_t size() const { return n_tokens * n_streams; }
-    bool operator==(const AttentionRun & o) const {
-        return t0 == o.t0 && n_tokens == o.n_tokens && cell0 == o.cell0 && window == o.window &&
-               n_streams == o.n_streams && stride == o.stride;
-    }
-};
-
-class KvCache {
+class KvCache : public KvCells {
   public:
     // n_head_kv: the KV heads this cache stores (a rank's share under tensor parallelism).
     KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified,
@@ -50,59 +26,12 @@ class KvCache {
 
     ggml_tensor * k(int il) const { return k_[il]; }
     ggml_tensor * v(int il) const { return v_[il]; }
-    int32_t n_cells() const { return (int32_t) cells_.size(); }
-    int32_t n_seq_max() const { return n_seq_max_; }
-    bool unified() const { return unified_; }
-    // Cells one sequence may use: all of them (unified) or its region.
-    int32_t n_cells_per_seq() const { return region_; }
-    int32_t n_free() const;
     size_t bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
 
-    // Chooses a free cell for every batch token and records the tokens there.
-    // Returns false (changing nothing, saying why in *why) when a token finds
-    // no free cell.
-    bool place(const Batch & batch, std::vector<int64_t> & cells, std::string * why = nullptr);
-    // Undoes place() for a batch whose compute failed.
-    void unplace(const std::vector<int64_t> & cells);
-
-    // Cells [0, window) hold every used cell; rounded up so that the attention
-    // shape (and so the graph) stays the same for many decode steps.
-    int32_t window() const;
-    // How the batch's attention is computed: per sequence layout and tokens
-    // grouped by sequence: one run per group over that sequence's region,
-    // single tokens of consecutive sequences joined into one run of several
-    // streams; otherwise one run of all tokens over window().
-    std::vector<AttentionRun> attention_runs(const Batch & batch) const;
-    // mask[(j * run.n_tokens + t) * run.window + c] = 0 where token t of
-    // stream j may attend to cell c of that stream's window, -inf elsewhere.
-    void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask) const;
-
-    void seq_remove(int32_t seq, int32_t p0, int32_t p1);
-    int32_t seq_pos_max(int32_t seq) const;
-
-    static constexpr int32_t kWindowGranularity = 256;
-
   private:
-    struct Cell {
-        int32_t pos = -1;  // -1: free
-        int32_t seq = -1;
-    };
-    std::vector<Cell> cells_;
-    int32_t n_seq_max_;
-    bool unified_;
-    int32_t region_;                 // cells per sequence region (all cells when unified)
-    std::vector<int32_t> used_end_;  // per region: one past its highest used cell (absolute)
     ggml_context_ptr ctx_;
     ggml_backend_buffer_ptr buffer_;
     std::vector<ggml_tensor *> k_, v_;
-
-    static bool joins_as_stream(const AttentionRun & run, const AttentionRun & next);
-    int32_t region_of(int32_t seq) const { return unified_ ? 0 : seq; }
-    int32_t region_begin(int32_t region) const { return region * region_; }
-    // n_used cells rounded up to the window granularity, at most cap.
-    static int32_t rounded_window(int32_t n_used, int32_t cap);
-    void update_used_end(int32_t region);
-    void update_all_used_ends();
 };
 
 }  // namespace llama_tp

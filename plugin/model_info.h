@@ -16,11 +16,18 @@ struct ModelInfo {
     int32_t n_layer = 0;
     int32_t n_head = 0;
     int32_t n_head_kv = 0;
+    bool moe = false;  // mixture-of-experts layers
+    // A layer matrix is quantized, so ggml quantizes the activations it
+    // multiplies (q8_0, q8_K) and a reassociated sum can flip a rounding step.
+    bool quantized = false;
     int64_t n_params = 0;
     uint64_t weight_bytes = 0;  // all ranks together
     int32_t tp = 1;
     std::string allreduce;   // engine name
     std::string shard_plan;  // what each rank holds
+    // Every boundary between ranks in every matrix falls on a 16-row tile of
+    // ggml's kernels (what makes split-invariant sums bit-identical).
+    bool split_tiled = true;
 };
 
 }  // namespace llama_tp

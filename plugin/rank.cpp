@@ -20,20 +20,18 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
     return 8192 + (size_t) hp.n_layer * (shape.runs.size() + pieces) * 8;
 }
 
-ggml_backend_dev_t cpu_device() {
-    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    if (!dev) throw Error("no CPU backend device is available");
-    return dev;
-}
-
 }  // namespace
 
 Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config) : hp_(hp), config_(config) {
-    ggml_backend_dev_t device = cpu_device();
+    ggml_backend_dev_t device = config.device;
+    if (!device) throw Error("rank " + std::to_string(config.rank) + " has no backend device");
     weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, device, config.progress);
     vocab_begin_ = config.shard ? config.shard->vocab.begin : 0;
     backend_.reset(ggml_backend_dev_init(device, nullptr));
-    if (!backend_) throw Error("could not initialise the CPU backend for rank " + std::to_string(config.rank));
+    if (!backend_) {
+        throw Error("could not initialise backend device " + std::string(ggml_backend_dev_name(device)) + " for rank " +
+                    std::to_string(config.rank));
+    }
     // A persistent pool: no thread creation per decode step. With several
     // ranks sharing the cores its threads must not poll between graphs.
     ggml_threadpool_params tpp = ggml_threadpool_params_default(config.n_threads);
@@ -72,8 +70,42 @@ void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void *) {
     static_cast<Rank *>(user)->timed_allreduce(static_cast<double *>(data), n);
 }
 
+std::vector<int64_t> Rank::place(const Step & step) {
+    for (const KvRemove & r : step.removes) kv_->seq_remove(r.seq, r.p0, r.p1);
+    std::vector<int64_t> cells;
+    std::string why;
+    const std::string who = "rank " + std::to_string(config_.rank);
+    if (!kv_->place(step.batch, cells, &why)) throw Error(who + ": KV cache differs from rank 0's: " + why);
+    if (placement_digest(cells) != step.placement) {
+        kv_->unplace(cells);
+        throw Error(who + ": KV cache differs from rank 0's: the batch went to other cells");
+    }
+    return cells;
+}
+
+void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
+    const std::vector<int64_t> cells = place(step);
+    try {
+        const Batch & batch = step.batch;
+        const std::vector<int32_t> out_rows = output_rows(batch);
+        const GraphShape shape{batch.size(), (int32_t) out_rows.size(), kv_->attention_runs(batch)};
+        mask_.resize(shape.mask_size());
+        size_t offset = 0;
+        for (const AttentionRun & r : shape.runs) {
+            kv_->fill_mask(batch, r, mask_.data() + offset);
+            offset += (size_t) r.window * r.size();
+        }
+        prepare(batch, cells, out_rows, shape);
+        compute();
+        copy_logits(logits, n_vocab);
+    } catch (...) {
+        kv_->unplace(cells);
+        throw;
+    }
+}
+
 void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
-                   const GraphShape & shape, const std::vector<ggml_fp16_t> & mask) {
+                   const GraphShape & shape) {
     if (!graph_ || !(shape_ == shape)) {
         graph_ctx_.reset();
         const size_t n_nodes = max_graph_nodes(hp_, shape, config_.shard);
@@ -96,7 +128,7 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
     if (inputs_.tokens) ggml_backend_tensor_set(inputs_.tokens, batch.tokens.data(), 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(inputs_.positions, batch.pos.data(), 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(inputs_.kv_cells, cells.data(), 0, n * sizeof(int64_t));
-    ggml_backend_tensor_set(inputs_.kq_mask, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
+    ggml_backend_tensor_set(inputs_.kq_mask, mask_.data(), 0, mask_.size() * sizeof(ggml_fp16_t));
     ggml_backend_tensor_set(inputs_.out_rows, out_rows.data(), 0, out_rows.size() * sizeof(int32_t));
     if (inputs_.embd_rows) {
         std::vector<int32_t> rows(n);
@@ -122,7 +154,7 @@ uint64_t Rank::memory_bytes() const {
     return weights_->total_bytes() + kv_->bytes() + ggml_gallocr_get_buffer_size(allocator_.get(), 0);
 }
 
-void Rank::gather_logits(float * logits, int32_t n_vocab) const {
+void Rank::copy_logits(float * logits, int32_t n_vocab) const {
     const int64_t v = logits_->ne[0];
     const size_t row_bytes = (size_t) v * sizeof(float);
     for (int64_t r = 0; r < logits_->ne[1]; ++r) {

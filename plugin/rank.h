@@ -10,6 +10,7 @@
 #include "plugin/kv_cache.h"
 #include "plugin/decoder_graph.h"
 #include "plugin/engine.h"
+#include "plugin/step.h"
 #include "plugin/weights.h"
 
 #include <atomic>
@@ -29,8 +30,9 @@ struct RankShard;
 struct RankConfig {
     int rank = 0;
     int n_ranks = 1;
-    const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
-    bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
+    ggml_backend_dev_t device = nullptr;  // the backend device the rank runs on
+    const RankShard * shard = nullptr;    // nullptr: the whole model, in one piece
+    bool split_invariant = false;         // the shard's pieces are summed exactly (ShardPlan)
     AllReduceEngine * allreduce = nullptr;
     int32_t n_threads = 1;
     int32_t n_ctx = 0;
@@ -46,16 +48,13 @@ class Rank {
     Rank(const Rank &) = delete;
     Rank & operator=(const Rank &) = delete;
 
-    KvCache & kv() { return *kv_; }
     const KvCache & kv() const { return *kv_; }
 
-    // Builds (or reuses) the graph for this shape and fills its inputs.
-    void prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
-                 const GraphShape & shape, const std::vector<ggml_fp16_t> & mask);
-    void compute();
-    // Copies this rank's vocabulary slice of every output row into logits
-    // (n_outputs rows of n_vocab floats).
-    void gather_logits(float * logits, int32_t n_vocab) const;
+    // Applies a step to this rank's KV slice and runs it; copies this rank's
+    // vocabulary slice of every output row into logits (output_rows() rows of
+    // n_vocab floats). Throws llama_tp::Error when the step fails; the cache
+    // then holds none of the batch's tokens (its removals stay applied).
+    void run(const Step & step, float * logits, int32_t n_vocab);
 
     int64_t graph_builds() const { return graph_builds_; }
     int64_t vocab_begin() const { return vocab_begin_; }
@@ -68,6 +67,13 @@ class Rank {
     }
 
   private:
+    // Builds (or reuses) the graph for this shape and fills its inputs.
+    void prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
+                 const GraphShape & shape);
+    void compute();
+    void copy_logits(float * logits, int32_t n_vocab) const;
+    std::vector<int64_t> place(const Step & step);
+
     static void allreduce_callback(void * user, void * data, size_t n, void * stream);
     static void allreduce_f64_callback(void * user, void * data, size_t n, void * stream);
     template <typename T>
@@ -88,6 +94,7 @@ class Rank {
     GraphShape shape_;
     GraphInputs inputs_;
     ggml_tensor * logits_ = nullptr;
+    std::vector<ggml_fp16_t> mask_;
     int64_t graph_builds_ = 0;
     // Written by the rank's compute thread, read by anyone (metrics).
     std::atomic<int64_t> collective_calls_{0};

@@ -45,8 +45,7 @@ std::string grid_string(const std::vector<int64_t> & grid) {
     return out;
 }
 
-// Rows of the matrix kernels' tiles (see split_axes and the vocabulary split).
-constexpr int64_t kRowTile = 16;
+constexpr int64_t kRowTile = ShardPlan::kRowTile;
 
 // The query-head and FFN-width ranges of a split into weights.size() ranks.
 struct AxisSplit {
@@ -182,6 +181,18 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
         s.ff_pieces = split_invariant ? pieces_of(s.ff, grid.ff) : std::vector<ShardRange>{s.ff};
     }
     return p;
+}
+
+bool ShardPlan::tiled(const HParams & hp) const {
+    auto on_tiles = [](int64_t rows) { return rows % kRowTile == 0; };
+    for (int r = 1; r < n_ranks; ++r) {
+        const RankShard & s = ranks[r];
+        if (!on_tiles(s.q_heads.begin * hp.head_dim) || !on_tiles(s.kv_heads.begin * hp.head_dim) ||
+            !on_tiles(s.ff.begin) || !on_tiles(s.vocab.begin)) {
+            return false;
+        }
+    }
+    return true;
 }
 
 std::string ShardPlan::describe() const {

@@ -42,6 +42,11 @@ struct ShardPlan {
     static ShardPlan plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights,
                           bool split_invariant = false);
     std::string describe() const;
+    // Whether every boundary between ranks, in every matrix, is a multiple of
+    // kRowTile rows: ggml's kernels then compute each slice as they compute
+    // the whole matrix.
+    bool tiled(const HParams & hp) const;
+    static constexpr int64_t kRowTile = 16;
 };
 
 }  // namespace llama_tp

@@ -498,7 +498,10 @@ void register_routes(httplib::Server & http, ServerState & st) {
     });
 
     auto health = [&st](const Request &, Response & res) {
-        if (st.ready) {
+        const std::string failure = st.ready ? st.engine->failure() : "";
+        if (!failure.empty()) {
+            send_json(res, {{"status", "error"}, {"error", "the rank group failed: " + failure}}, 503);
+        } else if (st.ready) {
             send_json(res, {{"status", "ok"}});
         } else {
             send_json(res, {{"status", "loading"}}, 503);

@@ -1,6 +1,8 @@
 // llama-tp-server: parses flags, binds the port, loads the model (answering
-// /health with 503 meanwhile), then serves until SIGINT/SIGTERM.
+// /health with 503 meanwhile), then serves until SIGINT/SIGTERM. Under
+// mpirun, process 0 serves and the other processes follow its steps.
 
+#include "ggml-ext/process_group.h"
 #include "plugin/engine.h"
 #include "plugin/error.h"
 #include "plugin/tokenizer.h"
@@ -36,6 +38,7 @@ std::condition_variable g_stop_cv;
 bool g_stop_requested = false;
 std::atomic<bool> g_ready{false};
 std::atomic<bool> g_http_failed{false};
+std::atomic<bool> g_group_failed{false};
 
 bool g_stop_requested_flag() {
     std::lock_guard<std::mutex> lock(g_stop_mutex);
@@ -111,6 +114,35 @@ void release_free_memory() {
 #endif
 }
 
+// A process other than the first of an MPI launch: no HTTP. It ends with the
+// shutdown step of process 0, or on a signal (mpirun taking the job down).
+int follow_process_zero(const ServerOptions & opts, const ProcessGroup & processes, const sigset_t & signals) {
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+    try {
+        std::unique_ptr<Engine> engine = Engine::load(opts.engine);
+        SRV_INF("process %d on %s follows process 0", processes.rank(), processes.host().c_str());
+        engine->follow();
+    } catch (const std::exception & e) {
+        SRV_ERR("process %d on %s: %s; stopping", processes.rank(), processes.host().c_str(), e.what());
+        // A moment for process 0, which saw the same failure, to answer its
+        // clients before mpirun takes the job down.
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        return 1;
+    }
+    return 0;
+}
+
+// A rank group that failed cannot serve again: answer /health with the
+// failure for a moment, then exit non-zero for a supervisor to restart it.
+void stop_after_group_failure(const std::string & why) {
+    SRV_ERR("the rank group failed: %s; exiting (restart the group)", why.c_str());
+    std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        g_group_failed = true;
+        request_stop();
+    }).detach();
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -132,7 +164,7 @@ int main(int argc, char ** argv) {
         SRV_WRN("%s has no effect in llama-tp-server; ignored", f.c_str());
     }
 
-    // Before any thread starts, so that all of them inherit the mask. A shell
+    // Before any thread starts (MPI's too), so that all of them inherit the mask. A shell
     // may start a background job with SIGINT ignored, and an ignored signal
     // never reaches sigwait: restore the default disposition first.
     std::signal(SIGINT, SIG_DFL);
@@ -143,6 +175,18 @@ int main(int argc, char ** argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
+    // MPI starts threads of its own: after the mask, so that they inherit it.
+    std::unique_ptr<ProcessGroup> processes;
+    try {
+        processes = join_launched_processes(kProcessTimeout_s);
+    } catch (const Error & e) {
+        SRV_ERR("%s", e.what());
+        return 1;
+    }
+    opts.engine.processes = processes.get();
+    const auto own_path = opts.model_path_of_process.find(processes ? processes->rank() : 0);
+    if (own_path != opts.model_path_of_process.end()) opts.engine.model_path = own_path->second;
+    if (processes && processes->rank() != 0) return follow_process_zero(opts, *processes, sigs);
     std::thread(signal_thread, sigs).detach();
 
     ServerState state(opts);
@@ -230,6 +274,7 @@ int main(int argc, char ** argv) {
                         &state.metrics);
     // Whenever the server falls idle, the allocator hands freed pages back.
     scheduler.set_on_idle(release_free_memory);
+    scheduler.set_on_group_failed(stop_after_group_failure);
     scheduler.start();
 
     const ModelInfo & info = engine->info();
@@ -247,7 +292,7 @@ int main(int argc, char ** argv) {
     SRV_INF(
         "llama-tp-server ready: model %s (%s, %s params), tp %d (allreduce %s%s), ctx %d (%d per slot, %s), "
         "slots %d, batch %d, threads %d, chat template %s, api key %s, listening on http://%s:%d",
-        state.model_name.c_str(), info.architecture.c_str(), human_count(info.n_params).c_str(), opts.engine.tp,
+        state.model_name.c_str(), info.architecture.c_str(), human_count(info.n_params).c_str(), info.tp,
         engine->info().allreduce.c_str(),
         opts.engine.split_invariant  ? ", split-invariant sums"
         : opts.engine.allreduce_bf16 ? ", bf16 wire"
@@ -264,9 +309,13 @@ int main(int argc, char ** argv) {
     // Running requests end with 503 first, so that no HTTP worker stays
     // blocked on a channel while the server joins its threads.
     state.stopping = true;
+    // A step stuck on a rank that died would hold its clients until the
+    // collective's timeout: fail the group so that they get 503 now.
+    if (!scheduler.stop_within(std::chrono::milliseconds(300)))
+        engine->abort("the server was stopped while a step waited for another rank");
     scheduler.shutdown();
     http.stop();
     http_thread.join();
     SRV_INF("stopped");
-    return g_http_failed ? 1 : 0;
+    return g_http_failed || g_group_failed ? 1 : 0;
 }

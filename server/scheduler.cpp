@@ -44,6 +44,13 @@ void Scheduler::start() {
     thread_ = std::thread([this] { run(); });
 }
 
+bool Scheduler::stop_within(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stopping_ = true;
+    cv_.notify_all();
+    return !thread_.joinable() || cv_.wait_for(lock, wait, [&] { return finished_; });
+}
+
 void Scheduler::shutdown() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -67,6 +74,10 @@ std::shared_ptr<TaskChannel> Scheduler::submit(std::unique_ptr<Task> task) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (stopping_) {
             channel->push(error_event(503, "the server is shutting down"));
+            return channel;
+        }
+        if (!group_failure_.empty()) {
+            channel->push(error_event(503, "the rank group failed: " + group_failure_));
             return channel;
         }
         // Queued tasks that idle slots will take at the next step do not wait.
@@ -129,6 +140,9 @@ void Scheduler::run() {
             fail(*slot, 503, "the server is shutting down");
         }
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+    cv_.notify_all();
 }
 
 void Scheduler::admit() {
@@ -223,19 +237,39 @@ void Scheduler::build_batch() {
     prompt_rr_ = (prompt_rr_ + 1) % std::max<size_t>(1, n);
 }
 
+// No step can run again: every task gets 503 now, and so will later ones.
+void Scheduler::fail_group(const std::string & why) {
+    const std::string message = "the rank group failed: " + why;
+    for (auto & slot : slots_) {
+        if (slot->busy()) fail(*slot, 503, message);
+    }
+    std::deque<std::unique_ptr<Task>> queued;
+    bool first = false;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        first = group_failure_.empty();
+        if (first) group_failure_ = why;
+        queued.swap(queue_);
+    }
+    for (auto & t : queued) t->channel->push(error_event(503, message));
+    if (first && on_group_failed_) on_group_failed_(why);
+}
+
 void Scheduler::decode_and_sample() {
     try {
         engine_.decode(batch_);
     } catch (const std::exception & e) {
         SRV_ERR("decode of %d tokens failed: %s", batch_.size(), e.what());
+        const std::string broken = engine_.failure();
         for (auto & slot : slots_) {
             if (!slot->inflight.empty()) {
                 slot->clear_cache(engine_);
                 if (slot->busy()) {
-                    fail(*slot, 500, std::string("decode failed: ") + e.what());
+                    if (broken.empty()) fail(*slot, 500, std::string("decode failed: ") + e.what());
                 }
             }
         }
+        if (!broken.empty()) fail_group(broken);
         return;
     }
     for (auto & slot : slots_) {

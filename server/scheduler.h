@@ -11,6 +11,7 @@
 #include "server/task.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -40,8 +41,16 @@ class Scheduler {
     // Called on the scheduler thread whenever the last task finishes and no
     // other waits (set before start()).
     void set_on_idle(std::function<void()> fn) { on_idle_ = std::move(fn); }
+    // Called once, on the scheduler thread, when the engine's rank group
+    // fails for good (set before start()). Running and queued tasks, and
+    // every later one, get 503 with the reason.
+    void set_on_group_failed(std::function<void(const std::string &)> fn) { on_group_failed_ = std::move(fn); }
 
     void start();
+    // Asks the thread to stop after its current step, and waits up to
+    // `wait` for it to end; false when it is still inside that step (a
+    // decode waiting on a rank that does not answer).
+    bool stop_within(std::chrono::milliseconds wait);
     // Fails queued and running tasks with 503 and joins the thread; later
     // submissions fail at once.
     void shutdown();
@@ -70,6 +79,7 @@ class Scheduler {
     void sample(Slot & slot);
     void finish(Slot & slot, const char * reason);
     void fail(Slot & slot, int status, const std::string & message);
+    void fail_group(const std::string & why);
 
     Engine & engine_;
     const int32_t n_ctx_slot_;
@@ -86,8 +96,11 @@ class Scheduler {
     std::condition_variable cv_;
     std::deque<std::unique_ptr<Task>> queue_;
     bool stopping_ = false;
+    bool finished_ = false;  // the thread's loop has ended
     std::thread thread_;
     std::function<void()> on_idle_;
+    std::function<void(const std::string &)> on_group_failed_;
+    std::string group_failure_;  // under mutex_
 
     std::atomic<int32_t> busy_{0};
     std::atomic<uint64_t> tasks_done_{0};

@@ -188,6 +188,15 @@ const std::vector<Flag> & flags() {
              }
              if (o.engine.tensor_split.empty()) throw UsageError(f + ": expected a comma-separated list of numbers");
          }},
+        {{"--model-path-rank"},
+         "R=PATH",
+         "under mpirun: process R reads the model at PATH (where machines keep it elsewhere); repeatable",
+         [](ServerOptions & o, const std::string & f, const std::string & v) {
+             const auto eq = v.find('=');
+             if (eq == std::string::npos || eq + 1 == v.size())
+                 throw UsageError(f + ": expected RANK=PATH, not '" + v + "'");
+             o.model_path_of_process[(int) parse_int(f, v.substr(0, eq), 0, 1 << 20)] = v.substr(eq + 1);
+         }},
         {{"--allreduce"},
          "ENGINE",
          "AllReduce engine for --tp > 1 (default: auto; the engine validates the name)",

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,10 @@ struct ServerOptions {
 
     std::string host = "127.0.0.1";
     int port = 8080;
-    int32_t n_parallel = 1;     // slots: requests decoded together
-    int32_t n_predict = -1;     // default cap on generated tokens (-1: until the context is full)
-    int timeout_s = 600;        // HTTP read/write timeout
-    int32_t http_threads = -1;  // -1: n_parallel + a few
+    int32_t n_parallel = 1;           // slots: requests decoded together
+    int32_t n_predict = -1;           // default cap on generated tokens (-1: until the context is full)
+    int timeout_s = 600;              // HTTP read/write timeout
+    int32_t http_threads = -1;        // -1: n_parallel + a few
     size_t max_body_size = 8u << 20;  // larger request bodies are answered 413
     int32_t max_queue = 64;           // requests that may wait for a slot; more are answered 503
 
@@ -31,6 +32,8 @@ struct ServerOptions {
     SamplingParams sampling;  // defaults for requests that leave a field out
     bool verbose = false;
     std::vector<std::string> ignored_flags;  // accepted for compatibility, no effect
+    // Under mpirun: where process R reads the model (--model-path-rank R=PATH).
+    std::map<int, std::string> model_path_of_process;
 };
 
 // A bad command line: the message says which flag and why.

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache git ca-certificates nodejs npm
           python3 python3-pytest python3-requests python3-matplotlib python3-tqdm
-          libgtest-dev procps curl)
+          libgtest-dev procps curl openmpi-bin libopenmpi-dev iproute2)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -28,6 +28,7 @@ if ((${#missing[@]})); then
 fi
 
 build_dir=${LLAMA_TP_BUILD_DIR:-build}
+# MPI ranks wherever Open MPI is found (LLAMA_TP_CMAKE_ARGS may say OFF).
 # shellcheck disable=SC2086
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${LLAMA_TP_CMAKE_ARGS:-}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_TP_MPI=AUTO ${LLAMA_TP_CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$(nproc)"

@@ -53,12 +53,14 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *extra_args, api_key=None, model=None):
+    """launcher: words before the server's command line (mpirun and its options)."""
+
+    def __init__(self, *extra_args, api_key=None, model=None, launcher=()):
         require_binary_and_model()
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        args = [str(server_bin()), "-m", str(model or model_path()), "--host", "127.0.0.1",
+        args = [*launcher, str(server_bin()), "-m", str(model or model_path()), "--host", "127.0.0.1",
                 "--port", str(self.port), *extra_args]
         if api_key:
             args += ["--api-key", api_key]

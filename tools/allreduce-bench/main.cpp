@@ -1,10 +1,12 @@
 // llama-tp-allreduce-bench: latency of one AllReduce engine across message
 // sizes (4 KiB to 16 MiB, powers of 4), with ranks as threads of this
-// process: median, p10 and p90 of rank 0's time inside allreduce() per call,
-// and the effective bandwidth.
+// process, or under mpirun in several processes (--engine mpi): median, p10
+// and p90 of rank 0's time inside allreduce() per call, and the effective
+// bandwidth.
 
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/error.h"
+#include "ggml-ext/process_group.h"
 
 #include <algorithm>  // before args.h, which uses std::min and std::move
 #include <utility>
@@ -13,6 +15,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -23,8 +26,8 @@ namespace {
 
 const char * kUsage =
     "usage: llama-tp-allreduce-bench [options]\n"
-    "  --engine NAME   cpu | butterfly | auto (default cpu)\n"
-    "  --ranks N       ranks, one thread each (default 2)\n"
+    "  --engine NAME   cpu | butterfly | auto (default cpu); under mpirun: mpi\n"
+    "  --ranks N       ranks, one thread each (default 2; under mpirun: per process, default 1)\n"
     "  --wire TYPE     f32 | bf16 | f64 (default f32; f64: the doubles of\n"
     "                  split-invariant sums)\n"
     "  --iters K       most calls measured per size (default 1000; fewer for large sizes, about 1.5 s each)\n"
@@ -38,7 +41,7 @@ constexpr double kSecondsPerSize = 1.5;
 
 struct Options {
     std::string engine = "cpu";
-    int ranks = 2;
+    int ranks = 0;  // 0: the default for the launch
     WireType wire = WireType::F32;
     bool f64 = false;  // doubles (exact on any wire)
     int iters = 1000;
@@ -88,16 +91,17 @@ const char * wire_name(const Options & o) {
 
 // Runs `calls` allreduces of `bytes` (floats, or doubles with f64) on every
 // rank; returns rank 0's time per call in microseconds.
-std::vector<double> time_calls(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t bytes,
-                               bool f64, int calls) {
+std::vector<double> time_calls(AllReduceEngine & engine, int first_rank, std::vector<std::vector<float>> & buffers,
+                               size_t bytes, bool f64, int calls) {
     std::vector<double> rank0_us(calls);
     auto body = [&](int rank) {
         for (int i = 0; i < calls; ++i) {
             const auto start = std::chrono::steady_clock::now();
             if (f64) {
-                engine.allreduce(rank, reinterpret_cast<double *>(buffers[rank].data()), bytes / sizeof(double));
+                engine.allreduce(first_rank + rank, reinterpret_cast<double *>(buffers[rank].data()),
+                                 bytes / sizeof(double));
             } else {
-                engine.allreduce(rank, buffers[rank].data(), bytes / sizeof(float));
+                engine.allreduce(first_rank + rank, buffers[rank].data(), bytes / sizeof(float));
             }
             if (rank == 0) {
                 rank0_us[i] =
@@ -116,14 +120,26 @@ double percentile(const std::vector<double> & sorted, double fraction) {
     return sorted[(size_t) (fraction * (sorted.size() - 1) + 0.5)];
 }
 
-SizeResult measure(AllReduceEngine & engine, std::vector<std::vector<float>> & buffers, size_t bytes, bool f64,
-                   int max_iters) {
-    std::vector<double> warmup = time_calls(engine, buffers, bytes, f64, kWarmupCalls);
+// Every process must make the same number of calls: process 0's count.
+int agreed_iters(ProcessGroup * processes, int iters) {
+    if (!processes) return iters;
+    std::vector<uint8_t> bytes(sizeof iters);
+    std::memcpy(bytes.data(), &iters, sizeof iters);
+    processes->broadcast(bytes);
+    std::memcpy(&iters, bytes.data(), sizeof iters);
+    return iters;
+}
+
+SizeResult measure(AllReduceEngine & engine, ProcessGroup * processes, std::vector<std::vector<float>> & buffers,
+                   size_t bytes, bool f64, int max_iters) {
+    const int first_rank = processes ? processes->rank() * (int) buffers.size() : 0;
+    std::vector<double> warmup = time_calls(engine, first_rank, buffers, bytes, f64, kWarmupCalls);
     std::sort(warmup.begin(), warmup.end());
     const double estimate_us = std::max(percentile(warmup, 0.5), 0.01);
-    const int iters = std::clamp((int) (kSecondsPerSize * 1e6 / estimate_us), kWarmupCalls, max_iters);
+    const int iters =
+        agreed_iters(processes, std::clamp((int) (kSecondsPerSize * 1e6 / estimate_us), kWarmupCalls, max_iters));
 
-    std::vector<double> us = time_calls(engine, buffers, bytes, f64, iters);
+    std::vector<double> us = time_calls(engine, first_rank, buffers, bytes, f64, iters);
     std::sort(us.begin(), us.end());
     SizeResult r;
     r.bytes = bytes;
@@ -141,8 +157,8 @@ std::string size_text(size_t bytes) {
     return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes >> 10) + " KiB";
 }
 
-void print_table(const Options & o, const std::string & engine_name, const std::vector<SizeResult> & results) {
-    std::printf("allreduce %s, %d ranks, wire %s (rank 0's time per call)\n", engine_name.c_str(), o.ranks,
+void print_table(const Options & o, const AllReduceEngine & engine, const std::vector<SizeResult> & results) {
+    std::printf("allreduce %s, %d ranks, wire %s (rank 0's time per call)\n", engine.name(), engine.n_ranks(),
                 wire_name(o));
     std::printf("%10s %7s %11s %11s %11s %11s %11s\n", "size", "iters", "median_us", "p10_us", "p90_us", "algbw_GB/s",
                 "busbw_GB/s");
@@ -152,8 +168,8 @@ void print_table(const Options & o, const std::string & engine_name, const std::
     }
 }
 
-void print_json(const Options & o, const std::string & engine_name, const std::vector<SizeResult> & results) {
-    std::printf("{\"engine\": \"%s\", \"ranks\": %d, \"wire\": \"%s\", \"results\": [", engine_name.c_str(), o.ranks,
+void print_json(const Options & o, const AllReduceEngine & engine, const std::vector<SizeResult> & results) {
+    std::printf("{\"engine\": \"%s\", \"ranks\": %d, \"wire\": \"%s\", \"results\": [", engine.name(), engine.n_ranks(),
                 wire_name(o));
     for (size_t i = 0; i < results.size(); ++i) {
         const SizeResult & r = results[i];
@@ -165,23 +181,34 @@ void print_json(const Options & o, const std::string & engine_name, const std::v
     std::printf("]}\n");
 }
 
-int run(const Options & o) {
+// Under mpirun the ranks of every process form one group (engine mpi).
+std::unique_ptr<AllReduceEngine> make_engine(const Options & o, ProcessGroup * processes, int local_ranks) {
     AllReduceConfig config;
     config.engine = o.engine;
-    config.n_ranks = o.ranks;
+    config.n_ranks = local_ranks;
     config.wire = o.wire;
-    std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(config);
+    if (!processes) return make_allreduce_engine(config);
+    if (o.engine != "mpi" && o.engine != "auto") {
+        throw Error("under mpirun the engine is mpi (or auto), not '" + o.engine + "'");
+    }
+    return processes->make_allreduce(config);
+}
+
+int run(const Options & o, ProcessGroup * processes) {
+    const int local_ranks = o.ranks > 0 ? o.ranks : processes ? 1 : 2;
+    std::unique_ptr<AllReduceEngine> engine = make_engine(o, processes, local_ranks);
 
     // Values do not change the speed; zeros stay finite over any number of calls.
-    std::vector<std::vector<float>> buffers(o.ranks, std::vector<float>(kLargestBytes / sizeof(float), 0.0f));
+    std::vector<std::vector<float>> buffers(local_ranks, std::vector<float>(kLargestBytes / sizeof(float), 0.0f));
     std::vector<SizeResult> results;
     for (size_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) {
-        results.push_back(measure(*engine, buffers, bytes, o.f64, o.iters));
+        results.push_back(measure(*engine, processes, buffers, bytes, o.f64, o.iters));
     }
+    if (processes && processes->rank() != 0) return 0;
     if (o.json) {
-        print_json(o, engine->name(), results);
+        print_json(o, *engine, results);
     } else {
-        print_table(o, engine->name(), results);
+        print_table(o, *engine, results);
     }
     return 0;
 }
@@ -191,7 +218,9 @@ int run(const Options & o) {
 
 int main(int argc, char ** argv) {
     try {
-        return llama_tp::run(llama_tp::parse(argc, argv));
+        const llama_tp::Options o = llama_tp::parse(argc, argv);
+        const auto processes = llama_tp::join_launched_processes(llama_tp::kProcessTimeout_s);
+        return llama_tp::run(o, processes.get());
     } catch (const llama_tp::Error & e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

@@ -142,6 +142,10 @@ int run(const Options & o) {
     eo.n_batch = std::max(o.n_batch, o.n_parallel);
     eo.progress = !o.json;
     std::unique_ptr<Engine> ours = Engine::load(eo);
+    if (ours->follower()) {
+        ours->follow();
+        return 0;
+    }
     const int32_t n_vocab = ours->info().n_vocab;
     const int threads = ours->options().n_threads;
 
@@ -162,9 +166,15 @@ int run(const Options & o) {
     Figures f;
     const double tokens_per_step = o.n_parallel;
     auto decode_seconds = [&](auto & d) { return time_decode(d, o.n_gen, o.n_parallel, o.depth, o.n_batch, n_vocab); };
+    // Rank 0's time inside collectives, as a share of our runs' time.
+    double ours_s = 0.0, collective_s = 0.0;
     auto run_ours = [&] {
-        if (o.n_prompt > 0) f.ours_pp.push_back(o.n_prompt / time_prefill(*ours, o.n_prompt, o.n_batch, n_vocab));
-        if (o.n_gen > 0) f.ours_tg.push_back(tokens_per_step * o.n_gen / decode_seconds(*ours));
+        const double c0 = ours->collective_stats()[0].seconds;
+        ours_s += seconds_of([&] {
+            if (o.n_prompt > 0) f.ours_pp.push_back(o.n_prompt / time_prefill(*ours, o.n_prompt, o.n_batch, n_vocab));
+            if (o.n_gen > 0) f.ours_tg.push_back(tokens_per_step * o.n_gen / decode_seconds(*ours));
+        });
+        collective_s += ours->collective_stats()[0].seconds - c0;
     };
     auto run_upstream = [&] {
         if (!up) return;
@@ -194,10 +204,11 @@ int run(const Options & o) {
     const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;
 
     std::printf(
-        "{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"split_invariant\": %s, \"n_prompt\": %d, "
+        "{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"processes\": %d, \"split_invariant\": %s, \"n_prompt\": "
+        "%d, "
         "\"n_gen\": %d, \"parallel\": %d, \"depth\": %d, \"repetitions\": %d",
-        o.engine.model.c_str(), threads, o.engine.tp, o.engine.split_invariant ? "true" : "false", o.n_prompt, o.n_gen,
-        o.n_parallel, o.depth, o.reps);
+        o.engine.model.c_str(), threads, mi.tp, o.engine.processes ? o.engine.processes->size() : 1,
+        o.engine.split_invariant ? "true" : "false", o.n_prompt, o.n_gen, o.n_parallel, o.depth, o.reps);
     std::printf(", \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f", median(f.ours_pp), tg);
     if (up) {
         const double upp = median(f.up_pp), utg = median(f.up_tg);
@@ -206,6 +217,7 @@ int run(const Options & o) {
                     utg > 0 ? tg / utg : 0.0);
         std::printf(", \"upstream_roofline_fraction\": %.3f", bw > 0 ? utg * bytes_per_token / bw : 0.0);
     }
+    std::printf(", \"collective_share\": %.3f", ours_s > 0 ? collective_s / ours_s : 0.0);
     std::printf(", \"rank_memory_mib\": [");
     const std::vector<uint64_t> mem = ours->rank_memory_bytes();
     for (size_t r = 0; r < mem.size(); ++r) std::printf("%s%.1f", r ? ", " : "", mem[r] / 1048576.0);
@@ -219,8 +231,10 @@ int run(const Options & o) {
 }  // namespace llama_tp
 
 int main(int argc, char ** argv) {
-    const llama_tp::Options o = llama_tp::parse(argc, argv);
+    llama_tp::Options o = llama_tp::parse(argc, argv);
     try {
+        const auto processes = llama_tp::join_launched_processes(llama_tp::kProcessTimeout_s);
+        o.engine.join(processes.get());
         return llama_tp::run(o);
     } catch (const llama_tp::Error & e) {
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -3,9 +3,12 @@
 // meaning as the server's: -m, -t, --tp, -ts, --allreduce, --bf16-wire,
 // --split-invariant.
 
+#include "ggml-ext/process_group.h"
 #include "plugin/engine.h"
 #include "tools/common/args.h"
 
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,9 @@ struct EngineFlags {
     std::string allreduce = "auto";
     bool bf16 = false;
     bool split_invariant = false;
+    std::map<int, std::string> model_path_of_process;
+    // The processes of an MPI launch (see join_launched_processes), owned by main.
+    ProcessGroup * processes = nullptr;
 
     static constexpr const char * kUsage =
         "  -m, --model FILE          GGUF model\n"
@@ -28,7 +34,8 @@ struct EngineFlags {
         "  --allreduce ENGINE        auto|cpu|butterfly (default auto; env LLAMA_TP_ALLREDUCE)\n"
         "  --bf16-wire               BF16 on the AllReduce wire\n"
         "  --split-invariant         logits that do not depend on --tp / -ts (exact sums on\n"
-        "                            a reduction grid fixed by the model)\n";
+        "                            a reduction grid fixed by the model)\n"
+        "  --model-path-rank R=PATH  under mpirun: process R reads the model at PATH\n";
 
     // Consumes flag f (and its value) if it is one of these; false otherwise.
     bool take(const std::string & f, ArgReader & a) {
@@ -46,19 +53,36 @@ struct EngineFlags {
             bf16 = true;
         else if (f == "--split-invariant")
             split_invariant = true;
-        else
+        else if (f == "--model-path-rank") {
+            const std::string v = a.value(f);
+            const size_t eq = v.find('=');
+            char * end = nullptr;
+            const long p = eq == std::string::npos ? -1 : std::strtol(v.c_str(), &end, 10);
+            if (p < 0 || end != v.c_str() + eq || eq + 1 == v.size()) a.fail(f + " expects RANK=PATH, not '" + v + "'");
+            model_path_of_process[(int) p] = v.substr(eq + 1);
+        } else
             return false;
         return true;
     }
 
-    // Engine options for these flags at a given tensor-parallel degree.
-    EngineOptions options(int degree) const {
+    // Joins the processes of an MPI launch (owned by the caller) and takes
+    // this process's own model path where --model-path-rank gives one.
+    void join(ProcessGroup * group) {
+        processes = group;
+        const auto own = model_path_of_process.find(group ? group->rank() : 0);
+        if (own != model_path_of_process.end()) model = own->second;
+    }
+
+    // Engine options for these flags at a given tensor-parallel degree (per
+    // process); joined: the engine spans the processes of an MPI launch.
+    EngineOptions options(int degree, bool joined = true) const {
         EngineOptions eo;
         eo.model_path = model;
         eo.n_threads = threads;
         eo.tp = degree;
+        eo.processes = joined ? processes : nullptr;
         eo.split_invariant = split_invariant;
-        if (degree > 1) {
+        if (degree > 1 || eo.processes) {
             eo.tensor_split = split;
             eo.allreduce = allreduce;
             eo.allreduce_bf16 = bf16;

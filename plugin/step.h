@@ -1,0 +1,41 @@
+#pragma once
+// One decode step as every rank receives it: the KV-cache removals since the
+// last step, then the batch. Rank 0 decides a step on its own copy of the
+// cells' bookkeeping; every rank applies it to its own KV slice, places the
+// batch itself (same state, same algorithm, same cells) and checks its
+// placement against rank 0's digest. A step encodes to bytes, so threads and
+// processes receive it alike.
+
+#include "plugin/batch.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace llama_tp {
+
+struct KvRemove {
+    int32_t seq = 0;
+    int32_t p0 = 0;
+    int32_t p1 = -1;  // < 0: to the end
+};
+
+struct Step {
+    enum class Kind : int32_t { Decode = 1, Shutdown = 2 };
+    Kind kind = Kind::Decode;
+    std::vector<KvRemove> removes;  // applied in order before the batch is placed
+    Batch batch;
+    uint64_t placement = 0;  // placement_digest() of the cells rank 0 chose for the batch
+
+    std::vector<uint8_t> encode() const;
+    // Throws llama_tp::Error on bytes that are not a whole step.
+    static Step decode(const std::vector<uint8_t> & bytes);
+};
+
+// The batch rows a step returns logits for, in order: those that asked, or
+// the last row when none did (a graph has at least one output row).
+std::vector<int32_t> output_rows(const Batch & batch);
+
+// A digest of the cells a batch was placed in.
+uint64_t placement_digest(const std::vector<int64_t> & cells);
+
+}  // namespace llama_tp

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Ranks in several processes (mpirun on this machine) against one device:
+# for one architecture, f32 and q8_0 with the default sums and q8_0 with
+# split-invariant sums (identical probabilities), over shared memory with
+# 2 and 4 processes, forced over TCP on loopback, and 2 processes of 2
+# thread ranks each. Verdicts are llama-tp-compare's (the accuracy contract).
+# usage: mpi_matrix.sh MAKE_MODEL COMPARE ARCH WORKDIR
+set -uo pipefail
+make_model=$1 compare=$2 arch=$3 work=$4
+mkdir -p "$work"
+command -v mpirun >/dev/null || { echo "FAILED: mpirun not found (install openmpi-bin)"; exit 1; }
+
+shape=(--n-embd 384 --n-head 12 --head-dim 32 --n-ff 1536 --n-layer 2 --n-head-kv 6)
+case $arch in
+    qwen2|qwen3) shape+=(--tied-output) ;;
+    qwen3moe) shape+=(--tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+esac
+# Waiting ranks test their requests with backoff; Open MPI's own waits
+# (start-up) yield as well, so that 4 processes share 2 cores.
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+tcp=(--mca btl tcp,self --mca btl_tcp_if_include lo)
+
+failures=0 cases=0
+check() {  # description, mpirun arguments..., --, compare arguments...
+    local what=$1; shift
+    local launch=()
+    while [[ $1 != -- ]]; do launch+=("$1"); shift; done
+    shift
+    cases=$((cases + 1))
+    local out rc
+    out=$(timeout 300 "${mpi[@]}" "${launch[@]}" "$compare" "$@" --json -t 1 --prompts 3 --n-tokens 8 \
+        2>"$work/stderr.log")
+    rc=$?
+    echo "$what: $out"
+    if ((rc != 0)) || [[ $out != *'"pass": true'* ]]; then
+        failures=$((failures + 1))
+        echo "FAILED: $what (exit $rc)" >&2
+        tail -5 "$work/stderr.log" >&2
+    fi
+}
+
+for type in f32 q8_0; do
+    model="$work/$arch-$type.gguf"
+    if ! "$make_model" --arch "$arch" --type "$type" --seed 7 "${shape[@]}" -o "$model" >/dev/null 2>"$work/make.log"; then
+        echo "FAILED: generating $model" >&2
+        cat "$work/make.log" >&2
+        exit 1
+    fi
+    check "$arch $type 2 processes" -n 2 -- -m "$model" --reference tp1
+    check "$arch $type 2 processes over tcp" -n 2 "${tcp[@]}" -- -m "$model" --reference tp1
+    check "$arch $type 2 processes x 2 ranks" -n 2 -- -m "$model" --reference tp1 --tp 2
+done
+model="$work/$arch-q8_0.gguf"
+check "$arch q8_0 4 processes" -n 4 -- -m "$model" --reference tp1
+for launch in "-n 2" "-n 2 ${tcp[*]}" "-n 4"; do
+    # shellcheck disable=SC2086
+    check "$arch q8_0 split-invariant $launch" $launch -- -m "$model" --reference tp1 --split-invariant
+done
+check "$arch q8_0 split-invariant 2 processes x 2 ranks" -n 2 -- -m "$model" --reference tp1 --split-invariant --tp 2
+rm -f "$work"/*.gguf
+echo "$arch: $((cases - failures)) passed, $failures failed"
+((failures == 0))

@@ -1,0 +1,230 @@
+"""llama-tp-server under mpirun: two processes serve as one rank group
+(process 0 answers HTTP, process 1 follows), give a single-process
+server's greedy answers, and stop together when a process dies, stops
+answering, or holds another model."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from server_harness import ServerProcess, server_bin
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+GROUP_GONE_S = 10
+
+
+def require_mpirun():
+    if shutil.which("mpirun") is None:
+        pytest.fail("mpirun not found: install openmpi-bin (tools/setup.sh does)", pytrace=False)
+
+
+def launched_ranks(mpirun_pid):
+    """{rank: pid} of the processes mpirun started on this machine."""
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        for var in env:
+            if var.startswith(b"OMPI_COMM_WORLD_RANK="):
+                ranks[int(var.split(b"=", 1)[1])] = int(entry.name)
+    return ranks
+
+
+def alive(pid):
+    """Running or stopped, not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class MpiServer(ServerProcess):
+    def __init__(self, *extra_args, n=2, model=None):
+        require_mpirun()
+        super().__init__(*extra_args, model=model, launcher=[*MPIRUN, "-n", str(n)])
+        self.ranks = launched_ranks(self.proc.pid)
+        assert sorted(self.ranks) == list(range(n)), (self.ranks, self.log_text())
+
+    def stop(self, timeout=15):
+        # SIGTERM to process 0: it ends the followers and mpirun exits 0.
+        if self.proc.poll() is None and alive(self.ranks[0]):
+            os.kill(self.ranks[0], signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass  # the harness's stop signals mpirun and reports it
+        return super().stop(timeout)
+
+    def wait_group_gone(self, since):
+        deadline = since + GROUP_GONE_S
+        while time.time() < deadline:
+            if self.proc.poll() is not None and not any(alive(p) for p in self.ranks.values()):
+                return time.time() - since
+            time.sleep(0.05)
+        left = [p for p in self.ranks.values() if alive(p)]
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        self.proc.kill()
+        pytest.fail(f"group still running {GROUP_GONE_S} s after the fault (left: {left}):\n{self.log_text()}",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A generated q8_0 llama: quantized activations, the hardest case for equal answers."""
+    path = tmp_path_factory.mktemp("mpi") / "llama-q8_0.gguf"
+    subprocess.run([str(server_bin().parent / "llama-tp-make-model"), "--arch", "llama", "--type", "q8_0", "--seed",
+                    "7", "--n-embd", "256", "--n-head", "8", "--n-head-kv", "4", "--head-dim", "32", "--n-ff", "768",
+                    "--n-layer", "2", "-o", str(path)], check=True, capture_output=True, timeout=120)
+    return path
+
+
+PROMPTS = ["Tell me a story about a dog.", "What is two plus two?", "Name three colours.", "Say hello.",
+           "Count to five.", "Describe the sea.", "Why is the sky blue?", "Write a short poem."]
+
+
+def chat(server, i, stream):
+    body = {"messages": [{"role": "user", "content": PROMPTS[i]}], "max_tokens": 24, "temperature": 0,
+            "stream": stream}
+    r = server.post("/v1/chat/completions", body, stream=stream)
+    assert r.status_code == 200, r.text
+    if not stream:
+        return r.json()["choices"][0]["message"]["content"]
+    text = ""
+    # Bytes: decoded lines would also split at U+2028 and the like inside the JSON.
+    for raw in r.iter_lines():
+        line = raw.decode()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            for choice in json.loads(line[6:])["choices"]:
+                text += choice["delta"].get("content") or ""
+    return text
+
+
+def concurrent_answers(server, stream):
+    out = [None] * len(PROMPTS)
+
+    def one(i):
+        out[i] = chat(server, i, stream)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert all(isinstance(a, str) for a in out), out
+    return out
+
+
+def test_two_processes_answer_as_one_process_does(model):
+    args = ("-np", "8", "-c", "4096", "--split-invariant")
+    single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
+    try:
+        expected = concurrent_answers(single, stream=False)
+        expected_stream = concurrent_answers(single, stream=True)
+    finally:
+        assert single.stop() == 0
+    group = MpiServer(*args, "-t", "1", model=model)
+    try:
+        assert "tp 2 (allreduce mpi" in group.log_text()
+        got = concurrent_answers(group, stream=False)
+        got_stream = concurrent_answers(group, stream=True)
+        metrics = group.get("/metrics").text
+    finally:
+        assert group.stop() == 0, group.log_text()
+    assert got == expected
+    assert got_stream == expected_stream
+    assert any(len(a) > 0 for a in got)
+    # Process 0 reports every rank's collectives, the follower's included.
+    assert 'llamatp_collective_calls_total{rank="1"}' in metrics
+
+
+def long_generation(server, got):
+    try:
+        r = requests.post(server.base + "/v1/completions", json={
+            "prompt": "Once upon a time", "max_tokens": 100000, "ignore_eos": True, "stream": True},
+            stream=True, timeout=30)
+        got["status"] = r.status_code
+        got["lines"] = [l for l in r.iter_lines(decode_unicode=True) if l]
+    except requests.RequestException as e:
+        got["error"] = repr(e)
+
+
+def generation_failed(got):
+    if "error" in got or got.get("status") != 200:
+        return True
+    return any('"error"' in l for l in got["lines"]) or got["lines"][-1:] != ["data: [DONE]"]
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+def test_a_follower_fault_stops_the_group(model, fault):
+    group = MpiServer("-np", "1", "-c", "131072", "-t", "1", model=model)
+    got = {}
+    client = threading.Thread(target=long_generation, args=(group, got))
+    client.start()
+    time.sleep(1.0)
+    assert client.is_alive(), got
+    os.kill(group.ranks[1], fault)
+    since = time.time()
+    health = []
+    while group.proc.poll() is None and time.time() - since < GROUP_GONE_S:
+        try:
+            health.append(requests.get(group.base + "/health", timeout=1).status_code)
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    took = group.wait_group_gone(since)
+    client.join(timeout=30)
+    log = group.log_text()
+    group.stop()
+    assert generation_failed(got), got
+    assert group.proc.returncode != 0, log
+    print(f"fault {fault.name}: every process gone after {took:.1f} s")
+    if fault == signal.SIGSTOP:
+        # Process 0 names the rank that stopped answering, answers 503 and
+        # reports the failure on /health before it exits.
+        assert "rank 1 (process 1" in log, log
+        assert any('"error"' in l and "rank group failed" in l for l in got.get("lines", [])), got
+        assert 503 in health, health
+
+
+def test_each_process_may_read_the_model_at_its_own_path(model, tmp_path):
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(model, copy)
+    group = MpiServer("-c", "256", "-t", "1", "--model-path-rank", f"0={model}", "--model-path-rank", f"1={copy}",
+                      model=tmp_path / "nowhere.gguf")
+    try:
+        r = group.post("/v1/completions", {"prompt": "Once", "max_tokens": 4, "temperature": 0})
+        assert r.status_code == 200, r.text
+    finally:
+        assert group.stop() == 0, group.log_text()
+
+
+def test_a_process_with_another_model_is_refused(model, tmp_path):
+    other = tmp_path / "other.gguf"
+    subprocess.run([str(server_bin().parent / "llama-tp-make-model"), "--arch", "llama", "--type", "q8_0", "--seed",
+                    "8", "--n-embd", "256", "--n-head", "8", "--n-head-kv", "4", "--head-dim", "32", "--n-ff", "768",
+                    "--n-layer", "2", "-o", str(other)], check=True, capture_output=True, timeout=120)
+    require_mpirun()
+    server = [str(server_bin()), "--port", "0", "-c", "256", "-t", "1"]
+    r = subprocess.run([*MPIRUN, "-n", "1", *server, "-m", str(model), ":", "-n", "1", *server, "-m", str(other)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "process 1 on" in r.stderr and "does not match process 0" in r.stderr, r.stderr
+    assert "model:" in r.stderr and "header digest" in r.stderr, r.stderr

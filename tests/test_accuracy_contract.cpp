@@ -1,0 +1,69 @@
+#include "tools/common/accuracy_contract.h"
+
+#include <gtest/gtest.h>
+
+namespace llama_tp {
+namespace {
+
+ModelInfo model(bool quantized, bool moe = false, bool tiled = true) {
+    ModelInfo m;
+    m.quantized = quantized;
+    m.moe = moe;
+    m.split_tiled = tiled;
+    return m;
+}
+
+ComparedRun against_tp1(bool split_invariant = false, bool bf16 = false) {
+    ComparedRun r;
+    r.split_invariant = split_invariant;
+    r.bf16_wire = bf16;
+    return r;
+}
+
+TEST(AccuracyContract, SplitInvariantSumsAreIdenticalOnTheTiles) {
+    const AccuracyBounds b = contract_bounds(against_tp1(true), model(true));
+    EXPECT_EQ(b.max_abs_dp, 0.0);
+    EXPECT_EQ(b.min_top1, 1.0);
+    EXPECT_TRUE(b.greedy);
+    const AccuracyBounds off = contract_bounds(against_tp1(true), model(false, false, false));
+    EXPECT_EQ(off.max_abs_dp, 1e-3);
+    EXPECT_EQ(off.max_mean_kl, 1e-4);
+}
+
+TEST(AccuracyContract, DefaultSumsFollowTheActivationType) {
+    const AccuracyBounds f = contract_bounds(against_tp1(), model(false));
+    EXPECT_EQ(f.max_abs_dp, 1e-3);
+    EXPECT_EQ(f.max_mean_kl, 1e-4);
+    EXPECT_EQ(f.near_tie, 1e-4);
+    EXPECT_EQ(f.min_top1, 1.0);
+    const AccuracyBounds q = contract_bounds(against_tp1(), model(true));
+    EXPECT_LT(q.max_abs_dp, 0.0);
+    EXPECT_EQ(q.max_mean_kl, 1e-3);
+    EXPECT_EQ(q.near_tie, 2e-2);
+    EXPECT_EQ(q.min_top1, 0.97);
+    EXPECT_TRUE(q.greedy);
+    const AccuracyBounds moe = contract_bounds(against_tp1(), model(true, true));
+    EXPECT_EQ(moe.max_mean_kl, 1e-3);
+    EXPECT_EQ(moe.min_top1, 0.0);
+    EXPECT_FALSE(moe.greedy);
+    // Float MoE routes on float values: a flip there is a real difference.
+    EXPECT_EQ(contract_bounds(against_tp1(), model(false, true)).min_top1, 1.0);
+}
+
+TEST(AccuracyContract, Bf16WireBoundsTheMeanKlByActivationType) {
+    EXPECT_EQ(contract_bounds(against_tp1(false, true), model(false)).max_mean_kl, 1e-3);
+    EXPECT_EQ(contract_bounds(against_tp1(false, true), model(true)).max_mean_kl, 1e-2);
+}
+
+TEST(AccuracyContract, UpstreamIsOneDeviceWithinRounding) {
+    ComparedRun r;
+    r.reference_upstream = true;
+    const AccuracyBounds b = contract_bounds(r, model(true));
+    EXPECT_EQ(b.max_abs_dp, 1e-3);
+    EXPECT_EQ(b.min_top1, 1.0);
+    r.split_invariant = true;
+    EXPECT_EQ(contract_bounds(r, model(true)).max_mean_kl, 1e-3);
+}
+
+}  // namespace
+}  // namespace llama_tp

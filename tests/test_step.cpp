@@ -1,0 +1,61 @@
+#include "plugin/error.h"
+#include "plugin/step.h"
+
+#include <gtest/gtest.h>
+
+namespace llama_tp {
+namespace {
+
+Step sample_step() {
+    Step s;
+    s.removes = {{1, 4, -1}, {3, 0, 2}};
+    s.batch.add(17, 4, 1, false);
+    s.batch.add(18, 5, 1, true);
+    s.batch.add(99, 0, 3, true);
+    s.placement = placement_digest({7, 8, 300});
+    return s;
+}
+
+TEST(Step, EncodesAndDecodesEveryField) {
+    const Step s = sample_step();
+    const Step d = Step::decode(s.encode());
+    EXPECT_EQ(d.kind, Step::Kind::Decode);
+    ASSERT_EQ(d.removes.size(), 2u);
+    EXPECT_EQ(d.removes[1].seq, 3);
+    EXPECT_EQ(d.removes[1].p1, 2);
+    EXPECT_EQ(d.removes[0].p1, -1);
+    EXPECT_EQ(d.batch.tokens, s.batch.tokens);
+    EXPECT_EQ(d.batch.pos, s.batch.pos);
+    EXPECT_EQ(d.batch.seq, s.batch.seq);
+    EXPECT_EQ(d.batch.want_logits, s.batch.want_logits);
+    EXPECT_EQ(d.placement, s.placement);
+}
+
+TEST(Step, RefusesTruncatedOrForeignBytes) {
+    std::vector<uint8_t> bytes = sample_step().encode();
+    std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 3);
+    EXPECT_THROW(Step::decode(cut), Error);
+    bytes[0] ^= 0xff;
+    EXPECT_THROW(Step::decode(bytes), Error);
+    bytes[0] ^= 0xff;
+    bytes.push_back(0);
+    EXPECT_THROW(Step::decode(bytes), Error);
+}
+
+TEST(Step, OutputRowsAreTheRequestedOnesOrTheLast) {
+    const Step s = sample_step();
+    EXPECT_EQ(output_rows(s.batch), (std::vector<int32_t>{1, 2}));
+    Batch none;
+    none.add(1, 0, 0, false);
+    none.add(2, 1, 0, false);
+    EXPECT_EQ(output_rows(none), (std::vector<int32_t>{1}));
+}
+
+TEST(Step, PlacementDigestDependsOnOrderAndCells) {
+    EXPECT_EQ(placement_digest({1, 2, 3}), placement_digest({1, 2, 3}));
+    EXPECT_NE(placement_digest({1, 2, 3}), placement_digest({1, 3, 2}));
+    EXPECT_NE(placement_digest({1, 2, 3}), placement_digest({1, 2, 4}));
+}
+
+}  // namespace
+}  // namespace llama_tp
