@@ -17,7 +17,7 @@
 
 namespace llama_tp {
 
-class ButterflyAllReduce final : public AllReduceEngine {
+class ButterflyAllReduce final : public AllReduceWithGroupFailure {
   public:
     // Throws llama_tp::Error when n_ranks < 1.
     explicit ButterflyAllReduce(const AllReduceConfig & config);
@@ -26,11 +26,6 @@ class ButterflyAllReduce final : public AllReduceEngine {
     int n_ranks() const override { return n_ranks_; }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
-    bool failed() const override { return failure_.failed(); }
-    std::string error() const override { return failure_.message(); }
-    void abort(const std::string & why) override {
-        failure_.fail([&] { return why; });
-    }
 
   private:
     // One rank's mailbox; a cache line of its own for the flags peers poll.
@@ -77,7 +72,6 @@ class ButterflyAllReduce final : public AllReduceEngine {
     const int levels_;          // log2(paired_ranks_): pairwise exchange rounds
     const int steps_per_call_;  // fold + levels + unfold
     std::vector<RankSlot> slots_;
-    GroupFailure failure_;
 };
 
 }  // namespace llama_tp

@@ -3,6 +3,8 @@
 // under a lock that is held while the group is marked failed, so a rank that
 // sees the failure and then asks for the message always finds it.
 
+#include "ggml-ext/allreduce_engine.h"
+
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -59,6 +61,20 @@ class GroupFailure {
   private:
     std::atomic<bool> failed_{false};
     FailureRecord record_;
+};
+
+// An engine whose failure is one GroupFailure: failed(), error() and
+// abort() in one place for the engines that keep it so.
+class AllReduceWithGroupFailure : public AllReduceEngine {
+  public:
+    bool failed() const override { return failure_.failed(); }
+    std::string error() const override { return failure_.message(); }
+    void abort(const std::string & why) override {
+        failure_.fail([&] { return why; });
+    }
+
+  protected:
+    GroupFailure failure_;
 };
 
 // "allreduce: rank 1 did not arrive within 30.0 s (group of 2)", or "ranks 1, 3 ...".

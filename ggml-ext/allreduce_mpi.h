@@ -39,7 +39,7 @@ struct MpiPeers {
     std::shared_ptr<std::atomic<bool>> abandoned;
 };
 
-class MpiAllReduce final : public AllReduceEngine {
+class MpiAllReduce final : public AllReduceWithGroupFailure {
   public:
     // config.n_ranks: the ranks of this process. data: a communicator of the
     // group's processes used for nothing else.
@@ -49,11 +49,6 @@ class MpiAllReduce final : public AllReduceEngine {
     int n_ranks() const override { return n_local_ * (int) peers_.hosts.size(); }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
-    bool failed() const override { return failure_.failed(); }
-    std::string error() const override { return failure_.message(); }
-    void abort(const std::string & why) override {
-        failure_.fail([&] { return why; });
-    }
 
   private:
     struct alignas(64) LocalSlot {
@@ -96,7 +91,6 @@ class MpiAllReduce final : public AllReduceEngine {
     std::vector<uint16_t> bf16_send_, bf16_recv_;
     std::vector<uint8_t> received_;  // other processes' values
     std::vector<MPI_Request> requests_;
-    GroupFailure failure_;
 };
 
 }  // namespace llama_tp

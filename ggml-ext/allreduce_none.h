@@ -6,7 +6,7 @@
 
 namespace llama_tp {
 
-class NoneAllReduce final : public AllReduceEngine {
+class NoneAllReduce final : public AllReduceWithGroupFailure {
   public:
     // Throws llama_tp::Error unless config.n_ranks is 1.
     explicit NoneAllReduce(const AllReduceConfig & config);
@@ -15,16 +15,9 @@ class NoneAllReduce final : public AllReduceEngine {
     int n_ranks() const override { return 1; }
     void allreduce(int rank, float *, size_t) override { check_rank(rank); }
     void allreduce(int rank, double *, size_t) override { check_rank(rank); }
-    bool failed() const override { return failure_.failed(); }
-    std::string error() const override { return failure_.message(); }
-    void abort(const std::string & why) override {
-        failure_.fail([&] { return why; });
-    }
 
   private:
     void check_rank(int rank);
-
-    GroupFailure failure_;
 };
 
 }  // namespace llama_tp

@@ -83,6 +83,10 @@ class MpiProcessGroup final : public ProcessGroup {
         MPI_Comm_size(node, &local_size_);
         MPI_Comm_free(&node);
         hosts_ = exchange_hosts();
+        // A warm-up collective on the data communicator: its connections are
+        // made now, not inside the first step's graph.
+        Backoff backoff(timeout_s_);
+        wait(MPI_Ibarrier(data_.get(), &request_), backoff, "warm-up barrier");
     }
 
     int rank() const override { return rank_; }
@@ -142,9 +146,9 @@ class MpiProcessGroup final : public ProcessGroup {
             for (int p = 0; p < size_; ++p) {
                 if (p != rank_) others += (others.empty() ? "" : ", ") + std::to_string(p) + " on " + hosts_[p];
             }
-            throw Error(std::string(what) + ": no answer within " + std::to_string((int) timeout_s_) + " s from " +
-                        (size_ == 2 ? "process " : "one of processes ") + others + " (waiting: process " +
-                        std::to_string(rank_) + " on " + host_ + ")");
+            throw Error(std::string(what) + ": no answer within " + std::to_string((int) timeout_s_) +
+                        " s: " + (size_ == 2 ? "process " : "one of processes ") + others +
+                        " stopped answering (waiting: process " + std::to_string(rank_) + " on " + host_ + ")");
         }
         if (rc != MPI_SUCCESS) throw Error(std::string(what) + " failed: " + mpi_error_text(rc));
     }

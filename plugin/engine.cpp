@@ -83,8 +83,10 @@ class TensorParallelEngine final : public Engine {
         auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
         if (n_processes > 1) {
             log_ranks(setup, *processes, local->reports());
-            group_ =
+            auto group =
                 std::make_unique<MpiRankGroup>(*processes, std::move(local), process_vocab(n_processes), hp_.n_vocab);
+            processes_group_ = group.get();
+            group_ = std::move(group);
         } else {
             group_ = std::move(local);
         }
@@ -98,7 +100,7 @@ class TensorParallelEngine final : public Engine {
 
     void follow() override {
         if (!follower()) throw Error("follow() is for the processes that follow process 0");
-        static_cast<MpiRankGroup &>(*group_).follow();
+        processes_group_->follow();
     }
 
     void decode(const Batch & batch) override {
@@ -288,6 +290,7 @@ class TensorParallelEngine final : public Engine {
     std::unique_ptr<KvCells> cells_;
     std::vector<KvRemove> pending_removes_;
     std::unique_ptr<RankGroup> group_;
+    MpiRankGroup * processes_group_ = nullptr;  // group_, when it spans processes
     std::vector<float> logits_;
     std::vector<int32_t> output_index_;
 };

@@ -2,8 +2,10 @@
 # Two "hosts" on one machine: two network namespaces joined by a veth pair,
 # one rank in each, MPI over TCP on the veth addresses only. mpirun runs in
 # the first namespace and starts the second rank through a launch agent
-# that enters the other namespace (ip netns exec; no ssh), with a hostname
-# of its own. Checks llama-tp-compare across the pair (default sums and
+# that enters the other namespace (nsenter; no ssh), with a hostname of its
+# own. The namespaces are held by a sleeping process each rather than named
+# with `ip netns`, whose exec needs a mount namespace of its own (which a
+# chroot cannot give). Checks llama-tp-compare across the pair (default sums and
 # split-invariant sums), that the traffic went over the veth pair, and a
 # model mismatch naming the other host.
 # Needs root and network namespaces; where the kernel refuses them the test
@@ -15,15 +17,18 @@ mkdir -p "$work"
 command -v mpirun >/dev/null || { echo "FAILED: mpirun not found (install openmpi-bin)"; exit 1; }
 
 tag=lltp$$
-ns_a=${tag}a ns_b=${tag}b
 net=10.231.$(($$ % 250)).
 addr_a=${net}1 addr_b=${net}2
+holder_a="" holder_b=""
 
+# Every process in either namespace, and the namespaces with their holders.
 cleanup() {
-    ip netns pids "$ns_b" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns pids "$ns_a" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$ns_a" 2>/dev/null
-    ip netns del "$ns_b" 2>/dev/null
+    for h in $holder_a $holder_b; do
+        for p in /proc/[0-9]*; do
+            [[ $(readlink "$p/ns/net" 2>/dev/null) == "$(readlink "/proc/$h/ns/net" 2>/dev/null)" ]] &&
+                kill -9 "${p#/proc/}" 2>/dev/null
+        done
+    done
 }
 trap cleanup EXIT
 
@@ -38,12 +43,19 @@ refused() {
 }
 
 command -v ip >/dev/null || refused "no ip command (iproute2)"
-err=$( { ip netns add "$ns_a" && ip netns add "$ns_b" &&
+for tool in unshare nsenter; do command -v $tool >/dev/null || refused "no $tool (util-linux)"; done
+unshare --net sleep 3600 & holder_a=$!
+unshare --net sleep 3600 & holder_b=$!
+disown -a  # killed at the end without a job report
+in_a=(nsenter --net=/proc/$holder_a/ns/net)
+in_b=(nsenter --net=/proc/$holder_b/ns/net)
+sleep 0.2
+err=$( { kill -0 $holder_a && kill -0 $holder_b &&
          ip link add "${tag}va" type veth peer name "${tag}vb" &&
-         ip link set "${tag}va" netns "$ns_a" && ip link set "${tag}vb" netns "$ns_b" &&
-         ip -n "$ns_a" addr add "$addr_a/24" dev "${tag}va" && ip -n "$ns_b" addr add "$addr_b/24" dev "${tag}vb" &&
-         ip -n "$ns_a" link set "${tag}va" up && ip -n "$ns_b" link set "${tag}vb" up &&
-         ip -n "$ns_a" link set lo up && ip -n "$ns_b" link set lo up; } 2>&1) || refused "$err"
+         ip link set "${tag}va" netns $holder_a && ip link set "${tag}vb" netns $holder_b &&
+         "${in_a[@]}" ip addr add "$addr_a/24" dev "${tag}va" && "${in_b[@]}" ip addr add "$addr_b/24" dev "${tag}vb" &&
+         "${in_a[@]}" ip link set "${tag}va" up && "${in_b[@]}" ip link set "${tag}vb" up &&
+         "${in_a[@]}" ip link set lo up && "${in_b[@]}" ip link set lo up; } 2>&1) || refused "$err"
 
 # The launch agent: Open MPI calls it as `agent HOST COMMAND...`.
 agent="$work/netns-agent.sh"
@@ -51,12 +63,12 @@ cat >"$agent" <<AGENT
 #!/bin/sh
 host=\$1; shift
 [ "\$host" = "$addr_b" ] || { echo "netns agent: unknown host \$host" >&2; exit 1; }
-exec ip netns exec "$ns_b" unshare --uts sh -c 'hostname llama-tp-host-b; exec sh -c "\$0"' "\$*"
+exec nsenter --net=/proc/$holder_b/ns/net unshare --uts sh -c 'hostname llama-tp-host-b; exec sh -c "\$0"' "\$*"
 AGENT
 chmod +x "$agent"
 printf '%s slots=1\n%s slots=1\n' "$addr_a" "$addr_b" >"$work/hostfile"
 
-mpi=(ip netns exec "$ns_a" unshare --uts sh -c 'hostname llama-tp-host-a; exec "$@"' sh
+mpi=("${in_a[@]}" unshare --uts sh -c 'hostname llama-tp-host-a; exec "$@"' sh
      mpirun --allow-run-as-root --bind-to none --hostfile "$work/hostfile" -n 2
      --mca plm_rsh_agent "$agent" --mca btl tcp,self
      --mca btl_tcp_if_include "${net}0/24" --mca oob_tcp_if_include "${net}0/24")
@@ -65,7 +77,7 @@ model="$work/llama-q8_0.gguf"
 "$make_model" --arch llama --type q8_0 --seed 7 --n-embd 384 --n-head 12 --n-head-kv 6 --head-dim 32 --n-ff 1536 \
     --n-layer 2 -o "$model" >/dev/null 2>&1 || { echo "FAILED: generating the model"; exit 1; }
 
-tx_bytes() { ip -n "$ns_a" -s -j link show "${tag}va" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'; }
+tx_bytes() { "${in_a[@]}" ip -s -j link show "${tag}va" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'; }
 
 failures=0 cases=0
 check() {  # description, compare arguments...

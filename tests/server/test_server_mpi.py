@@ -199,7 +199,8 @@ def test_a_follower_fault_stops_the_group(model, fault):
     if fault == signal.SIGSTOP:
         # Process 0 names the rank that stopped answering, answers 503 and
         # reports the failure on /health before it exits.
-        assert "rank 1 (process 1" in log, log
+        # (in the AllReduce or in the gather of the logits, wherever it stopped)
+        assert "process 1 on" in log and "stopped answering" in log, log
         assert any('"error"' in l and "rank group failed" in l for l in got.get("lines", [])), got
         assert 503 in health, health
 
