@@ -41,9 +41,11 @@ class FailureRecord {
 // A group's failed flag with its first reason, as the butterfly, none and
 // mpi engines keep it (the cpu engine keeps its flag in its barrier word and
 // uses FailureRecord directly).
+// Sequentially consistent, so that a wait may reason about the flag
+// together with other counters (see MpiAllReduce::run).
 class GroupFailure {
   public:
-    bool failed() const { return failed_.load(std::memory_order_acquire); }
+    bool failed() const { return failed_.load(); }
     std::string message() const { return record_.message(); }
     // The flag itself, for waits that give up once the group has failed.
     const std::atomic<bool> & flag() const { return failed_; }
@@ -53,7 +55,7 @@ class GroupFailure {
     template <typename Why>
     void fail(Why why) noexcept {
         record_.record([&] {
-            failed_.store(true, std::memory_order_release);
+            failed_.store(true);
             return std::string(why());
         });
     }

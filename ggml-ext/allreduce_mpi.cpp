@@ -72,22 +72,36 @@ void MpiAllReduce::run(int rank, T * data, size_t n) {
         failure_.fail([&] { return bad_rank_message(rank, n_ranks()); });
         return;
     }
-    if (failed()) return;
     LocalSlot & me = slots_[local];
     me.data = data;
     me.n = n;
     me.element_size = sizeof(T);
+    // Counted on failure too, so that every rank's call numbers stay in step.
     const uint64_t call = ++me.calls;
     if (local == 0) {
-        lead(data, n, call);
+        // Entered before the failed check, all of it seq_cst: a rank that saw
+        // the group failed and this call not entered yet may leave, because
+        // the leader will then see the failure too and touch no buffer.
+        leader_entered_.store(call);
+        try {
+            if (!failed()) lead(data, n, call);
+        } catch (...) {
+            failure_.fail([] { return "allreduce: out of memory"; });
+        }
+        released_.store(call, std::memory_order_release);
         return;
     }
     me.arrived.store(call, std::memory_order_release);
-    // The leader's own waits are bounded; it releases this call on failure too.
     Backoff backoff = Backoff::unbounded();
-    while (released_.load(std::memory_order_acquire) < call) backoff.pause();
+    while (released_.load(std::memory_order_acquire) < call) {
+        if (failed() && leader_entered_.load() < call) return;
+        backoff.pause();
+    }
 }
 
+// Sums every local rank's values into the leader's buffer, then across
+// processes, and writes the result into the other local buffers. The
+// caller releases the call however this ends.
 template <typename T>
 void MpiAllReduce::lead(T * data, size_t n, uint64_t call) {
     std::string why;
@@ -102,7 +116,6 @@ void MpiAllReduce::lead(T * data, size_t n, uint64_t call) {
             for (int r = 1; r < n_local_; ++r) std::memcpy(slots_[r].data, data, n * sizeof(T));
         }
     }
-    released_.store(call, std::memory_order_release);
 }
 
 bool MpiAllReduce::await_local_ranks(uint64_t call) {
@@ -162,6 +175,11 @@ template <typename T>
 bool MpiAllReduce::across_processes(T * data, size_t n) {
     const size_t n_processes = peers_.hosts.size();
     if (n_processes == 1) return true;
+    if (peers_.abandoned && peers_.abandoned->load()) {
+        // Another wait was abandoned: no more MPI calls (their buffers may be in use).
+        failure_.fail([] { return "allreduce: the process group has failed"; });
+        return false;
+    }
     if (n > (size_t) INT_MAX / n_processes) {
         failure_.fail([&] { return "allreduce: " + std::to_string(n) + " elements are more than one MPI call takes"; });
         return false;
@@ -199,9 +217,24 @@ bool MpiAllReduce::exchange(const W * mine, W * theirs, size_t n) {
     }
     if (rc == MPI_SUCCESS) {
         Backoff backoff(timeout_s_);
-        rc = mpi_wait_all(requests_, backoff, &failure_.flag());
+        rc = mpi_wait_all(requests_, statuses_, backoff, &failure_.flag());
     }
-    return outcome(rc, "the exchange between processes");
+    if (!outcome(rc, "the exchange between processes")) return false;
+    // A shorter message is received without an error: every process must send n values.
+    for (size_t i = 0; i + 1 < (size_t) n_processes; ++i) {
+        int count = 0;
+        MPI_Get_count(&statuses_[i], type, &count);
+        if (count != (int) n) {
+            const int from = statuses_[i].MPI_SOURCE;
+            failure_.fail([&] {
+                return "allreduce: process " + std::to_string(from) + " sent " + std::to_string(count) +
+                       " values where this process has " + std::to_string(n) +
+                       " (the processes disagree on the model or the step)";
+            });
+            return false;
+        }
+    }
+    return true;
 }
 
 // Every process adds the same values in the same (process) order.

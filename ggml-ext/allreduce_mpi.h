@@ -87,10 +87,12 @@ class MpiAllReduce final : public AllReduceWithGroupFailure {
     const WireType wire_;
     const double timeout_s_;
     std::vector<LocalSlot> slots_;
-    std::atomic<uint64_t> released_{0};  // calls the leader has finished (or failed)
+    std::atomic<uint64_t> released_{0};        // calls the leader has finished (or failed)
+    std::atomic<uint64_t> leader_entered_{0};  // calls the leader has begun
     std::vector<uint16_t> bf16_send_, bf16_recv_;
-    std::vector<uint8_t> received_;  // other processes' values
-    std::vector<MPI_Request> requests_;
+    std::vector<uint8_t> received_;      // other processes' values
+    std::vector<MPI_Request> requests_;  // receives first, then sends
+    std::vector<MPI_Status> statuses_;
 };
 
 }  // namespace llama_tp

@@ -5,6 +5,7 @@
 #include "ggml-ext/process_group.h"
 
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -52,13 +53,7 @@ class MpiLibrary {
                         ", llama-tp needs MPI_THREAD_SERIALIZED (calls from several threads, one at a time)");
         }
     }
-    // A request left posted to a peer that stopped answering can make
-    // MPI_Finalize wait for it: then the process leaves MPI unfinalised
-    // (mpirun reports it, and the job is failing anyway).
-    ~MpiLibrary() {
-        if (!abandoned->load()) MPI_Finalize();
-    }
-    std::shared_ptr<std::atomic<bool>> abandoned = std::make_shared<std::atomic<bool>>(false);
+    ~MpiLibrary() { MPI_Finalize(); }
     MpiLibrary(const MpiLibrary &) = delete;
     MpiLibrary & operator=(const MpiLibrary &) = delete;
 };
@@ -94,36 +89,56 @@ class MpiProcessGroup final : public ProcessGroup {
     int local_size() const override { return local_size_; }
     const std::string & host() const override { return host_; }
 
-    void broadcast(std::vector<uint8_t> & bytes) override {
+    void broadcast(std::vector<uint8_t> & bytes, Patience patience) override {
+        refuse_if_abandoned("step broadcast");
         uint64_t n = bytes.size();
         // Followers may wait for the next step through any idle time.
-        Backoff header_wait = rank_ == 0 ? Backoff(timeout_s_) : Backoff::unbounded();
+        Backoff header_wait = rank_ == 0 ? bounded(patience) : Backoff::unbounded();
         wait(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, control_.get(), &request_), header_wait, "step broadcast");
         bytes.resize(n);
-        Backoff body_wait(timeout_s_);
+        Backoff body_wait = bounded(patience);
         wait(MPI_Ibcast(bytes.data(), (int) n, MPI_BYTE, 0, control_.get(), &request_), body_wait, "step broadcast");
     }
 
-    void gather(const std::vector<uint8_t> & mine, std::vector<std::vector<uint8_t>> * parts) override {
+    void gather(const std::vector<uint8_t> & mine, std::vector<std::vector<uint8_t>> * parts,
+                Patience patience) override {
+        refuse_if_abandoned("gather");
         uint64_t n = mine.size();
         std::vector<uint64_t> sizes(rank_ == 0 ? size_ : 0);
-        Backoff backoff(timeout_s_);
+        Backoff backoff = bounded(patience);
         wait(MPI_Igather(&n, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, 0, control_.get(), &request_), backoff,
              "gather");
         std::vector<int> counts(sizes.size()), offsets(sizes.size());
-        std::vector<uint8_t> all;
-        for (size_t p = 0, at = 0; p < sizes.size(); at += sizes[p], ++p) {
+        uint64_t total = 0;
+        for (size_t p = 0; p < sizes.size(); ++p) {
             counts[p] = (int) sizes[p];
-            offsets[p] = (int) at;
-            if (p + 1 == sizes.size()) all.resize(at + sizes[p]);
+            offsets[p] = (int) total;
+            total += sizes[p];
         }
+        if (total > (uint64_t) INT_MAX) {
+            abandoned_->store(true);  // the others wait in the Igatherv this process does not post
+            throw Error("gather: " + std::to_string(total) + " bytes are more than one MPI call takes");
+        }
+        std::vector<uint8_t> all(total);
         wait(MPI_Igatherv(mine.data(), (int) n, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, 0,
                           control_.get(), &request_),
              backoff, "gather");
         if (!parts) return;
         parts->assign(size_, {});
-        for (int p = 0; p < size_; ++p)
+        for (int p = 0; p < size_; ++p) {
             (*parts)[p].assign(all.begin() + offsets[p], all.begin() + offsets[p] + counts[p]);
+        }
+    }
+
+    void end_together() override { ended_together_ = true; }
+
+    ~MpiProcessGroup() override {
+        if (ended_together_ && !abandoned_->load()) return;
+        // A process left without the others, or one stopped answering: MPI
+        // cannot finalise with them, so the job ends here, every process.
+        std::fflush(stdout);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
 
     std::unique_ptr<AllReduceEngine> make_allreduce(const AllReduceConfig & config) override {
@@ -131,16 +146,26 @@ class MpiProcessGroup final : public ProcessGroup {
         peers.process = rank_;
         peers.hosts = hosts_;
         peers.ranks_per_process = config.n_ranks;
-        peers.abandoned = library_.abandoned;
+        peers.abandoned = abandoned_;
         AllReduceConfig c = config;
         c.timeout_s = timeout_s_;
         return std::make_unique<MpiAllReduce>(data_.get(), peers, c);
     }
 
   private:
+    void refuse_if_abandoned(const char * what) const {
+        if (abandoned_->load()) throw Error(std::string(what) + ": the process group has failed");
+    }
+
+    Backoff bounded(Patience patience) const {
+        return Backoff(patience == Patience::Startup ? kStartupTimeout_s : timeout_s_);
+    }
+
+    // Completes an operation just posted (rc: its outcome). Once a wait was
+    // abandoned no more MPI calls are made: their buffers may still be in use.
     void wait(int rc, Backoff & backoff, const char * what) {
         if (rc == MPI_SUCCESS) rc = mpi_wait(request_, backoff);
-        if (rc != MPI_SUCCESS) library_.abandoned->store(true);
+        if (rc != MPI_SUCCESS) abandoned_->store(true);
         if (rc == MPI_ERR_PENDING) {
             std::string others;
             for (int p = 0; p < size_; ++p) {
@@ -170,6 +195,9 @@ class MpiProcessGroup final : public ProcessGroup {
     Communicator control_, data_;
     MPI_Request request_ = MPI_REQUEST_NULL;
     int rank_ = 0, size_ = 1, local_size_ = 1;
+    bool ended_together_ = false;
+    // Set when a request is left posted (a peer stopped answering).
+    std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
     std::string host_;
     std::vector<std::string> hosts_;
 };

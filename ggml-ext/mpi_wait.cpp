@@ -19,10 +19,12 @@ int mpi_wait(MPI_Request & request, Backoff & backoff, const std::atomic<bool> *
     }
 }
 
-int mpi_wait_all(std::vector<MPI_Request> & requests, Backoff & backoff, const std::atomic<bool> * abandon) {
+int mpi_wait_all(std::vector<MPI_Request> & requests, std::vector<MPI_Status> & statuses, Backoff & backoff,
+                 const std::atomic<bool> * abandon) {
+    statuses.resize(requests.size());
     for (;;) {
         int done = 0;
-        const int rc = MPI_Testall((int) requests.size(), requests.data(), &done, MPI_STATUSES_IGNORE);
+        const int rc = MPI_Testall((int) requests.size(), requests.data(), &done, statuses.data());
         if (rc != MPI_SUCCESS) return rc;
         if (done) return MPI_SUCCESS;
         if (!backoff.pause() || (abandon && abandon->load(std::memory_order_acquire))) return MPI_ERR_PENDING;

@@ -20,7 +20,8 @@ std::string mpi_error_text(int code);
 // backoff ran out or *abandon became true first (the request stays
 // posted), or the MPI error.
 int mpi_wait(MPI_Request & request, Backoff & backoff, const std::atomic<bool> * abandon = nullptr);
-// The same for all of them.
-int mpi_wait_all(std::vector<MPI_Request> & requests, Backoff & backoff, const std::atomic<bool> * abandon = nullptr);
+// The same for all of them; statuses (resized) receives theirs.
+int mpi_wait_all(std::vector<MPI_Request> & requests, std::vector<MPI_Status> & statuses, Backoff & backoff,
+                 const std::atomic<bool> * abandon = nullptr);
 
 }  // namespace llama_tp

@@ -49,7 +49,8 @@ std::string text_of(const std::vector<uint8_t> & bytes) {
 void MpiRankGroup::agree(ProcessGroup & processes, const std::string & setup) {
     const std::string mine = "host: " + processes.host() + "\n" + setup;
     std::vector<std::vector<uint8_t>> parts;
-    processes.gather(std::vector<uint8_t>(mine.begin(), mine.end()), processes.rank() == 0 ? &parts : nullptr);
+    processes.gather(std::vector<uint8_t>(mine.begin(), mine.end()), processes.rank() == 0 ? &parts : nullptr,
+                     Patience::Startup);
     std::string verdict;
     if (processes.rank() == 0) {
         for (int p = 1; p < processes.size() && verdict.empty(); ++p) {
@@ -63,8 +64,11 @@ void MpiRankGroup::agree(ProcessGroup & processes, const std::string & setup) {
         }
     }
     std::vector<uint8_t> bytes(verdict.begin(), verdict.end());
-    processes.broadcast(bytes);
-    if (!bytes.empty()) throw Error("refusing to start: " + text_of(bytes));
+    processes.broadcast(bytes, Patience::Startup);
+    if (!bytes.empty()) {
+        processes.end_together();  // every process refuses with the same message
+        throw Error("refusing to start: " + text_of(bytes));
+    }
 }
 
 MpiRankGroup::MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> local, std::vector<ShardRange> vocab,
@@ -83,12 +87,14 @@ MpiRankGroup::~MpiRankGroup() {
     // Also after a failure: followers still waiting for a step end cleanly
     // (the wait is bounded, and a small step goes out without waiting).
     if (processes_.rank() != 0) return;
-    Step shutdown;
-    shutdown.kind = Step::Kind::Shutdown;
-    std::vector<uint8_t> bytes = shutdown.encode();
     try {
+        Step shutdown;
+        shutdown.kind = Step::Kind::Shutdown;
+        std::vector<uint8_t> bytes = shutdown.encode();
         processes_.broadcast(bytes);
-    } catch (const Error & e) {
+        processes_.end_together();
+    } catch (const std::exception & e) {
+        // The process group then ends the job when it goes.
         std::fprintf(stderr, "llama-tp: could not end the followers: %s\n", e.what());
     }
 }
@@ -98,7 +104,7 @@ void MpiRankGroup::gather_reports() {
     std::vector<uint8_t> bytes;
     append(bytes, mine.data(), mine.size());
     std::vector<std::vector<uint8_t>> parts;
-    processes_.gather(bytes, processes_.rank() == 0 ? &parts : nullptr);
+    processes_.gather(bytes, processes_.rank() == 0 ? &parts : nullptr, Patience::Startup);
     for (const auto & part : parts) {
         const size_t n = part.size() / sizeof(RankReport);
         const size_t at = reports_.size();
@@ -167,7 +173,10 @@ void MpiRankGroup::follow() {
         std::vector<uint8_t> bytes;
         processes_.broadcast(bytes);
         const Step step = Step::decode(bytes);
-        if (step.kind == Step::Kind::Shutdown) return;
+        if (step.kind == Step::Kind::Shutdown) {
+            processes_.end_together();
+            return;
+        }
         const size_t n_rows = output_rows(step.batch).size();
         rows_.resize(n_rows * (size_t) n_vocab_);
         local_->run(step, rows_.data());

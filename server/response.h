@@ -51,7 +51,7 @@ std::string finish_reason_after(const std::string & reason, bool called_tools);
 // Stream chunks. `finish_reason` "" -> null.
 json text_chunk(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs);
 json delta_chunk(const ResponseContext & ctx, const json & delta);  // chat: any delta object
-json role_chunk(const ResponseContext & ctx);  // chat only: the first chunk, {"role":"assistant"}
+json role_chunk(const ResponseContext & ctx);                       // chat only: the first chunk, {"role":"assistant"}
 json finish_chunk(const ResponseContext & ctx, const TaskEvent & done);
 json usage_chunk(const ResponseContext & ctx, const TaskEvent & done);
 

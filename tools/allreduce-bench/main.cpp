@@ -217,10 +217,14 @@ int run(const Options & o, ProcessGroup * processes) {
 }  // namespace llama_tp
 
 int main(int argc, char ** argv) {
+    // Outlives the error message (see ProcessGroup's destructor).
+    std::unique_ptr<llama_tp::ProcessGroup> processes;
     try {
         const llama_tp::Options o = llama_tp::parse(argc, argv);
-        const auto processes = llama_tp::join_launched_processes(llama_tp::kProcessTimeout_s);
-        return llama_tp::run(o, processes.get());
+        processes = llama_tp::join_launched_processes(llama_tp::kProcessTimeout_s);
+        const int rc = llama_tp::run(o, processes.get());
+        if (processes) processes->end_together();  // every process made the same calls
+        return rc;
     } catch (const llama_tp::Error & e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

@@ -298,8 +298,11 @@ int run(const Options & o) {
 
 int main(int argc, char ** argv) {
     llama_tp::Options o = llama_tp::parse(argc, argv);
+    // Outlives the error message: a process group that did not end together
+    // ends the whole job when it goes.
+    std::unique_ptr<llama_tp::ProcessGroup> processes;
     try {
-        const auto processes = llama_tp::join_launched_processes(llama_tp::kProcessTimeout_s);
+        processes = llama_tp::join_launched_processes(llama_tp::kProcessTimeout_s);
         o.engine.join(processes.get());
         return llama_tp::run(o);
     } catch (const llama_tp::Error & e) {
