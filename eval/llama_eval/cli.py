@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--n-repeats", type=_positive_int, help="attempts per case (default 1)")
 
     grading = parser.add_argument_group("grading")
-    grading.add_argument("--grader", choices=GRADER_NAMES,
+    grading.add_argument("--grader", "--grader-type", dest="grader", choices=GRADER_NAMES,
                          help="default: regex for math datasets, mc for multiple choice")
     grading.add_argument("--grader-script", help="for --grader cli: run as SCRIPT PREDICTED REFERENCE, "
                                                  "exit 0 = correct")

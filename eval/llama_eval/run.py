@@ -3,10 +3,14 @@ reports written at the end."""
 
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tqdm import tqdm
+try:
+    from tqdm import tqdm
+except ImportError:  # a Python without tqdm: PlainProgress below
+    tqdm = None
 
 from .case_log import CaseLog
 from .errors import RunError, UsageError
@@ -52,9 +56,50 @@ def probe_models(servers: List[Server]) -> None:
             warn(f"server {server.name} did not list its models ({type(err).__name__}); sending no model id")
 
 
+class PlainProgress:
+    """The part of tqdm's interface Progress uses, as a plain line on stderr at
+    most once a second and once at the end."""
+
+    def __init__(self, total: int, enabled: bool, file=sys.stderr, clock=time.monotonic, interval: float = 1.0):
+        self._total, self._enabled, self._file, self._clock, self._interval = total, enabled, file, clock, interval
+        self._n = 0
+        self._fields: Dict = {}
+        self._last = None
+        self._printed_n = -1
+
+    def set_postfix(self, refresh: bool = False, **fields) -> None:
+        self._fields = fields
+
+    def update(self, n: int = 1) -> None:
+        self._n += n
+        now = self._clock()
+        if self._last is None or now - self._last >= self._interval or self._n == self._total:
+            self._print()
+            self._last = now
+
+    def close(self) -> None:
+        if self._printed_n != self._n:
+            self._print()
+
+    def _print(self) -> None:
+        if not self._enabled:
+            return
+        fields = "".join(f", {k} {v}" for k, v in self._fields.items())
+        print(f"llama-eval: {self._n}/{self._total} tasks{fields}", file=self._file, flush=True)
+        self._printed_n = self._n
+
+
+def progress_bar(total: int, enabled: bool, bar_class=None):
+    """tqdm's bar where tqdm is installed, else a plain progress line."""
+    bar_class = bar_class if bar_class is not None else tqdm
+    if bar_class is None:
+        return PlainProgress(total, enabled)
+    return bar_class(total=total, file=sys.stderr, disable=not enabled, unit="task", dynamic_ncols=True)
+
+
 class Progress:
     def __init__(self, total: int, enabled: bool, log: Optional[CaseLog]):
-        self._bar = tqdm(total=total, file=sys.stderr, disable=not enabled, unit="task", dynamic_ncols=True)
+        self._bar = progress_bar(total, enabled)
         self._log = log
         self._lock = threading.Lock()
         self._done = self._correct = self._errors = 0
