@@ -84,8 +84,9 @@ MpiRankGroup::MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> 
 }
 
 MpiRankGroup::~MpiRankGroup() {
-    // Also after a failure: followers still waiting for a step end cleanly
-    // (the wait is bounded, and a small step goes out without waiting).
+    // Also after a failed step: followers waiting for the next step end
+    // cleanly. Where a wait was abandoned the broadcast refuses at once and
+    // the process group ends the job instead.
     if (processes_.rank() != 0) return;
     try {
         Step shutdown;
