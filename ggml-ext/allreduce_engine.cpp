@@ -57,16 +57,8 @@ struct Chain {
     bool automatic = false;
 };
 
-std::string normalized(const std::string & name) {
-    std::string out;
-    for (const char c : name) {
-        if (!std::isspace((unsigned char) c)) out += (char) std::tolower((unsigned char) c);
-    }
-    return out;
-}
-
 Chain chain_for(const std::string & requested, int n_ranks) {
-    const std::string name = normalized(requested);
+    const std::string name = normalized_engine_name(requested);
     if (name.empty() || name == "auto") {
         if (n_ranks == 1) return {{kNone}, true};
         return {{kCpu, kButterfly}, true};
@@ -109,6 +101,14 @@ std::string env_value(const char * variable) {
 }
 
 }  // namespace
+
+std::string normalized_engine_name(const std::string & name) {
+    std::string out;
+    for (const char c : name) {
+        if (!std::isspace((unsigned char) c)) out += (char) std::tolower((unsigned char) c);
+    }
+    return out;
+}
 
 const char * allreduce_engine_names() {
     return kNames;

@@ -65,6 +65,9 @@ std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & c
 // environment: callers use this only when no flag was given.
 std::string allreduce_engine_from_env();
 
+// An engine name as the chain reads it: lower case, without white space.
+std::string normalized_engine_name(const std::string & name);
+
 // Every name make_allreduce_engine accepts, for usage text and messages.
 const char * allreduce_engine_names();
 

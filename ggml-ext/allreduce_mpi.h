@@ -33,7 +33,6 @@ namespace llama_tp {
 struct MpiPeers {
     int process = 0;
     std::vector<std::string> hosts;  // per process
-    int ranks_per_process = 1;
     // Set when a request is left posted (a peer stopped answering): MPI
     // cannot be finalised cleanly any more.
     std::shared_ptr<std::atomic<bool>> abandoned;

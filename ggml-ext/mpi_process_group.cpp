@@ -145,7 +145,6 @@ class MpiProcessGroup final : public ProcessGroup {
         MpiPeers peers;
         peers.process = rank_;
         peers.hosts = hosts_;
-        peers.ranks_per_process = config.n_ranks;
         peers.abandoned = abandoned_;
         AllReduceConfig c = config;
         c.timeout_s = timeout_s_;

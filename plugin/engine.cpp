@@ -13,7 +13,6 @@
 #include "plugin/tokenizer.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <thread>
 
@@ -182,8 +181,7 @@ class TensorParallelEngine final : public Engine {
     // threads of one process only.
     std::unique_ptr<AllReduceEngine> process_allreduce(ProcessGroup & processes) const {
         AllReduceConfig ac = allreduce_config(options_.tp);
-        std::string name;
-        for (const char c : ac.engine) name += (char) std::tolower((unsigned char) c);
+        const std::string name = normalized_engine_name(ac.engine);
         if (name != "auto" && name != "mpi") {
             throw Error("allreduce engine '" + ac.engine + "' joins the ranks of one process; ranks in " +
                         std::to_string(processes.size()) + " processes need mpi (or auto)");

@@ -48,8 +48,6 @@ class Rank {
     Rank(const Rank &) = delete;
     Rank & operator=(const Rank &) = delete;
 
-    const KvCache & kv() const { return *kv_; }
-
     // Applies a step to this rank's KV slice and runs it; copies this rank's
     // vocabulary slice of every output row into logits (output_rows() rows of
     // n_vocab floats). Throws llama_tp::Error when the step fails; the cache
@@ -57,7 +55,6 @@ class Rank {
     void run(const Step & step, float * logits, int32_t n_vocab);
 
     int64_t graph_builds() const { return graph_builds_; }
-    int64_t vocab_begin() const { return vocab_begin_; }
     uint64_t weight_bytes() const { return weights_->total_bytes(); }
     int64_t n_params() const { return weights_->n_params(); }
     // Weights, KV cache and compute buffer of this rank.

@@ -188,7 +188,8 @@ std::unique_ptr<AllReduceEngine> make_engine(const Options & o, ProcessGroup * p
     config.n_ranks = local_ranks;
     config.wire = o.wire;
     if (!processes) return make_allreduce_engine(config);
-    if (o.engine != "mpi" && o.engine != "auto") {
+    const std::string name = normalized_engine_name(o.engine);
+    if (name != "mpi" && name != "auto") {
         throw Error("under mpirun the engine is mpi (or auto), not '" + o.engine + "'");
     }
     return processes->make_allreduce(config);
