@@ -26,8 +26,12 @@ class ApiError : public std::runtime_error {
         switch (status) {
             case 401:
                 return "authentication_error";
+            case 403:
+                return "permission_error";
             case 404:
                 return "not_found_error";
+            case 501:
+                return "not_supported_error";
             case 503:
                 return "unavailable_error";
             default:

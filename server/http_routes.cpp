@@ -5,6 +5,7 @@
 #include "plugin/tokenizer.h"
 #include "server/chat_format.h"
 #include "server/log.h"
+#include "server/native_response.h"
 #include "server/request.h"
 #include "server/response.h"
 #include "server/scheduler.h"
@@ -54,6 +55,12 @@ Handler guarded(Handler h) {
             send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error"));
         }
     };
+}
+
+// The route a request path names under --api-prefix ("" when outside it).
+std::string route_of(const std::string & path, const std::string & prefix) {
+    if (prefix.empty()) return path;
+    return path.rfind(prefix, 0) == 0 ? path.substr(prefix.size()) : std::string();
 }
 
 bool is_public_path(const std::string & path) {
@@ -153,6 +160,20 @@ PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, st
     return out;
 }
 
+// Text entries of logit_bias become their tokens; every id must be in the vocabulary.
+void resolve_logit_bias(const Tokenizer & tok, GenerationRequest & gr) {
+    for (const auto & [text, bias] : gr.logit_bias_text) {
+        for (int32_t id : tok.tokenize(text, false, false)) gr.sampling.logit_bias.emplace_back(id, bias);
+    }
+    for (const auto & [id, bias] : gr.sampling.logit_bias) {
+        if (id >= tok.n_vocab()) {
+            throw bad_request("'logit_bias' names token " + std::to_string(id) + ", outside the vocabulary of " +
+                                  std::to_string(tok.n_vocab()),
+                              "logit_bias", "invalid_value");
+        }
+    }
+}
+
 // Validates what needs the model, and builds the scheduler task.
 std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
                                 std::shared_ptr<ToolCallParser> & tool_parser) {
@@ -170,9 +191,11 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
         throw bad_request("the prompt is empty", prompt_param, "invalid_value");
     }
     if (n_prompt >= st.n_ctx_slot) {
-        throw bad_request("the prompt is " + std::to_string(n_prompt) + " tokens, but the context of a slot holds " +
-                              std::to_string(st.n_ctx_slot) + " (prompt and completion together)",
-                          prompt_param, "context_length_exceeded");
+        // llama-server's error type for it, with OpenAI's code.
+        throw ApiError(400,
+                       "the prompt is " + std::to_string(n_prompt) + " tokens, but the context of a slot holds " +
+                           std::to_string(st.n_ctx_slot) + " (prompt and completion together)",
+                       prompt_param, "context_length_exceeded", "exceed_context_size_error");
     }
 
     int64_t n_predict = gr.max_tokens >= 0 ? gr.max_tokens : (st.opts.n_predict >= 0 ? st.opts.n_predict : INT_MAX);
@@ -181,6 +204,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->ignore_eos = gr.ignore_eos;
     task->cache_prompt = gr.cache_prompt;
     task->n_top_logprobs = gr.logprobs ? gr.top_logprobs : -1;
+    task->return_tokens = gr.return_tokens;
 
     if (!gr.json_schema.empty()) {
         try {
@@ -190,6 +214,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
                               "invalid_value");
         }
     }
+    resolve_logit_bias(st.engine->tokenizer(), gr);
     try {
         task->sampler = std::make_unique<Sampler>(st.engine->tokenizer(), gr.sampling);
     } catch (const std::exception & e) {
@@ -215,6 +240,7 @@ void respond_blocking(const Request & req, Response & res, const ResponseContext
                       const std::shared_ptr<TaskChannel> & channel, ToolCallParser * tool_parser) {
     std::string text;
     std::vector<TokenLogprob> logprobs;
+    std::vector<int32_t> tokens;
     std::vector<TaskEvent> events;
     auto last_check = std::chrono::steady_clock::now();
     while (true) {
@@ -236,9 +262,12 @@ void respond_blocking(const Request & req, Response & res, const ResponseContext
                     for (auto & lp : e.logprobs) {
                         logprobs.push_back(std::move(lp));
                     }
+                    tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
                     break;
                 case TaskEvent::Kind::Done:
-                    if (tool_parser != nullptr) {
+                    if (ctx.endpoint == Endpoint::Native) {
+                        send_json(res, native_final(ctx, text, tokens, logprobs, e));
+                    } else if (tool_parser != nullptr) {
                         const AssistantMessage m = tool_parser->parse(text);
                         send_json(res, final_response(ctx, m.content, logprobs, e, m.tool_calls));
                     } else {
@@ -317,7 +346,9 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
                 bool ok = true;
                 switch (e.kind) {
                     case TaskEvent::Kind::Text:
-                        if (s->tool_parser) {
+                        if (s->ctx.endpoint == Endpoint::Native) {
+                            ok = write_event(sink, *s, native_chunk(s->ctx, e));
+                        } else if (s->tool_parser) {
                             s->text += e.text;
                             ok = write_parsed_deltas(sink, *s, false);
                         } else {
@@ -325,6 +356,12 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
                         }
                         break;
                     case TaskEvent::Kind::Done: {
+                        if (s->ctx.endpoint == Endpoint::Native) {
+                            // llama-server ends a native stream with its final object, no [DONE].
+                            ok = write_event(sink, *s, native_final(s->ctx, "", {}, {}, e));
+                            s->finished = true;
+                            break;
+                        }
                         if (s->tool_parser) {
                             ok = write_parsed_deltas(sink, *s, true);
                             e.finish_reason = finish_reason_after(e.finish_reason, s->called_tools);
@@ -368,8 +405,12 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
     GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling);
     std::shared_ptr<ToolCallParser> tool_parser;
     std::unique_ptr<Task> task = make_task(st, gr, tool_parser);
-    const ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model,
-                                                      gr.logprobs, &st.engine->tokenizer());
+    ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model, gr.logprobs,
+                                                &st.engine->tokenizer());
+    if (endpoint == Endpoint::Native) {
+        ctx.prompt = gr.prompt_is_tokens ? st.engine->tokenizer().detokenize(task->prompt, false) : gr.prompt_text;
+        ctx.settings = native_settings(gr, task->n_predict);
+    }
     std::shared_ptr<TaskChannel> channel;
     try {
         channel = st.scheduler->submit(std::move(task));
@@ -386,17 +427,9 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
 // Known routes by name; anything else is "other", so that scanning a server
 // for paths cannot grow the number of series without bound.
 std::string metrics_endpoint(const std::string & path) {
-    static const char * const known[] = {"/health",
-                                         "/v1/health",
-                                         "/v1/models",
-                                         "/models",
-                                         "/v1/completions",
-                                         "/completions",
-                                         "/v1/chat/completions",
-                                         "/chat/completions",
-                                         "/tokenize",
-                                         "/detokenize",
-                                         "/props",
+    static const char * const known[] = {"/health",           "/v1/health",   "/v1/models",  "/models",
+                                         "/v1/completions",   "/completions", "/completion", "/v1/chat/completions",
+                                         "/chat/completions", "/tokenize",    "/detokenize", "/props",
                                          "/metrics"};
     for (const char * k : known) {
         if (path == k) {
@@ -404,6 +437,93 @@ std::string metrics_endpoint(const std::string & path) {
         }
     }
     return "other";
+}
+
+ApiError not_supported(const std::string & message) {
+    return ApiError(501, message, "", "", "not_supported_error");
+}
+
+bool bool_field(const json & body, const char * name, bool fallback) {
+    const auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) throw bad_request(std::string("'") + name + "' must be a boolean", name, "invalid_type");
+    return it->get<bool>();
+}
+
+bool is_valid_utf8(const std::string & s) {
+    size_t i = 0;
+    while (i < s.size()) {
+        const unsigned char c = (unsigned char) s[i];
+        const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        for (size_t k = 1; k < n; ++k) {
+            if ((((unsigned char) s[i + k]) >> 6) != 0x2) return false;
+        }
+        i += n;
+    }
+    return true;
+}
+
+// A token's text, or its bytes where it is not whole UTF-8 (as llama-server).
+json piece_json(const std::string & piece) {
+    if (is_valid_utf8(piece)) return piece;
+    json bytes = json::array();
+    for (unsigned char c : piece) bytes.push_back((int) c);
+    return bytes;
+}
+
+json default_params_json(const ServerState & st) {
+    const SamplingParams & s = st.opts.sampling;
+    return {{"n_predict", st.opts.n_predict},
+            {"max_tokens", st.opts.n_predict},
+            {"seed", s.seed},
+            {"temperature", s.temperature},
+            {"top_k", s.top_k},
+            {"top_p", s.top_p},
+            {"min_p", s.min_p},
+            {"repeat_last_n", s.penalty_last_n},
+            {"repeat_penalty", s.repeat_penalty},
+            {"presence_penalty", s.presence_penalty},
+            {"frequency_penalty", s.frequency_penalty}};
+}
+
+json props_json(const ServerState & st) {
+    const auto stats = st.scheduler->stats();
+    const Tokenizer & tok = st.engine->tokenizer();
+    auto token_text = [&tok](int32_t id) { return id >= 0 ? tok.piece(id, true) : std::string(); };
+    return {{"default_generation_settings", {{"n_ctx", st.n_ctx_slot}, {"params", default_params_json(st)}}},
+            {"total_slots", st.scheduler->n_slots()},
+            {"model_alias", st.model_name},
+            {"model_path", st.opts.engine.model_path},
+            {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+            {"endpoint_slots", st.opts.endpoint_slots},
+            {"endpoint_props", st.opts.endpoint_props},
+            {"endpoint_metrics", st.opts.endpoint_metrics},
+            {"chat_template", st.chat->source()},
+            {"chat_template_origin", st.chat->origin()},
+            {"bos_token", token_text(tok.bos())},
+            {"eos_token", token_text(tok.eos())},
+            {"build_info", "llama-tp"},
+            {"is_sleeping", false},
+            // llama-tp's own
+            {"busy_slots", stats.busy},
+            {"queued_requests", stats.queued},
+            {"n_ctx", st.n_ctx},
+            {"n_ctx_slot", st.n_ctx_slot},
+            {"tp", st.engine->info().tp}};
+}
+
+json slot_json(const ServerState & st, const Scheduler::SlotView & v) {
+    json j = {{"id", v.id}, {"n_ctx", st.n_ctx_slot}, {"speculative", false}, {"is_processing", v.busy}};
+    if (v.busy) {
+        j["id_task"] = v.task_id;
+        j["n_prompt_tokens"] = v.n_prompt;
+        j["params"] = {{"n_predict", v.n_predict}};
+        j["next_token"] = json::array(
+            {{{"has_next_token", true}, {"n_remain", v.n_predict - v.n_decoded}, {"n_decoded", v.n_decoded}}});
+    }
+    j["n_cached_tokens"] = v.n_cached_tokens;
+    return j;
 }
 
 json model_entry(const ServerState & st) {
@@ -424,6 +544,8 @@ json model_entry(const ServerState & st) {
 }  // namespace
 
 void register_routes(httplib::Server & http, ServerState & st) {
+    const std::string prefix = st.opts.api_prefix;
+    auto at = [&prefix](const char * path) { return prefix + path; };
     // Authentication and readiness, before routing.
     http.set_pre_routing_handler([&st](const Request & req, Response & res) {
         res.set_header("Access-Control-Allow-Origin",
@@ -435,7 +557,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
             res.status = 204;
             return httplib::Server::HandlerResponse::Handled;
         }
-        if (is_public_path(req.path)) {
+        if (is_public_path(route_of(req.path, st.opts.api_prefix))) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
         if (!st.opts.api_keys.empty()) {
@@ -494,7 +616,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
 
     http.set_logger([&st](const Request & req, const Response & res) {
         SRV_DBG("%s %s -> %d", req.method.c_str(), req.path.c_str(), res.status);
-        st.metrics.count_request(metrics_endpoint(req.path), res.status);
+        st.metrics.count_request(metrics_endpoint(route_of(req.path, st.opts.api_prefix)), res.status);
     });
 
     auto health = [&st](const Request &, Response & res) {
@@ -507,42 +629,49 @@ void register_routes(httplib::Server & http, ServerState & st) {
             send_json(res, {{"status", "loading"}}, 503);
         }
     };
-    http.Get("/health", health);
-    http.Get("/v1/health", health);
+    http.Get(at("/health"), health);
+    http.Get(at("/v1/health"), health);
 
     auto models = guarded([&st](const Request &, Response & res) {
         send_json(res, {{"object", "list"}, {"data", json::array({model_entry(st)})}});
     });
-    http.Get("/v1/models", models);
-    http.Get("/models", models);
+    http.Get(at("/v1/models"), models);
+    http.Get(at("/models"), models);
 
     auto completions =
         guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Completion, req, res); });
-    http.Post("/v1/completions", completions);
-    http.Post("/completions", completions);
+    http.Post(at("/v1/completions"), completions);
+    // llama-server's own shape under its own names.
+    auto native =
+        guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Native, req, res); });
+    http.Post(at("/completion"), native);
+    http.Post(at("/completions"), native);
 
     auto chat =
         guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Chat, req, res); });
-    http.Post("/v1/chat/completions", chat);
-    http.Post("/chat/completions", chat);
+    http.Post(at("/v1/chat/completions"), chat);
+    http.Post(at("/chat/completions"), chat);
 
-    http.Post("/tokenize", guarded([&st](const Request & req, Response & res) {
+    http.Post(at("/tokenize"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);
                   const auto it = body.find("content");
                   if (it == body.end() || !it->is_string()) {
                       throw bad_request("'content' must be a string", "content", "invalid_type");
                   }
-                  bool add_special = false;
-                  if (body.contains("add_special")) {
-                      if (!body["add_special"].is_boolean()) {
-                          throw bad_request("'add_special' must be a boolean", "add_special", "invalid_type");
-                      }
-                      add_special = body["add_special"].get<bool>();
-                  }
+                  const bool add_special = bool_field(body, "add_special", false);
+                  const bool parse_special = bool_field(body, "parse_special", true);
+                  const bool with_pieces = bool_field(body, "with_pieces", false);
                   const auto & tok = st.engine->tokenizer();
-                  send_json(res, {{"tokens", tok.tokenize(it->get<std::string>(), add_special, true)}});
+                  const std::vector<int32_t> ids = tok.tokenize(it->get<std::string>(), add_special, parse_special);
+                  if (!with_pieces) {
+                      send_json(res, {{"tokens", ids}});
+                      return;
+                  }
+                  json tokens = json::array();
+                  for (int32_t id : ids) tokens.push_back({{"id", id}, {"piece", piece_json(tok.piece(id, true))}});
+                  send_json(res, {{"tokens", tokens}});
               }));
-    http.Post("/detokenize", guarded([&st](const Request & req, Response & res) {
+    http.Post(at("/detokenize"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);
                   const auto it = body.find("tokens");
                   if (it == body.end() || !it->is_array()) {
@@ -561,7 +690,10 @@ void register_routes(httplib::Server & http, ServerState & st) {
                   send_json(res, {{"content", tok.detokenize(tokens, false)}});
               }));
 
-    http.Get("/metrics", guarded([&st](const Request &, Response & res) {
+    http.Get(at("/metrics"), guarded([&st](const Request &, Response & res) {
+                 if (!st.opts.endpoint_metrics) {
+                     throw not_supported("This server does not support metrics endpoint. Start it with `--metrics`");
+                 }
                  const auto stats = st.scheduler->stats();
                  SchedulerGauges g;
                  g.busy_slots = stats.busy;
@@ -571,27 +703,36 @@ void register_routes(httplib::Server & http, ServerState & st) {
                  res.set_content(st.metrics.prometheus(g), "text/plain; version=0.0.4; charset=utf-8");
              }));
 
-    http.Get("/props", guarded([&st](const Request &, Response & res) {
-                 const auto stats = st.scheduler->stats();
-                 send_json(res, {{"model_alias", st.model_name},
-                                 {"model_path", st.opts.engine.model_path},
-                                 {"total_slots", st.scheduler->n_slots()},
-                                 {"busy_slots", stats.busy},
-                                 {"queued_requests", stats.queued},
-                                 {"n_ctx", st.n_ctx},
-                                 {"n_ctx_slot", st.n_ctx_slot},
-                                 {"tp", st.opts.engine.tp},
-                                 {"chat_template", st.chat->source()},
-                                 {"chat_template_origin", st.chat->origin()},
-                                 {"default_generation_settings",
-                                  {{"n_ctx", st.n_ctx_slot},
-                                   {"params",
-                                    {{"n_predict", st.opts.n_predict},
-                                     {"temperature", st.opts.sampling.temperature},
-                                     {"top_k", st.opts.sampling.top_k},
-                                     {"top_p", st.opts.sampling.top_p},
-                                     {"min_p", st.opts.sampling.min_p}}}}}});
+    http.Get(at("/props"), guarded([&st](const Request &, Response & res) { send_json(res, props_json(st)); }));
+    http.Post(
+        at("/props"), guarded([&st](const Request & req, Response & res) {
+            if (!st.opts.endpoint_props) {
+                throw not_supported("This server does not support changing global properties. Start it with `--props`");
+            }
+            parse_json_body(req.body);  // nothing is changeable yet, as in llama-server
+            send_json(res, {{"success", true}});
+        }));
+
+    http.Get(at("/slots"), guarded([&st](const Request & req, Response & res) {
+                 if (!st.opts.endpoint_slots) {
+                     throw not_supported("This server does not support slots endpoint. Start it with `--slots`");
+                 }
+                 const auto views = st.scheduler->slot_views();
+                 if (req.has_param("fail_on_no_slot") && !req.get_param_value("fail_on_no_slot").empty()) {
+                     bool idle = false;
+                     for (const auto & v : views) idle |= !v.busy;
+                     if (!idle) throw ApiError(503, "no slot available", "", "", "unavailable_error");
+                 }
+                 json out = json::array();
+                 for (const auto & v : views) out.push_back(slot_json(st, v));
+                 send_json(res, out);
              }));
+
+    http.Post(at("/apply-template"), guarded([&st](const Request & req, Response & res) {
+                  const json body = parse_json_body(req.body);
+                  GenerationRequest gr = parse_generation_request(Endpoint::Chat, body, st.opts.sampling);
+                  send_json(res, {{"prompt", st.chat->apply(gr.messages, gr.tools).prompt}});
+              }));
 }
 
 }  // namespace llama_tp::server

@@ -7,6 +7,7 @@
 #include "plugin/error.h"
 #include "plugin/tokenizer.h"
 #include "server/chat_format.h"
+#include "server/context_size.h"
 #include "server/http_routes.h"
 #include "server/http_task_queue.h"
 #include "server/log.h"
@@ -23,6 +24,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -114,6 +116,30 @@ void release_free_memory() {
 #endif
 }
 
+// Without -c the context is fitted to process 0's memory, and every process
+// of a launch takes that choice (they must agree on the cache's shape).
+void choose_default_context(ServerOptions & opts, ProcessGroup * processes) {
+    int32_t n_ctx = 0;
+    if (processes == nullptr || processes->rank() == 0) {
+        try {
+            const ContextChoice c =
+                fit_context(kv_footprint(opts.engine.model_path), opts.n_parallel, available_memory_bytes());
+            n_ctx = c.n_ctx;
+            SRV_INF("context: %d slots x %d cells = %d (%s; -c sets the total)", opts.n_parallel, c.per_slot, c.n_ctx,
+                    c.reason.c_str());
+        } catch (const Error &) {
+            n_ctx = 0;  // the model's load reports what is wrong with the file
+        }
+    }
+    if (processes != nullptr) {
+        std::vector<uint8_t> bytes(sizeof n_ctx);
+        std::memcpy(bytes.data(), &n_ctx, sizeof n_ctx);
+        processes->broadcast(bytes, Patience::Startup);
+        std::memcpy(&n_ctx, bytes.data(), sizeof n_ctx);
+    }
+    opts.engine.n_ctx = n_ctx;
+}
+
 // A process other than the first of an MPI launch: no HTTP. It ends with the
 // shutdown step of process 0, or on a signal (mpirun taking the job down).
 int follow_process_zero(const ServerOptions & opts, const ProcessGroup & processes, const sigset_t & signals) {
@@ -149,10 +175,14 @@ int main(int argc, char ** argv) {
     limit_malloc_arenas();
     ServerOptions opts;
     try {
-        bool help = false;
-        opts = parse_server_options(argc, argv, help);
-        if (help) {
+        ParseOutcome outcome = ParseOutcome::Serve;
+        opts = parse_server_options(argc, argv, outcome);
+        if (outcome == ParseOutcome::Help) {
             print_usage(argv[0]);
+            return 0;
+        }
+        if (outcome == ParseOutcome::FlagSupport) {
+            print_flag_support();
             return 0;
         }
     } catch (const UsageError & e) {
@@ -160,9 +190,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     set_log_level(opts.verbose ? LogLevel::Debug : LogLevel::Info);
-    for (const auto & f : opts.ignored_flags) {
-        SRV_WRN("%s has no effect in llama-tp-server; ignored", f.c_str());
-    }
+    for (const auto & w : opts.warnings) SRV_WRN("%s", w.c_str());
 
     // Before any thread starts (MPI's too), so that all of them inherit the mask. A shell
     // may start a background job with SIGINT ignored, and an ignored signal
@@ -186,6 +214,14 @@ int main(int argc, char ** argv) {
     opts.engine.processes = processes.get();
     const auto own_path = opts.model_path_of_process.find(processes ? processes->rank() : 0);
     if (own_path != opts.model_path_of_process.end()) opts.engine.model_path = own_path->second;
+    if (!opts.context_given) {
+        try {
+            choose_default_context(opts, processes.get());
+        } catch (const Error & e) {
+            SRV_ERR("%s", e.what());
+            return 1;
+        }
+    }
     if (processes && processes->rank() != 0) return follow_process_zero(opts, *processes, sigs);
     std::thread(signal_thread, sigs).detach();
 

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,9 +30,12 @@ class Metrics {
     // number of series stays bounded.
     void count_request(const std::string & endpoint, int status);
 
-    // One decode step: prompt tokens it decoded, tokens sampled after it, and
-    // how long decoding and sampling took.
-    void count_step(int32_t n_prompt, int32_t n_generated, double ms);
+    // One decode step: prompt tokens it decoded, tokens sampled after it,
+    // slots busy in it, and how long decoding and sampling took.
+    void count_step(int32_t n_prompt, int32_t n_generated, int32_t n_busy, double ms);
+    // A finished request: prompt tokens it reused from the cache, and its
+    // length (prompt and generated).
+    void count_finished(int32_t n_cached, int32_t n_tokens);
 
     std::string prometheus(const SchedulerGauges & gauges) const;
 
@@ -43,6 +47,8 @@ class Metrics {
         double ms;
     };
     void forget_old_steps(std::chrono::steady_clock::time_point now) const;
+    void upstream_series(std::ostringstream & out, const SchedulerGauges & gauges, double prompt_rate,
+                         double gen_rate) const;
 
     mutable std::mutex mutex_;
     std::map<std::pair<std::string, int>, uint64_t> requests_;
@@ -50,6 +56,11 @@ class Metrics {
     uint64_t generated_tokens_ = 0;
     uint64_t steps_ = 0;
     double busy_ms_ = 0;
+    double prompt_ms_ = 0;     // of steps that decoded prompt tokens
+    double generate_ms_ = 0;   // of steps that sampled tokens
+    uint64_t busy_slots_ = 0;  // summed over steps
+    uint64_t cached_tokens_ = 0;
+    int32_t longest_ = 0;              // longest request, prompt and generated
     mutable std::deque<Step> recent_;  // the last kWindow of steps, for rates
 };
 

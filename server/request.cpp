@@ -1,6 +1,7 @@
 #include "server/request.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace llama_tp::server {
@@ -345,6 +346,63 @@ void parse_response_format(const json & body, GenerationRequest & r) {
                       "response_format.type", "invalid_value");
 }
 
+// A bias: a number, or false for "never" (llama-server).
+float bias_value(const json & v, const std::string & where) {
+    if (v.is_boolean() && !v.get<bool>()) return -INFINITY;
+    if (!v.is_number() || !std::isfinite(v.get<double>())) {
+        throw bad_request("'" + where + "' must be a number or false", "logit_bias", "invalid_type");
+    }
+    return (float) v.get<double>();
+}
+
+void add_bias(GenerationRequest & r, const std::string & key_text, const json * key, float bias,
+              const std::string & where) {
+    if (key != nullptr && is_integral(*key)) {
+        const double id = key->get<double>();
+        if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+            throw bad_request("'" + where + "' names token " + key->dump() + ", which is not a token id", "logit_bias",
+                              "invalid_value");
+        }
+        r.sampling.logit_bias.emplace_back((int32_t) id, bias);
+        return;
+    }
+    // Object keys are strings: a number in a string is a token id (OpenAI).
+    char * end = nullptr;
+    const long long id = std::strtoll(key_text.c_str(), &end, 10);
+    if (!key_text.empty() && *end == '\0' && id >= 0 && id <= std::numeric_limits<int32_t>::max()) {
+        r.sampling.logit_bias.emplace_back((int32_t) id, bias);
+    } else if (!key_text.empty()) {
+        r.logit_bias_text.emplace_back(key_text, bias);
+    } else {
+        throw bad_request("'" + where + "' has an empty token", "logit_bias", "invalid_value");
+    }
+}
+
+// OpenAI's {"token id": bias} and llama-server's [[token id or text, bias], ...].
+void parse_logit_bias(const json & body, GenerationRequest & r) {
+    const json * lb = field(body, "logit_bias");
+    if (lb == nullptr) return;
+    if (lb->is_object()) {
+        if (lb->size() > 1024)
+            throw bad_request("'logit_bias' has more than 1024 entries", "logit_bias", "invalid_value");
+        for (const auto & [key, value] : lb->items()) {
+            add_bias(r, key, nullptr, bias_value(value, "logit_bias." + key), "logit_bias." + key);
+        }
+        return;
+    }
+    if (!lb->is_array()) throw wrong_type("logit_bias", "an object or an array of [token, bias] pairs", *lb);
+    if (lb->size() > 1024) throw bad_request("'logit_bias' has more than 1024 entries", "logit_bias", "invalid_value");
+    for (size_t i = 0; i < lb->size(); ++i) {
+        const json & e = (*lb)[i];
+        const std::string where = "logit_bias[" + std::to_string(i) + "]";
+        if (!e.is_array() || e.size() != 2 || !(e[0].is_string() || is_integral(e[0]))) {
+            throw bad_request("'" + where + "' must be a [token id or text, bias] pair", "logit_bias", "invalid_type");
+        }
+        add_bias(r, e[0].is_string() ? e[0].get<std::string>() : std::string(), e[0].is_string() ? nullptr : &e[0],
+                 bias_value(e[1], where), where);
+    }
+}
+
 }  // namespace
 
 json parse_json_body(const std::string & body) {
@@ -367,10 +425,10 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     r.sampling = defaults;
     r.model = get_string(body, "model", "");
 
-    if (endpoint == Endpoint::Completion) {
-        parse_prompt(body, r);
-    } else {
+    if (endpoint == Endpoint::Chat) {
         parse_messages(body, r);
+    } else {
+        parse_prompt(body, r);
     }
 
     // Length: OpenAI's two names and llama-server's n_predict.
@@ -442,6 +500,10 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
                 r.top_logprobs = (int32_t) n;
             }
         }
+    } else if (endpoint == Endpoint::Native) {
+        r.top_logprobs = (int32_t) get_int(body, "n_probs", 0, 100, 0);
+        r.logprobs = r.top_logprobs > 0;
+        r.return_tokens = get_bool(body, "return_tokens", false);
     } else {
         r.logprobs = get_bool(body, "logprobs", false);
         r.top_logprobs = (int32_t) get_int(body, "top_logprobs", 0, 20, 0);
@@ -450,14 +512,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         }
     }
 
-    if (const json * lb = field(body, "logit_bias")) {
-        if (!lb->is_object() && !lb->is_array()) {
-            throw wrong_type("logit_bias", "an object", *lb);
-        }
-        if (!lb->empty()) {
-            throw bad_request("'logit_bias' is not supported", "logit_bias", "unsupported_value");
-        }
-    }
+    parse_logit_bias(body, r);
 
     if (endpoint != Endpoint::Chat) {
         get_bool(body, "parallel_tool_calls", false);

@@ -17,7 +17,9 @@ namespace llama_tp::server {
 
 using json = nlohmann::json;
 
-enum class Endpoint { Completion, Chat };
+// Completion and Chat: OpenAI's shapes (/v1/completions, /v1/chat/completions);
+// Native: llama-server's own (/completion, /completions).
+enum class Endpoint { Completion, Chat, Native };
 
 struct ChatMessage {
     std::string role;     // system, user, assistant, tool (developer is mapped to system)
@@ -51,8 +53,12 @@ struct GenerationRequest {
     bool stream = false;
     bool include_usage = false;
 
-    bool logprobs = false;  // completion: logprobs=N>0 ; chat: logprobs=true
+    bool logprobs = false;  // completion: logprobs=N>0 ; chat: logprobs=true; native: n_probs=N>0
     int32_t top_logprobs = 0;
+    bool return_tokens = false;  // native: the generated token ids too
+    // logit_bias entries that name text: every token of the text gets the bias
+    // (ids are in sampling.logit_bias; the route tokenizes these).
+    std::vector<std::pair<std::string, float>> logit_bias_text;
 };
 
 // `body` must already be valid JSON; `defaults` are the server's sampling defaults.

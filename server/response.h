@@ -28,6 +28,9 @@ struct ResponseContext {
     std::string model;
     bool logprobs = false;
     const Tokenizer * tokenizer = nullptr;  // for logprob token text
+    // Native shape only: the prompt as text and the request's settings.
+    std::string prompt;
+    json settings;
 
     static ResponseContext make(Endpoint endpoint, const std::string & model, bool logprobs, const Tokenizer * tok);
 };

@@ -34,6 +34,7 @@ Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32
     for (int32_t i = 0; i < n_slots; i++) {
         slots_.push_back(std::make_unique<Slot>(i));
     }
+    publish_views();
 }
 
 Scheduler::~Scheduler() {
@@ -104,6 +105,30 @@ Scheduler::Stats Scheduler::stats() const {
     return s;
 }
 
+std::vector<Scheduler::SlotView> Scheduler::slot_views() const {
+    std::lock_guard<std::mutex> lock(views_mutex_);
+    return views_;
+}
+
+void Scheduler::publish_views() {
+    std::vector<SlotView> views;
+    for (const auto & slot : slots_) {
+        SlotView v;
+        v.id = slot->id;
+        v.busy = slot->busy();
+        if (slot->task) {
+            v.task_id = slot->task->id;
+            v.n_prompt = (int32_t) slot->task->prompt.size();
+            v.n_predict = slot->task->n_predict;
+        }
+        v.n_decoded = slot->busy() ? slot->n_decoded : 0;
+        v.n_cached_tokens = (int32_t) slot->kv_tokens.size();
+        views.push_back(v);
+    }
+    std::lock_guard<std::mutex> lock(views_mutex_);
+    views_ = std::move(views);
+}
+
 void Scheduler::run() {
     bool had_work = false;
     while (true) {
@@ -130,10 +155,11 @@ void Scheduler::run() {
             decode_and_sample();
             steps_++;
             if (metrics_ != nullptr) {
-                metrics_->count_step(step_prompt_tokens_, step_sampled_,
+                metrics_->count_step(step_prompt_tokens_, step_sampled_, busy_,
                                      ms_between(t0, std::chrono::steady_clock::now()));
             }
         }
+        publish_views();
     }
     for (auto & slot : slots_) {
         if (slot->busy()) {
@@ -295,7 +321,7 @@ void Scheduler::sample(Slot & slot) {
         slot.state = Slot::State::Generating;
     }
     if (slot.n_decoded >= task.n_predict) {
-        finish(slot, "length");
+        finish(slot, StopKind::Limit);
         return;
     }
 
@@ -321,20 +347,27 @@ void Scheduler::sample(Slot & slot) {
     if (!eog) {
         ev.text = slot.stream.push(tok.piece(token, as_text));
     }
-    if (!ev.text.empty() || !ev.logprobs.empty()) {
+    if (task.return_tokens) ev.tokens.push_back(token);
+    ev.id_slot = slot.id;
+    ev.n_prompt = (int32_t) task.prompt.size();
+    ev.n_completion = slot.n_decoded;
+    if (!ev.text.empty() || !ev.logprobs.empty() || !ev.tokens.empty()) {
         task.channel->push(std::move(ev));
     }
 
-    if (eog || slot.stream.stopped()) {
-        finish(slot, "stop");
+    if (eog) {
+        finish(slot, StopKind::Eos);
+    } else if (slot.stream.stopped()) {
+        finish(slot, StopKind::Word);
     } else if (slot.n_decoded >= task.n_predict || slot.n_past() >= n_ctx_slot_) {
-        finish(slot, "length");
+        finish(slot, StopKind::Limit);
     } else {
         slot.pending = token;
     }
 }
 
-void Scheduler::finish(Slot & slot, const char * reason) {
+void Scheduler::finish(Slot & slot, StopKind kind) {
+    const char * reason = kind == StopKind::Limit ? "length" : "stop";
     Task & task = *slot.task;
     const std::string rest = slot.stream.flush();
     if (!rest.empty()) {
@@ -346,6 +379,9 @@ void Scheduler::finish(Slot & slot, const char * reason) {
     TaskEvent done;
     done.kind = TaskEvent::Kind::Done;
     done.finish_reason = reason;
+    done.stop_type = kind == StopKind::Eos ? "eos" : kind == StopKind::Word ? "word" : "limit";
+    if (kind == StopKind::Word) done.stopping_word = slot.stream.stop_word();
+    done.id_slot = slot.id;
     done.n_prompt = (int32_t) task.prompt.size();
     done.n_cached = slot.n_cached;
     done.n_completion = slot.n_decoded;
@@ -358,6 +394,7 @@ void Scheduler::finish(Slot & slot, const char * reason) {
         "gen %.1f ms",
         slot.id, (unsigned long long) task.id, done.n_prompt, done.n_cached, done.n_completion, reason,
         ms_between(task.t_submit, slot.t_start), done.timings.prompt_ms, done.timings.predicted_ms);
+    if (metrics_ != nullptr) metrics_->count_finished(done.n_cached, done.n_prompt + done.n_completion);
     task.channel->push(std::move(done));
     slot.release();
     busy_--;

@@ -70,6 +70,18 @@ class Scheduler {
     };
     Stats stats() const;
 
+    // What /slots shows of a slot, as of the end of the last step.
+    struct SlotView {
+        int32_t id = 0;
+        bool busy = false;
+        uint64_t task_id = 0;
+        int32_t n_prompt = 0;
+        int32_t n_decoded = 0;
+        int32_t n_predict = 0;
+        int32_t n_cached_tokens = 0;  // tokens the slot's KV cells hold
+    };
+    std::vector<SlotView> slot_views() const;
+
   private:
     void run();
     void admit();  // queued tasks -> idle slots
@@ -77,7 +89,8 @@ class Scheduler {
     void build_batch();
     void decode_and_sample();
     void sample(Slot & slot);
-    void finish(Slot & slot, const char * reason);
+    enum class StopKind { Eos, Word, Limit };  // why generation ended
+    void finish(Slot & slot, StopKind kind);
     void fail(Slot & slot, int status, const std::string & message);
     void fail_group(const std::string & why);
 
@@ -101,6 +114,10 @@ class Scheduler {
     std::function<void()> on_idle_;
     std::function<void(const std::string &)> on_group_failed_;
     std::string group_failure_;  // under mutex_
+
+    void publish_views();
+    mutable std::mutex views_mutex_;
+    std::vector<SlotView> views_;  // under views_mutex_
 
     std::atomic<int32_t> busy_{0};
     std::atomic<uint64_t> tasks_done_{0};

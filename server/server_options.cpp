@@ -1,10 +1,13 @@
 #include "server/server_options.h"
 
+#include "server/upstream_flags.h"
+
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <sstream>
 
@@ -12,9 +15,13 @@ namespace llama_tp::server {
 
 namespace {
 
+// A flag of llama-tp's own (tensor parallelism, limits), or one whose meaning
+// here is llama-tp's (-ts: a share per rank). These are looked up before
+// llama-server's table.
 struct Flag {
     std::vector<std::string> names;
     std::string value_name;  // empty: the flag takes no value
+    std::string env;         // LLAMA_ARG_* variable; empty: none
     std::string help;
     std::function<void(ServerOptions &, const std::string & flag, const std::string & value)> apply;
 };
@@ -47,16 +54,6 @@ float parse_float(const std::string & flag, const std::string & v, double lo, do
     return (float) x;
 }
 
-std::string read_file(const std::string & flag, const std::string & path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-        throw UsageError(flag + ": cannot read '" + path + "'");
-    }
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 std::vector<std::string> split(const std::string & s, char sep) {
     std::vector<std::string> out;
     std::string cur;
@@ -76,111 +73,33 @@ std::string trim(const std::string & s) {
     return s.substr(b, e - b + 1);
 }
 
-const std::vector<Flag> & flags() {
+// libcommon's messages start with "error: "; ours say it once.
+std::string without_error_prefix(const std::string & what) {
+    std::string w = trim(what);
+    while (w.rfind("error: ", 0) == 0) w = trim(w.substr(7));
+    return w;
+}
+
+const std::vector<Flag> & own_flags() {
     static const std::vector<Flag> table = {
-        {{"-h", "--help"}, "", "show this help and exit", nullptr},
-        {{"-m", "--model"},
-         "FNAME",
-         "model file (GGUF); required",
-         [](ServerOptions & o, const std::string &, const std::string & v) { o.engine.model_path = v; }},
-        {{"-a", "--alias"},
-         "NAME",
-         "model name reported by the API (default: the model file name)",
-         [](ServerOptions & o, const std::string &, const std::string & v) { o.alias = v; }},
-        {{"--host"},
-         "HOST",
-         "address to listen on (default: 127.0.0.1)",
-         [](ServerOptions & o, const std::string &, const std::string & v) { o.host = v; }},
-        {{"--port"},
-         "PORT",
-         "port to listen on (default: 8080)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.port = (int) parse_int(f, v, 0, 65535);
-         }},
-        {{"-c", "--ctx-size"},
-         "N",
-         "KV cache size in tokens, shared by all slots (default: 0 = the model's training context)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.engine.n_ctx = (int32_t) parse_int(f, v, 0, 1 << 24);
-         }},
-        {{"-np", "--parallel"},
-         "N",
-         "number of slots: requests decoded together (default: 1); each gets ctx-size/N tokens",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.n_parallel = (int32_t) parse_int(f, v, 1, 4096);
-         }},
-        {{"-kvu", "--kv-unified"},
+        {{"-h", "--help", "--usage"}, "", "", "show this help and exit", nullptr},
+        {{"--flag-support"},
          "",
-         "one KV cell pool for all slots and ggml's attention kernel, as upstream (default: each slot owns "
-         "ctx-size/N cells and attends over those only through llama-tp's row attention, which is faster)",
-         [](ServerOptions & o, const std::string &, const std::string &) { o.engine.kv_unified = true; }},
-        {{"-t", "--threads"},
-         "N",
-         "CPU threads (default: 0 = all cores)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.engine.n_threads = (int32_t) parse_int(f, v, -1, 4096);
-             if (o.engine.n_threads < 0) o.engine.n_threads = 0;
-         }},
-        {{"-b", "--batch-size"},
-         "N",
-         "most tokens in one decode step (default: 512)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.engine.n_batch = (int32_t) parse_int(f, v, 1, 1 << 20);
-         }},
-        {{"-n", "--n-predict"},
-         "N",
-         "default cap on generated tokens per request (default: -1 = until the context is full)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.n_predict = (int32_t) parse_int(f, v, -1, 1 << 30);
-         }},
-        {{"--api-key"},
-         "KEY",
-         "require this API key (Authorization: Bearer KEY); comma-separated for several",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             for (const auto & k : split(v, ',')) {
-                 const auto key = trim(k);
-                 if (key.empty()) throw UsageError(f + ": empty key");
-                 o.api_keys.push_back(key);
-             }
-         }},
-        {{"--api-key-file"},
-         "FNAME",
-         "file with API keys, one per line",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             const auto text = read_file(f, v);
-             size_t n = 0;
-             for (const auto & line : split(text, '\n')) {
-                 const auto key = trim(line);
-                 if (!key.empty() && key[0] != '#') {
-                     o.api_keys.push_back(key);
-                     n++;
-                 }
-             }
-             if (n == 0) throw UsageError(f + ": no keys in '" + v + "'");
-         }},
-        {{"--chat-template"},
-         "JINJA",
-         "chat template: Jinja source or a built-in name such as chatml (default: the model's own, else chatml)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             if (v.empty()) throw UsageError(f + ": empty template");
-             o.chat_template = v;
-         }},
-        {{"--chat-template-file"},
-         "FNAME",
-         "read the chat template (Jinja) from a file",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.chat_template = read_file(f, v);
-             if (trim(o.chat_template).empty()) throw UsageError(f + ": '" + v + "' is empty");
-         }},
+         "",
+         "print, as a Markdown table, what llama-tp-server does with every llama-server flag, and exit",
+         nullptr},
         {{"--tp"},
          "N",
-         "tensor-parallel ranks (default: 1)",
+         "LLAMA_ARG_TP",
+         "tensor-parallel ranks in this process (default: 1); under mpirun, ranks per process",
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              o.engine.tp = (int32_t) parse_int(f, v, 1, 1024);
          }},
         {{"-ts", "--tensor-split"},
          "A,B,...",
-         "share of the model per rank (default: even)",
+         "LLAMA_ARG_TENSOR_SPLIT",
+         "share of the model per rank with --tp (default: even); without --tp no effect, as for llama-server "
+         "on one device",
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              o.engine.tensor_split.clear();
              for (const auto & part : split(v, ',')) {
@@ -190,6 +109,7 @@ const std::vector<Flag> & flags() {
          }},
         {{"--model-path-rank"},
          "R=PATH",
+         "",
          "under mpirun: process R reads the model at PATH (where machines keep it elsewhere); repeatable",
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              const auto eq = v.find('=');
@@ -199,6 +119,7 @@ const std::vector<Flag> & flags() {
          }},
         {{"--allreduce"},
          "ENGINE",
+         "LLAMA_ARG_ALLREDUCE",
          "AllReduce engine for --tp > 1 (default: auto; the engine validates the name)",
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              if (v.empty()) throw UsageError(f + ": empty engine name");
@@ -206,185 +127,309 @@ const std::vector<Flag> & flags() {
          }},
         {{"--bf16-wire"},
          "",
+         "LLAMA_ARG_BF16_WIRE",
          "BF16 on the AllReduce wire for the layers' partial sums (for links slower than memory; "
          "about 2^-9 relative rounding per sum)",
          [](ServerOptions & o, const std::string &, const std::string &) { o.engine.allreduce_bf16 = true; }},
         {{"--split-invariant"},
          "",
+         "LLAMA_ARG_SPLIT_INVARIANT",
          "logits that do not depend on --tp / -ts: row-parallel products summed exactly on a reduction grid "
          "fixed by the model (a few more graph nodes per layer)",
          [](ServerOptions & o, const std::string &, const std::string &) { o.engine.split_invariant = true; }},
-        {{"-to", "--timeout"},
-         "N",
-         "HTTP read/write timeout in seconds (default: 600)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.timeout_s = (int) parse_int(f, v, 1, 1 << 24);
-         }},
-        {{"--threads-http"},
-         "N",
-         "HTTP worker threads (default: -1 = parallel + 8)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.http_threads = (int32_t) parse_int(f, v, -1, 4096);
-         }},
         {{"--max-body-size"},
          "N",
+         "LLAMA_ARG_MAX_BODY_SIZE",
          "largest request body in bytes; larger ones get 413 (default: 8388608)",
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              o.max_body_size = (size_t) parse_int(f, v, 1, 1LL << 40);
          }},
         {{"--max-queue"},
          "N",
+         "LLAMA_ARG_MAX_QUEUE",
          "requests that may wait while all slots are busy; more get 503 (default: 64)",
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              o.max_queue = (int32_t) parse_int(f, v, 0, 1 << 20);
          }},
-        // Default sampling parameters for requests that leave them out.
-        {{"--temp"},
-         "N",
-         "default temperature (default: 0.8)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.temperature = parse_float(f, v, 0.0, 1e6);
-         }},
-        {{"--top-k"},
-         "N",
-         "default top-k (default: 40, 0 = off)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.top_k = (int32_t) parse_int(f, v, 0, 1 << 30);
-         }},
-        {{"--top-p"},
-         "N",
-         "default top-p (default: 0.95)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.top_p = parse_float(f, v, 0.0, 1.0);
-         }},
-        {{"--min-p"},
-         "N",
-         "default min-p (default: 0.05)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.min_p = parse_float(f, v, 0.0, 1.0);
-         }},
-        {{"--repeat-penalty"},
-         "N",
-         "default repeat penalty (default: 1.0 = off)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.repeat_penalty = parse_float(f, v, 0.0, 1e6);
-         }},
-        {{"--repeat-last-n"},
-         "N",
-         "tokens the penalties look back over (default: 64)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.penalty_last_n = (int32_t) parse_int(f, v, -1, 1 << 30);
-         }},
-        {{"--presence-penalty"},
-         "N",
-         "default presence penalty (default: 0.0)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.presence_penalty = parse_float(f, v, -2.0, 2.0);
-         }},
-        {{"--frequency-penalty"},
-         "N",
-         "default frequency penalty (default: 0.0)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             o.sampling.frequency_penalty = parse_float(f, v, -2.0, 2.0);
-         }},
-        {{"-s", "--seed"},
-         "N",
-         "default sampling seed (default: -1 = random)",
-         [](ServerOptions & o, const std::string & f, const std::string & v) {
-             const long long s = parse_int(f, v, -1, 0xFFFFFFFFLL);
-             o.sampling.seed = s < 0 ? 0xFFFFFFFFu : (uint32_t) s;
-         }},
-        {{"-v", "--verbose"},
-         "",
-         "log every request and decode step",
-         [](ServerOptions & o, const std::string &, const std::string &) { o.verbose = true; }},
-        // llama-server flags that have no meaning here: accepted with a warning
-        // so that existing command lines keep working.
-        {{"-ngl", "--gpu-layers", "--n-gpu-layers"},
-         "N",
-         "(ignored: placement follows --tp)",
-         [](ServerOptions & o, const std::string & f, const std::string &) { o.ignored_flags.push_back(f); }},
-        {{"-ub", "--ubatch-size"},
-         "N",
-         "(ignored: one decode step is at most --batch-size tokens)",
-         [](ServerOptions & o, const std::string & f, const std::string &) { o.ignored_flags.push_back(f); }},
-        {{"-fa", "--flash-attn"},
-         "on|off|auto",
-         "(ignored)",
-         [](ServerOptions & o, const std::string & f, const std::string &) { o.ignored_flags.push_back(f); }},
-        {{"--jinja"},
-         "",
-         "(ignored: chat templates are always Jinja)",
-         [](ServerOptions & o, const std::string & f, const std::string &) { o.ignored_flags.push_back(f); }},
-        {{"-cb", "--cont-batching"},
-         "",
-         "(ignored: continuous batching is always on)",
-         [](ServerOptions & o, const std::string & f, const std::string &) { o.ignored_flags.push_back(f); }},
-        {{"--metrics", "--no-webui", "--mlock", "--no-mmap", "--no-warmup"},
-         "",
-         "(ignored)",
-         [](ServerOptions & o, const std::string & f, const std::string &) { o.ignored_flags.push_back(f); }},
     };
     return table;
 }
 
-const Flag * find_flag(const std::string & name) {
-    for (const auto & f : flags()) {
+const Flag * find_own_flag(const std::string & name) {
+    for (const auto & f : own_flags()) {
         for (const auto & n : f.names) {
-            if (n == name) {
-                return &f;
-            }
+            if (n == name) return &f;
         }
     }
     return nullptr;
 }
 
+bool is_retired(const std::string & word) {
+    for (const auto & r : UpstreamFlags::retired()) {
+        if (r == word) return true;
+    }
+    return false;
+}
+
+size_t edit_distance(const std::string & a, const std::string & b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+std::string nearest_flag(const std::string & word, const UpstreamFlags & upstream) {
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    auto consider = [&](const std::string & name) {
+        const size_t d = edit_distance(word, name);
+        if (d < best_d) {
+            best_d = d;
+            best = name;
+        }
+    };
+    for (const auto & f : own_flags()) {
+        for (const auto & n : f.names) consider(n);
+    }
+    for (const common_arg & opt : upstream.options()) {
+        for (const char * a : opt.args) consider(a);
+        for (const char * a : opt.args_neg) consider(a);
+    }
+    return best_d <= std::max<size_t>(2, word.size() / 3) ? best : std::string();
+}
+
+// The llama-server options llama-tp-server honours, from libcommon's params.
+void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
+    const common_params & p = up.params();
+    o.engine.model_path = p.model.path;
+    o.engine.n_ctx = p.n_ctx;
+    o.context_given = up.was_given("-c");
+    o.engine.n_batch = p.n_batch;
+    o.engine.n_threads = p.cpuparams.n_threads > 0 ? p.cpuparams.n_threads : 0;
+    o.engine.kv_unified = p.kv_unified;
+    o.n_parallel = p.n_parallel;
+    o.n_predict = p.n_predict;
+    if (!p.model_alias.empty()) o.alias = *p.model_alias.begin();
+    if (!p.hostnames.empty()) o.host = p.hostnames.front();
+    if (p.hostnames.size() > 1) {
+        o.warnings.push_back("--host: llama-tp-server listens on one address; using " + o.host);
+    }
+    o.port = p.port;
+    o.api_keys = p.api_keys;
+    o.api_prefix = p.api_prefix;
+    while (!o.api_prefix.empty() && o.api_prefix.back() == '/') o.api_prefix.pop_back();
+    if (!o.api_prefix.empty() && o.api_prefix.front() != '/') o.api_prefix = "/" + o.api_prefix;
+    o.endpoint_metrics = p.endpoint_metrics;
+    o.endpoint_slots = p.endpoint_slots;
+    o.endpoint_props = p.endpoint_props;
+    o.timeout_s = p.timeout_read;
+    o.http_threads = p.n_threads_http;
+    o.chat_template = p.chat_template;
+    o.verbose = p.verbosity >= 4;
+    if (!p.use_jinja) o.warnings.push_back("--no-jinja has no effect: chat templates are always rendered with Jinja");
+    if (!p.cont_batching) o.warnings.push_back("--no-cont-batching has no effect: batching is always continuous");
+
+    const common_params_sampling & s = p.sampling;
+    o.sampling.temperature = s.temp;
+    o.sampling.top_k = std::max(0, s.top_k);
+    o.sampling.top_p = s.top_p;
+    o.sampling.min_p = s.min_p;
+    o.sampling.penalty_last_n = s.penalty_last_n;
+    o.sampling.repeat_penalty = s.penalty_repeat;
+    o.sampling.presence_penalty = s.penalty_present;
+    o.sampling.frequency_penalty = s.penalty_freq;
+    o.sampling.seed = s.seed;
+}
+
+void check_ranges(const ServerOptions & o) {
+    auto in = [](const char * flag, double v, double lo, double hi) {
+        if (!(v >= lo && v <= hi)) {
+            std::ostringstream ss;
+            ss << flag << ": " << v << " is out of range [" << lo << ", " << hi << "]";
+            throw UsageError(ss.str());
+        }
+    };
+    in("--port", o.port, 0, 65535);
+    in("--ctx-size", o.engine.n_ctx, 0, 1 << 24);
+    if (o.n_parallel != -1) in("--parallel", o.n_parallel, 1, 4096);
+    in("--batch-size", o.engine.n_batch, 1, 1 << 20);
+    in("--n-predict", o.n_predict, -1, 1 << 30);
+    in("--timeout", o.timeout_s, 1, 1 << 24);
+    in("--threads-http", o.http_threads, -1, 4096);
+    in("--temp", o.sampling.temperature, 0.0, 1e6);
+    in("--top-p", o.sampling.top_p, 0.0, 1.0);
+    in("--min-p", o.sampling.min_p, 0.0, 1.0);
+    in("--repeat-last-n", o.sampling.penalty_last_n, -1, 1 << 30);
+    in("--repeat-penalty", o.sampling.repeat_penalty, 0.0, 1e6);
+    in("--presence-penalty", o.sampling.presence_penalty, -2.0, 2.0);
+    in("--frequency-penalty", o.sampling.frequency_penalty, -2.0, 2.0);
+    if (o.host.empty()) throw UsageError("--host: empty address");
+    for (const auto & k : o.api_keys) {
+        if (trim(k).empty()) throw UsageError("--api-key: empty key");
+    }
+}
+
+// One line per option given that has no effect here.
+void warn_about_no_effect(const UpstreamFlags & up, ServerOptions & o) {
+    for (const UpstreamFlags::Given & g : up.given()) {
+        const FlagSupport s = UpstreamFlags::support(*g.opt);
+        if (s.honoured) continue;
+        o.warnings.push_back(g.word + " has no effect in llama-tp-server: " + s.note);
+    }
+}
+
+// Own flags from their LLAMA_ARG_* variables, before the command line.
+void apply_own_environment(ServerOptions & o, const std::vector<std::string> & on_command_line) {
+    for (const auto & f : own_flags()) {
+        if (f.env.empty() || !f.apply) continue;
+        if (std::find(on_command_line.begin(), on_command_line.end(), f.names.front()) != on_command_line.end()) {
+            continue;
+        }
+        const char * v = std::getenv(f.env.c_str());
+        if (v == nullptr) continue;
+        if (f.value_name.empty()) {
+            if (!common_arg_utils::is_truthy(v)) continue;
+            f.apply(o, f.env, "");
+        } else {
+            f.apply(o, f.env, v);
+        }
+    }
+}
+
+struct Word {
+    std::string name;
+    std::string value;
+    bool has_inline_value = false;
+};
+
+Word split_word(const std::string & arg) {
+    Word w{arg, "", false};
+    if (arg.rfind("--", 0) == 0) {
+        const auto eq = arg.find('=');
+        if (eq != std::string::npos) {
+            w.name = arg.substr(0, eq);
+            w.value = arg.substr(eq + 1);
+            w.has_inline_value = true;
+        }
+    }
+    return w;
+}
+
 }  // namespace
 
-ServerOptions parse_server_options(int argc, char ** argv, bool & help) {
+ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcome) {
     ServerOptions o;
-    o.engine.n_ctx = 0;
-    o.engine.n_batch = 512;
-    help = false;
-    for (int i = 1; i < argc; i++) {
-        std::string arg = argv[i];
+    outcome = ParseOutcome::Serve;
+    UpstreamFlags up;
+    // llama-tp's defaults where they differ from llama-server's.
+    up.params().n_batch = 512;
+    up.params().cpuparams.n_threads = 0;
+    up.params().timeout_read = up.params().timeout_write = 600;
+
+    struct Pending {
+        const Flag * own;
+        const common_arg * upstream;
+        std::string name;
         std::string value;
-        bool has_inline_value = false;
-        if (arg.rfind("--", 0) == 0) {
-            const auto eq = arg.find('=');
-            if (eq != std::string::npos) {
-                value = arg.substr(eq + 1);
-                arg = arg.substr(0, eq);
-                has_inline_value = true;
+    };
+    std::vector<Pending> pending;
+    std::vector<std::string> own_given;
+    std::vector<const common_arg *> upstream_given;
+    for (int i = 1; i < argc; i++) {
+        Word w = split_word(argv[i]);
+        const Flag * own = find_own_flag(w.name);
+        const common_arg * opt = own ? nullptr : up.find(w.name);
+        if (own == nullptr && opt == nullptr) {
+            if (is_retired(w.name)) {
+                o.warnings.push_back(w.name + " has no effect in llama-tp-server: llama-server no longer takes it");
+                continue;
             }
+            const std::string near = nearest_flag(w.name, up);
+            throw UsageError("unknown argument: " + w.name + (near.empty() ? "" : " (did you mean " + near + "?)") +
+                             " (see --help)");
         }
-        const Flag * flag = find_flag(arg);
-        if (flag == nullptr) {
-            throw UsageError("unknown argument: " + arg + " (see --help)");
-        }
-        if (arg == "-h" || arg == "--help") {
-            help = true;
+        if (own && own->names.front() == "-h") {
+            outcome = ParseOutcome::Help;
             return o;
         }
-        if (flag->value_name.empty()) {
-            if (has_inline_value) {
-                throw UsageError(arg + " takes no value");
-            }
-        } else if (!has_inline_value) {
-            if (i + 1 >= argc) {
-                throw UsageError(arg + ": missing value " + flag->value_name);
-            }
-            value = argv[++i];
+        if (own && own->names.front() == "--flag-support") {
+            outcome = ParseOutcome::FlagSupport;
+            return o;
         }
-        flag->apply(o, arg, value);
+        const bool wants_value = own ? !own->value_name.empty() : up.takes_value(*opt);
+        if (!wants_value && w.has_inline_value) throw UsageError(w.name + " takes no value");
+        if (wants_value && !w.has_inline_value) {
+            if (i + 1 >= argc) throw UsageError(w.name + ": missing value");
+            w.value = argv[++i];
+        }
+        if (own) {
+            own_given.push_back(own->names.front());
+        } else {
+            upstream_given.push_back(opt);
+        }
+        pending.push_back({own, opt, w.name, w.value});
     }
+
+    // The environment first, so that the command line wins. llama-server's
+    // options that our own flags stand in for read no variable of theirs.
+    std::vector<const common_arg *> skip_env = upstream_given;
+    for (const auto & f : own_flags()) {
+        for (const auto & n : f.names) {
+            if (const common_arg * shadowed = up.find(n)) skip_env.push_back(shadowed);
+        }
+    }
+    try {
+        up.apply_environment(skip_env);
+    } catch (const std::exception & e) {
+        throw UsageError(without_error_prefix(e.what()));
+    }
+    apply_own_environment(o, own_given);
+    for (const Pending & p : pending) {
+        if (p.upstream == nullptr) continue;
+        try {
+            up.apply(*p.upstream, p.name, p.value);
+        } catch (const std::exception & e) {
+            throw UsageError(p.name + ": " + without_error_prefix(e.what()));
+        }
+    }
+    take_upstream_values(up, o);
+    for (const Pending & p : pending) {
+        if (p.own) p.own->apply(o, p.name, p.value);
+    }
+    warn_about_no_effect(up, o);
+    check_ranges(o);
+
     if (o.engine.model_path.empty()) {
-        throw UsageError("no model given: pass -m/--model FNAME (see --help)");
+        throw UsageError(
+            "no model given: pass -m/--model FNAME (llama-tp-server serves a local GGUF file; it does not "
+            "download models (-hf, -mu) or run llama-server's router mode; see --help)");
+    }
+    const bool tp_given = std::find(own_given.begin(), own_given.end(), "--tp") != own_given.end() ||
+                          std::getenv("LLAMA_ARG_TP") != nullptr;
+    if (!o.engine.tensor_split.empty() && !tp_given) {
+        // llama-server's meaning: shares of GPUs, which one process here does not have.
+        std::string word = "-ts";
+        for (const Pending & p : pending) {
+            if (p.own && p.own->names.front() == "-ts") word = p.name;
+        }
+        o.warnings.push_back(word +
+                             " has no effect in llama-tp-server without --tp (with --tp N it gives each of the "
+                             "N ranks its share)");
+        o.engine.tensor_split.clear();
     }
     if (!o.engine.tensor_split.empty() && (int) o.engine.tensor_split.size() != o.engine.tp) {
         throw UsageError("--tensor-split has " + std::to_string(o.engine.tensor_split.size()) +
                          " entries but --tp is " + std::to_string(o.engine.tp));
     }
+    if (o.n_parallel == -1) o.n_parallel = kAutoSlots;
     if (o.engine.n_ctx > 0 && o.engine.n_ctx < o.n_parallel) {
         throw UsageError("--ctx-size " + std::to_string(o.engine.n_ctx) + " is smaller than --parallel " +
                          std::to_string(o.n_parallel) + ": every slot needs room");
@@ -395,20 +440,56 @@ ServerOptions parse_server_options(int argc, char ** argv, bool & help) {
 
 void print_usage(const char * argv0) {
     std::printf("usage: %s -m MODEL.gguf [options]\n\n", argv0);
-    std::printf("An OpenAI-compatible server for llama-tp (flag names follow llama-server).\n\noptions:\n");
-    for (const auto & f : flags()) {
+    std::printf(
+        "An OpenAI-compatible server for llama-tp. It takes llama-server's command line: every flag and\n"
+        "LLAMA_ARG_* variable of llama-server is accepted (flag beats environment); those without effect\n"
+        "here say so in one warning line each (--flag-support lists them all).\n\n"
+        "----- llama-tp -----\n\n");
+    for (const auto & f : own_flags()) {
         std::string names;
-        for (const auto & n : f.names) {
-            names += (names.empty() ? "" : ", ") + n;
-        }
-        if (!f.value_name.empty()) {
-            names += " " + f.value_name;
-        }
-        std::printf("  %-36s %s\n", names.c_str(), f.help.c_str());
+        for (const auto & n : f.names) names += (names.empty() ? "" : ", ") + n;
+        if (!f.value_name.empty()) names += " " + f.value_name;
+        std::printf("%-39s %s%s\n", names.c_str(), f.help.c_str(),
+                    f.env.empty() ? "" : ("\n" + std::string(40, ' ') + "(env: " + f.env + ")").c_str());
+    }
+    std::printf("\n----- llama-server flags honoured here -----\n\n");
+    UpstreamFlags up;
+    for (const common_arg & opt : up.options()) {
+        if (opt.is_preset_only || find_own_flag(UpstreamFlags::primary_name(opt))) continue;
+        const FlagSupport s = UpstreamFlags::support(opt);
+        if (!s.honoured) continue;
+        std::printf("%s", opt.to_string().c_str());
+        if (!s.note.empty()) std::printf("%40s(here: %s)\n", "", s.note.c_str());
     }
     std::printf(
         "\nendpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
-        "           POST /tokenize, POST /detokenize, GET /props\n");
+        "           POST /tokenize, POST /detokenize, GET /props, GET /metrics\n");
+}
+
+void print_flag_support() {
+    std::printf("| flag | environment | here |\n| --- | --- | --- |\n");
+    for (const auto & f : own_flags()) {
+        if (!f.apply) continue;
+        std::string names;
+        for (const auto & n : f.names) names += (names.empty() ? "`" : "`, `") + n;
+        std::printf("| %s` | %s | llama-tp: %s |\n", names.c_str(), f.env.empty() ? "" : ("`" + f.env + "`").c_str(),
+                    f.help.c_str());
+    }
+    UpstreamFlags up;
+    for (const common_arg & opt : up.options()) {
+        if (opt.is_preset_only || find_own_flag(UpstreamFlags::primary_name(opt))) continue;
+        std::string names;
+        for (const char * a : opt.args) names += std::string(names.empty() ? "`" : "`, `") + a;
+        for (const char * a : opt.args_neg) names += std::string("`, `") + a;
+        const FlagSupport s = UpstreamFlags::support(opt);
+        std::string note = s.honoured ? "honoured" : "no effect";
+        if (!s.note.empty()) note += ": " + s.note;
+        std::printf("| %s` | %s | %s |\n", names.c_str(), opt.env ? ("`" + std::string(opt.env) + "`").c_str() : "",
+                    note.c_str());
+    }
+    for (const auto & r : UpstreamFlags::retired()) {
+        std::printf("| `%s` | | no effect: llama-server no longer takes it |\n", r.c_str());
+    }
 }
 
 }  // namespace llama_tp::server

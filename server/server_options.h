@@ -13,12 +13,15 @@
 
 namespace llama_tp::server {
 
+// Slots of `-np -1` (auto, the default), as llama-server.
+constexpr int32_t kAutoSlots = 4;
+
 struct ServerOptions {
     EngineOptions engine;  // model path, context, batch, threads, tp, split, allreduce
 
     std::string host = "127.0.0.1";
     int port = 8080;
-    int32_t n_parallel = 1;           // slots: requests decoded together
+    int32_t n_parallel = kAutoSlots;  // slots: requests decoded together
     int32_t n_predict = -1;           // default cap on generated tokens (-1: until the context is full)
     int timeout_s = 600;              // HTTP read/write timeout
     int32_t http_threads = -1;        // -1: n_parallel + a few
@@ -26,12 +29,17 @@ struct ServerOptions {
     int32_t max_queue = 64;           // requests that may wait for a slot; more are answered 503
 
     std::vector<std::string> api_keys;  // empty: no authentication
+    std::string api_prefix;             // every route under this path ("" or "/x")
+    bool endpoint_metrics = false;      // GET /metrics (--metrics)
+    bool endpoint_slots = true;         // GET /slots (--no-slots turns it off)
+    bool endpoint_props = false;        // POST /props (--props)
     std::string alias;                  // model name reported by the API
     std::string chat_template;          // override: Jinja source or a built-in template name
 
     SamplingParams sampling;  // defaults for requests that leave a field out
     bool verbose = false;
-    std::vector<std::string> ignored_flags;  // accepted for compatibility, no effect
+    bool context_given = false;         // -c on the command line or in the environment
+    std::vector<std::string> warnings;  // one line per flag accepted without effect
     // Under mpirun: where process R reads the model (--model-path-rank R=PATH).
     std::map<int, std::string> model_path_of_process;
 };
@@ -42,9 +50,13 @@ class UsageError : public std::runtime_error {
     explicit UsageError(const std::string & what) : std::runtime_error(what) {}
 };
 
-// Throws UsageError. Sets `help` (and returns) when -h/--help was given.
-ServerOptions parse_server_options(int argc, char ** argv, bool & help);
+enum class ParseOutcome { Serve, Help, FlagSupport };
+
+// Reads llama-server's command line and llama-tp's own flags (server/README.md).
+// Throws UsageError; returns early for --help and --flag-support.
+ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcome);
 
 void print_usage(const char * argv0);
+void print_flag_support();
 
 }  // namespace llama_tp::server

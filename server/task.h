@@ -38,12 +38,18 @@ struct TaskEvent {
     // Text: newly releasable text, and the tokens that produced it (logprobs).
     std::string text;
     std::vector<TokenLogprob> logprobs;
+    std::vector<int32_t> tokens;  // sampled token ids, when the task asks for them
+
+    // Text and Done.
+    int32_t id_slot = -1;
+    int32_t n_prompt = 0;
+    int32_t n_completion = 0;  // tokens sampled so far
 
     // Done.
     std::string finish_reason;  // "stop" or "length"
-    int32_t n_prompt = 0;
+    std::string stop_type;      // llama-server's: "eos", "word" or "limit"
+    std::string stopping_word;  // the stop string that matched ("word")
     int32_t n_cached = 0;
-    int32_t n_completion = 0;
     Timings timings;
 
     // Error.
@@ -95,6 +101,7 @@ struct Task {
     bool cache_prompt = true;               // false: reuse no cached prefix
     std::vector<int32_t> preserved_tokens;  // sorted: special tokens shown as text
     int32_t n_top_logprobs = -1;            // -1: no logprobs; 0: only the chosen token's
+    bool return_tokens = false;             // Text events carry the sampled ids
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
     std::chrono::steady_clock::time_point t_submit = std::chrono::steady_clock::now();

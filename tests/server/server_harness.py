@@ -55,18 +55,23 @@ def free_port() -> int:
 class ServerProcess:
     """launcher: words before the server's command line (mpirun and its options)."""
 
-    def __init__(self, *extra_args, api_key=None, model=None, launcher=()):
+    def __init__(self, *extra_args, api_key=None, model=None, launcher=(), env=None, leading_args=None,
+                 port=None, health_path="/health"):
+        """leading_args: replaces "-m MODEL --host --port" (for command lines that name these themselves)."""
         require_binary_and_model()
-        self.port = free_port()
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        args = [*launcher, str(server_bin()), "-m", str(model or model_path()), "--host", "127.0.0.1",
-                "--port", str(self.port), *extra_args]
+        first = leading_args if leading_args is not None else [
+            "-m", str(model or model_path()), "--host", "127.0.0.1", "--port", str(self.port)]
+        args = [*launcher, str(server_bin()), *first, *extra_args]
         if api_key:
             args += ["--api-key", api_key]
         self.args = args
         self.log = tempfile.NamedTemporaryFile(prefix="llama-tp-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.health_path = health_path
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=None if env is None else {**os.environ, **env})
         self._wait_ready()
 
     final_log = None
@@ -83,7 +88,7 @@ class ServerProcess:
                 pytest.fail(f"server exited with {self.proc.returncode} during startup:\n{self.log_text()}",
                             pytrace=False)
             try:
-                r = requests.get(self.base + "/health", timeout=2)
+                r = requests.get(self.base + self.health_path, timeout=2)
                 if r.status_code == 200:
                     return
             except requests.ConnectionError:

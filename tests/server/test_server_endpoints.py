@@ -70,10 +70,10 @@ def test_completion_echoes_request_model(server):
     assert body["model"] == "gpt-3.5-turbo-instruct"
 
 
-def test_completion_alias_route(server):
+def test_completions_without_v1_answers_in_llama_servers_shape(server):
     r = server.post("/completions", {"prompt": PROMPT, "max_tokens": 4, "temperature": 0})
     assert r.status_code == 200, r.text
-    assert r.json()["object"] == "text_completion"
+    assert r.json()["stop"] is True and "content" in r.json()
 
 
 def test_chat_shape(server):

@@ -16,7 +16,7 @@ def parse_metrics(text):
             assert kind in ("counter", "gauge"), line
             typed.add(name)
         elif line:
-            m = re.fullmatch(r'([a-z_]+)(\{[^}]*\})? (\S+)', line)
+            m = re.fullmatch(r'([a-z_:]+)(\{[^}]*\})? (\S+)', line)
             assert m, line
             assert m.group(1) in helped and m.group(1) in typed, line
             values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
@@ -44,6 +44,15 @@ def test_metrics_format_and_counts(server):
     assert after["llamatp_requests_queued"] >= 0
     assert after["llamatp_predicted_tokens_per_second"] > 0
     assert after["llamatp_prompt_tokens_per_second"] > 0
+    # llama-server's series, under its names.
+    assert after["llamacpp:tokens_predicted_total"] >= before["llamacpp:tokens_predicted_total"] + 5
+    assert after["llamacpp:prompt_tokens_total"] == after["llamatp_prompt_tokens_total"]
+    assert after["llamacpp:n_decode_total"] == after["llamatp_decode_steps_total"]
+    assert after["llamacpp:n_tokens_max"] >= 5
+    assert after["llamacpp:prompt_seconds_total"] > 0 and after["llamacpp:tokens_predicted_seconds_total"] > 0
+    for g in ("prompt_tokens_seconds", "predicted_tokens_seconds", "requests_processing", "requests_deferred",
+              "n_busy_slots_per_decode"):
+        assert f"llamacpp:{g}" in after, g
 
 
 def test_unknown_paths_share_one_series(server):
@@ -55,7 +64,7 @@ def test_unknown_paths_share_one_series(server):
 
 
 def test_metrics_need_the_api_key():
-    s = ServerProcess("-t", "1", api_key="k1")
+    s = ServerProcess("-t", "1", "--metrics", api_key="k1")
     try:
         import requests
         assert requests.get(s.base + "/metrics", timeout=10).status_code == 401
@@ -65,7 +74,7 @@ def test_metrics_need_the_api_key():
 
 
 def test_metrics_count_collectives_per_rank():
-    srv = ServerProcess("--tp", "2", "-t", "2", "-c", "512")
+    srv = ServerProcess("--tp", "2", "-t", "2", "-c", "512", "--metrics")
     try:
         before = parse_metrics(srv.get("/metrics").text)
         r = srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "ignore_eos": True,

@@ -133,7 +133,7 @@ def concurrent_answers(server, stream):
 
 
 def test_two_processes_answer_as_one_process_does(model):
-    args = ("-np", "8", "-c", "4096", "--split-invariant")
+    args = ("-np", "8", "-c", "4096", "--split-invariant", "--metrics")
     single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
     try:
         expected = concurrent_answers(single, stream=False)

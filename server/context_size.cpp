@@ -1,0 +1,70 @@
+#include "server/context_size.h"
+
+#include "plugin/gguf_file.h"
+#include "plugin/hparams.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace llama_tp::server {
+
+namespace {
+
+constexpr int32_t kCellStep = 256;  // fitted contexts are multiples of this
+
+std::string gib(uint64_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / 1073741824.0);
+    return buf;
+}
+
+}  // namespace
+
+ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t available_bytes) {
+    ContextChoice c;
+    const int32_t train = std::max<int32_t>(kv.n_ctx_train, 1);
+    c.per_slot = train;
+    c.reason = "the model's training context per slot";
+    if (available_bytes > 0 && kv.bytes_per_cell > 0) {
+        const uint64_t free_after_weights = available_bytes > kv.weight_bytes ? available_bytes - kv.weight_bytes : 0;
+        const uint64_t budget = free_after_weights / 2;
+        const uint64_t fits = budget / (kv.bytes_per_cell * (uint64_t) n_slots);
+        if (fits < (uint64_t) train) {
+            const int32_t floor_cells = std::min(train, kCellStep);
+            c.per_slot = std::max<int32_t>(floor_cells, (int32_t) (fits / kCellStep * kCellStep));
+            c.reason = "training context " + std::to_string(train) + " per slot limited so that the KV cache (" +
+                       gib(kv.bytes_per_cell * (uint64_t) c.per_slot * n_slots) + ") fits in half of the " +
+                       gib(free_after_weights) + " the weights leave free";
+        }
+    }
+    c.n_ctx = c.per_slot * n_slots;
+    return c;
+}
+
+KvFootprint kv_footprint(const std::string & model_path) {
+    GgufFile file(model_path);
+    const HParams hp = read_hparams(file);
+    KvFootprint kv;
+    kv.n_ctx_train = hp.n_ctx_train;
+    // F16 keys and values.
+    kv.bytes_per_cell = (uint64_t) hp.n_layer * 2u * (uint64_t) hp.n_embd_kv() * 2u;
+    kv.weight_bytes = file.file_size();
+    return kv;
+}
+
+uint64_t available_memory_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("MemAvailable:", 0) != 0) continue;
+        std::istringstream ss(line.substr(13));
+        uint64_t kib = 0;
+        ss >> kib;
+        return kib * 1024;
+    }
+    return 0;
+}
+
+}  // namespace llama_tp::server

@@ -1,0 +1,32 @@
+#pragma once
+// The KV context a server gets when the command line gives no -c: every slot
+// may hold the model's training context, as far as the cache fits in half of
+// the memory the weights leave free (a 128K-context model must not take tens
+// of GiB of KV cache by default).
+
+#include <cstdint>
+#include <string>
+
+namespace llama_tp::server {
+
+struct KvFootprint {
+    int32_t n_ctx_train = 0;
+    uint64_t bytes_per_cell = 0;  // keys and values of every layer, all ranks together
+    uint64_t weight_bytes = 0;
+};
+
+struct ContextChoice {
+    int32_t n_ctx = 0;     // cells in all
+    int32_t per_slot = 0;  // n_ctx / slots
+    std::string reason;    // one line for the log
+};
+
+ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t available_bytes);
+
+// Reads the model file's header (no tensor data).
+KvFootprint kv_footprint(const std::string & model_path);
+
+// MemAvailable of /proc/meminfo; 0 when it cannot be read.
+uint64_t available_memory_bytes();
+
+}  // namespace llama_tp::server

@@ -1,0 +1,208 @@
+#include "server/upstream_flags.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace llama_tp::server {
+
+namespace {
+
+// llama-server options that llama-tp-server honours, by their first name.
+// The value is read from common_params in server_options.cpp.
+const std::map<std::string, std::string> & honoured() {
+    static const std::map<std::string, std::string> table = {
+        {"-h", ""},
+        {"--version", ""},
+        {"-cl", ""},
+        {"--completion-bash", ""},
+        {"--list-devices", ""},
+        {"-m", ""},
+        {"-a", "the first alias names the model in the API"},
+        {"-c", "total KV cells; each slot gets ctx-size / parallel (without -c: fitted to memory, see README)"},
+        {"-np", "-1 (auto): 4 slots"},
+        {"-kvu", "one cell pool and ggml's attention; without it each slot owns its cells (faster)"},
+        {"-t", "default here: all cores (shared by the processes of an MPI launch on one host)"},
+        {"-b", "default here: 512"},
+        {"-n", ""},
+        {"--host", "one address"},
+        {"--port", ""},
+        {"--api-key", ""},
+        {"--api-key-file", ""},
+        {"-to", "default here: 600"},
+        {"--threads-http", ""},
+        {"--chat-template", ""},
+        {"--chat-template-file", ""},
+        {"--jinja", "templates are always Jinja: --no-jinja has no effect"},
+        {"-cb", "batching is always continuous: --no-cont-batching has no effect"},
+        {"-v", ""},
+        {"-lv", "4 and above: verbose"},
+        {"--offline", "llama-tp-server never downloads"},
+        {"--metrics", ""},
+        {"--slots", ""},
+        {"--props", ""},
+        {"--api-prefix", ""},
+        {"--temp", ""},
+        {"--top-k", ""},
+        {"--top-p", ""},
+        {"--min-p", ""},
+        {"--repeat-last-n", ""},
+        {"--repeat-penalty", ""},
+        {"--presence-penalty", ""},
+        {"--frequency-penalty", ""},
+        {"-s", ""},
+    };
+    return table;
+}
+
+// Options accepted with no effect, and why, where the reason is particular.
+const std::map<std::string, std::string> & no_effect() {
+    static const std::map<std::string, std::string> table = {
+        {"-ngl", "nothing is offloaded: every layer is split across the --tp ranks"},
+        {"-sm", "the split is always tensor parallel, across the --tp ranks"},
+        {"-mg", "ranks run on the CPU backend"},
+        {"-dev", "ranks run on the CPU backend"},
+        {"-ot", "each rank keeps its shard in its own buffers"},
+        {"-cmoe", "experts are split across the --tp ranks"},
+        {"-ncmoe", "experts are split across the --tp ranks"},
+        {"-fit", "the context is fitted to memory when -c is not given"},
+        {"-ub", "a decode step is at most --batch-size tokens; there is no smaller physical batch"},
+        {"-fa", "the attention kernel follows the KV layout (row attention per slot, ggml's with -kvu)"},
+        {"-tb", "one thread pool (-t) runs prompts and generation"},
+        {"-C", "threads are placed by the OS"},
+        {"-Cr", "threads are placed by the OS"},
+        {"--cpu-strict", "threads are placed by the OS"},
+        {"--prio", "threads run at normal priority"},
+        {"--poll", "ggml's pool waits the way ggml's CPU backend does"},
+        {"-lm", "each rank reads its shard into its own buffers"},
+        {"--numa", "NUMA placement is left to the OS (run one MPI process per socket instead)"},
+        {"--warmup", "the first request builds the graphs"},
+        {"--no-webui", "there is no web UI"},
+        {"--ui", "there is no web UI"},
+        {"-lcs", "no speculative decoding"},
+        {"-lcd", "no speculative decoding"},
+        {"-md", "no speculative decoding"},
+        {"--spec-draft-model", "no speculative decoding"},
+        {"--draft", "no speculative decoding"},
+        {"--log-colors", "the log is plain text"},
+        {"--log-prefix", "every log line has its level and time"},
+        {"--log-timestamps", "every log line has its time"},
+    };
+    return table;
+}
+
+// Flags older llama-server builds took, still found in launch scripts.
+const std::vector<std::string> & retired_flags() {
+    static const std::vector<std::string> names = {"--mlock", "--no-mmap", "--mmap"};
+    return names;
+}
+
+}  // namespace
+
+UpstreamFlags::UpstreamFlags() : ctx_(common_params_parser_init(params_, LLAMA_EXAMPLE_SERVER)) {
+    // The parser table refers to ctx_.params; our copy must be that object.
+    for (const common_arg & opt : ctx_.options) {
+        if (opt.is_preset_only) continue;
+        for (const char * a : opt.args) by_word_[a] = &opt;
+        for (const char * a : opt.args_neg) by_word_[a] = &opt;
+    }
+}
+
+const common_arg * UpstreamFlags::find(const std::string & word) const {
+    std::string w = word;
+    // llama-server reads --long_name as --long-name.
+    if (w.rfind("--", 0) == 0) std::replace(w.begin(), w.end(), '_', '-');
+    const auto it = by_word_.find(w);
+    return it == by_word_.end() ? nullptr : it->second;
+}
+
+bool UpstreamFlags::is_negative(const common_arg & opt, const std::string & word) const {
+    std::string w = word;
+    if (w.rfind("--", 0) == 0) std::replace(w.begin(), w.end(), '_', '-');
+    for (const char * a : opt.args_neg) {
+        if (w == a) return true;
+    }
+    return false;
+}
+
+bool UpstreamFlags::takes_value(const common_arg & opt) const {
+    return opt.handler_int || opt.handler_string || opt.handler_str_str;
+}
+
+void UpstreamFlags::apply(const common_arg & opt, const std::string & word, const std::string & value) {
+    mark_given(opt, word);
+    if (!support(opt).honoured) return;
+    if (opt.handler_void) {
+        opt.handler_void(params_);
+    } else if (opt.handler_bool) {
+        opt.handler_bool(params_, !is_negative(opt, word));
+    } else if (opt.handler_int) {
+        char * end = nullptr;
+        const long v = std::strtol(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || v < INT32_MIN || v > INT32_MAX) {
+            throw std::invalid_argument("expected an integer, got '" + value + "'");
+        }
+        opt.handler_int(params_, (int) v);
+    } else if (opt.handler_string) {
+        opt.handler_string(params_, value);
+    } else {
+        throw std::invalid_argument("takes two values, which llama-tp-server does not read");
+    }
+}
+
+void UpstreamFlags::apply_environment(const std::vector<const common_arg *> & skip) {
+    for (const common_arg & opt : ctx_.options) {
+        if (opt.is_preset_only || std::find(skip.begin(), skip.end(), &opt) != skip.end()) continue;
+        std::string value;
+        if (!opt.get_value_from_env(value)) continue;
+        try {
+            if (opt.handler_void) {
+                if (!common_arg_utils::is_truthy(value)) continue;
+                apply(opt, opt.env, "");
+            } else if (opt.handler_bool) {
+                if (!common_arg_utils::is_truthy(value) && !common_arg_utils::is_falsey(value)) {
+                    throw std::invalid_argument("expected a boolean, got '" + value + "'");
+                }
+                mark_given(opt, opt.env);
+                if (support(opt).honoured) opt.handler_bool(params_, common_arg_utils::is_truthy(value));
+            } else {
+                apply(opt, opt.env, value);
+            }
+        } catch (const std::exception & e) {
+            throw std::invalid_argument(std::string("environment variable ") + opt.env + ": " + e.what());
+        }
+    }
+}
+
+bool UpstreamFlags::was_given(const std::string & first_name) const {
+    for (const Given & g : given_) {
+        if (primary_name(*g.opt) == first_name) return true;
+    }
+    return false;
+}
+
+void UpstreamFlags::mark_given(const common_arg & opt, const std::string & word) {
+    for (const Given & g : given_) {
+        if (g.opt == &opt) return;
+    }
+    given_.push_back({&opt, word});
+}
+
+std::string UpstreamFlags::primary_name(const common_arg & opt) {
+    return opt.args.empty() ? std::string() : std::string(opt.args[0]);
+}
+
+FlagSupport UpstreamFlags::support(const common_arg & opt) {
+    const std::string name = primary_name(opt);
+    const auto h = honoured().find(name);
+    if (h != honoured().end()) return {true, h->second};
+    const auto n = no_effect().find(name);
+    if (n != no_effect().end()) return {false, n->second};
+    return {false, "not implemented by llama-tp-server"};
+}
+
+const std::vector<std::string> & UpstreamFlags::retired() {
+    return retired_flags();
+}
+
+}  // namespace llama_tp::server

@@ -1,0 +1,221 @@
+"""llama-server's own endpoints and shapes: /completion (and /completions),
+/apply-template, /tokenize with pieces, /slots, /props, endpoint switches,
+--api-prefix and its error types."""
+
+import json
+import threading
+import time
+
+import requests
+
+from server_harness import ServerProcess, assert_error
+
+PROMPT = "Once upon a time"
+
+
+def native(server, **body):
+    body.setdefault("prompt", PROMPT)
+    r = server.post("/completion", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_completion_shape_and_same_text_as_openai_route(server):
+    body = native(server, n_predict=8, temperature=0, ignore_eos=True)
+    for k in ("index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
+              "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",
+              "tokens_cached", "timings"):
+        assert k in body, k
+    assert body["stop"] is True
+    assert body["stop_type"] == "limit"
+    assert body["tokens_predicted"] == 8
+    assert body["tokens"] == []  # only with return_tokens
+    assert body["prompt"] == PROMPT
+    assert body["model"] == "stories"
+    assert 0 <= body["id_slot"] < 4
+    assert body["generation_settings"]["n_predict"] == 8
+    assert body["generation_settings"]["temperature"] == 0
+    assert body["timings"]["predicted_n"] == 8
+    oai = server.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0,
+                                          "ignore_eos": True}).json()
+    assert oai["choices"][0]["text"] == body["content"]
+    assert body["tokens_evaluated"] == oai["usage"]["prompt_tokens"]
+
+
+def test_completions_route_is_the_native_shape(server):
+    r = server.post("/completions", {"prompt": PROMPT, "n_predict": 3, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["stop"] is True and "choices" not in r.json()
+
+
+def test_return_tokens_detokenize_to_the_content(server):
+    body = native(server, n_predict=10, temperature=0, ignore_eos=True, return_tokens=True)
+    assert len(body["tokens"]) == 10
+    text = server.post("/detokenize", {"tokens": body["tokens"]}).json()["content"]
+    assert text == body["content"]
+
+
+def test_stop_word_and_eos_stop_types(server):
+    full = native(server, n_predict=24, temperature=0, ignore_eos=True)["content"]
+    words = full.split()
+    assert len(words) > 3, full
+    stop = " " + words[2]
+    body = native(server, n_predict=24, temperature=0, ignore_eos=True, stop=[stop])
+    assert body["stop_type"] == "word"
+    assert body["stopping_word"] == stop
+    assert body["content"] == full[:full.index(stop)]
+    # The tiny model starts a new story with BOS rather than ending with EOS:
+    # a logit bias makes EOS (token 2) the first choice.
+    body = native(server, n_predict=24, temperature=0, logit_bias=[[2, 100.0]])
+    assert body["stop_type"] == "eos" and body["content"] == "" and body["tokens_predicted"] == 1
+
+
+def test_logit_bias_shapes(server):
+    base = native(server, n_predict=6, temperature=0, ignore_eos=True, return_tokens=True)
+    first = base["tokens"][0]
+    # OpenAI's object, with false / a large negative bias banning the greedy token.
+    for lb in ({str(first): -100}, [[first, False]]):
+        body = native(server, n_predict=6, temperature=0, ignore_eos=True, return_tokens=True, logit_bias=lb)
+        assert first not in body["tokens"], (lb, body["tokens"])
+    # Text names its tokens.
+    piece = server.post("/detokenize", {"tokens": [first]}).json()["content"]
+    body = native(server, n_predict=6, temperature=0, ignore_eos=True, return_tokens=True,
+                  logit_bias=[[piece, False]])
+    assert body["tokens"][0] != first
+
+
+def test_n_probs(server):
+    body = native(server, n_predict=4, temperature=0, ignore_eos=True, n_probs=3)
+    probs = body["completion_probabilities"]
+    assert len(probs) == 4
+    for p in probs:
+        assert set(p) >= {"id", "token", "bytes", "logprob", "top_logprobs"}
+        assert len(p["top_logprobs"]) == 3
+        # Greedy: the chosen token is the most likely one.
+        assert p["top_logprobs"][0]["id"] == p["id"]
+        assert p["logprob"] <= 0
+    assert "".join(p["token"] for p in probs) == body["content"]
+
+
+def test_native_stream(server):
+    r = server.post("/completion", {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "ignore_eos": True,
+                                    "stream": True, "return_tokens": True}, stream=True)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    events = []
+    for line in r.iter_lines(decode_unicode=True):
+        if line:
+            assert line.startswith("data: "), line
+            assert line != "data: [DONE]"  # llama-server's native stream has no [DONE]
+            events.append(json.loads(line[6:]))
+    assert events[-1]["stop"] is True and events[-1]["stop_type"] == "limit"
+    assert all(e["stop"] is False for e in events[:-1])
+    text = "".join(e["content"] for e in events)
+    tokens = [t for e in events for t in e["tokens"]]
+    assert len(tokens) == 12
+    blocking = native(server, n_predict=12, temperature=0, ignore_eos=True)
+    assert text == blocking["content"]
+    assert events[-2]["tokens_predicted"] == 12
+
+
+def test_apply_template(server):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    r = server.post("/apply-template", {"messages": messages})
+    assert r.status_code == 200, r.text
+    prompt = r.json()["prompt"]
+    assert "Be brief." in prompt and "Hi there" in prompt
+    n = len(server.post("/tokenize", {"content": prompt, "add_special": True}).json()["tokens"])
+    chat = server.post("/v1/chat/completions", {"messages": messages, "max_tokens": 1}).json()
+    assert chat["usage"]["prompt_tokens"] == n
+    assert_error(server.post("/apply-template", {"messages": "no"}), 400, param="messages")
+
+
+def test_tokenize_with_pieces(server):
+    r = server.post("/tokenize", {"content": "Once upon a time", "with_pieces": True})
+    assert r.status_code == 200, r.text
+    toks = r.json()["tokens"]
+    assert all(set(t) == {"id", "piece"} for t in toks)
+    plain = server.post("/tokenize", {"content": "Once upon a time"}).json()["tokens"]
+    assert [t["id"] for t in toks] == plain
+    assert "".join(t["piece"] for t in toks).strip() == "Once upon a time"
+    assert_error(server.post("/tokenize", {"content": "x", "with_pieces": "yes"}), 400, param="with_pieces")
+
+
+def test_props_shape(server):
+    p = server.get("/props").json()
+    for k in ("default_generation_settings", "total_slots", "model_alias", "model_path", "modalities",
+              "endpoint_slots", "endpoint_props", "endpoint_metrics", "chat_template", "bos_token", "eos_token",
+              "build_info", "is_sleeping"):
+        assert k in p, k
+    assert p["endpoint_metrics"] is True and p["endpoint_slots"] is True and p["endpoint_props"] is False
+    assert p["default_generation_settings"]["n_ctx"] == 512
+    assert p["total_slots"] == 4
+    assert_error(server.post("/props", {}), 501)
+    assert server.post("/props", {}).json()["error"]["type"] == "not_supported_error"
+
+
+def test_slots_while_one_generates():
+    s = ServerProcess("-np", "1", "-c", "2048", "-t", "1")
+    try:
+        slots = s.get("/slots").json()
+        assert len(slots) == 1 and slots[0]["id"] == 0 and slots[0]["is_processing"] is False
+        assert s.get("/slots?fail_on_no_slot=1").status_code == 200
+        done = threading.Event()
+
+        def long_one():
+            s.post("/completion", {"prompt": PROMPT, "n_predict": 1500, "ignore_eos": True})
+            done.set()
+
+        t = threading.Thread(target=long_one)
+        t.start()
+        deadline = time.time() + 20
+        busy = None
+        while time.time() < deadline and not done.is_set():
+            slots = s.get("/slots").json()
+            if slots[0]["is_processing"]:
+                busy = slots[0]
+                break
+            time.sleep(0.01)
+        assert busy is not None, "the slot never showed as processing"
+        assert busy["id_task"] >= 1 and busy["params"]["n_predict"] == 1500
+        assert busy["next_token"][0]["n_decoded"] + busy["next_token"][0]["n_remain"] == 1500
+        if not done.is_set():
+            r = s.get("/slots?fail_on_no_slot=1")
+            assert r.status_code == 503 or done.is_set(), r.text
+        t.join(timeout=120)
+    finally:
+        assert s.stop() == 0
+
+
+def test_endpoint_switches():
+    s = ServerProcess("-np", "1", "-t", "1", "--no-slots", "--props")
+    try:
+        assert_error(s.get("/slots"), 501)
+        assert "--slots" in s.get("/slots").json()["error"]["message"]
+        assert_error(s.get("/metrics"), 501)
+        assert "--metrics" in s.get("/metrics").json()["error"]["message"]
+        r = s.post("/props", {})
+        assert r.status_code == 200 and r.json() == {"success": True}
+        p = s.get("/props").json()
+        assert p["endpoint_slots"] is False and p["endpoint_props"] is True and p["endpoint_metrics"] is False
+    finally:
+        assert s.stop() == 0
+
+
+def test_api_prefix():
+    s = ServerProcess("-np", "1", "-t", "1", "--api-prefix", "/llama", "--metrics", health_path="/llama/health")
+    try:
+        assert requests.get(s.base + "/llama/health", timeout=10).json() == {"status": "ok"}
+        assert s.get("/llama/v1/models").status_code == 200
+        assert s.get("/v1/models").status_code == 404
+        r = s.post("/llama/completion", {"prompt": PROMPT, "n_predict": 2})
+        assert r.status_code == 200, r.text
+        assert 'endpoint="/completion"' in s.get("/llama/metrics").text
+    finally:
+        assert s.stop() == 0
+
+
+def test_context_overflow_has_llama_servers_error_type(server):
+    r = server.post("/completion", {"prompt": "Once upon a time " * 300, "n_predict": 4})
+    assert_error(r, 400, param="prompt", code="context_length_exceeded")
+    assert r.json()["error"]["type"] == "exceed_context_size_error"

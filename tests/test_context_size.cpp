@@ -1,0 +1,55 @@
+// The context a server takes without -c.
+
+#include "server/context_size.h"
+
+#include <gtest/gtest.h>
+
+using llama_tp::server::ContextChoice;
+using llama_tp::server::fit_context;
+using llama_tp::server::KvFootprint;
+
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+// An 8B-shaped model: 32 layers, 8 KV heads of 128, F16: 128 KiB per cell.
+KvFootprint eight_b(int32_t n_ctx_train) {
+    return {n_ctx_train, 32ull * 2 * 1024 * 2, 8 * GiB};
+}
+
+}  // namespace
+
+TEST(ContextSize, TrainingContextPerSlotWhenItFits) {
+    const ContextChoice c = fit_context(eight_b(8192), 4, 64 * GiB);
+    EXPECT_EQ(c.per_slot, 8192);
+    EXPECT_EQ(c.n_ctx, 4 * 8192);
+    EXPECT_NE(c.reason.find("training context"), std::string::npos);
+}
+
+TEST(ContextSize, LongContextModelIsLimitedToHalfTheFreeMemory) {
+    // 128K cells would take 16 GiB per slot; 24 GiB leave 16 free, half is 8.
+    const ContextChoice c = fit_context(eight_b(131072), 1, 24 * GiB);
+    EXPECT_LT(c.per_slot, 131072);
+    EXPECT_EQ(c.per_slot % 256, 0);
+    EXPECT_LE((uint64_t) c.n_ctx * eight_b(131072).bytes_per_cell, 8 * GiB);
+    EXPECT_GT((uint64_t) c.n_ctx * eight_b(131072).bytes_per_cell, 8 * GiB - 256 * eight_b(0).bytes_per_cell);
+    EXPECT_NE(c.reason.find("limited"), std::string::npos);
+}
+
+TEST(ContextSize, SlotsShareTheBudget) {
+    const ContextChoice one = fit_context(eight_b(131072), 1, 24 * GiB);
+    const ContextChoice four = fit_context(eight_b(131072), 4, 24 * GiB);
+    EXPECT_EQ(four.n_ctx / 4, four.per_slot);
+    EXPECT_LE(four.n_ctx, one.n_ctx);
+    EXPECT_GE(four.n_ctx, one.n_ctx - 4 * 256);
+}
+
+TEST(ContextSize, NoMemoryFigureKeepsTheTrainingContext) {
+    EXPECT_EQ(fit_context(eight_b(131072), 2, 0).per_slot, 131072);
+}
+
+TEST(ContextSize, TooLittleMemoryStillGivesEverySlotSomeCells) {
+    const ContextChoice c = fit_context(eight_b(131072), 2, 8 * GiB + (100ull << 20));
+    EXPECT_EQ(c.per_slot, 256);
+    EXPECT_EQ(fit_context(eight_b(100), 2, 1 * GiB).per_slot, 100);
+}
