@@ -30,6 +30,39 @@ llama_sampler * lazy_grammar(const Tokenizer & tokenizer, const SamplingParams &
                                                     p.grammar_trigger_tokens.size());
 }
 
+template <typename Add>
+void add_truncation(SamplerStage stage, const SamplingParams & p, size_t keep, Add add) {
+    switch (stage) {
+        case SamplerStage::TopNSigma:
+            if (p.top_n_sigma > 0.0f) add(llama_sampler_init_top_n_sigma(p.top_n_sigma));
+            break;
+        case SamplerStage::TopK:
+            if (p.top_k > 0) add(llama_sampler_init_top_k(p.top_k));
+            break;
+        case SamplerStage::TypicalP:
+            if (p.typical_p < 1.0f) add(llama_sampler_init_typical(p.typical_p, std::max<size_t>(keep, 1)));
+            break;
+        case SamplerStage::TopP:
+            if (p.top_p < 1.0f) add(llama_sampler_init_top_p(p.top_p, std::max<size_t>(keep, 1)));
+            break;
+        case SamplerStage::MinP:
+            if (p.min_p > 0.0f) add(llama_sampler_init_min_p(p.min_p, std::max<size_t>(keep, 1)));
+            break;
+        case SamplerStage::Xtc:
+            if (p.xtc_probability > 0.0f) {
+                add(llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, std::max<size_t>(keep, 1), p.seed));
+            }
+            break;
+        case SamplerStage::Temperature:
+            add(p.dynatemp_range > 0.0f
+                    ? llama_sampler_init_temp_ext(p.temperature, p.dynatemp_range, p.dynatemp_exponent)
+                    : llama_sampler_init_temp(p.temperature));
+            break;
+        default:
+            break;
+    }
+}
+
 }  // namespace
 
 Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p) : n_vocab_(tokenizer.n_vocab()) {
@@ -54,20 +87,49 @@ Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p) : n_voca
         }
         llama_sampler_chain_add(chain_, g);
     }
-    const bool penalties = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repeat_penalty != 1.0f;
-    if (penalties) {
-        llama_sampler_chain_add(chain_, llama_sampler_init_penalties(n_vocab_, p.penalty_last_n, p.repeat_penalty,
-                                                                     p.frequency_penalty, p.presence_penalty));
+    add_stages(tokenizer, p);
+}
+
+// Stages that change nothing with their settings are left out (same tokens,
+// less work). Greedy (temperature <= 0, no Mirostat) keeps only the stages that
+// move logits (penalties, DRY) before taking the most likely token.
+void Sampler::add_stages(const Tokenizer & tokenizer, const SamplingParams & p) {
+    const bool greedy = p.temperature <= 0.0f && p.mirostat == 0;
+    const size_t keep = (size_t) std::max(0, p.min_keep);
+    auto add = [this](llama_sampler * s) { llama_sampler_chain_add(chain_, s); };
+    for (SamplerStage stage : p.order) {
+        switch (stage) {
+            case SamplerStage::Penalties:
+                if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repeat_penalty != 1.0f) {
+                    add(llama_sampler_init_penalties(n_vocab_, p.penalty_last_n, p.repeat_penalty, p.frequency_penalty,
+                                                     p.presence_penalty));
+                }
+                break;
+            case SamplerStage::Dry:
+                if (p.dry_multiplier > 0.0f) {
+                    std::vector<const char *> breakers;
+                    for (const std::string & b : p.dry_sequence_breakers) breakers.push_back(b.c_str());
+                    add(llama_sampler_init_dry(tokenizer.vocab(), p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                                               p.dry_penalty_last_n, breakers.data(), breakers.size()));
+                }
+                break;
+            default:
+                if (greedy || p.mirostat != 0) break;
+                add_truncation(stage, p, keep, add);
+                break;
+        }
     }
-    if (p.temperature <= 0.0f) {
-        llama_sampler_chain_add(chain_, llama_sampler_init_greedy());
-        return;
+    if (greedy) {
+        add(llama_sampler_init_greedy());
+    } else if (p.mirostat == 1) {
+        add(llama_sampler_init_temp(p.temperature));
+        add(llama_sampler_init_mirostat(n_vocab_, p.seed, p.mirostat_tau, p.mirostat_eta, 100));
+    } else if (p.mirostat == 2) {
+        add(llama_sampler_init_temp(p.temperature));
+        add(llama_sampler_init_mirostat_v2(p.seed, p.mirostat_tau, p.mirostat_eta));
+    } else {
+        add(llama_sampler_init_dist(p.seed));
     }
-    if (p.top_k > 0) llama_sampler_chain_add(chain_, llama_sampler_init_top_k(p.top_k));
-    if (p.top_p < 1.0f) llama_sampler_chain_add(chain_, llama_sampler_init_top_p(p.top_p, 1));
-    if (p.min_p > 0.0f) llama_sampler_chain_add(chain_, llama_sampler_init_min_p(p.min_p, 1));
-    llama_sampler_chain_add(chain_, llama_sampler_init_temp(p.temperature));
-    llama_sampler_chain_add(chain_, llama_sampler_init_dist(p.seed));
 }
 
 Sampler::~Sampler() {

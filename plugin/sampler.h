@@ -13,6 +13,10 @@ namespace llama_tp {
 
 class Tokenizer;
 
+// The filters of a sampling chain; they run in the order SamplingParams::order
+// gives (llama-server's default below), then a token is drawn.
+enum class SamplerStage { Penalties, Dry, TopNSigma, TopK, TypicalP, TopP, MinP, Xtc, Temperature };
+
 struct SamplingParams {
     float temperature = 0.8f;  // <= 0: greedy
     float top_p = 0.95f;
@@ -23,6 +27,24 @@ struct SamplingParams {
     float frequency_penalty = 0.0f;
     float repeat_penalty = 1.0f;
     int32_t penalty_last_n = 64;
+    float typical_p = 1.0f;       // 1: off
+    float top_n_sigma = -1.0f;    // <= 0: off
+    float dynatemp_range = 0.0f;  // 0: fixed temperature
+    float dynatemp_exponent = 1.0f;
+    float xtc_probability = 0.0f;  // 0: off
+    float xtc_threshold = 0.1f;
+    float dry_multiplier = 0.0f;  // 0: off
+    float dry_base = 1.75f;
+    int32_t dry_allowed_length = 2;
+    int32_t dry_penalty_last_n = -1;  // -1: the whole context
+    std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+    int32_t mirostat = 0;  // 1 or 2: Mirostat (after the temperature) instead of the stages
+    float mirostat_tau = 5.0f;
+    float mirostat_eta = 0.1f;
+    int32_t min_keep = 0;  // candidates the truncating stages always leave
+    std::vector<SamplerStage> order = {SamplerStage::Penalties, SamplerStage::Dry,      SamplerStage::TopNSigma,
+                                       SamplerStage::TopK,      SamplerStage::TypicalP, SamplerStage::TopP,
+                                       SamplerStage::MinP,      SamplerStage::Xtc,      SamplerStage::Temperature};
     std::string grammar;  // GBNF; empty: none
     // A lazy grammar is free until the output so far matches one of the
     // trigger patterns (regular expressions over the generated text; the
@@ -60,6 +82,8 @@ class Sampler {
     std::vector<TokenProb> top_logprobs(const float * logits, int n) const;
 
   private:
+    void add_stages(const Tokenizer & tokenizer, const SamplingParams & p);
+
     llama_sampler * chain_ = nullptr;
     int32_t n_vocab_;
     std::vector<llama_token_data> candidates_;  // reused every sample()

@@ -215,6 +215,9 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
         }
     }
     resolve_logit_bias(st.engine->tokenizer(), gr);
+    // -1: the whole context, which the sampler takes as a count.
+    if (gr.sampling.penalty_last_n < 0) gr.sampling.penalty_last_n = st.n_ctx_slot;
+    if (gr.sampling.dry_penalty_last_n < 0) gr.sampling.dry_penalty_last_n = st.n_ctx_slot;
     try {
         task->sampler = std::make_unique<Sampler>(st.engine->tokenizer(), gr.sampling);
     } catch (const std::exception & e) {
@@ -402,7 +405,7 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
 
 void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res) {
     const json body = parse_json_body(req.body);
-    GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling);
+    GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
     std::shared_ptr<ToolCallParser> tool_parser;
     std::unique_ptr<Task> task = make_task(st, gr, tool_parser);
     ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model, gr.logprobs,
@@ -472,26 +475,13 @@ json piece_json(const std::string & piece) {
     return bytes;
 }
 
-json default_params_json(const ServerState & st) {
-    const SamplingParams & s = st.opts.sampling;
-    return {{"n_predict", st.opts.n_predict},
-            {"max_tokens", st.opts.n_predict},
-            {"seed", s.seed},
-            {"temperature", s.temperature},
-            {"top_k", s.top_k},
-            {"top_p", s.top_p},
-            {"min_p", s.min_p},
-            {"repeat_last_n", s.penalty_last_n},
-            {"repeat_penalty", s.repeat_penalty},
-            {"presence_penalty", s.presence_penalty},
-            {"frequency_penalty", s.frequency_penalty}};
-}
-
 json props_json(const ServerState & st) {
     const auto stats = st.scheduler->stats();
     const Tokenizer & tok = st.engine->tokenizer();
     auto token_text = [&tok](int32_t id) { return id >= 0 ? tok.piece(id, true) : std::string(); };
-    return {{"default_generation_settings", {{"n_ctx", st.n_ctx_slot}, {"params", default_params_json(st)}}},
+    return {{"default_generation_settings",
+             {{"n_ctx", st.n_ctx_slot},
+              {"params", sampling_settings_json(st.opts.sampling, st.opts.n_predict, st.opts.ignore_eos)}}},
             {"total_slots", st.scheduler->n_slots()},
             {"model_alias", st.model_name},
             {"model_path", st.opts.engine.model_path},

@@ -32,25 +32,71 @@ json probabilities_json(const ResponseContext & ctx, const std::vector<TokenLogp
 
 }  // namespace
 
-json native_settings(const GenerationRequest & gr, int32_t n_predict) {
-    const SamplingParams & s = gr.sampling;
+const char * stage_name(SamplerStage stage) {
+    switch (stage) {
+        case SamplerStage::Penalties:
+            return "penalties";
+        case SamplerStage::Dry:
+            return "dry";
+        case SamplerStage::TopNSigma:
+            return "top_n_sigma";
+        case SamplerStage::TopK:
+            return "top_k";
+        case SamplerStage::TypicalP:
+            return "typ_p";
+        case SamplerStage::TopP:
+            return "top_p";
+        case SamplerStage::MinP:
+            return "min_p";
+        case SamplerStage::Xtc:
+            return "xtc";
+        case SamplerStage::Temperature:
+            return "temperature";
+    }
+    return "";
+}
+
+json sampling_settings_json(const SamplingParams & s, int32_t n_predict, bool ignore_eos) {
+    json order = json::array();
+    for (SamplerStage st : s.order) order.push_back(stage_name(st));
     return {{"n_predict", n_predict},
             {"max_tokens", n_predict},
             {"seed", s.seed},
             {"temperature", s.temperature},
+            {"dynatemp_range", s.dynatemp_range},
+            {"dynatemp_exponent", s.dynatemp_exponent},
             {"top_k", s.top_k},
             {"top_p", s.top_p},
             {"min_p", s.min_p},
+            {"top_n_sigma", s.top_n_sigma},
+            {"xtc_probability", s.xtc_probability},
+            {"xtc_threshold", s.xtc_threshold},
+            {"typical_p", s.typical_p},
             {"repeat_last_n", s.penalty_last_n},
             {"repeat_penalty", s.repeat_penalty},
             {"presence_penalty", s.presence_penalty},
             {"frequency_penalty", s.frequency_penalty},
-            {"ignore_eos", gr.ignore_eos},
-            {"stream", gr.stream},
-            {"n_probs", gr.logprobs ? gr.top_logprobs : 0},
-            {"stop", gr.stop},
-            {"grammar", s.grammar},
-            {"cache_prompt", gr.cache_prompt}};
+            {"dry_multiplier", s.dry_multiplier},
+            {"dry_base", s.dry_base},
+            {"dry_allowed_length", s.dry_allowed_length},
+            {"dry_penalty_last_n", s.dry_penalty_last_n},
+            {"dry_sequence_breakers", s.dry_sequence_breakers},
+            {"mirostat", s.mirostat},
+            {"mirostat_tau", s.mirostat_tau},
+            {"mirostat_eta", s.mirostat_eta},
+            {"min_keep", s.min_keep},
+            {"ignore_eos", ignore_eos},
+            {"samplers", order},
+            {"grammar", s.grammar}};
+}
+
+json native_settings(const GenerationRequest & gr, int32_t n_predict) {
+    json j = sampling_settings_json(gr.sampling, n_predict, gr.ignore_eos);
+    j["stream"] = gr.stream;
+    j["n_probs"] = gr.logprobs ? gr.top_logprobs : 0;
+    j["stop"] = gr.stop;
+    j["cache_prompt"] = gr.cache_prompt;
+    return j;
 }
 
 json native_final(const ResponseContext & ctx, const std::string & content, const std::vector<int32_t> & tokens,

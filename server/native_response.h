@@ -16,7 +16,10 @@ namespace llama_tp::server {
 
 using json = nlohmann::json;
 
-// The settings a request generates with, as llama-server reports them.
+// Sampling settings as llama-server reports them (/props, generation_settings).
+json sampling_settings_json(const SamplingParams & s, int32_t n_predict, bool ignore_eos);
+
+// The settings a request generates with.
 json native_settings(const GenerationRequest & gr, int32_t n_predict);
 
 json native_final(const ResponseContext & ctx, const std::string & content, const std::vector<int32_t> & tokens,

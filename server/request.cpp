@@ -1,5 +1,7 @@
 #include "server/request.h"
 
+#include "sampling.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -346,6 +348,62 @@ void parse_response_format(const json & body, GenerationRequest & r) {
                       "response_format.type", "invalid_value");
 }
 
+SamplerStage stage_of(common_sampler_type t, const std::string & name, const std::string & param) {
+    switch (t) {
+        case COMMON_SAMPLER_TYPE_PENALTIES:
+            return SamplerStage::Penalties;
+        case COMMON_SAMPLER_TYPE_DRY:
+            return SamplerStage::Dry;
+        case COMMON_SAMPLER_TYPE_TOP_N_SIGMA:
+            return SamplerStage::TopNSigma;
+        case COMMON_SAMPLER_TYPE_TOP_K:
+            return SamplerStage::TopK;
+        case COMMON_SAMPLER_TYPE_TYPICAL_P:
+            return SamplerStage::TypicalP;
+        case COMMON_SAMPLER_TYPE_TOP_P:
+            return SamplerStage::TopP;
+        case COMMON_SAMPLER_TYPE_MIN_P:
+            return SamplerStage::MinP;
+        case COMMON_SAMPLER_TYPE_XTC:
+            return SamplerStage::Xtc;
+        case COMMON_SAMPLER_TYPE_TEMPERATURE:
+            return SamplerStage::Temperature;
+        default:
+            throw bad_request("'" + param + "': sampler '" + name + "' is not available here", param,
+                              "unsupported_value");
+    }
+}
+
+void parse_more_samplers(const json & body, SamplingParams & s) {
+    const long long kMax = std::numeric_limits<int32_t>::max();
+    s.typical_p = (float) get_number(body, "typical_p", 0.0, 1.0, s.typical_p);
+    s.top_n_sigma = (float) get_number(body, "top_n_sigma", -1.0, 1e4, s.top_n_sigma);
+    s.dynatemp_range = (float) get_number(body, "dynatemp_range", 0.0, 1e4, s.dynatemp_range);
+    s.dynatemp_exponent = (float) get_number(body, "dynatemp_exponent", 0.0, 1e4, s.dynatemp_exponent);
+    s.xtc_probability = (float) get_number(body, "xtc_probability", 0.0, 1.0, s.xtc_probability);
+    s.xtc_threshold = (float) get_number(body, "xtc_threshold", 0.0, 1.0, s.xtc_threshold);
+    s.dry_multiplier = (float) get_number(body, "dry_multiplier", 0.0, 1e4, s.dry_multiplier);
+    s.dry_base = (float) get_number(body, "dry_base", 1.0, 1e4, s.dry_base);
+    s.dry_allowed_length = (int32_t) get_int(body, "dry_allowed_length", 0, kMax, s.dry_allowed_length);
+    s.dry_penalty_last_n = (int32_t) get_int(body, "dry_penalty_last_n", -1, kMax, s.dry_penalty_last_n);
+    if (const json * b = field(body, "dry_sequence_breakers")) {
+        if (!b->is_array()) throw wrong_type("dry_sequence_breakers", "an array of strings", *b);
+        s.dry_sequence_breakers.clear();
+        for (const auto & e : *b) {
+            if (!e.is_string() || e.get<std::string>().empty()) {
+                throw bad_request("'dry_sequence_breakers' must hold non-empty strings", "dry_sequence_breakers",
+                                  "invalid_type");
+            }
+            s.dry_sequence_breakers.push_back(e.get<std::string>());
+        }
+    }
+    s.mirostat = (int32_t) get_int(body, "mirostat", 0, 2, s.mirostat);
+    s.mirostat_tau = (float) get_number(body, "mirostat_tau", 0.0, 1e4, s.mirostat_tau);
+    s.mirostat_eta = (float) get_number(body, "mirostat_eta", 0.0, 1e4, s.mirostat_eta);
+    s.min_keep = (int32_t) get_int(body, "min_keep", 0, kMax, s.min_keep);
+    if (const json * order = field(body, "samplers")) s.order = sampler_order(*order, "samplers");
+}
+
 // A bias: a number, or false for "never" (llama-server).
 float bias_value(const json & v, const std::string & where) {
     if (v.is_boolean() && !v.get<bool>()) return -INFINITY;
@@ -405,6 +463,32 @@ void parse_logit_bias(const json & body, GenerationRequest & r) {
 
 }  // namespace
 
+std::vector<SamplerStage> sampler_order(const json & v, const std::string & param) {
+    std::vector<SamplerStage> out;
+    if (v.is_string()) {
+        for (char c : v.get<std::string>()) {
+            const auto types = common_sampler_types_from_chars(std::string(1, c));
+            if (types.empty()) {
+                throw bad_request("'" + param + "': unknown sampler code '" + std::string(1, c) + "'", param,
+                                  "invalid_value");
+            }
+            out.push_back(stage_of(types[0], std::string(1, c), param));
+        }
+        return out;
+    }
+    if (!v.is_array()) throw wrong_type(param, "an array of sampler names or a string of codes", v);
+    for (const auto & e : v) {
+        if (!e.is_string()) throw wrong_type(param, "an array of sampler names", v);
+        const auto types = common_sampler_types_from_names({e.get<std::string>()});
+        if (types.empty()) {
+            throw bad_request("'" + param + "': unknown sampler '" + e.get<std::string>() + "'", param,
+                              "invalid_value");
+        }
+        out.push_back(stage_of(types[0], e.get<std::string>(), param));
+    }
+    return out;
+}
+
 json parse_json_body(const std::string & body) {
     json j;
     try {
@@ -419,7 +503,8 @@ json parse_json_body(const std::string & body) {
     return j;
 }
 
-GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults) {
+GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults,
+                                           bool defaults_ignore_eos) {
     GenerationRequest r;
     r.endpoint = endpoint;
     r.sampling = defaults;
@@ -460,11 +545,22 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
             s.seed = (uint32_t) (seed & 0xFFFFFFFFLL);
         }
     }
-    r.ignore_eos = get_bool(body, "ignore_eos", false);
+    parse_more_samplers(body, s);
+    r.ignore_eos = get_bool(body, "ignore_eos", defaults_ignore_eos);
     r.cache_prompt = get_bool(body, "cache_prompt", true);
 
-    s.grammar = get_string(body, "grammar", "");
+    // A server default grammar (--grammar, -j) gives way to any format the request asks for.
+    const bool grammar_in_request = field(body, "grammar") != nullptr;
+    s.grammar = get_string(body, "grammar", s.grammar);
     parse_response_format(body, r);
+    if (const json * js = field(body, "json_schema")) {  // llama-server's top-level form
+        if (!js->is_object() && !js->is_boolean()) throw wrong_type("json_schema", "an object", *js);
+        if (!r.json_schema.empty()) {
+            throw bad_request("'json_schema' and 'response_format' cannot be combined", "json_schema", "invalid_value");
+        }
+        r.json_schema = js->dump();
+    }
+    if (!grammar_in_request && !r.json_schema.empty()) s.grammar.clear();
     if (!s.grammar.empty() && !r.json_schema.empty()) {
         throw bad_request("'grammar' and 'response_format' cannot be combined", "grammar", "invalid_value");
     }
@@ -518,6 +614,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         get_bool(body, "parallel_tool_calls", false);
     } else {
         r.tools = parse_tool_set(body);
+        if (r.tools.active() && !grammar_in_request) s.grammar.clear();
         if (r.tools.active() && (!s.grammar.empty() || !r.json_schema.empty())) {
             throw bad_request("'tools' cannot be combined with 'grammar' or 'response_format'", "tools",
                               "invalid_value");

@@ -62,7 +62,13 @@ struct GenerationRequest {
 };
 
 // `body` must already be valid JSON; `defaults` are the server's sampling defaults.
-GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults);
+GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults,
+                                           bool defaults_ignore_eos = false);
+
+// llama-server's sampler names (penalties, dry, top_n_sigma, top_k, typ_p,
+// top_p, min_p, xtc, temperature and their aliases) or its one-letter codes,
+// in order. Throws ApiError 400 naming `param` for an unknown one.
+std::vector<SamplerStage> sampler_order(const json & names_or_codes, const std::string & param);
 
 // Parses a request body, throwing ApiError 400 when it is not a JSON object.
 json parse_json_body(const std::string & body);

@@ -1,6 +1,9 @@
 #include "server/server_options.h"
 
+#include "server/request.h"
 #include "server/upstream_flags.h"
+
+#include "sampling.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -247,6 +250,33 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.sampling.presence_penalty = s.penalty_present;
     o.sampling.frequency_penalty = s.penalty_freq;
     o.sampling.seed = s.seed;
+    o.sampling.typical_p = s.typ_p;
+    o.sampling.top_n_sigma = s.top_n_sigma;
+    o.sampling.dynatemp_range = s.dynatemp_range;
+    o.sampling.dynatemp_exponent = s.dynatemp_exponent;
+    o.sampling.xtc_probability = s.xtc_probability;
+    o.sampling.xtc_threshold = s.xtc_threshold;
+    o.sampling.dry_multiplier = s.dry_multiplier;
+    o.sampling.dry_base = s.dry_base;
+    o.sampling.dry_allowed_length = s.dry_allowed_length;
+    o.sampling.dry_penalty_last_n = s.dry_penalty_last_n;
+    o.sampling.dry_sequence_breakers = s.dry_sequence_breakers;
+    o.sampling.mirostat = s.mirostat;
+    o.sampling.mirostat_tau = s.mirostat_tau;
+    o.sampling.mirostat_eta = s.mirostat_eta;
+    o.sampling.min_keep = s.min_keep;
+    o.sampling.grammar = s.grammar.grammar;
+    for (const llama_logit_bias & b : s.logit_bias) o.sampling.logit_bias.emplace_back(b.token, b.bias);
+    o.ignore_eos = s.ignore_eos;
+    o.sampling.order.clear();
+    for (common_sampler_type t : s.samplers) {
+        json name = common_sampler_type_to_str(t);
+        try {
+            o.sampling.order.push_back(sampler_order(json::array({name}), "--samplers")[0]);
+        } catch (const std::exception &) {
+            o.warnings.push_back("--samplers: " + name.get<std::string>() + " has no effect in llama-tp-server");
+        }
+    }
 }
 
 void check_ranges(const ServerOptions & o) {

@@ -37,6 +37,7 @@ struct ServerOptions {
     std::string chat_template;          // override: Jinja source or a built-in template name
 
     SamplingParams sampling;  // defaults for requests that leave a field out
+    bool ignore_eos = false;  // --ignore-eos: the default of requests
     bool verbose = false;
     bool context_given = false;         // -c on the command line or in the environment
     std::vector<std::string> warnings;  // one line per flag accepted without effect
