@@ -50,13 +50,19 @@ ChatFormatter::ChatFormatter(const Tokenizer & tokenizer, const std::string & ov
     } catch (const std::exception & e) {
         throw std::runtime_error(std::string("chat template does not parse: ") + e.what());
     }
+    supports_thinking_ = impl_->use_jinja && common_chat_templates_support_enable_thinking(impl_->templates.get());
     impl_->add_bos = tokenizer.add_bos();
     impl_->add_eos = false;
 
     // Render a small conversation now, so that a broken template fails at
     // startup rather than on every request.
     try {
-        apply({{"system", "You are helpful.", "", "", {}}, {"user", "Hello", "", "", {}}});
+        ChatMessage system, user;
+        system.role = "system";
+        system.content = "You are helpful.";
+        user.role = "user";
+        user.content = "Hello";
+        apply({system, user});
     } catch (const ApiError & e) {
         throw std::runtime_error(std::string("chat template cannot render a conversation: ") + e.what());
     }
@@ -106,7 +112,8 @@ GrammarTrigger::Kind trigger_kind(common_grammar_trigger_type type) {
 
 }  // namespace
 
-ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const ToolSet & tools) const {
+ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const ToolSet & tools,
+                                const ChatTurnOptions & turn) const {
     if (!tools.tools.empty() && !impl_->use_jinja) {
         throw bad_request(
             "tools need a Jinja chat template; the built-in template '" + origin_ + "' cannot render them", "tools",
@@ -114,13 +121,19 @@ ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const
     }
     common_chat_templates_inputs in;
     in.use_jinja = impl_->use_jinja;
-    in.add_generation_prompt = true;
+    in.add_generation_prompt = !turn.continue_final_message;
+    in.continue_final_message =
+        turn.continue_final_message ? COMMON_CHAT_CONTINUATION_AUTO : COMMON_CHAT_CONTINUATION_NONE;
+    in.reasoning_format = (common_reasoning_format) turn.reasoning_format;
+    in.enable_thinking = turn.enable_thinking && supports_thinking_;
+    in.chat_template_kwargs = turn.template_kwargs;
     in.add_bos = impl_->add_bos;  // the tokenizer adds BOS: strip the template's
     in.add_eos = impl_->add_eos;
     for (const auto & m : messages) {
         common_chat_msg msg;
         msg.role = m.role;
         msg.content = m.content;
+        msg.reasoning_content = m.reasoning_content;
         if (m.role == "tool") {
             msg.tool_name = m.name;
         }
@@ -140,6 +153,9 @@ ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const
         out.syntax.format = (int) params.format;
         out.syntax.generation_prompt = std::move(params.generation_prompt);
         out.syntax.parser = std::move(params.parser);
+        out.syntax.reasoning_format = turn.reasoning_format;
+        out.syntax.parse_reasoning = params.supports_thinking && turn.reasoning_format != COMMON_REASONING_FORMAT_NONE;
+        out.syntax.parse_tool_calls = tools.active();
         out.tool_grammar = std::move(params.grammar);
         out.tool_grammar_lazy = params.grammar_lazy;
         for (const common_grammar_trigger & t : params.grammar_triggers) {

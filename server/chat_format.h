@@ -10,10 +10,11 @@
 // was not trained on ChatML may still write it out as text.
 
 #include "server/request.h"
-#include "server/tool_call_parser.h"
+#include "server/chat_output_parser.h"
 #include "server/tool_grammar.h"
 #include "server/tools.h"
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,15 @@ class Tokenizer;
 }
 
 namespace llama_tp::server {
+
+// How a conversation is rendered beyond its messages: thinking, the template's
+// extra variables, and whether the last assistant message is continued.
+struct ChatTurnOptions {
+    int reasoning_format = 1;  // common_reasoning_format (auto)
+    bool enable_thinking = true;
+    std::map<std::string, std::string> template_kwargs;  // name -> JSON value
+    bool continue_final_message = false;                 // prefill: go on with the last assistant turn
+};
 
 struct ChatPrompt {
     std::string prompt;
@@ -46,7 +56,11 @@ class ChatFormatter {
 
     // Throws ApiError 400 when the template rejects the conversation or the
     // tools.
-    ChatPrompt apply(const std::vector<ChatMessage> & messages, const ToolSet & tools = {}) const;
+    ChatPrompt apply(const std::vector<ChatMessage> & messages, const ToolSet & tools = {},
+                     const ChatTurnOptions & turn = {}) const;
+
+    // The template renders thinking on or off (an enable_thinking variable).
+    bool supports_thinking() const { return supports_thinking_; }
 
     // "model", "override", "builtin:<name>" or "chatml-fallback".
     const std::string & origin() const { return origin_; }
@@ -56,6 +70,7 @@ class ChatFormatter {
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::string origin_;
+    bool supports_thinking_ = false;
     mutable std::mutex mutex_;
 };
 

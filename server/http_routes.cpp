@@ -9,11 +9,12 @@
 #include "server/request.h"
 #include "server/response.h"
 #include "server/scheduler.h"
-#include "server/tool_call_parser.h"
+#include "server/chat_output_parser.h"
 #include "server/tool_grammar.h"
 
 #include <cpp-httplib/httplib.h>
 
+#include "chat.h"
 #include "json-schema-to-grammar.h"
 #include "json.h"
 
@@ -94,7 +95,7 @@ struct PreparedPrompt {
     std::vector<int32_t> tokens;
     std::vector<int32_t> grammar_prefill;   // tokens the tool grammar must see first
     std::vector<int32_t> preserved_tokens;  // sorted; shown as text in the output
-    std::shared_ptr<ToolCallParser> tool_parser;
+    std::shared_ptr<ChatOutputParser> output_parser;
 };
 
 // Tool calls: the template's grammar constrains sampling, from the start when
@@ -102,7 +103,6 @@ struct PreparedPrompt {
 // the model may also answer in text (tool_choice "auto", a lazy grammar).
 void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const ChatPrompt & cp, PreparedPrompt & out) {
     const Tokenizer & tok = st.engine->tokenizer();
-    out.tool_parser = std::make_shared<ToolCallParser>(cp.syntax);
     out.preserved_tokens = preserved_token_ids(tok, cp.preserved_tokens);
     if (cp.tool_grammar.empty()) {
         if (gr.tools.choice == ToolChoice::Required) {
@@ -130,13 +130,41 @@ void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const Chat
     out.grammar_prefill = grammar_prefill_tokens(tok, cp.syntax.generation_prompt);
 }
 
+// The server's defaults (--reasoning-format, --reasoning, --chat-template-kwargs,
+// --prefill-assistant) with what the request says over them.
+ChatTurnOptions turn_options(const ServerState & st, const GenerationRequest & gr) {
+    ChatTurnOptions t;
+    t.reasoning_format = gr.reasoning_format.empty() ? st.opts.reasoning_format
+                                                     : (int) common_reasoning_format_from_name(gr.reasoning_format);
+    t.enable_thinking = st.opts.enable_reasoning != 0;
+    t.template_kwargs = st.opts.template_kwargs;
+    for (const auto & [key, value] : gr.chat_template_kwargs.items()) t.template_kwargs[key] = value.dump();
+    const auto thinking = t.template_kwargs.find("enable_thinking");
+    if (thinking != t.template_kwargs.end()) t.enable_thinking = thinking->second == "true";
+    if (gr.reasoning_effort == "none") {
+        t.enable_thinking = false;
+    } else if (!gr.reasoning_effort.empty()) {
+        t.template_kwargs["reasoning_effort"] = json(gr.reasoning_effort).dump();
+    }
+    const bool last_is_assistant = !gr.messages.empty() && gr.messages.back().role == "assistant";
+    t.continue_final_message = gr.continue_final_message == 1 ||
+                               (gr.continue_final_message == -1 && st.opts.prefill_assistant && last_is_assistant);
+    return t;
+}
+
 PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, std::vector<std::string> & stops) {
     const Tokenizer & tok = st.engine->tokenizer();
     PreparedPrompt out;
     if (gr.endpoint == Endpoint::Chat) {
-        ChatPrompt cp = st.chat->apply(gr.messages, gr.tools);
+        ChatPrompt cp = st.chat->apply(gr.messages, gr.tools, turn_options(st, gr));
         stops.insert(stops.end(), cp.stops.begin(), cp.stops.end());
         SRV_DBG("chat prompt: %s", cp.prompt.c_str());
+        // deepseek-legacy keeps the thinking inline while streaming, as llama-server.
+        cp.syntax.reasoning_in_content =
+            gr.stream && cp.syntax.reasoning_format == COMMON_REASONING_FORMAT_DEEPSEEK_LEGACY;
+        if (gr.tools.active() || cp.syntax.parse_reasoning) {
+            out.output_parser = std::make_shared<ChatOutputParser>(cp.syntax);
+        }
         if (gr.tools.active()) {
             use_tool_grammar(st, gr, cp, out);
         }
@@ -176,13 +204,13 @@ void resolve_logit_bias(const Tokenizer & tok, GenerationRequest & gr) {
 
 // Validates what needs the model, and builds the scheduler task.
 std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
-                                std::shared_ptr<ToolCallParser> & tool_parser) {
+                                std::shared_ptr<ChatOutputParser> & output_parser) {
     auto task = std::make_unique<Task>();
     task->id = st.next_task_id++;
     task->stop = gr.stop;
     PreparedPrompt prepared = prepare_prompt(st, gr, task->stop);
     task->prompt = std::move(prepared.tokens);
-    tool_parser = std::move(prepared.tool_parser);
+    output_parser = std::move(prepared.output_parser);
     task->preserved_tokens = std::move(prepared.preserved_tokens);
 
     const char * prompt_param = gr.endpoint == Endpoint::Chat ? "messages" : "prompt";
@@ -240,7 +268,7 @@ ApiError event_error(const TaskEvent & e) {
 }
 
 void respond_blocking(const Request & req, Response & res, const ResponseContext & ctx,
-                      const std::shared_ptr<TaskChannel> & channel, ToolCallParser * tool_parser) {
+                      const std::shared_ptr<TaskChannel> & channel, ChatOutputParser * output_parser) {
     std::string text;
     std::vector<TokenLogprob> logprobs;
     std::vector<int32_t> tokens;
@@ -270,11 +298,10 @@ void respond_blocking(const Request & req, Response & res, const ResponseContext
                 case TaskEvent::Kind::Done:
                     if (ctx.endpoint == Endpoint::Native) {
                         send_json(res, native_final(ctx, text, tokens, logprobs, e));
-                    } else if (tool_parser != nullptr) {
-                        const AssistantMessage m = tool_parser->parse(text);
-                        send_json(res, final_response(ctx, m.content, logprobs, e, m.tool_calls));
+                    } else if (output_parser != nullptr) {
+                        send_json(res, final_response(ctx, output_parser->parse(text), logprobs, e));
                     } else {
-                        send_json(res, final_response(ctx, text, logprobs, e));
+                        send_json(res, final_response(ctx, AssistantMessage{text, "", {}}, logprobs, e));
                     }
                     return;
                 case TaskEvent::Kind::Error:
@@ -288,8 +315,8 @@ struct StreamState {
     ResponseContext ctx;
     std::shared_ptr<TaskChannel> channel;
     std::function<bool()> connection_closed;
-    std::shared_ptr<ToolCallParser> tool_parser;  // set: deltas come from the parser
-    std::string text;                             // all text so far, for the parser
+    std::shared_ptr<ChatOutputParser> output_parser;  // set: deltas come from the parser
+    std::string text;                                 // all text so far, for the parser
     bool called_tools = false;
     bool include_usage = false;
     bool started = false;
@@ -307,7 +334,7 @@ bool write_event(httplib::DataSink & sink, const StreamState & s, json chunk) {
 // Chat with tools: parsed deltas (content and tool-call fragments) for the text
 // so far, rather than the raw text.
 bool write_parsed_deltas(httplib::DataSink & sink, StreamState & s, bool final) {
-    for (const json & delta : s.tool_parser->stream_deltas(s.text, final)) {
+    for (const json & delta : s.output_parser->stream_deltas(s.text, final)) {
         s.called_tools |= delta.contains("tool_calls");
         if (!write_event(sink, s, delta_chunk(s.ctx, delta))) {
             return false;
@@ -318,10 +345,10 @@ bool write_parsed_deltas(httplib::DataSink & sink, StreamState & s, bool final) 
 
 void respond_streaming(const Request & req, Response & res, const ResponseContext & ctx,
                        const std::shared_ptr<TaskChannel> & channel, bool include_usage,
-                       std::shared_ptr<ToolCallParser> tool_parser) {
+                       std::shared_ptr<ChatOutputParser> output_parser) {
     auto s = std::make_shared<StreamState>();
     s->ctx = ctx;
-    s->tool_parser = std::move(tool_parser);
+    s->output_parser = std::move(output_parser);
     s->channel = channel;
     s->connection_closed = req.is_connection_closed;
     s->include_usage = include_usage;
@@ -351,7 +378,7 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
                     case TaskEvent::Kind::Text:
                         if (s->ctx.endpoint == Endpoint::Native) {
                             ok = write_event(sink, *s, native_chunk(s->ctx, e));
-                        } else if (s->tool_parser) {
+                        } else if (s->output_parser) {
                             s->text += e.text;
                             ok = write_parsed_deltas(sink, *s, false);
                         } else {
@@ -365,7 +392,7 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
                             s->finished = true;
                             break;
                         }
-                        if (s->tool_parser) {
+                        if (s->output_parser) {
                             ok = write_parsed_deltas(sink, *s, true);
                             e.finish_reason = finish_reason_after(e.finish_reason, s->called_tools);
                         }
@@ -406,8 +433,8 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
 void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res) {
     const json body = parse_json_body(req.body);
     GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
-    std::shared_ptr<ToolCallParser> tool_parser;
-    std::unique_ptr<Task> task = make_task(st, gr, tool_parser);
+    std::shared_ptr<ChatOutputParser> output_parser;
+    std::unique_ptr<Task> task = make_task(st, gr, output_parser);
     ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model, gr.logprobs,
                                                 &st.engine->tokenizer());
     if (endpoint == Endpoint::Native) {
@@ -421,9 +448,9 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
         throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
     }
     if (gr.stream) {
-        respond_streaming(req, res, ctx, channel, gr.include_usage, std::move(tool_parser));
+        respond_streaming(req, res, ctx, channel, gr.include_usage, std::move(output_parser));
     } else {
-        respond_blocking(req, res, ctx, channel, tool_parser.get());
+        respond_blocking(req, res, ctx, channel, output_parser.get());
     }
 }
 
@@ -721,7 +748,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
     http.Post(at("/apply-template"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);
                   GenerationRequest gr = parse_generation_request(Endpoint::Chat, body, st.opts.sampling);
-                  send_json(res, {{"prompt", st.chat->apply(gr.messages, gr.tools).prompt}});
+                  send_json(res, {{"prompt", st.chat->apply(gr.messages, gr.tools, turn_options(st, gr)).prompt}});
               }));
 }
 

@@ -173,6 +173,18 @@ void stop_after_group_failure(const std::string & why) {
 
 int main(int argc, char ** argv) {
     limit_malloc_arenas();
+    // Before any thread starts (libcommon's log thread, which the flag parser
+    // may start, and MPI's), so that all of them inherit the mask. A shell
+    // may start a background job with SIGINT ignored, and an ignored signal
+    // never reaches sigwait: restore the default disposition first.
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
     ServerOptions opts;
     try {
         ParseOutcome outcome = ParseOutcome::Serve;
@@ -192,17 +204,6 @@ int main(int argc, char ** argv) {
     set_log_level(opts.verbose ? LogLevel::Debug : LogLevel::Info);
     for (const auto & w : opts.warnings) SRV_WRN("%s", w.c_str());
 
-    // Before any thread starts (MPI's too), so that all of them inherit the mask. A shell
-    // may start a background job with SIGINT ignored, and an ignored signal
-    // never reaches sigwait: restore the default disposition first.
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-    std::signal(SIGPIPE, SIG_IGN);
     // MPI starts threads of its own: after the mask, so that they inherit it.
     std::unique_ptr<ProcessGroup> processes;
     try {

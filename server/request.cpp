@@ -276,6 +276,7 @@ void parse_messages(const json & body, GenerationRequest & r) {
         ChatMessage cm;
         cm.role = role;
         cm.content = message_content(msg, i, role);
+        cm.reasoning_content = get_string(msg, "reasoning_content", "");
         cm.name = get_string(msg, "name", "");
         cm.tool_call_id = get_string(msg, "tool_call_id", "");
         if (const json * calls = field(msg, "tool_calls")) {
@@ -402,6 +403,44 @@ void parse_more_samplers(const json & body, SamplingParams & s) {
     s.mirostat_eta = (float) get_number(body, "mirostat_eta", 0.0, 1e4, s.mirostat_eta);
     s.min_keep = (int32_t) get_int(body, "min_keep", 0, kMax, s.min_keep);
     if (const json * order = field(body, "samplers")) s.order = sampler_order(*order, "samplers");
+}
+
+// How the template renders this turn: thinking, its variables, prefill.
+void parse_chat_turn(const json & body, GenerationRequest & r) {
+    r.reasoning_format = get_string(body, "reasoning_format", "");
+    if (!r.reasoning_format.empty() && r.reasoning_format != "none" && r.reasoning_format != "auto" &&
+        r.reasoning_format != "deepseek" && r.reasoning_format != "deepseek-legacy") {
+        throw bad_request(
+            "'reasoning_format' must be none, auto, deepseek or deepseek-legacy; got '" + r.reasoning_format + "'",
+            "reasoning_format", "invalid_value");
+    }
+    r.reasoning_effort = get_string(body, "reasoning_effort", "");
+    if (const json * kw = field(body, "chat_template_kwargs")) {
+        if (!kw->is_object()) throw wrong_type("chat_template_kwargs", "an object", *kw);
+        const auto it = kw->find("enable_thinking");
+        if (it != kw->end() && !it->is_boolean()) {
+            throw bad_request("'chat_template_kwargs.enable_thinking' must be a boolean",
+                              "chat_template_kwargs.enable_thinking", "invalid_type");
+        }
+        r.chat_template_kwargs = *kw;
+    }
+    r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+    if (const json * c = field(body, "continue_final_message")) {
+        if (!c->is_boolean()) throw wrong_type("continue_final_message", "a boolean", *c);
+        r.continue_final_message = c->get<bool>() ? 1 : 0;
+    }
+    if (r.continue_final_message == 1 && r.add_generation_prompt && field(body, "add_generation_prompt")) {
+        throw bad_request("'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                          "continue_final_message", "invalid_value");
+    }
+    const bool last_is_assistant = !r.messages.empty() && r.messages.back().role == "assistant";
+    if (r.continue_final_message == 1 && !last_is_assistant) {
+        throw bad_request("'continue_final_message' needs an assistant message at the end", "continue_final_message",
+                          "invalid_value");
+    }
+    if (last_is_assistant && r.continue_final_message != 0 && !r.messages.back().tool_calls.empty()) {
+        throw bad_request("an assistant message with tool calls cannot be continued", "messages", "invalid_value");
+    }
 }
 
 // A bias: a number, or false for "never" (llama-server).
@@ -626,6 +665,8 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
                           "unsupported_value");
     }
 
+    if (endpoint == Endpoint::Chat) parse_chat_turn(body, r);
+
     // OpenAI fields with no effect here; their types are still checked.
     get_string(body, "user", "");
     get_string(body, "service_tier", "");
@@ -645,8 +686,6 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         body, "function_call",
         body.contains("function_call") && (body["function_call"].is_string() || body["function_call"].is_object()),
         "a string or an object");
-    expect_type(body, "chat_template_kwargs",
-                body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object(), "an object");
     return r;
 }
 

@@ -22,8 +22,9 @@ using json = nlohmann::json;
 enum class Endpoint { Completion, Chat, Native };
 
 struct ChatMessage {
-    std::string role;     // system, user, assistant, tool (developer is mapped to system)
-    std::string content;  // text parts joined
+    std::string role;               // system, user, assistant, tool (developer is mapped to system)
+    std::string content;            // text parts joined
+    std::string reasoning_content;  // an assistant turn's thinking, given back in history
     std::string name;
     std::string tool_call_id;
     std::vector<ToolCall> tool_calls;  // assistant turns that called tools
@@ -42,6 +43,11 @@ struct GenerationRequest {
     // Chat.
     std::vector<ChatMessage> messages;
     ToolSet tools;
+    std::string reasoning_format;  // "" -> the server's (--reasoning-format)
+    std::string reasoning_effort;  // "" -> the template's; "none" turns thinking off
+    json chat_template_kwargs = json::object();
+    int continue_final_message = -1;  // -1: when the last message is the assistant's (prefill)
+    bool add_generation_prompt = true;
 
     int32_t max_tokens = -1;  // -1: server default / until the context is full
     std::vector<std::string> stop;

@@ -144,12 +144,15 @@ std::string finish_reason_after(const std::string & reason, bool called_tools) {
     return called_tools && reason == "stop" ? "tool_calls" : reason;
 }
 
-json final_response(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs,
-                    const TaskEvent & done, const std::vector<ToolCall> & tool_calls) {
+json final_response(const ResponseContext & ctx, const AssistantMessage & m, const std::vector<TokenLogprob> & logprobs,
+                    const TaskEvent & done) {
     json r = base(ctx, false);
     json choice;
+    const std::string & text = m.content;
+    const std::vector<ToolCall> & tool_calls = m.tool_calls;
     if (ctx.endpoint == Endpoint::Chat) {
         json message = {{"role", "assistant"}, {"content", text}};
+        if (!m.reasoning_content.empty()) message["reasoning_content"] = m.reasoning_content;
         if (!tool_calls.empty()) {
             if (text.empty()) {
                 message["content"] = nullptr;

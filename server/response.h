@@ -2,6 +2,7 @@
 // OpenAI-shaped JSON: full responses, stream chunks, usage and errors.
 
 #include "server/api_error.h"
+#include "server/chat_output_parser.h"
 #include "server/request.h"
 #include "server/task.h"
 #include "server/tools.h"
@@ -43,10 +44,11 @@ json error_json(const ApiError & e);
 json usage_json(const TaskEvent & done);
 json timings_json(const TaskEvent & done);
 
-// A complete (non-streamed) response. Chat: `tool_calls` the model made, if
-// any, go into the message, and a stop then reads "tool_calls".
-json final_response(const ResponseContext & ctx, const std::string & text, const std::vector<TokenLogprob> & logprobs,
-                    const TaskEvent & done, const std::vector<ToolCall> & tool_calls = {});
+// A complete (non-streamed) response. Chat: the message's reasoning and the
+// tool calls the model made, if any, go into the message, and a stop then
+// reads "tool_calls".
+json final_response(const ResponseContext & ctx, const AssistantMessage & message,
+                    const std::vector<TokenLogprob> & logprobs, const TaskEvent & done);
 
 // The finish reason to report: a natural stop after tool calls is "tool_calls".
 std::string finish_reason_after(const std::string & reason, bool called_tools);

@@ -236,6 +236,16 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.timeout_s = p.timeout_read;
     o.http_threads = p.n_threads_http;
     o.chat_template = p.chat_template;
+    o.reasoning_format = (int) p.reasoning_format;
+    o.enable_reasoning = p.enable_reasoning;
+    o.prefill_assistant = p.prefill_assistant;
+    o.template_kwargs = p.default_template_kwargs;
+    if (p.sampling.reasoning_budget_tokens == 0) {
+        o.enable_reasoning = 0;  // no thinking at all
+    } else if (p.sampling.reasoning_budget_tokens > 0) {
+        o.warnings.push_back("--reasoning-budget " + std::to_string(p.sampling.reasoning_budget_tokens) +
+                             " has no effect in llama-tp-server: only 0 (no thinking) and -1 (unlimited)");
+    }
     o.verbose = p.verbosity >= 4;
     if (!p.use_jinja) o.warnings.push_back("--no-jinja has no effect: chat templates are always rendered with Jinja");
     if (!p.cont_batching) o.warnings.push_back("--no-cont-batching has no effect: batching is always continuous");

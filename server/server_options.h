@@ -35,6 +35,10 @@ struct ServerOptions {
     bool endpoint_props = false;        // POST /props (--props)
     std::string alias;                  // model name reported by the API
     std::string chat_template;          // override: Jinja source or a built-in template name
+    int reasoning_format = 1;           // common_reasoning_format (auto): thinking -> reasoning_content
+    int enable_reasoning = -1;          // -1: as the template decides, 0 off, 1 on
+    bool prefill_assistant = true;      // a trailing assistant message is continued
+    std::map<std::string, std::string> template_kwargs;  // --chat-template-kwargs (JSON values)
 
     SamplingParams sampling;  // defaults for requests that leave a field out
     bool ignore_eos = false;  // --ignore-eos: the default of requests

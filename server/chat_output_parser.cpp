@@ -1,4 +1,4 @@
-#include "server/tool_call_parser.h"
+#include "server/chat_output_parser.h"
 
 #include "server/log.h"
 
@@ -37,7 +37,7 @@ json tool_call_delta_json(const common_chat_msg_diff & diff) {
 
 }  // namespace
 
-struct ToolCallParser::Impl {
+struct ChatOutputParser::Impl {
     common_chat_parser_params params;
     common_chat_msg previous;      // what the stream has sent so far
     std::vector<std::string> ids;  // tool call ids by index, fixed once given
@@ -50,22 +50,25 @@ struct ToolCallParser::Impl {
     }
 };
 
-ToolCallParser::ToolCallParser(const ChatSyntax & syntax) : impl_(std::make_unique<Impl>()) {
+ChatOutputParser::ChatOutputParser(const ChatSyntax & syntax) : impl_(std::make_unique<Impl>()) {
     impl_->params.format = (common_chat_format) syntax.format;
     impl_->params.generation_prompt = syntax.generation_prompt;
-    impl_->params.parse_tool_calls = true;
+    impl_->params.parse_tool_calls = syntax.parse_tool_calls;
+    impl_->params.reasoning_format = (common_reasoning_format) syntax.reasoning_format;
+    impl_->params.reasoning_in_content = syntax.reasoning_in_content;
     if (!syntax.parser.empty()) {
         impl_->params.parser.load(syntax.parser);
     }
 }
 
-ToolCallParser::~ToolCallParser() = default;
+ChatOutputParser::~ChatOutputParser() = default;
 
-AssistantMessage ToolCallParser::parse(const std::string & text) {
+AssistantMessage ChatOutputParser::parse(const std::string & text) {
     AssistantMessage out;
     try {
         const common_chat_msg msg = impl_->parse(text, false);
         out.content = msg.content;
+        out.reasoning_content = msg.reasoning_content;
         for (const auto & tc : msg.tool_calls) {
             out.tool_calls.push_back({tc.id, tc.name, tc.arguments});
         }
@@ -76,7 +79,7 @@ AssistantMessage ToolCallParser::parse(const std::string & text) {
     return out;
 }
 
-std::vector<json> ToolCallParser::stream_deltas(const std::string & text_so_far, bool final) {
+std::vector<json> ChatOutputParser::stream_deltas(const std::string & text_so_far, bool final) {
     common_chat_msg msg;
     try {
         msg = impl_->parse(text_so_far, !final);
@@ -97,6 +100,9 @@ std::vector<json> ToolCallParser::stream_deltas(const std::string & text_so_far,
     }
     std::vector<json> deltas;
     for (const auto & diff : diffs) {
+        if (!diff.reasoning_content_delta.empty()) {
+            deltas.push_back({{"reasoning_content", diff.reasoning_content_delta}});
+        }
         if (!diff.content_delta.empty()) {
             deltas.push_back({{"content", diff.content_delta}});
         }

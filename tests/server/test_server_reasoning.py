@@ -1,0 +1,123 @@
+"""Reasoning models: thinking goes to reasoning_content (whole and in stream
+deltas), --reasoning-format and the request's reasoning_format, thinking
+switched off by --reasoning / chat_template_kwargs / reasoning_effort,
+reasoning given back in history, and a trailing assistant message continued
+(prefill). The tiny model is made to "think" by a grammar."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from server_harness import ServerProcess, assert_error
+
+TEMPLATE = Path(__file__).parent / "templates" / "thinking.jinja"
+THOUGHT = "<think>\nI plan.\n</think>\n\nThe answer."
+GRAMMAR = 'root ::= "' + THOUGHT.replace("\n", "\\n") + '"'
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def thinker():
+    s = ServerProcess("-np", "2", "-c", "2048", "-t", "1", "--chat-template-file", str(TEMPLATE))
+    yield s
+    assert s.stop() == 0
+
+
+def chat(server, **body):
+    body.setdefault("messages", USER)
+    body.setdefault("max_tokens", 48)
+    r = server.post("/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]
+
+
+def prompt_of(server, **body):
+    body.setdefault("messages", USER)
+    r = server.post("/apply-template", body)
+    assert r.status_code == 200, r.text
+    return r.json()["prompt"]
+
+
+def test_thinking_goes_to_reasoning_content(thinker):
+    m = chat(thinker, grammar=GRAMMAR)
+    assert m["content"] == "The answer."
+    assert m["reasoning_content"].strip() == "I plan."
+
+
+def test_stream_sends_reasoning_deltas_first(thinker):
+    r = thinker.post("/v1/chat/completions", {"messages": USER, "max_tokens": 48, "grammar": GRAMMAR,
+                                              "stream": True}, stream=True)
+    reasoning, content, order = "", "", []
+    for line in r.iter_lines(decode_unicode=True):
+        if not line or line == "data: [DONE]":
+            continue
+        delta = json.loads(line[6:])["choices"][0]["delta"] if json.loads(line[6:])["choices"] else {}
+        if delta.get("reasoning_content"):
+            reasoning += delta["reasoning_content"]
+            order.append("r")
+        if delta.get("content"):
+            content += delta["content"]
+            order.append("c")
+    assert reasoning.strip() == "I plan." and content == "The answer."
+    assert order.index("c") > max(i for i, k in enumerate(order) if k == "r")
+
+
+def test_reasoning_format_none_leaves_thinking_in_content(thinker):
+    m = chat(thinker, grammar=GRAMMAR, reasoning_format="none")
+    assert m["content"] == THOUGHT and "reasoning_content" not in m
+    s = ServerProcess("-np", "1", "-t", "1", "--chat-template-file", str(TEMPLATE), "--reasoning-format", "none")
+    try:
+        m = chat(s, grammar=GRAMMAR)
+        assert m["content"] == THOUGHT
+    finally:
+        assert s.stop() == 0
+
+
+def test_thinking_switched_off(thinker):
+    empty = "<think>\n\n</think>"
+    assert empty not in prompt_of(thinker)
+    assert prompt_of(thinker, chat_template_kwargs={"enable_thinking": False}).endswith(empty + "\n\n")
+    assert prompt_of(thinker, reasoning_effort="none").endswith(empty + "\n\n")
+    for flags in (["--reasoning", "off"], ["--chat-template-kwargs", '{"enable_thinking": false}'],
+                  ["--reasoning-budget", "0"]):
+        s = ServerProcess("-np", "1", "-t", "1", "--chat-template-file", str(TEMPLATE), *flags)
+        try:
+            assert prompt_of(s).endswith(empty + "\n\n"), flags
+            # The request can turn it back on.
+            assert empty not in prompt_of(s, chat_template_kwargs={"enable_thinking": True}), flags
+        finally:
+            assert s.stop() == 0
+
+
+def test_reasoning_in_history_is_rendered(thinker):
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": "ok", "reasoning_content": "earlier thought"},
+               {"role": "user", "content": "more"}]
+    p = prompt_of(thinker, messages=history)
+    assert "<think>\nearlier thought\n</think>" in p
+
+
+def test_trailing_assistant_message_is_continued(thinker):
+    msgs = USER + [{"role": "assistant", "content": "Once upon a"}]
+    p = prompt_of(thinker, messages=msgs)
+    assert p.endswith("Once upon a"), p
+    # The reply is what the model writes after the prefill, as for the raw prompt.
+    m = chat(thinker, messages=msgs, temperature=0, max_tokens=8, reasoning_format="none")
+    raw = thinker.post("/completion", {"prompt": p, "n_predict": 8, "temperature": 0}).json()["content"]
+    assert m["content"] == raw
+    # Not with continue_final_message false: a new assistant turn follows.
+    p2 = prompt_of(thinker, messages=msgs, continue_final_message=False)
+    assert p2.rstrip().endswith("<|im_start|>assistant"), p2
+
+
+@pytest.mark.parametrize("field,value", [
+    ("reasoning_format", "bogus"), ("chat_template_kwargs", 5), ("continue_final_message", "yes"),
+])
+def test_bad_reasoning_fields(thinker, field, value):
+    assert_error(thinker.post("/v1/chat/completions", {"messages": USER, field: value}), 400, param=field)
+
+
+def test_enable_thinking_must_be_a_boolean(thinker):
+    r = thinker.post("/v1/chat/completions", {"messages": USER, "chat_template_kwargs": {"enable_thinking": "no"}})
+    assert_error(r, 400, param="chat_template_kwargs.enable_thinking")
