@@ -112,7 +112,8 @@ struct Builder {
         ggml_tensor * qp = ggml_permute(ctx, qr, 0, 2, 1, 3);
         const float scale = 1.0f / std::sqrt((float) hp.head_dim);
         ggml_tensor * out = nullptr;
-        if (!kv.unified()) {
+        // Row attention reads F16 caches only.
+        if (!kv.unified() && kv.types().both_f16()) {
             out = ggml_ext_row_attention(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale);
         } else {
             out = ggml_flash_attn_ext(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale, 0.0f, 0.0f);

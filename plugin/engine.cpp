@@ -163,6 +163,8 @@ class TensorParallelEngine final : public Engine {
             options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency() / sharing);
         }
         if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
+        check_kv_type(options_.kv_types.k, hp_.head_dim, "the K");
+        check_kv_type(options_.kv_types.v, hp_.head_dim, "the V");
         if (options_.split_invariant && options_.allreduce_bf16) {
             throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
         }
@@ -230,7 +232,8 @@ class TensorParallelEngine final : public Engine {
                (options_.allreduce_bf16 ? ", bf16 wire" : ", f32 wire") + "\n" +
                "split-invariant: " + (options_.split_invariant ? "yes" : "no") + "\n" +
                "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
-               " sequences, " + (options_.kv_unified ? "unified" : "per sequence") + "\n" +
+               " sequences, " + (options_.kv_unified ? "unified" : "per sequence") + ", k " +
+               kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v) + "\n" +
                "batch: " + std::to_string(options_.n_batch) + "\n";
     }
 

@@ -3,6 +3,7 @@
 // batched decode over many sequences. Not thread-safe: one thread owns it.
 
 #include "plugin/batch.h"
+#include "plugin/kv_cache.h"
 #include "plugin/model_info.h"
 
 #include <cstdint>
@@ -30,6 +31,9 @@ struct EngineOptions {
     // of cells for all sequences and ggml's attention throughout, which gives
     // exactly upstream's numbers (upstream's kv_unified).
     bool kv_unified = false;
+    // Element types of the cached keys and values (-ctk / -ctv). Anything but
+    // F16 goes through ggml's attention kernel in both layouts.
+    KvTypes kv_types;
     int32_t n_batch = 512;  // most tokens one decode() call accepts
     int32_t n_threads = 0;  // 0: all cores
     bool progress = true;   // load progress on stderr for large files

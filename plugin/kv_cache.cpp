@@ -6,16 +6,47 @@
 
 namespace llama_tp {
 
-KvCache::KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified,
+namespace {
+
+const ggml_type kKvTypes[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,  GGML_TYPE_Q4_0,
+                              GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL};
+
+}  // namespace
+
+ggml_type kv_type_from_name(const std::string & name) {
+    std::string known;
+    for (ggml_type t : kKvTypes) {
+        if (name == ggml_type_name(t)) return t;
+        known += (known.empty() ? "" : ", ") + std::string(ggml_type_name(t));
+    }
+    throw Error("unknown KV cache type '" + name + "' (one of: " + known + ")");
+}
+
+const char * kv_type_name(ggml_type type) {
+    return ggml_type_name(type);
+}
+
+void check_kv_type(ggml_type type, int32_t head_dim, const char * which) {
+    bool known = false;
+    for (ggml_type t : kKvTypes) known |= t == type;
+    if (!known) throw Error(std::string(which) + " cache type " + ggml_type_name(type) + " is not supported");
+    if (head_dim % ggml_blck_size(type) != 0) {
+        throw Error(std::string(which) + " cache type " + ggml_type_name(type) + " stores blocks of " +
+                    std::to_string(ggml_blck_size(type)) + " values, which a head of " + std::to_string(head_dim) +
+                    " does not divide into");
+    }
+}
+
+KvCache::KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified, KvTypes types,
                  ggml_backend_buffer_type_t buft)
-    : KvCells(n_cells, n_seq_max, unified) {
+    : KvCells(n_cells, n_seq_max, unified), types_(types) {
     ggml_init_params params = {2 * (size_t) hp.n_layer * ggml_tensor_overhead(), nullptr, true};
     ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("out of memory creating the KV cache context");
     const int64_t row = (int64_t) n_head_kv * hp.head_dim;
     for (int il = 0; il < hp.n_layer; ++il) {
-        ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, row, (int64_t) this->n_cells());
-        ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, row, (int64_t) this->n_cells());
+        ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), types.k, row, (int64_t) this->n_cells());
+        ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), types.v, row, (int64_t) this->n_cells());
         ggml_format_name(k, "cache_k_l%d", il);
         ggml_format_name(v, "cache_v_l%d", il);
         k_.push_back(k);

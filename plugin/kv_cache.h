@@ -6,6 +6,7 @@
 #include "plugin/kv_cells.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -16,10 +17,24 @@ struct ggml_tensor;
 
 namespace llama_tp {
 
+// The element types of the cache's keys and values (F16 unless asked).
+struct KvTypes {
+    ggml_type k = GGML_TYPE_F16;
+    ggml_type v = GGML_TYPE_F16;
+    bool both_f16() const { return k == GGML_TYPE_F16 && v == GGML_TYPE_F16; }
+};
+
+// A cache element type by llama-server's name (f32, f16, bf16, q8_0, q4_0,
+// q4_1, q5_0, q5_1, iq4_nl). Throws llama_tp::Error listing them otherwise.
+ggml_type kv_type_from_name(const std::string & name);
+const char * kv_type_name(ggml_type type);
+// Throws llama_tp::Error when a head of head_dim elements is not whole blocks of the type.
+void check_kv_type(ggml_type type, int32_t head_dim, const char * which);
+
 class KvCache : public KvCells {
   public:
     // n_head_kv: the KV heads this cache stores (a rank's share under tensor parallelism).
-    KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified,
+    KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified, KvTypes types,
             ggml_backend_buffer_type_t buft);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
@@ -27,11 +42,13 @@ class KvCache : public KvCells {
     ggml_tensor * k(int il) const { return k_[il]; }
     ggml_tensor * v(int il) const { return v_[il]; }
     size_t bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
+    const KvTypes & types() const { return types_; }
 
   private:
     ggml_context_ptr ctx_;
     ggml_backend_buffer_ptr buffer_;
     std::vector<ggml_tensor *> k_, v_;
+    KvTypes types_;
 };
 
 }  // namespace llama_tp

@@ -41,7 +41,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
     ggml_backend_cpu_set_n_threads(backend_.get(), config.n_threads);
     const int32_t n_kv = config.shard ? (int32_t) config.shard->kv_heads.size() : hp.n_head_kv;
-    kv_ = std::make_unique<KvCache>(hp, n_kv, config.n_ctx, config.n_seq_max, config.kv_unified,
+    kv_ = std::make_unique<KvCache>(hp, n_kv, config.n_ctx, config.n_seq_max, config.kv_unified, config.kv_types,
                                     ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     executor_ = std::make_unique<MetaExecutor>(backend_.get());

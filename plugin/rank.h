@@ -38,6 +38,7 @@ struct RankConfig {
     int32_t n_ctx = 0;
     int32_t n_seq_max = 1;
     bool kv_unified = false;
+    KvTypes kv_types;
     bool progress = false;
 };
 

@@ -25,6 +25,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.n_ctx = o.n_ctx;
             rc.n_seq_max = o.n_seq_max;
             rc.kv_unified = o.kv_unified;
+            rc.kv_types = o.kv_types;
             rc.progress = o.progress && rc.rank == 0;
             ranks_[local] = std::make_unique<Rank>(*setup.file, *setup.hp, rc);
         },

@@ -527,7 +527,9 @@ json props_json(const ServerState & st) {
             {"queued_requests", stats.queued},
             {"n_ctx", st.n_ctx},
             {"n_ctx_slot", st.n_ctx_slot},
-            {"tp", st.engine->info().tp}};
+            {"tp", st.engine->info().tp},
+            {"cache_type_k", kv_type_name(st.engine->options().kv_types.k)},
+            {"cache_type_v", kv_type_name(st.engine->options().kv_types.v)}};
 }
 
 json slot_json(const ServerState & st, const Scheduler::SlotView & v) {

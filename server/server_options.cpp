@@ -218,6 +218,8 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.n_batch = p.n_batch;
     o.engine.n_threads = p.cpuparams.n_threads > 0 ? p.cpuparams.n_threads : 0;
     o.engine.kv_unified = p.kv_unified;
+    o.engine.kv_types.k = p.cache_type_k;
+    o.engine.kv_types.v = p.cache_type_v;
     o.n_parallel = p.n_parallel;
     o.n_predict = p.n_predict;
     if (!p.model_alias.empty()) o.alias = *p.model_alias.begin();

@@ -51,6 +51,8 @@ const std::map<std::string, std::string> & honoured() {
         {"--presence-penalty", ""},
         {"--frequency-penalty", ""},
         {"-s", ""},
+        {"-ctk", "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; not f16: ggml's attention kernel"},
+        {"-ctv", "as -ctk"},
         {"--reasoning-format", "none: thinking stays in content; auto, deepseek: reasoning_content"},
         {"-rea", ""},
         {"--reasoning-budget", "0 (no thinking) and -1 (unlimited)"},

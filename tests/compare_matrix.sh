@@ -64,6 +64,17 @@ for type in f32 f16 q8_0 q4_k; do
 done
 model="$work/$arch-q8_0.gguf"
 check "$arch q8_0 tp2 -ts 3,1 vs tp1" -m "$model" --reference tp1 --tp 2 -ts 3,1 --prompts 3 --n-tokens 12
+# KV cache types: the same as upstream with the same types, within the
+# default-sum contract across ranks, and their cost against F16 reported.
+if [[ $arch == llama || $arch == qwen3 ]]; then
+    check "$arch q8_0 cache k q8_0 v q5_1 vs upstream" -m "$model" --reference upstream -ctk q8_0 -ctv q5_1 \
+        --prompts 3 --n-tokens 12
+    check "$arch q8_0 cache q8_0 tp2 vs tp1" -m "$model" --reference tp1 --tp 2 -ctk q8_0 -ctv q8_0 --prompts 3 \
+        --n-tokens 12
+    for t in bf16 q8_0 q4_0; do
+        check "$arch q8_0 cache $t vs f16" -m "$model" --reference f16-kv -ctk $t -ctv $t --prompts 3 --n-tokens 12
+    done
+fi
 if [[ $arch == llama ]]; then
     check "stories260K tp2 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 2 --bf16-wire --prompts 6 --n-tokens 24
     check "stories260K tp4 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 4 --bf16-wire --prompts 6 --n-tokens 24

@@ -65,5 +65,20 @@ TEST(AccuracyContract, UpstreamIsOneDeviceWithinRounding) {
     EXPECT_EQ(contract_bounds(r, model(true)).max_mean_kl, 1e-3);
 }
 
+TEST(AccuracyContract, KvCacheAgainstF16JudgesEightBitsAndReportsFewer) {
+    ComparedRun r;
+    r.reference_f16_kv = true;
+    r.kv_types = {GGML_TYPE_Q8_0, GGML_TYPE_BF16};
+    AccuracyBounds b = contract_bounds(r, model(true));
+    EXPECT_EQ(b.max_mean_kl, 5e-2);
+    EXPECT_EQ(b.min_top1, 0.0);
+    EXPECT_FALSE(b.greedy);
+    EXPECT_NE(b.clause.find("k q8_0, v bf16"), std::string::npos) << b.clause;
+    r.kv_types = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};  // the coarser type decides
+    b = contract_bounds(r, model(false));
+    EXPECT_LT(b.max_mean_kl, 0.0);
+    EXPECT_NE(b.clause.find("reported"), std::string::npos) << b.clause;
+}
+
 }  // namespace
 }  // namespace llama_tp

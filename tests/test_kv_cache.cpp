@@ -1,5 +1,7 @@
 #include "plugin/kv_cache.h"
 
+#include "plugin/error.h"
+
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -21,7 +23,7 @@ HParams tiny_hparams() {
 
 class KvCacheTest : public ::testing::Test {
   protected:
-    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/true, ggml_backend_cpu_buffer_type()};
+    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/true, KvTypes{}, ggml_backend_cpu_buffer_type()};
 };
 
 TEST_F(KvCacheTest, PlacesTokensInFreeCellsAndTracksPositions) {
@@ -103,7 +105,7 @@ TEST_F(KvCacheTest, MaskSeparatesSequencesAndIsCausal) {
 class PerSequenceKvCacheTest : public ::testing::Test {
   protected:
     // Three regions of 200 cells.
-    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/false, ggml_backend_cpu_buffer_type()};
+    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/false, KvTypes{}, ggml_backend_cpu_buffer_type()};
 };
 
 TEST_F(PerSequenceKvCacheTest, EachSequencePlacesInItsOwnRegion) {
@@ -188,6 +190,30 @@ TEST_F(PerSequenceKvCacheTest, SingleTokensOfConsecutiveSequencesShareOneRunOfSt
     EXPECT_EQ(kv.attention_runs(gap).size(), 2u);
 }
 
+TEST(KvCacheTypes, NamesTypesAndBlockSizes) {
+    EXPECT_EQ(kv_type_from_name("q8_0"), GGML_TYPE_Q8_0);
+    EXPECT_EQ(kv_type_from_name("f16"), GGML_TYPE_F16);
+    EXPECT_EQ(kv_type_from_name("iq4_nl"), GGML_TYPE_IQ4_NL);
+    try {
+        kv_type_from_name("q3_k");
+        FAIL() << "q3_k accepted";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("q5_1"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(check_kv_type(GGML_TYPE_Q8_0, 64, "K"));
+    EXPECT_THROW(check_kv_type(GGML_TYPE_Q8_0, 8, "K"), Error);
+    EXPECT_THROW(check_kv_type(GGML_TYPE_Q2_K, 256, "K"), Error);
+    HParams hp;
+    hp.n_layer = 2;
+    hp.head_dim = 32;
+    KvCache kv{hp, 2, 64, 1, false, KvTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, ggml_backend_cpu_buffer_type()};
+    EXPECT_EQ(kv.k(1)->type, GGML_TYPE_Q8_0);
+    EXPECT_EQ(kv.v(0)->type, GGML_TYPE_Q4_0);
+    EXPECT_FALSE(kv.types().both_f16());
+    // 64 cells of 2 heads x 32: 2 blocks of 34 bytes (q8_0) and 18 bytes (q4_0) per cell and layer.
+    EXPECT_GE(kv.bytes(), (size_t) 2 * 64 * 2 * (34 + 18));
+}
+
 TEST_F(PerSequenceKvCacheTest, UngroupedBatchFallsBackToOneRunOverEverything) {
     Batch b;
     b.add(1, 0, 0, false);
@@ -202,7 +228,7 @@ TEST_F(PerSequenceKvCacheTest, UngroupedBatchFallsBackToOneRunOverEverything) {
 }
 
 TEST(KvCacheLayout, RefusesMoreSequencesThanCells) {
-    EXPECT_THROW(KvCache(tiny_hparams(), 2, 2, 3, false, ggml_backend_cpu_buffer_type()), std::exception);
+    EXPECT_THROW(KvCache(tiny_hparams(), 2, 2, 3, false, KvTypes{}, ggml_backend_cpu_buffer_type()), std::exception);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ import time
 
 import requests
 
-from server_harness import ServerProcess, model_path, require_binary_and_model, server_bin
+from server_harness import ServerProcess, generated_model, model_path, require_binary_and_model, server_bin
 
 
 def run(*args, timeout=30):
@@ -125,11 +125,7 @@ def test_split_invariant_quantized_tp_gives_one_devices_logprobs(tmp_path):
     # A generated q8_0 model: with the default sums a split can flip an
     # activation's rounding (llama-tp-compare measures how often); with
     # split-invariant sums every split answers with one device's numbers.
-    make_model = server_bin().parent / "llama-tp-make-model"
-    model = tmp_path / "llama-q8_0.gguf"
-    subprocess.run([str(make_model), "--arch", "llama", "--type", "q8_0", "--seed", "7", "--n-embd", "256",
-                    "--n-head", "8", "--n-head-kv", "4", "--head-dim", "32", "--n-ff", "768", "--n-layer", "2",
-                    "-o", str(model)], check=True, capture_output=True, timeout=120)
+    model = generated_model(tmp_path / "llama-q8_0.gguf")
     body = {"prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0, "ignore_eos": True, "logprobs": 5}
     answers = []
     for extra in (("-t", "1"), ("--tp", "2", "-t", "2"), ("--tp", "2", "-ts", "3,1", "-t", "2")):

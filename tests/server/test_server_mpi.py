@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from server_harness import ServerProcess, server_bin
+from server_harness import ServerProcess, generated_model, server_bin
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 GROUP_GONE_S = 10
@@ -89,11 +89,7 @@ class MpiServer(ServerProcess):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """A generated q8_0 llama: quantized activations, the hardest case for equal answers."""
-    path = tmp_path_factory.mktemp("mpi") / "llama-q8_0.gguf"
-    subprocess.run([str(server_bin().parent / "llama-tp-make-model"), "--arch", "llama", "--type", "q8_0", "--seed",
-                    "7", "--n-embd", "256", "--n-head", "8", "--n-head-kv", "4", "--head-dim", "32", "--n-ff", "768",
-                    "--n-layer", "2", "-o", str(path)], check=True, capture_output=True, timeout=120)
-    return path
+    return generated_model(tmp_path_factory.mktemp("mpi") / "llama-q8_0.gguf")
 
 
 PROMPTS = ["Tell me a story about a dog.", "What is two plus two?", "Name three colours.", "Say hello.",
@@ -219,9 +215,7 @@ def test_each_process_may_read_the_model_at_its_own_path(model, tmp_path):
 
 def test_a_process_with_another_model_is_refused(model, tmp_path):
     other = tmp_path / "other.gguf"
-    subprocess.run([str(server_bin().parent / "llama-tp-make-model"), "--arch", "llama", "--type", "q8_0", "--seed",
-                    "8", "--n-embd", "256", "--n-head", "8", "--n-head-kv", "4", "--head-dim", "32", "--n-ff", "768",
-                    "--n-layer", "2", "-o", str(other)], check=True, capture_output=True, timeout=120)
+    generated_model(other, seed=8)
     require_mpirun()
     server = [str(server_bin()), "--port", "0", "-c", "256", "-t", "1"]
     r = subprocess.run([*MPIRUN, "-n", "1", *server, "-m", str(model), ":", "-n", "1", *server, "-m", str(other)],

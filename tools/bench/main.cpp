@@ -158,6 +158,7 @@ int run(const Options & o) {
         uo.n_batch = eo.n_batch;
         uo.n_seq_max = o.n_parallel;
         uo.kv_unified = o.n_parallel == 1;
+        uo.kv_types = eo.kv_types;
         up = std::make_unique<UpstreamDecoder>(uo);
     }
 

@@ -3,6 +3,7 @@
 // which clause applies follows from the reference, the sums, the wire and
 // the model's weights, so a verdict needs no hand-set bounds.
 
+#include "plugin/kv_cache.h"
 #include "plugin/model_info.h"
 
 #include <string>
@@ -22,6 +23,9 @@ struct ComparedRun {
     bool reference_upstream = false;  // against upstream llama_decode; else llama-tp on one device
     bool split_invariant = false;
     bool bf16_wire = false;
+    // Against llama-tp on one device with an F16 cache: what the cache types cost.
+    bool reference_f16_kv = false;
+    KvTypes kv_types;
 };
 
 AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model);

@@ -5,6 +5,7 @@
 
 #include "ggml-ext/process_group.h"
 #include "plugin/engine.h"
+#include "plugin/error.h"
 #include "tools/common/args.h"
 
 #include <cstdlib>
@@ -22,6 +23,7 @@ struct EngineFlags {
     std::string allreduce = "auto";
     bool bf16 = false;
     bool split_invariant = false;
+    KvTypes kv_types;
     std::map<int, std::string> model_path_of_process;
     // The processes of an MPI launch (see join_launched_processes), owned by main.
     ProcessGroup * processes = nullptr;
@@ -35,7 +37,10 @@ struct EngineFlags {
         "  --bf16-wire               BF16 on the AllReduce wire\n"
         "  --split-invariant         logits that do not depend on --tp / -ts (exact sums on\n"
         "                            a reduction grid fixed by the model)\n"
-        "  --model-path-rank R=PATH  under mpirun: process R reads the model at PATH\n";
+        "  --model-path-rank R=PATH  under mpirun: process R reads the model at PATH\n"
+        "  -ctk, --cache-type-k T    KV cache type of keys: f16 (default), bf16, f32, q8_0, q4_0,\n"
+        "                            q4_1, q5_0, q5_1, iq4_nl\n"
+        "  -ctv, --cache-type-v T    the same for values\n";
 
     // Consumes flag f (and its value) if it is one of these; false otherwise.
     bool take(const std::string & f, ArgReader & a) {
@@ -53,7 +58,14 @@ struct EngineFlags {
             bf16 = true;
         else if (f == "--split-invariant")
             split_invariant = true;
-        else if (f == "--model-path-rank") {
+        else if (f == "-ctk" || f == "--cache-type-k" || f == "-ctv" || f == "--cache-type-v") {
+            const std::string v = a.value(f);
+            try {
+                (f == "-ctk" || f == "--cache-type-k" ? kv_types.k : kv_types.v) = kv_type_from_name(v);
+            } catch (const Error & e) {
+                a.fail(f + ": " + e.what());
+            }
+        } else if (f == "--model-path-rank") {
             const std::string v = a.value(f);
             const size_t eq = v.find('=');
             char * end = nullptr;
@@ -82,6 +94,7 @@ struct EngineFlags {
         eo.tp = degree;
         eo.processes = joined ? processes : nullptr;
         eo.split_invariant = split_invariant;
+        eo.kv_types = kv_types;
         if (degree > 1 || eo.processes) {
             eo.tensor_split = split;
             eo.allreduce = allreduce;

@@ -26,6 +26,10 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
     cp.n_threads_batch = threads;
     cp.no_perf = true;
     cp.kv_unified = o.kv_unified;
+    cp.type_k = o.kv_types.k;
+    cp.type_v = o.kv_types.v;
+    // Upstream stores a quantized V only with flash attention (as llama-server's -fa auto does).
+    if (!o.kv_types.both_f16()) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     ctx_ = llama_init_from_model(model_, cp);
     if (!ctx_) {
         llama_model_free(model_);

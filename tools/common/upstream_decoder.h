@@ -4,6 +4,7 @@
 // decode/logits shape as llama_tp::Engine, so tools can drive either.
 
 #include "plugin/batch.h"
+#include "plugin/kv_cache.h"
 
 #include <cstdint>
 #include <string>
@@ -24,6 +25,7 @@ struct UpstreamOptions {
     bool kv_unified = true;
     int32_t n_threads = 0;  // 0: all cores
     bool use_mmap = false;  // upstream decodes fastest from ordinary memory
+    KvTypes kv_types;       // cache element types (-ctk / -ctv)
 };
 
 class UpstreamDecoder {

@@ -22,8 +22,10 @@ namespace llama_tp {
 namespace {
 
 const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options]\n") + EngineFlags::kUsage +
-                           "  --reference upstream|tp1  compare against upstream libllama (default) or llama-tp\n"
-                           "                            on one device\n"
+                           "  --reference upstream|tp1|f16-kv\n"
+                           "                            compare against upstream libllama (default), llama-tp on\n"
+                           "                            one device, or llama-tp on one device with an F16 KV cache\n"
+                           "                            (what -ctk/-ctv cost; the others use the same cache types)\n"
                            "  --max-mean-kl X           judge mean KL <= X instead of the contract's bound\n"
                            "  --max-abs-dp X            judge max |dp| <= X instead of the contract's bound\n"
                            "                            (0: identical probabilities)\n"
@@ -43,7 +45,9 @@ const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options
                            "  default sums, quantized weights: mean KL <= 1e-3, top-1 >= 97% and greedy\n"
                            "    identical outside top-2 margins of 2e-2; with experts top-1 flips (routing)\n"
                            "    are counted and reported, only the mean KL judged;\n"
-                           "  BF16 wire: mean KL <= 1e-3 (float weights) or 1e-2 (quantized).\n"
+                           "  BF16 wire: mean KL <= 1e-3 (float weights) or 1e-2 (quantized);\n"
+                           "  f16-kv: mean KL <= 5e-2 when both -ctk and -ctv have 8 or more bits; with 5\n"
+                           "    or 4 bits reported only; top-1 flips reported.\n"
                            "Near-ties (top-2 margin at or below the clause's) are counted and reported.\n";
 
 struct Options {
@@ -89,8 +93,11 @@ Options parse(int argc, char ** argv) {
             a.fail("unknown argument '" + f + "'");
     }
     if (o.engine.model.empty()) a.fail("a model is required (-m FILE)");
-    if (o.reference != "upstream" && o.reference != "tp1") {
-        a.fail("unknown reference '" + o.reference + "' (expected: upstream or tp1)");
+    if (o.reference != "upstream" && o.reference != "tp1" && o.reference != "f16-kv") {
+        a.fail("unknown reference '" + o.reference + "' (expected: upstream, tp1 or f16-kv)");
+    }
+    if (o.reference == "f16-kv" && o.engine.kv_types.both_f16()) {
+        a.fail("--reference f16-kv compares a cache of other types (-ctk/-ctv) against F16");
     }
     if (o.near_tie != -1.0 && !(o.near_tie >= 0.0 && o.near_tie < 1.0)) a.fail("--near-tie must be in [0, 1)");
     if (o.min_top1 != -1.0 && !(o.min_top1 > 0.0 && o.min_top1 <= 1.0)) a.fail("--min-top1 must be in (0, 1]");
@@ -219,10 +226,13 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
         uo.n_ctx = n_ctx;
         uo.n_batch = n_ctx;
         uo.n_seq_max = (int32_t) prompts.size();
+        uo.kv_types = o.engine.kv_types;
         UpstreamDecoder ref(uo);
         return reference_traces(ref, prompts, o.n_tokens, n_vocab);
     }
-    std::unique_ptr<Engine> ref = load_engine(o, 1, n_ctx, false);
+    Options one = o;
+    if (o.reference == "f16-kv") one.engine.kv_types = KvTypes{};
+    std::unique_ptr<Engine> ref = load_engine(one, 1, n_ctx, false);
     return reference_traces(*ref, prompts, o.n_tokens, n_vocab);
 }
 
@@ -230,6 +240,8 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
 AccuracyBounds bounds_for(const Options & o, const ModelInfo & model) {
     ComparedRun run;
     run.reference_upstream = o.reference == "upstream";
+    run.reference_f16_kv = o.reference == "f16-kv";
+    run.kv_types = o.engine.kv_types;
     run.split_invariant = o.engine.split_invariant;
     run.bf16_wire = o.engine.bf16;
     AccuracyBounds b = contract_bounds(run, model);
