@@ -6,6 +6,7 @@
 #include "plugin/hparams.h"
 #include "ggml-ext/process_group.h"
 #include "plugin/kv_cells.h"
+#include "plugin/kv_image.h"
 #include "plugin/mpi_rank_group.h"
 #include "plugin/shard_plan.h"
 #include "plugin/step.h"
@@ -120,6 +121,56 @@ class TensorParallelEngine final : public Engine {
         logits_.resize(rows.size() * (size_t) hp_.n_vocab);
         try {
             group_->run(step, logits_.data());
+        } catch (...) {
+            cells_->unplace(cells);
+            throw;
+        }
+    }
+
+    std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) override {
+        if (follower()) throw Error("only process 0 of the group reads sequences");
+        std::vector<int64_t> cells;
+        if (!cells_->cells_of(seq, n, cells)) {
+            throw Error("positions [0, " + std::to_string(n) + ") of sequence " + std::to_string(seq) +
+                        " are not all cached");
+        }
+        Step step;
+        step.kind = Step::Kind::Read;
+        step.removes = pending_removes_;
+        step.read_seq = seq;
+        step.read_n = n;
+        std::vector<uint8_t> image(KvImageLayout::of(hp_, options_.kv_types, n).bytes());
+        group_->read(step, image.data());
+        pending_removes_.clear();  // every rank has applied them
+        return image;
+    }
+
+    void write_sequence(int32_t seq, const std::vector<int32_t> & tokens, const std::vector<uint8_t> & image) override {
+        if (follower()) throw Error("only process 0 of the group writes sequences");
+        if (seq < 0 || seq >= options_.n_seq_max) throw Error("sequence " + std::to_string(seq) + " out of range");
+        const int32_t n = (int32_t) tokens.size();
+        const size_t expected = KvImageLayout::of(hp_, options_.kv_types, n).bytes();
+        if (image.size() != expected) {
+            throw Error("a KV image of " + std::to_string(image.size()) + " bytes for " + std::to_string(n) +
+                        " cells, not " + std::to_string(expected));
+        }
+        seq_remove(seq, 0, -1);
+        if (n == 0) return;  // the removal goes with the next step
+        Batch batch;
+        for (int32_t i = 0; i < n; ++i) batch.add(tokens[i], i, seq, false);
+        validate_batch_tokens(batch);
+        std::vector<int64_t> cells;
+        std::string why;
+        if (!cells_->place(batch, cells, &why)) throw Error("no room for " + std::to_string(n) + " cells: " + why);
+        Step step;
+        step.kind = Step::Kind::Load;
+        step.batch = std::move(batch);
+        step.placement = placement_digest(cells);
+        step.removes.swap(pending_removes_);
+        step.kv = image;
+        std::vector<float> unused(output_rows(step.batch).size() * (size_t) hp_.n_vocab);
+        try {
+            group_->run(step, unused.data());
         } catch (...) {
             cells_->unplace(cells);
             throw;
@@ -244,6 +295,12 @@ class TensorParallelEngine final : public Engine {
             throw Error("batch of " + std::to_string(n) + " tokens exceeds the batch size " +
                         std::to_string(options_.n_batch));
         }
+        validate_batch_tokens(batch);
+    }
+
+    // Tokens, sequences and positions in range (any batch size).
+    void validate_batch_tokens(const Batch & batch) const {
+        const int n = batch.size();
         if ((int) batch.pos.size() != n || (int) batch.seq.size() != n || (int) batch.want_logits.size() != n) {
             throw Error("inconsistent batch: field lengths differ");
         }
@@ -262,6 +319,8 @@ class TensorParallelEngine final : public Engine {
 
     void fill_info(const GgufFile & file) {
         info_.path = options_.model_path;
+        info_.file_size = file.file_size();
+        info_.header_digest = file.header_digest();
         info_.name = file.get_string("general.name", file_name_of(options_.model_path));
         info_.architecture = hp_.arch_name;
         info_.n_vocab = hp_.n_vocab;

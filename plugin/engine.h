@@ -87,6 +87,18 @@ class Engine {
     virtual int32_t seq_pos_max(int32_t seq) const = 0;  // -1 when empty
     virtual int32_t n_free_cells() const = 0;
 
+    // A sequence's cached keys and values, positions [0, n), as one image in
+    // the whole model's head layout (plugin/kv_image.h), which any --tp / -ts
+    // of the same model and cache types loads back. Throws llama_tp::Error
+    // when a position is not cached, or for ranks in several processes.
+    virtual std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) = 0;
+    // Replaces a sequence's cache with tokens at positions [0, tokens.size())
+    // whose keys and values come from image instead of a forward pass. Throws
+    // llama_tp::Error (the sequence is then empty) when it does not fit or
+    // the image has the wrong size.
+    virtual void write_sequence(int32_t seq, const std::vector<int32_t> & tokens,
+                                const std::vector<uint8_t> & image) = 0;
+
     virtual const Tokenizer & tokenizer() const = 0;
     virtual const ModelInfo & info() const = 0;
     virtual const EngineOptions & options() const = 0;

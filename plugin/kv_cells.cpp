@@ -134,6 +134,20 @@ int32_t KvCells::seq_pos_max(int32_t seq) const {
     return m;
 }
 
+bool KvCells::cells_of(int32_t seq, int32_t n, std::vector<int64_t> & cells) const {
+    cells.assign((size_t) std::max(0, n), -1);
+    if (seq < 0 || seq >= n_seq_max_) return n <= 0;
+    const int32_t r = region_of(seq);
+    for (int32_t c = region_begin(r); c < region_begin(r) + region_; ++c) {
+        const Cell & cell = cells_[c];
+        if (cell.pos >= 0 && cell.seq == seq && cell.pos < n) cells[cell.pos] = c;
+    }
+    for (int64_t c : cells) {
+        if (c < 0) return false;
+    }
+    return true;
+}
+
 void KvCells::update_used_end(int32_t region) {
     const int32_t begin = region_begin(region);
     int32_t end = begin;

@@ -71,6 +71,9 @@ class KvCells {
 
     void seq_remove(int32_t seq, int32_t p0, int32_t p1);
     int32_t seq_pos_max(int32_t seq) const;
+    // The cells holding positions [0, n) of a sequence, in position order;
+    // false when one of them is not cached.
+    bool cells_of(int32_t seq, int32_t n, std::vector<int64_t> & cells) const;
 
     static constexpr int32_t kWindowGranularity = 256;
 

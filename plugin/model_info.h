@@ -22,6 +22,8 @@ struct ModelInfo {
     bool quantized = false;
     int64_t n_params = 0;
     uint64_t weight_bytes = 0;  // all ranks together
+    uint64_t file_size = 0;
+    uint64_t header_digest = 0;  // GgufFile::header_digest(): equal for the same model file
     int32_t tp = 1;
     std::string allreduce;   // engine name
     std::string shard_plan;  // what each rank holds

@@ -169,6 +169,11 @@ void MpiRankGroup::run(const Step & step, float * logits) {
     }
 }
 
+void MpiRankGroup::read(const Step &, uint8_t *) {
+    throw Error("reading a sequence's KV cells is not available across processes yet (ranks in " +
+                std::to_string(processes_.size()) + " processes)");
+}
+
 void MpiRankGroup::follow() {
     for (;;) {
         std::vector<uint8_t> bytes;

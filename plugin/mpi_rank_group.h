@@ -31,7 +31,9 @@ class MpiRankGroup final : public RankGroup {
     static void agree(ProcessGroup & processes, const std::string & setup);
 
     int n_ranks() const override { return n_ranks_; }
-    void run(const Step & step, float * logits) override;  // process 0
+    void run(const Step & step, float * logits) override;
+    // Not across processes yet: throws llama_tp::Error, changing nothing.
+    void read(const Step & step, uint8_t * image) override;  // process 0
     // The followers' loop; returns after the shutdown step. Throws
     // llama_tp::Error when a step fails here.
     void follow();

@@ -1,5 +1,7 @@
 #include "plugin/rank.h"
 
+#include "plugin/kv_image.h"
+
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 #include "plugin/shard_plan.h"
@@ -85,6 +87,15 @@ std::vector<int64_t> Rank::place(const Step & step) {
 
 void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
     const std::vector<int64_t> cells = place(step);
+    if (step.kind == Step::Kind::Load) {
+        try {
+            load(step, cells);
+        } catch (...) {
+            kv_->unplace(cells);
+            throw;
+        }
+        return;
+    }
     try {
         const Batch & batch = step.batch;
         const std::vector<int32_t> out_rows = output_rows(batch);
@@ -102,6 +113,46 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         kv_->unplace(cells);
         throw;
     }
+}
+
+void Rank::copy_heads(const std::vector<int64_t> & cells, uint8_t * image, bool to_image) {
+    const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size());
+    const int32_t h0 = config_.shard ? (int32_t) config_.shard->kv_heads.begin : 0;
+    const int32_t n_heads = config_.shard ? (int32_t) config_.shard->kv_heads.size() : hp_.n_head_kv;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        for (const bool values : {false, true}) {
+            ggml_tensor * t = values ? kv_->v(il) : kv_->k(il);
+            const size_t size = (values ? layout.v_head_bytes : layout.k_head_bytes) * (size_t) n_heads;
+            for (size_t i = 0; i < cells.size(); ++i) {
+                uint8_t * at = image + layout.offset(il, values, (int32_t) i, h0);
+                const size_t cell = (size_t) cells[i] * t->nb[1];
+                if (to_image) {
+                    ggml_backend_tensor_get(t, at, cell, size);
+                } else {
+                    ggml_backend_tensor_set(t, at, cell, size);
+                }
+            }
+        }
+    }
+}
+
+void Rank::load(const Step & step, const std::vector<int64_t> & cells) {
+    const size_t expected = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size()).bytes();
+    if (step.kv.size() != expected) {
+        throw Error("rank " + std::to_string(config_.rank) + ": a KV image of " + std::to_string(step.kv.size()) +
+                    " bytes for " + std::to_string(cells.size()) + " cells, not " + std::to_string(expected));
+    }
+    copy_heads(cells, const_cast<uint8_t *>(step.kv.data()), false);
+}
+
+void Rank::read(const Step & step, uint8_t * image) {
+    for (const KvRemove & r : step.removes) kv_->seq_remove(r.seq, r.p0, r.p1);
+    std::vector<int64_t> cells;
+    if (!kv_->cells_of(step.read_seq, step.read_n, cells)) {
+        throw Error("rank " + std::to_string(config_.rank) + ": positions [0, " + std::to_string(step.read_n) +
+                    ") of sequence " + std::to_string(step.read_seq) + " are not all cached");
+    }
+    copy_heads(cells, image, true);
 }
 
 void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,

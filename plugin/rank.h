@@ -54,6 +54,10 @@ class Rank {
     // n_vocab floats). Throws llama_tp::Error when the step fails; the cache
     // then holds none of the batch's tokens (its removals stay applied).
     void run(const Step & step, float * logits, int32_t n_vocab);
+    // A Read step: applies its removals and copies this rank's heads of the
+    // sequence's cells into image (a KvImageLayout image of step.read_n cells).
+    // Throws llama_tp::Error when a position is not cached.
+    void read(const Step & step, uint8_t * image);
 
     int64_t graph_builds() const { return graph_builds_; }
     uint64_t weight_bytes() const { return weights_->total_bytes(); }
@@ -71,6 +75,10 @@ class Rank {
     void compute();
     void copy_logits(float * logits, int32_t n_vocab) const;
     std::vector<int64_t> place(const Step & step);
+    // A Load step's image into the cells the batch was placed in.
+    void load(const Step & step, const std::vector<int64_t> & cells);
+    // Copies this rank's heads between the cache and an image, either way.
+    void copy_heads(const std::vector<int64_t> & cells, uint8_t * image, bool to_image);
 
     static void allreduce_callback(void * user, void * data, size_t n, void * stream);
     static void allreduce_f64_callback(void * user, void * data, size_t n, void * stream);

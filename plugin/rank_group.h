@@ -30,6 +30,9 @@ class RankGroup {
     // rows of n_vocab floats. Throws llama_tp::Error naming what failed; a
     // group whose collectives failed stays failed.
     virtual void run(const Step & step, float * logits) = 0;
+    // Runs a Read step: every rank copies its heads of the sequence's cells
+    // into image (KvImageLayout, step.read_n cells). Throws llama_tp::Error.
+    virtual void read(const Step & step, uint8_t * image) = 0;
 
     virtual std::vector<RankReport> reports() const = 0;
     // Per rank, as of the last step that returned (safe from any thread).

@@ -69,6 +69,9 @@ std::vector<uint8_t> Step::encode() const {
     w.put_array(batch.seq);
     w.put_array(batch.want_logits);
     w.put(placement);
+    w.put_array(kv);
+    w.put(read_seq);
+    w.put(read_n);
     return std::move(w.bytes);
 }
 
@@ -77,7 +80,7 @@ Step Step::decode(const std::vector<uint8_t> & bytes) {
     if (r.get<uint32_t>() != kMagic) throw Error("malformed step message: bad magic");
     Step s;
     const int32_t kind = r.get<int32_t>();
-    if (kind != (int32_t) Kind::Decode && kind != (int32_t) Kind::Shutdown) {
+    if (kind < (int32_t) Kind::Decode || kind > (int32_t) Kind::Read) {
         throw Error("malformed step message: kind " + std::to_string(kind));
     }
     s.kind = (Kind) kind;
@@ -87,6 +90,9 @@ Step Step::decode(const std::vector<uint8_t> & bytes) {
     s.batch.seq = r.get_array<int32_t>();
     s.batch.want_logits = r.get_array<uint8_t>();
     s.placement = r.get<uint64_t>();
+    s.kv = r.get_array<uint8_t>();
+    s.read_seq = r.get<int32_t>();
+    s.read_n = r.get<int32_t>();
     const size_t n = s.batch.tokens.size();
     if (!r.done() || s.batch.pos.size() != n || s.batch.seq.size() != n || s.batch.want_logits.size() != n) {
         throw Error("malformed step message: inconsistent batch");

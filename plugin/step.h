@@ -19,12 +19,19 @@ struct KvRemove {
     int32_t p1 = -1;  // < 0: to the end
 };
 
+// Decode: place the batch and run the model over it. Load: place the batch
+// and fill its cells from `kv` (a KvImageLayout image of batch.size() cells)
+// instead of computing them. Read: copy the cells of sequence read_seq,
+// positions [0, read_n), into an image. Shutdown: followers stop.
 struct Step {
-    enum class Kind : int32_t { Decode = 1, Shutdown = 2 };
+    enum class Kind : int32_t { Decode = 1, Shutdown = 2, Load = 3, Read = 4 };
     Kind kind = Kind::Decode;
     std::vector<KvRemove> removes;  // applied in order before the batch is placed
     Batch batch;
-    uint64_t placement = 0;  // placement_digest() of the cells rank 0 chose for the batch
+    uint64_t placement = 0;   // placement_digest() of the cells rank 0 chose for the batch
+    std::vector<uint8_t> kv;  // Load
+    int32_t read_seq = -1;    // Read
+    int32_t read_n = 0;
 
     std::vector<uint8_t> encode() const;
     // Throws llama_tp::Error on bytes that are not a whole step.

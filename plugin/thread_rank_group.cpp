@@ -46,6 +46,10 @@ void ThreadRankGroup::run(const Step & step, float * logits) {
     if (allreduce_ && allreduce_->failed()) throw Error(allreduce_->error());
 }
 
+void ThreadRankGroup::read(const Step & step, uint8_t * image) {
+    for (auto & r : ranks_) r->read(step, image);
+}
+
 std::vector<RankReport> ThreadRankGroup::reports() const {
     std::vector<RankReport> out;
     for (const auto & r : ranks_) out.push_back({r->memory_bytes(), r->weight_bytes(), r->n_params()});

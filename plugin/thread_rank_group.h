@@ -42,6 +42,8 @@ class ThreadRankGroup final : public RankGroup {
     int n_ranks() const override { return (int) ranks_.size(); }
     // logits: full rows; each local rank writes its vocabulary slice.
     void run(const Step & step, float * logits) override;
+    // One rank after the other, on the caller's thread (no collectives).
+    void read(const Step & step, uint8_t * image) override;
     std::vector<RankReport> reports() const override;
     std::vector<CollectiveStats> collective_stats() const override;
     int64_t graph_builds() const override;

@@ -265,6 +265,75 @@ bool is_cell_of(const ShardRange & piece, const std::vector<ShardRange> & grid) 
 
 // With split-invariant sums every split's pieces are cells of the one grid a
 // single device uses; without them each rank has one piece, its range.
+std::unique_ptr<Engine> load_tp(int tp, int n_seq, bool unified = false) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_seq_max = n_seq;
+    o.n_ctx = 256 * n_seq;
+    o.n_threads = 2;
+    o.tp = tp;
+    o.kv_unified = unified;
+    return Engine::load(o);
+}
+
+// Decodes tokens [from, to) of a sequence, logits of the last.
+std::vector<float> decode_range(Engine & e, const std::vector<int32_t> & t, int from, int to, int seq) {
+    Batch b;
+    for (int i = from; i < to; ++i) b.add(t[i], i, seq, i + 1 == to);
+    e.decode(b);
+    return row(e, to - from - 1);
+}
+
+TEST(TensorParallelEngine, ASequenceReadAtOneSplitLoadsIntoAnother) {
+    auto tp2 = load_tp(2, 2);
+    const auto t = tp2->tokenizer().tokenize("Once upon a time there was a little dog", true, false);
+    const int n = (int) t.size() - 1;
+    decode_range(*tp2, t, 0, n, 1);
+    const std::vector<uint8_t> image = tp2->read_sequence(1, n);
+    // The whole model's heads: 5 layers x (K + V) x n cells x 4 heads x 8 F16 values.
+    EXPECT_EQ(image.size(), (size_t) 5 * 2 * n * 4 * 8 * 2);
+    const std::vector<float> next2 = decode_range(*tp2, t, n, n + 1, 1);
+
+    for (bool unified : {false, true}) {
+        auto one = load_tp(1, 3, unified);
+        const std::vector<float> own = (decode_range(*one, t, 0, n, 0), decode_range(*one, t, n, n + 1, 0));
+        one->write_sequence(2, std::vector<int32_t>(t.begin(), t.begin() + n), image);
+        EXPECT_EQ(one->seq_pos_max(2), n - 1);
+        const std::vector<float> loaded = decode_range(*one, t, n, n + 1, 2);
+        // The cells came from two ranks' sums: the same up to their rounding;
+        // the shared pool attends with ggml's kernel (F16 sums), the image came
+        // from row attention, so there they agree to that kernel's rounding.
+        const float bound = unified ? 2e-2f : 1e-3f;
+        EXPECT_LT(max_abs_diff(loaded, own), bound);
+        EXPECT_LT(max_abs_diff(loaded, next2), bound);
+        EXPECT_EQ(std::max_element(loaded.begin(), loaded.end()) - loaded.begin(),
+                  std::max_element(own.begin(), own.end()) - own.begin());
+        // Read back from the loading engine: the very bytes it was given.
+        EXPECT_EQ(one->read_sequence(2, n), image);
+    }
+    auto tp4 = load_tp(4, 1);
+    tp4->write_sequence(0, std::vector<int32_t>(t.begin(), t.begin() + n), image);
+    EXPECT_LT(max_abs_diff(decode_range(*tp4, t, n, n + 1, 0), next2), 1e-3f);
+}
+
+TEST(TensorParallelEngine, SequenceImagesThatDoNotFitAreRefused) {
+    auto e = load_tp(2, 2);
+    const auto t = e->tokenizer().tokenize("Once upon a time", true, false);
+    decode_range(*e, t, 0, (int) t.size(), 0);
+    EXPECT_THROW(e->read_sequence(0, (int) t.size() + 1), Error);  // a position not cached
+    std::vector<uint8_t> image = e->read_sequence(0, (int) t.size());
+    image.pop_back();
+    EXPECT_THROW(e->write_sequence(1, t, image), Error);
+    EXPECT_EQ(e->seq_pos_max(1), -1);
+    // More cells than a sequence's region holds.
+    std::vector<int32_t> long_tokens(300, t[1]);
+    std::vector<uint8_t> big((size_t) 5 * 2 * 300 * 4 * 8 * 2);
+    EXPECT_THROW(e->write_sequence(1, long_tokens, big), Error);
+    EXPECT_EQ(e->seq_pos_max(1), -1);
+    // The engine still decodes.
+    EXPECT_NO_THROW(decode_range(*e, t, 0, (int) t.size(), 1));
+}
+
 TEST(ShardPlan, SplitInvariantPiecesAreCellsOfOneGridForEverySplit) {
     const GgufFile file(LLAMA_TP_TEST_MODEL);
     const HParams hp = read_hparams(file);

@@ -31,6 +31,26 @@ TEST(Step, EncodesAndDecodesEveryField) {
     EXPECT_EQ(d.placement, s.placement);
 }
 
+TEST(Step, LoadAndReadStepsCarryTheirImageAndSequence) {
+    Step s = sample_step();
+    s.kind = Step::Kind::Load;
+    s.kv = {1, 2, 3, 250};
+    Step d = Step::decode(s.encode());
+    EXPECT_EQ(d.kind, Step::Kind::Load);
+    EXPECT_EQ(d.kv, s.kv);
+    Step r;
+    r.kind = Step::Kind::Read;
+    r.read_seq = 3;
+    r.read_n = 17;
+    d = Step::decode(r.encode());
+    EXPECT_EQ(d.kind, Step::Kind::Read);
+    EXPECT_EQ(d.read_seq, 3);
+    EXPECT_EQ(d.read_n, 17);
+    std::vector<uint8_t> bytes = r.encode();
+    bytes[4] = 9;  // no such kind
+    EXPECT_THROW(Step::decode(bytes), Error);
+}
+
 TEST(Step, RefusesTruncatedOrForeignBytes) {
     std::vector<uint8_t> bytes = sample_step().encode();
     std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 3);
