@@ -9,6 +9,7 @@
 #include "server/request.h"
 #include "server/response.h"
 #include "server/scheduler.h"
+#include "server/slot_file.h"
 #include "server/chat_output_parser.h"
 #include "server/tool_grammar.h"
 
@@ -18,7 +19,10 @@
 #include "json-schema-to-grammar.h"
 #include "json.h"
 
+#include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 
@@ -545,6 +549,109 @@ json slot_json(const ServerState & st, const Scheduler::SlotView & v) {
     return j;
 }
 
+int32_t slot_id(const Request & req) {
+    const auto it = req.path_params.find("id_slot");
+    const std::string v = it == req.path_params.end() ? "" : it->second;
+    char * end = nullptr;
+    const long id = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || id < 0 || id > INT32_MAX) {
+        throw bad_request("'" + v + "' is not a slot id", "id_slot", "invalid_value");
+    }
+    return (int32_t) id;
+}
+
+// The file a save or restore names, under --slot-save-path.
+std::string slot_path(const ServerState & st, const json & body) {
+    const auto it = body.find("filename");
+    if (it == body.end() || !it->is_string())
+        throw bad_request("'filename' must be a string", "filename", "invalid_type");
+    const std::string name = it->get<std::string>();
+    const std::string problem = slot_file_name_problem(name);
+    if (!problem.empty()) throw bad_request("'filename' " + problem, "filename", "invalid_value");
+    std::string dir = st.opts.slot_save_path;
+    if (!dir.empty() && dir.back() != '/') dir += '/';
+    return dir + name;
+}
+
+Scheduler::SlotAction run_slot_action(const ServerState & st, Scheduler::SlotAction a) {
+    a = st.scheduler->slot_action(std::move(a)).get();
+    if (a.status != 0) throw ApiError(a.status, a.message, "id_slot", a.status == 501 ? "" : "slot_action_failed");
+    return a;
+}
+
+// POST /slots/{id}?action=save|restore|erase, as llama-server.
+json slot_action(const ServerState & st, const Request & req) {
+    if (st.opts.slot_save_path.empty()) {
+        throw not_supported("This server does not support slots action. Start it with `--slot-save-path`");
+    }
+    const int32_t id = slot_id(req);
+    const std::string action = req.get_param_value("action");
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ms = [&t0] {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    Scheduler::SlotAction a;
+    a.slot = id;
+    if (action == "erase") {
+        a.kind = Scheduler::SlotAction::Kind::Erase;
+        a = run_slot_action(st, std::move(a));
+        return {{"id_slot", id}, {"n_erased", a.tokens.size()}};
+    }
+    if (action != "save" && action != "restore") {
+        throw bad_request("'action' must be save, restore or erase; got '" + action + "'", "action", "invalid_value");
+    }
+    const json body = parse_json_body(req.body.empty() ? "{}" : req.body);
+    const std::string path = slot_path(st, body);
+    const std::string filename = body["filename"].get<std::string>();
+    const ModelInfo & info = st.engine->info();
+    const KvTypes types = st.engine->options().kv_types;
+    if (action == "save") {
+        a.kind = Scheduler::SlotAction::Kind::Save;
+        a = run_slot_action(st, std::move(a));
+        SlotImage image{info.file_size, info.header_digest, types, std::move(a.tokens), std::move(a.kv)};
+        size_t written = 0;
+        try {
+            written = write_slot_file(path, image);
+        } catch (const SlotFileError & e) {
+            throw ApiError(500, e.what(), "filename", "slot_file_error");
+        }
+        return {{"id_slot", id},
+                {"filename", filename},
+                {"n_saved", image.tokens.size()},
+                {"n_written", written},
+                {"timings", {{"save_ms", ms()}}}};
+    }
+    SlotImage image;
+    try {
+        image = read_slot_file(path);
+    } catch (const SlotFileError & e) {
+        // Clients see the file name, not where the server keeps it.
+        std::string message = e.what();
+        const size_t at = message.find(path);
+        if (at != std::string::npos) message.replace(at, path.size(), filename);
+        throw ApiError(std::ifstream(path).good() ? 400 : 404, message, "filename", "slot_file_error");
+    }
+    if (image.model_size != info.file_size || image.model_digest != info.header_digest) {
+        throw bad_request("slot file '" + filename + "' was saved from another model", "filename", "invalid_value");
+    }
+    if (image.kv_types.k != types.k || image.kv_types.v != types.v) {
+        throw bad_request(std::string("slot file '") + filename + "' holds a " + kv_type_name(image.kv_types.k) +
+                              " / " + kv_type_name(image.kv_types.v) + " cache; this server stores " +
+                              kv_type_name(types.k) + " / " + kv_type_name(types.v),
+                          "filename", "invalid_value");
+    }
+    const size_t n_read = image.kv.size();
+    a.kind = Scheduler::SlotAction::Kind::Restore;
+    a.tokens = std::move(image.tokens);
+    a.kv = std::move(image.kv);
+    a = run_slot_action(st, std::move(a));
+    return {{"id_slot", id},
+            {"filename", filename},
+            {"n_restored", a.tokens.size()},
+            {"n_read", n_read},
+            {"timings", {{"restore_ms", ms()}}}};
+}
+
 json model_entry(const ServerState & st) {
     const ModelInfo & info = st.engine->info();
     return {{"id", st.model_name},
@@ -746,6 +853,9 @@ void register_routes(httplib::Server & http, ServerState & st) {
                  for (const auto & v : views) out.push_back(slot_json(st, v));
                  send_json(res, out);
              }));
+
+    http.Post(at("/slots/:id_slot"),
+              guarded([&st](const Request & req, Response & res) { send_json(res, slot_action(st, req)); }));
 
     http.Post(at("/apply-template"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);

@@ -140,11 +140,12 @@ void Scheduler::run() {
                 lock.lock();
             }
             had_work = false;
-            cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy_ > 0; });
+            cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy_ > 0 || !actions_.empty(); });
             if (stopping_) {
                 break;
             }
         }
+        run_slot_actions();
         admit();
         drop_cancelled();
         build_batch();
@@ -167,8 +168,94 @@ void Scheduler::run() {
         }
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    for (PendingAction & p : actions_) {
+        p.action.status = 503;
+        p.action.message = "the server is shutting down";
+        p.done.set_value(std::move(p.action));
+    }
+    actions_.clear();
     finished_ = true;
     cv_.notify_all();
+}
+
+std::future<Scheduler::SlotAction> Scheduler::slot_action(SlotAction action) {
+    PendingAction p{std::move(action), {}};
+    std::future<SlotAction> f = p.done.get_future();
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_ || finished_) {
+            p.action.status = 503;
+            p.action.message = "the server is shutting down";
+            p.done.set_value(std::move(p.action));
+            return f;
+        }
+        actions_.push_back(std::move(p));
+    }
+    cv_.notify_all();
+    return f;
+}
+
+void Scheduler::run_slot_actions() {
+    std::deque<PendingAction> todo;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        todo.swap(actions_);
+    }
+    for (PendingAction & p : todo) {
+        try {
+            apply(p.action);
+        } catch (const std::exception & e) {
+            p.action.status = 500;
+            p.action.message = e.what();
+        }
+        p.done.set_value(std::move(p.action));
+    }
+}
+
+void Scheduler::apply(SlotAction & a) {
+    if (a.slot < 0 || a.slot >= n_slots()) {
+        a.status = 400;
+        a.message = "no slot " + std::to_string(a.slot) + " (slots 0 to " + std::to_string(n_slots() - 1) + ")";
+        return;
+    }
+    Slot & slot = *slots_[a.slot];
+    if (slot.busy()) {
+        a.status = 503;
+        a.message = "slot " + std::to_string(a.slot) + " is busy";
+        return;
+    }
+    switch (a.kind) {
+        case SlotAction::Kind::Save:
+            a.tokens = slot.kv_tokens;
+            try {
+                a.kv = engine_.read_sequence(slot.id, (int32_t) a.tokens.size());
+            } catch (const Error & e) {
+                a.status = 501;
+                a.message = e.what();
+            }
+            return;
+        case SlotAction::Kind::Restore:
+            if ((int32_t) a.tokens.size() >= n_ctx_slot_) {
+                a.status = 400;
+                a.message = "the saved slot holds " + std::to_string(a.tokens.size()) +
+                            " tokens; a slot here holds fewer than " + std::to_string(n_ctx_slot_);
+                return;
+            }
+            slot.kv_tokens.clear();
+            try {
+                engine_.write_sequence(slot.id, a.tokens, a.kv);
+            } catch (const Error & e) {
+                a.status = 400;
+                a.message = e.what();
+                return;
+            }
+            slot.kv_tokens = a.tokens;
+            return;
+        case SlotAction::Kind::Erase:
+            a.tokens = slot.kv_tokens;
+            slot.clear_cache(engine_);
+            return;
+    }
 }
 
 void Scheduler::admit() {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -82,6 +83,20 @@ class Scheduler {
     };
     std::vector<SlotView> slot_views() const;
 
+    // Save, restore or erase one idle slot's cache, between decode steps on
+    // the scheduler thread (the caller does the file I/O). Save fills tokens
+    // and kv; Restore takes them. The future's status is 0 on success, else
+    // an HTTP status with message.
+    struct SlotAction {
+        enum class Kind { Save, Restore, Erase } kind = Kind::Save;
+        int32_t slot = 0;
+        std::vector<int32_t> tokens;
+        std::vector<uint8_t> kv;
+        int status = 0;
+        std::string message;
+    };
+    std::future<SlotAction> slot_action(SlotAction action);
+
   private:
     void run();
     void admit();  // queued tasks -> idle slots
@@ -116,6 +131,13 @@ class Scheduler {
     std::string group_failure_;  // under mutex_
 
     void publish_views();
+    void run_slot_actions();
+    void apply(SlotAction & a);
+    struct PendingAction {
+        SlotAction action;
+        std::promise<SlotAction> done;
+    };
+    std::deque<PendingAction> actions_;  // under mutex_
     mutable std::mutex views_mutex_;
     std::vector<SlotView> views_;  // under views_mutex_
 

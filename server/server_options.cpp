@@ -238,6 +238,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.timeout_s = p.timeout_read;
     o.http_threads = p.n_threads_http;
     o.chat_template = p.chat_template;
+    o.slot_save_path = p.slot_save_path;  // the handler checked it is a directory
     o.reasoning_format = (int) p.reasoning_format;
     o.enable_reasoning = p.enable_reasoning;
     o.prefill_assistant = p.prefill_assistant;

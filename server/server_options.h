@@ -34,6 +34,7 @@ struct ServerOptions {
     bool endpoint_slots = true;         // GET /slots (--no-slots turns it off)
     bool endpoint_props = false;        // POST /props (--props)
     std::string alias;                  // model name reported by the API
+    std::string slot_save_path;         // directory for POST /slots/{id}?action=save|restore ("": off)
     std::string chat_template;          // override: Jinja source or a built-in template name
     int reasoning_format = 1;           // common_reasoning_format (auto): thinking -> reasoning_content
     int enable_reasoning = -1;          // -1: as the template decides, 0 off, 1 on

@@ -64,7 +64,7 @@ COMMAND_LINES = [
     "-m MODEL --split-mode row --main-gpu 1",
     "-m MODEL --numa distribute",
     "-m MODEL --prio 2 --poll 50",
-    "-m MODEL --slot-save-path /tmp/llama-slots",
+    "-m MODEL --slot-save-path /tmp",
     "-m MODEL --props --metrics --slots -np 2 -c 4096 --host 0.0.0.0 --port 8080 -ngl 999 -fa auto",
     "-m MODEL --cache-ram 0 --ctx-checkpoints 0",
     "-m MODEL --kv-unified -np 2",

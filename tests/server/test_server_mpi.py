@@ -223,3 +223,29 @@ def test_a_process_with_another_model_is_refused(model, tmp_path):
     assert r.returncode != 0
     assert "process 1 on" in r.stderr and "does not match process 0" in r.stderr, r.stderr
     assert "model:" in r.stderr and "header digest" in r.stderr, r.stderr
+
+
+def test_slot_saved_by_one_process_restores_into_two(model, tmp_path):
+    args = ("-np", "1", "-c", "512", "--split-invariant", "--slot-save-path", str(tmp_path))
+    body = {"prompt": "Once upon a time", "n_predict": 8, "temperature": 0, "ignore_eos": True}
+    single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
+    try:
+        first = single.post("/completion", body).json()["content"]
+        assert single.post("/slots/0?action=save", {"filename": "s.bin"}).status_code == 200
+        follow = dict(body, prompt=body["prompt"] + first)
+        expected = single.post("/completion", follow).json()
+    finally:
+        assert single.stop() == 0
+    group = MpiServer(*args, "-t", "1", model=model)
+    try:
+        r = group.post("/slots/0?action=restore", {"filename": "s.bin"})
+        assert r.status_code == 200, r.text
+        got = group.post("/completion", follow).json()
+        assert got["content"] == expected["content"]
+        assert got["tokens_cached"] == expected["tokens_cached"] > 0
+        # Saving would need every process's cells: refused, and the group serves on.
+        r = group.post("/slots/0?action=save", {"filename": "t.bin"})
+        assert r.status_code == 501 and "across processes" in r.json()["error"]["message"], r.text
+        assert group.post("/completion", body).status_code == 200
+    finally:
+        assert group.stop() == 0, group.log_text()
