@@ -5,7 +5,9 @@
 #include "plugin/tokenizer.h"
 #include "server/chat_format.h"
 #include "server/log.h"
+#include "server/anthropic_messages.h"
 #include "server/native_response.h"
+#include "server/reply_shape.h"
 #include "server/request.h"
 #include "server/response.h"
 #include "server/scheduler.h"
@@ -271,11 +273,9 @@ ApiError event_error(const TaskEvent & e) {
     return ApiError(e.status, e.message, "", e.status == 503 ? "unavailable" : "");
 }
 
-void respond_blocking(const Request & req, Response & res, const ResponseContext & ctx,
-                      const std::shared_ptr<TaskChannel> & channel, ChatOutputParser * output_parser) {
-    std::string text;
-    std::vector<TokenLogprob> logprobs;
-    std::vector<int32_t> tokens;
+void respond_blocking(const Request & req, Response & res, const std::shared_ptr<TaskChannel> & channel,
+                      ReplyShape & shape) {
+    GeneratedText out;
     std::vector<TaskEvent> events;
     auto last_check = std::chrono::steady_clock::now();
     while (true) {
@@ -293,20 +293,12 @@ void respond_blocking(const Request & req, Response & res, const ResponseContext
         for (auto & e : events) {
             switch (e.kind) {
                 case TaskEvent::Kind::Text:
-                    text += e.text;
-                    for (auto & lp : e.logprobs) {
-                        logprobs.push_back(std::move(lp));
-                    }
-                    tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+                    out.text += e.text;
+                    for (auto & lp : e.logprobs) out.logprobs.push_back(std::move(lp));
+                    out.tokens.insert(out.tokens.end(), e.tokens.begin(), e.tokens.end());
                     break;
                 case TaskEvent::Kind::Done:
-                    if (ctx.endpoint == Endpoint::Native) {
-                        send_json(res, native_final(ctx, text, tokens, logprobs, e));
-                    } else if (output_parser != nullptr) {
-                        send_json(res, final_response(ctx, output_parser->parse(text), logprobs, e));
-                    } else {
-                        send_json(res, final_response(ctx, AssistantMessage{text, "", {}}, logprobs, e));
-                    }
+                    send_json(res, shape.whole(out, e));
                     return;
                 case TaskEvent::Kind::Error:
                     throw event_error(e);
@@ -316,54 +308,30 @@ void respond_blocking(const Request & req, Response & res, const ResponseContext
 }
 
 struct StreamState {
-    ResponseContext ctx;
     std::shared_ptr<TaskChannel> channel;
     std::function<bool()> connection_closed;
-    std::shared_ptr<ChatOutputParser> output_parser;  // set: deltas come from the parser
-    std::string text;                                 // all text so far, for the parser
-    bool called_tools = false;
-    bool include_usage = false;
+    std::unique_ptr<ReplyShape> shape;
     bool started = false;
     bool finished = false;
 };
 
-bool write_event(httplib::DataSink & sink, const StreamState & s, json chunk) {
-    if (s.include_usage && !chunk.contains("usage")) {
-        chunk["usage"] = nullptr;
-    }
-    const std::string data = "data: " + dump_json(chunk) + "\n\n";
-    return sink.write(data.data(), data.size());
-}
-
-// Chat with tools: parsed deltas (content and tool-call fragments) for the text
-// so far, rather than the raw text.
-bool write_parsed_deltas(httplib::DataSink & sink, StreamState & s, bool final) {
-    for (const json & delta : s.output_parser->stream_deltas(s.text, final)) {
-        s.called_tools |= delta.contains("tool_calls");
-        if (!write_event(sink, s, delta_chunk(s.ctx, delta))) {
-            return false;
-        }
-    }
-    return true;
-}
-
-void respond_streaming(const Request & req, Response & res, const ResponseContext & ctx,
-                       const std::shared_ptr<TaskChannel> & channel, bool include_usage,
-                       std::shared_ptr<ChatOutputParser> output_parser) {
+void respond_streaming(const Request & req, Response & res, const std::shared_ptr<TaskChannel> & channel,
+                       std::unique_ptr<ReplyShape> shape) {
     auto s = std::make_shared<StreamState>();
-    s->ctx = ctx;
-    s->output_parser = std::move(output_parser);
     s->channel = channel;
     s->connection_closed = req.is_connection_closed;
-    s->include_usage = include_usage;
+    s->shape = std::move(shape);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
         [s](size_t, httplib::DataSink & sink) -> bool {
+            auto write = [&sink](const std::string & data) {
+                return data.empty() || sink.write(data.data(), data.size());
+            };
             if (!s->started) {
                 s->started = true;
-                if (s->ctx.endpoint == Endpoint::Chat && !write_event(sink, *s, role_chunk(s->ctx))) {
+                if (!write(s->shape->stream_start())) {
                     s->channel->cancel();
                     return false;
                 }
@@ -380,41 +348,16 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
                 bool ok = true;
                 switch (e.kind) {
                     case TaskEvent::Kind::Text:
-                        if (s->ctx.endpoint == Endpoint::Native) {
-                            ok = write_event(sink, *s, native_chunk(s->ctx, e));
-                        } else if (s->output_parser) {
-                            s->text += e.text;
-                            ok = write_parsed_deltas(sink, *s, false);
-                        } else {
-                            ok = write_event(sink, *s, text_chunk(s->ctx, e.text, e.logprobs));
-                        }
+                        ok = write(s->shape->stream_text(e));
                         break;
-                    case TaskEvent::Kind::Done: {
-                        if (s->ctx.endpoint == Endpoint::Native) {
-                            // llama-server ends a native stream with its final object, no [DONE].
-                            ok = write_event(sink, *s, native_final(s->ctx, "", {}, {}, e));
-                            s->finished = true;
-                            break;
-                        }
-                        if (s->output_parser) {
-                            ok = write_parsed_deltas(sink, *s, true);
-                            e.finish_reason = finish_reason_after(e.finish_reason, s->called_tools);
-                        }
-                        ok = ok && write_event(sink, *s, finish_chunk(s->ctx, e));
-                        if (ok && s->include_usage) {
-                            ok = write_event(sink, *s, usage_chunk(s->ctx, e));
-                        }
-                        static const std::string done = "data: [DONE]\n\n";
-                        ok = ok && sink.write(done.data(), done.size());
+                    case TaskEvent::Kind::Done:
+                        ok = write(s->shape->stream_done(e));
                         s->finished = true;
                         break;
-                    }
-                    case TaskEvent::Kind::Error: {
-                        const std::string data = "data: " + dump_json(error_json(event_error(e))) + "\n\n";
-                        ok = sink.write(data.data(), data.size());
+                    case TaskEvent::Kind::Error:
+                        ok = write(s->shape->stream_error(event_error(e)));
                         s->finished = true;
                         break;
-                    }
                 }
                 if (!ok) {
                     s->channel->cancel();
@@ -434,16 +377,38 @@ void respond_streaming(const Request & req, Response & res, const ResponseContex
         });
 }
 
-void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res) {
-    const json body = parse_json_body(req.body);
+// The tokens a chat request's prompt takes, as a completion would count them.
+size_t prompt_tokens(ServerState & st, const json & chat_body) {
+    GenerationRequest gr = parse_generation_request(Endpoint::Chat, chat_body, st.opts.sampling, st.opts.ignore_eos);
+    std::vector<std::string> stops;
+    return prepare_prompt(st, gr, stops).tokens.size();
+}
+
+// The API shape a route answers in.
+enum class Shape { OpenAi, Native, Anthropic };
+
+void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res,
+                       Shape shape_kind = Shape::OpenAi) {
+    const json body =
+        shape_kind == Shape::Anthropic ? openai_chat_body(parse_json_body(req.body)) : parse_json_body(req.body);
     GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
     std::shared_ptr<ChatOutputParser> output_parser;
     std::unique_ptr<Task> task = make_task(st, gr, output_parser);
     ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model, gr.logprobs,
                                                 &st.engine->tokenizer());
-    if (endpoint == Endpoint::Native) {
-        ctx.prompt = gr.prompt_is_tokens ? st.engine->tokenizer().detokenize(task->prompt, false) : gr.prompt_text;
-        ctx.settings = native_settings(gr, task->n_predict);
+    std::unique_ptr<ReplyShape> shape;
+    switch (shape_kind) {
+        case Shape::Native:
+            ctx.prompt = gr.prompt_is_tokens ? st.engine->tokenizer().detokenize(task->prompt, false) : gr.prompt_text;
+            ctx.settings = native_settings(gr, task->n_predict);
+            shape = native_reply(ctx);
+            break;
+        case Shape::Anthropic:
+            shape = anthropic_reply(ctx, output_parser, (int32_t) task->prompt.size());
+            break;
+        case Shape::OpenAi:
+            shape = openai_reply(ctx, output_parser, gr.include_usage);
+            break;
     }
     std::shared_ptr<TaskChannel> channel;
     try {
@@ -452,19 +417,19 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
         throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
     }
     if (gr.stream) {
-        respond_streaming(req, res, ctx, channel, gr.include_usage, std::move(output_parser));
+        respond_streaming(req, res, channel, std::move(shape));
     } else {
-        respond_blocking(req, res, ctx, channel, output_parser.get());
+        respond_blocking(req, res, channel, *shape);
     }
 }
 
 // Known routes by name; anything else is "other", so that scanning a server
 // for paths cannot grow the number of series without bound.
 std::string metrics_endpoint(const std::string & path) {
-    static const char * const known[] = {"/health",           "/v1/health",   "/v1/models",  "/models",
-                                         "/v1/completions",   "/completions", "/completion", "/v1/chat/completions",
-                                         "/chat/completions", "/tokenize",    "/detokenize", "/props",
-                                         "/metrics"};
+    static const char * const known[] = {
+        "/v1/messages", "/health",     "/v1/health",           "/v1/models",        "/models",   "/v1/completions",
+        "/completions", "/completion", "/v1/chat/completions", "/chat/completions", "/tokenize", "/detokenize",
+        "/props",       "/metrics"};
     for (const char * k : known) {
         if (path == k) {
             return path;
@@ -768,8 +733,9 @@ void register_routes(httplib::Server & http, ServerState & st) {
         guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Completion, req, res); });
     http.Post(at("/v1/completions"), completions);
     // llama-server's own shape under its own names.
-    auto native =
-        guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Native, req, res); });
+    auto native = guarded([&st](const Request & req, Response & res) {
+        handle_generation(st, Endpoint::Native, req, res, Shape::Native);
+    });
     http.Post(at("/completion"), native);
     http.Post(at("/completions"), native);
 
@@ -777,6 +743,19 @@ void register_routes(httplib::Server & http, ServerState & st) {
         guarded([&st](const Request & req, Response & res) { handle_generation(st, Endpoint::Chat, req, res); });
     http.Post(at("/v1/chat/completions"), chat);
     http.Post(at("/chat/completions"), chat);
+
+    http.Post(at("/v1/messages"), guarded([&st](const Request & req, Response & res) {
+                  handle_generation(st, Endpoint::Chat, req, res, Shape::Anthropic);
+              }));
+    http.Post(at("/v1/messages/count_tokens"), guarded([&st](const Request & req, Response & res) {
+                  send_json(res, {{"input_tokens", prompt_tokens(st, openai_chat_body(parse_json_body(req.body)))}});
+              }));
+    auto input_tokens = guarded([&st](const Request & req, Response & res) {
+        send_json(
+            res, {{"object", "response.input_tokens"}, {"input_tokens", prompt_tokens(st, parse_json_body(req.body))}});
+    });
+    http.Post(at("/v1/chat/completions/input_tokens"), input_tokens);
+    http.Post(at("/chat/completions/input_tokens"), input_tokens);
 
     http.Post(at("/tokenize"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);
