@@ -94,6 +94,11 @@ int32_t Tokenizer::eos() const {
 bool Tokenizer::add_bos() const {
     return llama_vocab_get_add_bos(vocab_);
 }
+Tokenizer::FimTokens Tokenizer::fim() const {
+    return {llama_vocab_fim_pre(vocab_), llama_vocab_fim_suf(vocab_), llama_vocab_fim_mid(vocab_),
+            llama_vocab_fim_rep(vocab_), llama_vocab_fim_sep(vocab_)};
+}
+
 bool Tokenizer::is_eog(int32_t token) const {
     return llama_vocab_is_eog(vocab_, token);
 }

@@ -33,6 +33,12 @@ class Tokenizer {
     bool add_bos() const;
     bool is_eog(int32_t token) const;
 
+    // Fill-in-the-middle tokens (-1 where the vocabulary has none).
+    struct FimTokens {
+        int32_t prefix = -1, suffix = -1, middle = -1, repo = -1, separator = -1;
+    };
+    FimTokens fim() const;
+
     // The GGUF's chat template, or "" when it has none.
     std::string chat_template() const;
 

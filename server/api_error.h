@@ -40,6 +40,11 @@ class ApiError : public std::runtime_error {
     }
 };
 
+// An endpoint or feature switched off or missing here (llama-server's 501).
+inline ApiError not_supported(const std::string & message) {
+    return ApiError(501, message, "", "", "not_supported_error");
+}
+
 inline ApiError bad_request(const std::string & message, const std::string & param = "",
                             const std::string & code = "") {
     return ApiError(400, message, param, code, "invalid_request_error");

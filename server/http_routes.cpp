@@ -136,6 +136,59 @@ void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const Chat
     out.grammar_prefill = grammar_prefill_tokens(tok, cp.syntax.generation_prompt);
 }
 
+// Fill-in-the-middle: [prefix token] prefix [suffix token] suffix [middle
+// token] prompt (--spm-infill: suffix first), after the extra files (each
+// behind the separator token where the vocabulary has one). The prefix keeps
+// its end and the suffix its start when they would take more than half of a
+// slot's context (3/4 of that to the prefix).
+std::vector<int32_t> infill_prompt(const ServerState & st, const GenerationRequest & gr) {
+    const Tokenizer & tok = st.engine->tokenizer();
+    const Tokenizer::FimTokens fim = tok.fim();
+    std::string missing;
+    if (fim.prefix < 0) missing += " prefix token is missing.";
+    if (fim.suffix < 0) missing += " suffix token is missing.";
+    if (fim.middle < 0) missing += " middle token is missing.";
+    if (!missing.empty()) throw not_supported("Infill is not supported by this model:" + missing);
+
+    std::vector<int32_t> extra;
+    if (fim.repo >= 0 && !gr.input_extra.empty()) {
+        extra.push_back(fim.repo);
+        const auto name = tok.tokenize("myproject\n", false, false);
+        extra.insert(extra.end(), name.begin(), name.end());
+    }
+    for (const auto & [filename, text] : gr.input_extra) {
+        if (fim.separator >= 0) extra.push_back(fim.separator);
+        const auto t = tok.tokenize((fim.separator >= 0 ? filename + "\n" : "") + text, false, false);
+        extra.insert(extra.end(), t.begin(), t.end());
+    }
+    std::vector<int32_t> prefix = tok.tokenize(gr.input_prefix, false, false);
+    std::vector<int32_t> suffix = tok.tokenize(gr.input_suffix, false, false);
+    const std::vector<int32_t> middle = tok.tokenize(gr.prompt_text, false, false);
+    const size_t budget = (size_t) st.n_ctx_slot / 2;
+    if (prefix.size() + suffix.size() > budget) {
+        const size_t keep_suffix = std::min(suffix.size(), budget / 4);
+        const size_t keep_prefix = std::min(prefix.size(), budget - keep_suffix);
+        prefix.erase(prefix.begin(), prefix.end() - (ptrdiff_t) keep_prefix);
+        suffix.resize(keep_suffix);
+    }
+    std::vector<int32_t> out;
+    if (tok.add_bos() && tok.bos() >= 0) out.push_back(tok.bos());
+    out.insert(out.end(), extra.begin(), extra.end());
+    auto add = [&out](int32_t marker, const std::vector<int32_t> & part) {
+        out.push_back(marker);
+        out.insert(out.end(), part.begin(), part.end());
+    };
+    if (st.opts.spm_infill) {
+        add(fim.suffix, suffix);
+        add(fim.prefix, prefix);
+    } else {
+        add(fim.prefix, prefix);
+        add(fim.suffix, suffix);
+    }
+    add(fim.middle, middle);
+    return out;
+}
+
 // The server's defaults (--reasoning-format, --reasoning, --chat-template-kwargs,
 // --prefill-assistant) with what the request says over them.
 ChatTurnOptions turn_options(const ServerState & st, const GenerationRequest & gr) {
@@ -175,6 +228,10 @@ PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, st
             use_tool_grammar(st, gr, cp, out);
         }
         out.tokens = tok.tokenize(cp.prompt, true, true);
+        return out;
+    }
+    if (gr.endpoint == Endpoint::Infill) {
+        out.tokens = infill_prompt(st, gr);
         return out;
     }
     if (gr.prompt_is_tokens) {
@@ -399,7 +456,9 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
     std::unique_ptr<ReplyShape> shape;
     switch (shape_kind) {
         case Shape::Native:
-            ctx.prompt = gr.prompt_is_tokens ? st.engine->tokenizer().detokenize(task->prompt, false) : gr.prompt_text;
+            ctx.prompt = gr.prompt_is_tokens || endpoint == Endpoint::Infill
+                             ? st.engine->tokenizer().detokenize(task->prompt, true)
+                             : gr.prompt_text;
             ctx.settings = native_settings(gr, task->n_predict);
             shape = native_reply(ctx);
             break;
@@ -427,19 +486,15 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
 // for paths cannot grow the number of series without bound.
 std::string metrics_endpoint(const std::string & path) {
     static const char * const known[] = {
-        "/v1/messages", "/health",     "/v1/health",           "/v1/models",        "/models",   "/v1/completions",
-        "/completions", "/completion", "/v1/chat/completions", "/chat/completions", "/tokenize", "/detokenize",
-        "/props",       "/metrics"};
+        "/v1/messages",      "/health",      "/v1/health",  "/v1/models", "/models",
+        "/v1/completions",   "/completions", "/completion", "/infill",    "/v1/chat/completions",
+        "/chat/completions", "/tokenize",    "/detokenize", "/props",     "/metrics"};
     for (const char * k : known) {
         if (path == k) {
             return path;
         }
     }
     return "other";
-}
-
-ApiError not_supported(const std::string & message) {
-    return ApiError(501, message, "", "", "not_supported_error");
 }
 
 bool bool_field(const json & body, const char * name, bool fallback) {
@@ -736,6 +791,9 @@ void register_routes(httplib::Server & http, ServerState & st) {
     auto native = guarded([&st](const Request & req, Response & res) {
         handle_generation(st, Endpoint::Native, req, res, Shape::Native);
     });
+    http.Post(at("/infill"), guarded([&st](const Request & req, Response & res) {
+                  handle_generation(st, Endpoint::Infill, req, res, Shape::Native);
+              }));
     http.Post(at("/completion"), native);
     http.Post(at("/completions"), native);
 

@@ -405,6 +405,30 @@ void parse_more_samplers(const json & body, SamplingParams & s) {
     if (const json * order = field(body, "samplers")) s.order = sampler_order(*order, "samplers");
 }
 
+void parse_infill(const json & body, GenerationRequest & r) {
+    for (const char * name : {"input_prefix", "input_suffix"}) {
+        if (field(body, name) == nullptr) {
+            throw bad_request(std::string("'") + name + "' is required", name, "missing_required_parameter");
+        }
+    }
+    r.input_prefix = get_string(body, "input_prefix", "");
+    r.input_suffix = get_string(body, "input_suffix", "");
+    r.prompt_text = get_string(body, "prompt", "");
+    if (const json * extra = field(body, "input_extra")) {
+        if (!extra->is_array()) throw wrong_type("input_extra", "an array of {\"filename\", \"text\"}", *extra);
+        for (size_t i = 0; i < extra->size(); ++i) {
+            const json & e = (*extra)[i];
+            if (!e.is_object() || !e.contains("text") || !e["text"].is_string() ||
+                (e.contains("filename") && !e["filename"].is_string())) {
+                throw bad_request(
+                    "'input_extra[" + std::to_string(i) + "]' must be {\"filename\": string, \"text\": string}",
+                    "input_extra", "invalid_type");
+            }
+            r.input_extra.emplace_back(e.value("filename", ""), e["text"].get<std::string>());
+        }
+    }
+}
+
 // How the template renders this turn: thinking, its variables, prefill.
 void parse_chat_turn(const json & body, GenerationRequest & r) {
     r.reasoning_format = get_string(body, "reasoning_format", "");
@@ -551,6 +575,8 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
 
     if (endpoint == Endpoint::Chat) {
         parse_messages(body, r);
+    } else if (endpoint == Endpoint::Infill) {
+        parse_infill(body, r);
     } else {
         parse_prompt(body, r);
     }
@@ -635,7 +661,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
                 r.top_logprobs = (int32_t) n;
             }
         }
-    } else if (endpoint == Endpoint::Native) {
+    } else if (endpoint == Endpoint::Native || endpoint == Endpoint::Infill) {
         r.top_logprobs = (int32_t) get_int(body, "n_probs", 0, 100, 0);
         r.logprobs = r.top_logprobs > 0;
         r.return_tokens = get_bool(body, "return_tokens", false);

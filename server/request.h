@@ -18,8 +18,9 @@ namespace llama_tp::server {
 using json = nlohmann::json;
 
 // Completion and Chat: OpenAI's shapes (/v1/completions, /v1/chat/completions);
-// Native: llama-server's own (/completion, /completions).
-enum class Endpoint { Completion, Chat, Native };
+// Native: llama-server's own (/completion, /completions); Infill: its /infill
+// (native fields, and a prompt made of a prefix and a suffix).
+enum class Endpoint { Completion, Chat, Native, Infill };
 
 struct ChatMessage {
     std::string role;               // system, user, assistant, tool (developer is mapped to system)
@@ -39,6 +40,10 @@ struct GenerationRequest {
     bool prompt_is_tokens = false;
     std::string prompt_text;
     std::vector<int32_t> prompt_tokens;
+
+    // Infill: the code before and after the gap, other files for context.
+    std::string input_prefix, input_suffix;
+    std::vector<std::pair<std::string, std::string>> input_extra;  // filename, text
 
     // Chat.
     std::vector<ChatMessage> messages;

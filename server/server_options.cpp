@@ -281,6 +281,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.sampling.grammar = s.grammar.grammar;
     for (const llama_logit_bias & b : s.logit_bias) o.sampling.logit_bias.emplace_back(b.token, b.bias);
     o.ignore_eos = s.ignore_eos;
+    o.spm_infill = p.spm_infill;
     o.sampling.order.clear();
     for (common_sampler_type t : s.samplers) {
         json name = common_sampler_type_to_str(t);

@@ -43,6 +43,7 @@ struct ServerOptions {
 
     SamplingParams sampling;  // defaults for requests that leave a field out
     bool ignore_eos = false;  // --ignore-eos: the default of requests
+    bool spm_infill = false;  // /infill puts the suffix before the prefix
     bool verbose = false;
     bool context_given = false;         // -c on the command line or in the environment
     std::vector<std::string> warnings;  // one line per flag accepted without effect

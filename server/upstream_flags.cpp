@@ -39,6 +39,7 @@ const std::map<std::string, std::string> & honoured() {
         {"-lv", "4 and above: verbose"},
         {"--offline", "llama-tp-server never downloads"},
         {"--metrics", ""},
+        {"--spm-infill", ""},
         {"--slot-save-path", "any --tp / -ts of the same model restores a file"},
         {"--slots", ""},
         {"--props", ""},
