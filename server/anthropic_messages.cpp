@@ -234,10 +234,12 @@ class AnthropicReply final : public ReplyShape {
         out += close_block();
         const json delta = {{"stop_reason", stop_reason(done, called_tools_)},
                             {"stop_sequence", done.stop_type == "word" ? json(done.stopping_word) : json(nullptr)}};
-        out += sse("message_delta",
+        return out +
+               sse("message_delta",
                    {{"type", "message_delta"}, {"delta", delta}, {"usage", {{"output_tokens", done.n_completion}}}});
-        return out + sse("message_stop", {{"type", "message_stop"}});
     }
+
+    std::string stream_end(const TaskEvent &) override { return sse("message_stop", {{"type", "message_stop"}}); }
 
     std::string stream_error(const ApiError & e) override {
         return sse("error", {{"type", "error"}, {"error", {{"type", e.type}, {"message", e.what()}}}});

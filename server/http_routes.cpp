@@ -330,54 +330,79 @@ ApiError event_error(const TaskEvent & e) {
     return ApiError(e.status, e.message, "", e.status == 503 ? "unavailable" : "");
 }
 
-void respond_blocking(const Request & req, Response & res, const std::shared_ptr<TaskChannel> & channel,
-                      ReplyShape & shape) {
-    GeneratedText out;
-    std::vector<TaskEvent> events;
-    auto last_check = std::chrono::steady_clock::now();
-    while (true) {
-        events.clear();
-        const bool got = channel->pop_all(events, std::chrono::milliseconds(100));
-        // Events may keep coming without pause: look at the socket on a clock.
-        const auto now = std::chrono::steady_clock::now();
-        if (!got || now - last_check > std::chrono::milliseconds(100)) {
-            last_check = now;
-            if (req.is_connection_closed()) {
-                channel->cancel();
-                return;
-            }
-        }
-        for (auto & e : events) {
-            switch (e.kind) {
-                case TaskEvent::Kind::Text:
-                    out.text += e.text;
-                    for (auto & lp : e.logprobs) out.logprobs.push_back(std::move(lp));
-                    out.tokens.insert(out.tokens.end(), e.tokens.begin(), e.tokens.end());
-                    break;
-                case TaskEvent::Kind::Done:
-                    send_json(res, shape.whole(out, e));
+// One answer of a request: its task's channel and how it is written.
+struct Choice {
+    std::shared_ptr<TaskChannel> channel;
+    std::unique_ptr<ReplyShape> shape;
+};
+
+void cancel_all(std::vector<Choice> & choices) {
+    for (Choice & c : choices) c.channel->cancel();
+}
+
+// The counts of all choices' last events, for the usage of the whole answer.
+TaskEvent total_of(const std::vector<TaskEvent> & dones) {
+    TaskEvent t = dones.front();
+    for (size_t i = 1; i < dones.size(); ++i) t.n_completion += dones[i].n_completion;
+    return t;
+}
+
+void respond_blocking(const Request & req, Response & res, std::vector<Choice> & choices) {
+    std::vector<json> wholes;
+    std::vector<TaskEvent> dones;
+    for (Choice & c : choices) {
+        GeneratedText out;
+        std::vector<TaskEvent> events;
+        auto last_check = std::chrono::steady_clock::now();
+        bool done = false;
+        while (!done) {
+            events.clear();
+            const bool got = c.channel->pop_all(events, std::chrono::milliseconds(100));
+            // Events may keep coming without pause: look at the socket on a clock.
+            const auto now = std::chrono::steady_clock::now();
+            if (!got || now - last_check > std::chrono::milliseconds(100)) {
+                last_check = now;
+                if (req.is_connection_closed()) {
+                    cancel_all(choices);
                     return;
-                case TaskEvent::Kind::Error:
-                    throw event_error(e);
+                }
+            }
+            for (auto & e : events) {
+                switch (e.kind) {
+                    case TaskEvent::Kind::Text:
+                        out.text += e.text;
+                        for (auto & lp : e.logprobs) out.logprobs.push_back(std::move(lp));
+                        out.tokens.insert(out.tokens.end(), e.tokens.begin(), e.tokens.end());
+                        break;
+                    case TaskEvent::Kind::Done:
+                        wholes.push_back(c.shape->whole(out, e));
+                        dones.push_back(e);
+                        done = true;
+                        break;
+                    case TaskEvent::Kind::Error:
+                        cancel_all(choices);
+                        throw event_error(e);
+                }
             }
         }
     }
+    send_json(res, choices.front().shape->merge(std::move(wholes), total_of(dones)));
 }
 
 struct StreamState {
-    std::shared_ptr<TaskChannel> channel;
+    std::vector<Choice> choices;
+    std::vector<bool> done;
+    std::vector<TaskEvent> dones;
     std::function<bool()> connection_closed;
-    std::unique_ptr<ReplyShape> shape;
     bool started = false;
     bool finished = false;
 };
 
-void respond_streaming(const Request & req, Response & res, const std::shared_ptr<TaskChannel> & channel,
-                       std::unique_ptr<ReplyShape> shape) {
+void respond_streaming(const Request & req, Response & res, std::vector<Choice> choices) {
     auto s = std::make_shared<StreamState>();
-    s->channel = channel;
+    s->choices = std::move(choices);
+    s->done.assign(s->choices.size(), false);
     s->connection_closed = req.is_connection_closed;
-    s->shape = std::move(shape);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -386,51 +411,57 @@ void respond_streaming(const Request & req, Response & res, const std::shared_pt
             auto write = [&sink](const std::string & data) {
                 return data.empty() || sink.write(data.data(), data.size());
             };
+            auto fail = [&s] {
+                cancel_all(s->choices);
+                return false;
+            };
             if (!s->started) {
                 s->started = true;
-                if (!write(s->shape->stream_start())) {
-                    s->channel->cancel();
-                    return false;
+                for (Choice & c : s->choices) {
+                    if (!write(c.shape->stream_start())) return fail();
                 }
             }
-            std::vector<TaskEvent> events;
-            if (!s->channel->pop_all(events, std::chrono::milliseconds(100))) {
-                if (s->connection_closed()) {
-                    s->channel->cancel();
-                    return false;
-                }
-                return true;  // nothing yet; httplib calls again
-            }
-            for (auto & e : events) {
-                bool ok = true;
-                switch (e.kind) {
-                    case TaskEvent::Kind::Text:
-                        ok = write(s->shape->stream_text(e));
-                        break;
-                    case TaskEvent::Kind::Done:
-                        ok = write(s->shape->stream_done(e));
-                        s->finished = true;
-                        break;
-                    case TaskEvent::Kind::Error:
-                        ok = write(s->shape->stream_error(event_error(e)));
-                        s->finished = true;
-                        break;
-                }
-                if (!ok) {
-                    s->channel->cancel();
-                    return false;
-                }
-                if (s->finished) {
-                    sink.done();
-                    return true;
+            const auto wait = std::chrono::milliseconds(s->choices.size() > 1 ? 10 : 100);
+            bool any = false;
+            for (size_t i = 0; i < s->choices.size(); ++i) {
+                if (s->done[i]) continue;
+                std::vector<TaskEvent> events;
+                if (!s->choices[i].channel->pop_all(events, wait)) continue;
+                any = true;
+                ReplyShape & shape = *s->choices[i].shape;
+                for (auto & e : events) {
+                    bool ok = true;
+                    switch (e.kind) {
+                        case TaskEvent::Kind::Text:
+                            ok = write(shape.stream_text(e));
+                            break;
+                        case TaskEvent::Kind::Done:
+                            ok = write(shape.stream_done(e));
+                            s->done[i] = true;
+                            s->dones.push_back(e);
+                            break;
+                        case TaskEvent::Kind::Error:
+                            write(shape.stream_error(event_error(e)));
+                            s->finished = true;
+                            cancel_all(s->choices);
+                            sink.done();
+                            return true;
+                    }
+                    if (!ok) return fail();
+                    if (s->done[i]) break;
                 }
             }
-            return true;
+            if (s->dones.size() == s->choices.size()) {
+                s->finished = true;
+                if (!write(s->choices.front().shape->stream_end(total_of(s->dones)))) return fail();
+                sink.done();
+                return true;
+            }
+            if (!any && s->connection_closed()) return fail();
+            return true;  // httplib calls again
         },
         [s](bool) {
-            if (!s->finished) {
-                s->channel->cancel();  // client went away mid-stream
-            }
+            if (!s->finished) cancel_all(s->choices);  // client went away mid-stream
         });
 }
 
@@ -444,41 +475,64 @@ size_t prompt_tokens(ServerState & st, const json & chat_body) {
 // The API shape a route answers in.
 enum class Shape { OpenAi, Native, Anthropic };
 
+std::unique_ptr<ReplyShape> make_shape(Shape kind, const ResponseContext & ctx, const GenerationRequest & gr,
+                                       std::shared_ptr<ChatOutputParser> parser, int32_t n_prompt) {
+    switch (kind) {
+        case Shape::Native:
+            return native_reply(ctx);
+        case Shape::Anthropic:
+            return anthropic_reply(ctx, std::move(parser), n_prompt);
+        case Shape::OpenAi:
+        default:
+            return openai_reply(ctx, std::move(parser), gr.include_usage);
+    }
+}
+
 void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res,
                        Shape shape_kind = Shape::OpenAi) {
     const json body =
         shape_kind == Shape::Anthropic ? openai_chat_body(parse_json_body(req.body)) : parse_json_body(req.body);
-    GenerationRequest gr = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
-    std::shared_ptr<ChatOutputParser> output_parser;
-    std::unique_ptr<Task> task = make_task(st, gr, output_parser);
-    ResponseContext ctx = ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model, gr.logprobs,
-                                                &st.engine->tokenizer());
-    std::unique_ptr<ReplyShape> shape;
-    switch (shape_kind) {
-        case Shape::Native:
+    const GenerationRequest request = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
+    const int32_t n = request.n_choices;
+    if (n > 1 && shape_kind == Shape::Anthropic) throw bad_request("'n' is not a Messages API field", "n");
+    if (n > st.scheduler->n_slots()) {
+        throw bad_request("'n' is " + std::to_string(n) + ", more than the server's " +
+                              std::to_string(st.scheduler->n_slots()) + " slots",
+                          "n", "invalid_value");
+    }
+    std::vector<Choice> choices;
+    std::vector<std::unique_ptr<Task>> tasks;
+    ResponseContext first;
+    for (int32_t i = 0; i < n; ++i) {
+        GenerationRequest gr = request;
+        // A fixed seed gives each choice its own.
+        if (gr.sampling.seed != 0xFFFFFFFFu) gr.sampling.seed += (uint32_t) i;
+        std::shared_ptr<ChatOutputParser> parser;
+        std::unique_ptr<Task> task = make_task(st, gr, parser);
+        ResponseContext ctx = i == 0 ? ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model,
+                                                             gr.logprobs, &st.engine->tokenizer())
+                                     : first;
+        ctx.index = i;
+        if (shape_kind == Shape::Native) {
             ctx.prompt = gr.prompt_is_tokens || endpoint == Endpoint::Infill
                              ? st.engine->tokenizer().detokenize(task->prompt, true)
                              : gr.prompt_text;
             ctx.settings = native_settings(gr, task->n_predict);
-            shape = native_reply(ctx);
-            break;
-        case Shape::Anthropic:
-            shape = anthropic_reply(ctx, output_parser, (int32_t) task->prompt.size());
-            break;
-        case Shape::OpenAi:
-            shape = openai_reply(ctx, output_parser, gr.include_usage);
-            break;
+        }
+        if (i == 0) first = ctx;
+        choices.push_back({task->channel, make_shape(shape_kind, ctx, gr, parser, (int32_t) task->prompt.size())});
+        tasks.push_back(std::move(task));
     }
-    std::shared_ptr<TaskChannel> channel;
     try {
-        channel = st.scheduler->submit(std::move(task));
+        for (auto & task : tasks) st.scheduler->submit(std::move(task));
     } catch (const QueueFullError & e) {
+        cancel_all(choices);
         throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
     }
-    if (gr.stream) {
-        respond_streaming(req, res, channel, std::move(shape));
+    if (request.stream) {
+        respond_streaming(req, res, std::move(choices));
     } else {
-        respond_blocking(req, res, channel, *shape);
+        respond_blocking(req, res, choices);
     }
 }
 

@@ -101,7 +101,7 @@ json native_settings(const GenerationRequest & gr, int32_t n_predict) {
 
 json native_final(const ResponseContext & ctx, const std::string & content, const std::vector<int32_t> & tokens,
                   const std::vector<TokenLogprob> & probs, const TaskEvent & done) {
-    json r = {{"index", 0},
+    json r = {{"index", ctx.index},
               {"content", content},
               {"tokens", tokens},
               {"id_slot", done.id_slot},
@@ -122,7 +122,7 @@ json native_final(const ResponseContext & ctx, const std::string & content, cons
 }
 
 json native_chunk(const ResponseContext & ctx, const TaskEvent & text) {
-    json r = {{"index", 0},
+    json r = {{"index", ctx.index},
               {"content", text.text},
               {"tokens", text.tokens},
               {"stop", false},

@@ -8,6 +8,10 @@ std::string ReplyShape::data_event(const json & j) {
     return "data: " + dump_json(j) + "\n\n";
 }
 
+json ReplyShape::merge(std::vector<json> wholes, const TaskEvent &) {
+    return std::move(wholes.front());
+}
+
 std::string ReplyShape::stream_error(const ApiError & e) {
     return data_event(error_json(e));
 }
@@ -22,6 +26,14 @@ class OpenAiReply final : public ReplyShape {
     json whole(const GeneratedText & out, const TaskEvent & done) override {
         if (parser_) return final_response(ctx_, parser_->parse(out.text), out.logprobs, done);
         return final_response(ctx_, AssistantMessage{out.text, "", {}}, out.logprobs, done);
+    }
+
+    // One response with every choice, usage over all of them.
+    json merge(std::vector<json> wholes, const TaskEvent & total) override {
+        json out = std::move(wholes.front());
+        for (size_t i = 1; i < wholes.size(); ++i) out["choices"].push_back(wholes[i]["choices"][0]);
+        out["usage"] = usage_json(total);
+        return out;
     }
 
     std::string stream_start() override { return ctx_.endpoint == Endpoint::Chat ? event(role_chunk(ctx_)) : ""; }
@@ -39,9 +51,11 @@ class OpenAiReply final : public ReplyShape {
             out += parsed_deltas(true);
             e.finish_reason = finish_reason_after(e.finish_reason, called_tools_);
         }
-        out += event(finish_chunk(ctx_, e));
-        if (include_usage_) out += event(usage_chunk(ctx_, e));
-        return out + "data: [DONE]\n\n";
+        return out + event(finish_chunk(ctx_, e));
+    }
+
+    std::string stream_end(const TaskEvent & total) override {
+        return (include_usage_ ? event(usage_chunk(ctx_, total)) : "") + "data: [DONE]\n\n";
     }
 
   private:
@@ -74,6 +88,11 @@ class NativeReply final : public ReplyShape {
 
     json whole(const GeneratedText & out, const TaskEvent & done) override {
         return native_final(ctx_, out.text, out.tokens, out.logprobs, done);
+    }
+    // Several choices: an array of results, as llama-server answers n_cmpl.
+    json merge(std::vector<json> wholes, const TaskEvent &) override {
+        if (wholes.size() == 1) return std::move(wholes.front());
+        return json(std::move(wholes));
     }
     std::string stream_text(const TaskEvent & e) override { return data_event(native_chunk(ctx_, e)); }
     // llama-server ends a native stream with its final object, no [DONE].

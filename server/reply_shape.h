@@ -31,11 +31,20 @@ class ReplyShape {
     virtual ~ReplyShape() = default;
 
     virtual json whole(const GeneratedText & out, const TaskEvent & done) = 0;
+    // The answer to a request for several choices (n), from each one's whole()
+    // (total: their counts added up). One choice: that one.
+    virtual json merge(std::vector<json> wholes, const TaskEvent & total);
 
     // Stream events, each complete ("data: ...\n\n", or with an "event:" line).
     virtual std::string stream_start() { return ""; }
     virtual std::string stream_text(const TaskEvent & text) = 0;
+    // One choice's last events; stream_end closes the stream once every
+    // choice is done (total: their counts added up).
     virtual std::string stream_done(const TaskEvent & done) = 0;
+    virtual std::string stream_end(const TaskEvent & total) {
+        (void) total;
+        return "";
+    }
     virtual std::string stream_error(const ApiError & e);
 
   protected:

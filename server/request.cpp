@@ -638,10 +638,8 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         r.include_usage = get_bool(*so, "include_usage", false);
     }
 
-    // Choices and scoring: only what one sequence per request can give.
-    if (get_int(body, "n", 1, 128, 1) != 1) {
-        throw bad_request("'n' > 1 is not supported", "n", "unsupported_value");
-    }
+    r.n_choices = (int32_t) get_int(body, "n", 1, 128, 1);
+    r.n_choices = (int32_t) get_int(body, "n_cmpl", 1, 128, r.n_choices);
     if (endpoint == Endpoint::Completion) {
         if (get_int(body, "best_of", 1, 128, 1) != 1) {
             throw bad_request("'best_of' > 1 is not supported", "best_of", "unsupported_value");

@@ -63,6 +63,7 @@ struct GenerationRequest {
 
     bool stream = false;
     bool include_usage = false;
+    int32_t n_choices = 1;  // n (OpenAI) / n_cmpl (llama-server): answers to the same prompt
 
     bool logprobs = false;  // completion: logprobs=N>0 ; chat: logprobs=true; native: n_probs=N>0
     int32_t top_logprobs = 0;

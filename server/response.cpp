@@ -159,12 +159,12 @@ json final_response(const ResponseContext & ctx, const AssistantMessage & m, con
             }
             message["tool_calls"] = tool_calls_json(tool_calls);
         }
-        choice = {{"index", 0},
+        choice = {{"index", ctx.index},
                   {"message", message},
                   {"logprobs", logprobs_json(ctx, logprobs, 0)},
                   {"finish_reason", finish_value(finish_reason_after(done.finish_reason, !tool_calls.empty()))}};
     } else {
-        choice = {{"index", 0},
+        choice = {{"index", ctx.index},
                   {"text", text},
                   {"logprobs", logprobs_json(ctx, logprobs, 0)},
                   {"finish_reason", finish_value(done.finish_reason)}};
@@ -179,9 +179,9 @@ json text_chunk(const ResponseContext & ctx, const std::string & text, const std
     json r = base(ctx, true);
     json choice;
     if (ctx.endpoint == Endpoint::Chat) {
-        choice = {{"index", 0}, {"delta", {{"content", text}}}};
+        choice = {{"index", ctx.index}, {"delta", {{"content", text}}}};
     } else {
-        choice = {{"index", 0}, {"text", text}};
+        choice = {{"index", ctx.index}, {"text", text}};
     }
     choice["logprobs"] = logprobs_json(ctx, logprobs, 0);
     choice["finish_reason"] = nullptr;
@@ -191,13 +191,14 @@ json text_chunk(const ResponseContext & ctx, const std::string & text, const std
 
 json delta_chunk(const ResponseContext & ctx, const json & delta) {
     json r = base(ctx, true);
-    r["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+    r["choices"] =
+        json::array({{{"index", ctx.index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
     return r;
 }
 
 json role_chunk(const ResponseContext & ctx) {
     json r = base(ctx, true);
-    r["choices"] = json::array({{{"index", 0},
+    r["choices"] = json::array({{{"index", ctx.index},
                                  {"delta", {{"role", "assistant"}, {"content", ""}}},
                                  {"logprobs", nullptr},
                                  {"finish_reason", nullptr}}});
@@ -208,9 +209,9 @@ json finish_chunk(const ResponseContext & ctx, const TaskEvent & done) {
     json r = base(ctx, true);
     json choice;
     if (ctx.endpoint == Endpoint::Chat) {
-        choice = {{"index", 0}, {"delta", json::object()}};
+        choice = {{"index", ctx.index}, {"delta", json::object()}};
     } else {
-        choice = {{"index", 0}, {"text", ""}};
+        choice = {{"index", ctx.index}, {"text", ""}};
     }
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_value(done.finish_reason);

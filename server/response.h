@@ -29,6 +29,7 @@ struct ResponseContext {
     std::string model;
     bool logprobs = false;
     const Tokenizer * tokenizer = nullptr;  // for logprob token text
+    int32_t index = 0;                      // the choice (of n) this answer is
     // Native shape only: the prompt as text and the request's settings.
     std::string prompt;
     json settings;

@@ -42,7 +42,7 @@ CASES = [
     ("seed-string", C, {"prompt": "x", "seed": "abc"}, "seed"),
     ("presence-penalty-range", C, {"prompt": "x", "presence_penalty": 5}, "presence_penalty"),
     ("frequency-penalty-string", C, {"prompt": "x", "frequency_penalty": "a"}, "frequency_penalty"),
-    ("n-two", C, {"prompt": "x", "n": 2}, "n"),
+    ("n-more-than-slots", C, {"prompt": "x", "n": 99}, "n"),
     ("logit-bias-string-value", C, {"prompt": "x", "logit_bias": {"1": "up"}}, "logit_bias"),
     ("logit-bias-out-of-vocabulary", C, {"prompt": "x", "logit_bias": {"99999999": 5}}, "logit_bias"),
     ("logit-bias-bad-pair", C, {"prompt": "x", "logit_bias": [[1, 2, 3]]}, "logit_bias"),
