@@ -7,6 +7,7 @@
 #include "server/log.h"
 #include "server/anthropic_messages.h"
 #include "server/native_response.h"
+#include "server/openai_responses.h"
 #include "server/reply_shape.h"
 #include "server/request.h"
 #include "server/response.h"
@@ -473,7 +474,7 @@ size_t prompt_tokens(ServerState & st, const json & chat_body) {
 }
 
 // The API shape a route answers in.
-enum class Shape { OpenAi, Native, Anthropic };
+enum class Shape { OpenAi, Native, Anthropic, Responses };
 
 std::unique_ptr<ReplyShape> make_shape(Shape kind, const ResponseContext & ctx, const GenerationRequest & gr,
                                        std::shared_ptr<ChatOutputParser> parser, int32_t n_prompt) {
@@ -482,19 +483,31 @@ std::unique_ptr<ReplyShape> make_shape(Shape kind, const ResponseContext & ctx, 
             return native_reply(ctx);
         case Shape::Anthropic:
             return anthropic_reply(ctx, std::move(parser), n_prompt);
+        case Shape::Responses:
+            return responses_reply(ctx, std::move(parser), n_prompt);
         case Shape::OpenAi:
         default:
             return openai_reply(ctx, std::move(parser), gr.include_usage);
     }
 }
 
+// The body as the request parser reads it: the chat request another API's
+// body means.
+json request_body(Shape shape, const Request & req) {
+    json body = parse_json_body(req.body);
+    if (shape == Shape::Anthropic) return openai_chat_body(body);
+    if (shape == Shape::Responses) return chat_body_from_responses(body);
+    return body;
+}
+
 void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res,
                        Shape shape_kind = Shape::OpenAi) {
-    const json body =
-        shape_kind == Shape::Anthropic ? openai_chat_body(parse_json_body(req.body)) : parse_json_body(req.body);
+    const json body = request_body(shape_kind, req);
     const GenerationRequest request = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
     const int32_t n = request.n_choices;
-    if (n > 1 && shape_kind == Shape::Anthropic) throw bad_request("'n' is not a Messages API field", "n");
+    if (n > 1 && (shape_kind == Shape::Anthropic || shape_kind == Shape::Responses)) {
+        throw bad_request("'n' is not a field of this API", "n");
+    }
     if (n > st.scheduler->n_slots()) {
         throw bad_request("'n' is " + std::to_string(n) + ", more than the server's " +
                               std::to_string(st.scheduler->n_slots()) + " slots",
@@ -540,9 +553,9 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
 // for paths cannot grow the number of series without bound.
 std::string metrics_endpoint(const std::string & path) {
     static const char * const known[] = {
-        "/v1/messages",      "/health",      "/v1/health",  "/v1/models", "/models",
-        "/v1/completions",   "/completions", "/completion", "/infill",    "/v1/chat/completions",
-        "/chat/completions", "/tokenize",    "/detokenize", "/props",     "/metrics"};
+        "/v1/messages",    "/v1/responses", "/health",     "/v1/health", "/v1/models",           "/models",
+        "/v1/completions", "/completions",  "/completion", "/infill",    "/v1/chat/completions", "/chat/completions",
+        "/tokenize",       "/detokenize",   "/props",      "/metrics"};
     for (const char * k : known) {
         if (path == k) {
             return path;
@@ -867,6 +880,17 @@ void register_routes(httplib::Server & http, ServerState & st) {
             res, {{"object", "response.input_tokens"}, {"input_tokens", prompt_tokens(st, parse_json_body(req.body))}});
     });
     http.Post(at("/v1/chat/completions/input_tokens"), input_tokens);
+    auto responses = guarded([&st](const Request & req, Response & res) {
+        handle_generation(st, Endpoint::Chat, req, res, Shape::Responses);
+    });
+    http.Post(at("/v1/responses"), responses);
+    http.Post(at("/responses"), responses);
+    auto responses_tokens = guarded([&st](const Request & req, Response & res) {
+        send_json(res, {{"object", "response.input_tokens"},
+                        {"input_tokens", prompt_tokens(st, chat_body_from_responses(parse_json_body(req.body)))}});
+    });
+    http.Post(at("/v1/responses/input_tokens"), responses_tokens);
+    http.Post(at("/responses/input_tokens"), responses_tokens);
     http.Post(at("/chat/completions/input_tokens"), input_tokens);
 
     http.Post(at("/tokenize"), guarded([&st](const Request & req, Response & res) {
@@ -947,6 +971,30 @@ void register_routes(httplib::Server & http, ServerState & st) {
 
     http.Post(at("/slots/:id_slot"),
               guarded([&st](const Request & req, Response & res) { send_json(res, slot_action(st, req)); }));
+
+    // llama-server's endpoints that llama-tp-server does not have: a clear 501.
+    static const std::pair<const char *, const char *> missing[] = {
+        {"/embedding", "embeddings are not implemented yet"},
+        {"/embeddings", "embeddings are not implemented yet"},
+        {"/v1/embeddings", "embeddings are not implemented yet"},
+        {"/rerank", "reranking is not implemented"},
+        {"/reranking", "reranking is not implemented"},
+        {"/v1/rerank", "reranking is not implemented"},
+        {"/v1/reranking", "reranking is not implemented"},
+        {"/v1/audio/transcriptions", "audio input is not implemented"},
+        {"/audio/transcriptions", "audio input is not implemented"},
+        {"/lora-adapters", "LoRA adapters are not implemented"},
+        {"/v1/chat/completions/control", "generation control is not implemented"},
+        {"/cors-proxy", "there is no web UI and no CORS proxy"},
+        {"/tools", "server-side tools are not implemented"},
+    };
+    for (const auto & [path, why] : missing) {
+        auto refuse = [path = std::string(path), why = std::string(why)](const Request &, Response & res) {
+            send_error(res, not_supported(path + " is not available in llama-tp-server: " + why));
+        };
+        http.Get(at(path), refuse);
+        http.Post(at(path), refuse);
+    }
 
     http.Post(at("/apply-template"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);

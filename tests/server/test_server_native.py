@@ -219,3 +219,18 @@ def test_context_overflow_has_llama_servers_error_type(server):
     r = server.post("/completion", {"prompt": "Once upon a time " * 300, "n_predict": 4})
     assert_error(r, 400, param="prompt", code="context_length_exceeded")
     assert r.json()["error"]["type"] == "exceed_context_size_error"
+
+
+def test_every_llama_server_endpoint_answers_or_says_why_not(server):
+    implemented = ["/completion", "/completions", "/v1/completions", "/chat/completions", "/v1/chat/completions",
+                   "/v1/responses", "/responses", "/v1/messages", "/v1/messages/count_tokens", "/infill",
+                   "/tokenize", "/detokenize", "/apply-template", "/chat/completions/input_tokens",
+                   "/v1/chat/completions/input_tokens", "/responses/input_tokens", "/v1/responses/input_tokens"]
+    for path in implemented:
+        r = server.post(path, {})
+        assert r.status_code not in (404, 405), (path, r.status_code)
+    for path in ("/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/v1/rerank", "/v1/audio/transcriptions",
+                 "/lora-adapters", "/tools"):
+        r = server.post(path, {})
+        assert_error(r, 501)
+        assert "not available in llama-tp-server" in r.json()["error"]["message"], path
