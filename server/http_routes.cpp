@@ -65,6 +65,21 @@ Handler guarded(Handler h) {
     };
 }
 
+bool is_local_origin(const std::string & origin) {
+    const size_t scheme = origin.find("://");
+    std::string host = scheme == std::string::npos ? origin : origin.substr(scheme + 3);
+    if (host.rfind("[::1]", 0) == 0) return true;
+    host = host.substr(0, host.find_first_of(":/"));
+    return host == "localhost" || host == "127.0.0.1";
+}
+
+// The Access-Control-Allow-Origin a request gets ("" for none), as llama-server.
+std::string allowed_origin(const ServerOptions & o, const std::string & origin) {
+    if (o.cors_origins == "*") return o.cors_credentials && !origin.empty() ? origin : "*";
+    if (o.cors_origins == "localhost") return is_local_origin(origin) ? origin : "";
+    return o.cors_origins;
+}
+
 // The route a request path names under --api-prefix ("" when outside it).
 std::string route_of(const std::string & path, const std::string & prefix) {
     if (prefix.empty()) return path;
@@ -297,6 +312,15 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->cache_prompt = gr.cache_prompt;
     task->n_top_logprobs = gr.logprobs ? gr.top_logprobs : -1;
     task->return_tokens = gr.return_tokens;
+    if (gr.id_slot >= st.scheduler->n_slots()) {
+        throw bad_request("'id_slot' " + std::to_string(gr.id_slot) + " is not a slot (0 to " +
+                              std::to_string(st.scheduler->n_slots() - 1) + ")",
+                          "id_slot", "invalid_value");
+    }
+    task->id_slot = gr.id_slot;
+    task->t_max_predict_ms = gr.t_max_predict_ms;
+    task->timings_per_token = gr.timings_per_token && gr.stream;
+    task->return_progress = gr.return_progress && gr.stream;
 
     if (!gr.json_schema.empty()) {
         try {
@@ -383,6 +407,8 @@ void respond_blocking(const Request & req, Response & res, std::vector<Choice> &
                     case TaskEvent::Kind::Error:
                         cancel_all(choices);
                         throw event_error(e);
+                    case TaskEvent::Kind::Progress:
+                        break;
                 }
             }
         }
@@ -435,6 +461,9 @@ void respond_streaming(const Request & req, Response & res, std::vector<Choice> 
                     switch (e.kind) {
                         case TaskEvent::Kind::Text:
                             ok = write(shape.stream_text(e));
+                            break;
+                        case TaskEvent::Kind::Progress:
+                            ok = write(shape.stream_progress(e));
                             break;
                         case TaskEvent::Kind::Done:
                             ok = write(shape.stream_done(e));
@@ -761,13 +790,15 @@ void register_routes(httplib::Server & http, ServerState & st) {
     auto at = [&prefix](const char * path) { return prefix + path; };
     // Authentication and readiness, before routing.
     http.set_pre_routing_handler([&st](const Request & req, Response & res) {
-        res.set_header("Access-Control-Allow-Origin",
-                       req.get_header_value("Origin").empty() ? "*" : req.get_header_value("Origin"));
+        const std::string origin = allowed_origin(st.opts, req.get_header_value("Origin"));
+        if (!origin.empty()) res.set_header("Access-Control-Allow-Origin", origin);
+        // Preflight, as llama-server answers it (browsers send no key with it).
         if (req.method == "OPTIONS") {
-            res.set_header("Access-Control-Allow-Credentials", "true");
-            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            res.set_header("Access-Control-Allow-Headers", "*");
-            res.status = 204;
+            res.set_header("Access-Control-Allow-Credentials", st.opts.cors_credentials ? "true" : "false");
+            res.set_header("Access-Control-Allow-Methods", st.opts.cors_methods);
+            res.set_header("Access-Control-Allow-Headers", st.opts.cors_headers);
+            res.status = 200;
+            res.set_content("", "text/html");
             return httplib::Server::HandlerResponse::Handled;
         }
         if (is_public_path(route_of(req.path, st.opts.api_prefix))) {

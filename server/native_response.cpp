@@ -130,6 +130,7 @@ json native_chunk(const ResponseContext & ctx, const TaskEvent & text) {
               {"tokens_predicted", text.n_completion},
               {"tokens_evaluated", text.n_prompt}};
     if (ctx.logprobs && !text.logprobs.empty()) r["completion_probabilities"] = probabilities_json(ctx, text.logprobs);
+    if (text.has_timings) r["timings"] = timings_json(text);
     return r;
 }
 

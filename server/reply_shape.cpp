@@ -12,6 +12,11 @@ json ReplyShape::merge(std::vector<json> wholes, const TaskEvent &) {
     return std::move(wholes.front());
 }
 
+json ReplyShape::progress_json(const TaskEvent & p) {
+    return {
+        {"total", p.n_prompt}, {"cache", p.n_cached}, {"processed", p.n_processed}, {"time_ms", p.timings.prompt_ms}};
+}
+
 std::string ReplyShape::stream_error(const ApiError & e) {
     return data_event(error_json(e));
 }
@@ -39,9 +44,17 @@ class OpenAiReply final : public ReplyShape {
     std::string stream_start() override { return ctx_.endpoint == Endpoint::Chat ? event(role_chunk(ctx_)) : ""; }
 
     std::string stream_text(const TaskEvent & e) override {
+        timings_ = e.has_timings ? timings_json(e) : json();
         if (!parser_) return event(text_chunk(ctx_, e.text, e.logprobs));
         text_ += e.text;
         return parsed_deltas(false);
+    }
+
+    std::string stream_progress(const TaskEvent & p) override {
+        json chunk = text_chunk(ctx_, "", {});
+        chunk["choices"] = json::array();
+        chunk["prompt_progress"] = progress_json(p);
+        return event(chunk);
     }
 
     std::string stream_done(const TaskEvent & done) override {
@@ -61,6 +74,7 @@ class OpenAiReply final : public ReplyShape {
   private:
     std::string event(json chunk) const {
         if (include_usage_ && !chunk.contains("usage")) chunk["usage"] = nullptr;
+        if (!timings_.is_null() && !chunk.contains("timings")) chunk["timings"] = timings_;
         return data_event(chunk);
     }
 
@@ -80,6 +94,7 @@ class OpenAiReply final : public ReplyShape {
     bool include_usage_;
     std::string text_;  // everything so far, for the parser
     bool called_tools_ = false;
+    json timings_;  // timings_per_token: the latest figures
 };
 
 class NativeReply final : public ReplyShape {
@@ -95,6 +110,14 @@ class NativeReply final : public ReplyShape {
         return json(std::move(wholes));
     }
     std::string stream_text(const TaskEvent & e) override { return data_event(native_chunk(ctx_, e)); }
+    std::string stream_progress(const TaskEvent & p) override {
+        return data_event({{"index", ctx_.index},
+                           {"content", ""},
+                           {"tokens", json::array()},
+                           {"stop", false},
+                           {"id_slot", p.id_slot},
+                           {"prompt_progress", progress_json(p)}});
+    }
     // llama-server ends a native stream with its final object, no [DONE].
     std::string stream_done(const TaskEvent & done) override {
         return data_event(native_final(ctx_, "", {}, {}, done));

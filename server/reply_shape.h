@@ -38,6 +38,11 @@ class ReplyShape {
     // Stream events, each complete ("data: ...\n\n", or with an "event:" line).
     virtual std::string stream_start() { return ""; }
     virtual std::string stream_text(const TaskEvent & text) = 0;
+    // Prompt processing so far (requests with return_progress); "" by default.
+    virtual std::string stream_progress(const TaskEvent & progress) {
+        (void) progress;
+        return "";
+    }
     // One choice's last events; stream_end closes the stream once every
     // choice is done (total: their counts added up).
     virtual std::string stream_done(const TaskEvent & done) = 0;
@@ -50,6 +55,8 @@ class ReplyShape {
   protected:
     // "data: <json>\n\n"
     static std::string data_event(const json & j);
+    // llama-server's prompt_progress object.
+    static json progress_json(const TaskEvent & progress);
 };
 
 // OpenAI's completion or chat shape (ctx.endpoint); with a parser, chat

@@ -699,7 +699,10 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     get_string(body, "verbosity", "");
     get_string(body, "safety_identifier", "");
     get_string(body, "prompt_cache_key", "");
-    get_int(body, "id_slot", -1, std::numeric_limits<int32_t>::max(), -1);
+    r.id_slot = (int32_t) get_int(body, "id_slot", -1, std::numeric_limits<int32_t>::max(), -1);
+    r.t_max_predict_ms = (int32_t) get_int(body, "t_max_predict_ms", 0, std::numeric_limits<int32_t>::max(), 0);
+    r.timings_per_token = get_bool(body, "timings_per_token", false);
+    r.return_progress = get_bool(body, "return_progress", false);
     expect_type(body, "metadata", body.contains("metadata") && body["metadata"].is_object(), "an object");
     expect_type(body, "modalities", body.contains("modalities") && body["modalities"].is_array(), "an array");
     expect_type(body, "audio", body.contains("audio") && body["audio"].is_object(), "an object");

@@ -260,35 +260,39 @@ void Scheduler::apply(SlotAction & a) {
 
 void Scheduler::admit() {
     std::lock_guard<std::mutex> lock(mutex_);
-    while (!queue_.empty()) {
-        auto & task = queue_.front();
+    for (auto it = queue_.begin(); it != queue_.end();) {
+        auto & task = *it;
         if (task->channel->cancelled()) {
-            queue_.pop_front();
+            it = queue_.erase(it);
             continue;
         }
         if (task->prompt.empty()) {
             task->channel->push(error_event(400, "the prompt is empty"));
-            queue_.pop_front();
+            it = queue_.erase(it);
             continue;
         }
-        // The idle slot whose cache shares the longest prefix with the prompt.
+        // The task's own slot (id_slot), else the idle slot whose cache shares
+        // the longest prefix with the prompt.
         Slot * best = nullptr;
         size_t best_prefix = 0;
+        bool any_idle = false;
         for (auto & slot : slots_) {
-            if (slot->busy()) {
-                continue;
-            }
+            if (slot->busy()) continue;
+            any_idle = true;
+            if (task->id_slot >= 0 && slot->id != task->id_slot) continue;
             const size_t p = slot->common_prefix(task->prompt);
             if (best == nullptr || p > best_prefix) {
                 best = slot.get();
                 best_prefix = p;
             }
         }
+        if (!any_idle) return;
         if (best == nullptr) {
-            return;
+            ++it;  // its slot is busy: it waits, later tasks may go first
+            continue;
         }
         best->begin(std::move(task), engine_);
-        queue_.pop_front();
+        it = queue_.erase(it);
         busy_++;
         SRV_DBG("slot %d: task %llu, prompt %zu tokens (%d cached), n_predict %d", best->id,
                 (unsigned long long) best->task->id, best->task->prompt.size(), best->n_cached, best->task->n_predict);
@@ -343,6 +347,7 @@ void Scheduler::build_batch() {
             batch_.add(tok, slot.n_past(), slot.id, last);
             slot.inflight.push_back(tok);
             slot.n_prompt_done++;
+            slot.prompt_in_step = true;
         }
         budget -= (int32_t) take;
         step_prompt_tokens_ += (int32_t) take;
@@ -387,6 +392,8 @@ void Scheduler::decode_and_sample() {
     }
     for (auto & slot : slots_) {
         slot->commit();
+        if (slot->prompt_in_step && slot->busy() && slot->task->return_progress) report_progress(*slot);
+        slot->prompt_in_step = false;
     }
     for (auto & slot : slots_) {
         if (slot->busy() && slot->logits_row >= 0) {
@@ -397,6 +404,24 @@ void Scheduler::decode_and_sample() {
             }
         }
     }
+}
+
+// t_max_predict_ms: the time since the first token is up, and a line is complete.
+bool Scheduler::over_time(const Slot & slot, std::chrono::steady_clock::time_point now) const {
+    const int32_t limit = slot.task->t_max_predict_ms;
+    return limit > 0 && slot.has_new_line && ms_between(slot.t_first_token, now) > limit;
+}
+
+void Scheduler::report_progress(Slot & slot) {
+    TaskEvent ev;
+    ev.kind = TaskEvent::Kind::Progress;
+    ev.id_slot = slot.id;
+    ev.n_prompt = (int32_t) slot.task->prompt.size();
+    ev.n_cached = slot.n_cached;
+    ev.n_processed = (int32_t) slot.n_prompt_done;
+    ev.timings.prompt_n = (int32_t) slot.n_prompt_done - slot.n_cached;
+    ev.timings.prompt_ms = ms_between(slot.t_start, std::chrono::steady_clock::now());
+    slot.task->channel->push(std::move(ev));
 }
 
 void Scheduler::sample(Slot & slot) {
@@ -435,6 +460,14 @@ void Scheduler::sample(Slot & slot) {
         ev.text = slot.stream.push(tok.piece(token, as_text));
     }
     if (task.return_tokens) ev.tokens.push_back(token);
+    slot.has_new_line |= ev.text.find('\n') != std::string::npos;
+    if (task.timings_per_token) {
+        ev.has_timings = true;
+        ev.timings.prompt_n = (int32_t) task.prompt.size() - slot.n_cached;
+        ev.timings.prompt_ms = ms_between(slot.t_start, slot.t_first_token);
+        ev.timings.predicted_n = slot.n_decoded;
+        ev.timings.predicted_ms = ms_between(slot.t_first_token, now);
+    }
     ev.id_slot = slot.id;
     ev.n_prompt = (int32_t) task.prompt.size();
     ev.n_completion = slot.n_decoded;
@@ -446,7 +479,7 @@ void Scheduler::sample(Slot & slot) {
         finish(slot, StopKind::Eos);
     } else if (slot.stream.stopped()) {
         finish(slot, StopKind::Word);
-    } else if (slot.n_decoded >= task.n_predict || slot.n_past() >= n_ctx_slot_) {
+    } else if (slot.n_decoded >= task.n_predict || slot.n_past() >= n_ctx_slot_ || over_time(slot, now)) {
         finish(slot, StopKind::Limit);
     } else {
         slot.pending = token;

@@ -104,6 +104,8 @@ class Scheduler {
     void build_batch();
     void decode_and_sample();
     void sample(Slot & slot);
+    void report_progress(Slot & slot);
+    bool over_time(const Slot & slot, std::chrono::steady_clock::time_point now) const;
     enum class StopKind { Eos, Word, Limit };  // why generation ended
     void finish(Slot & slot, StopKind kind);
     void fail(Slot & slot, int status, const std::string & message);

@@ -235,6 +235,10 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.endpoint_metrics = p.endpoint_metrics;
     o.endpoint_slots = p.endpoint_slots;
     o.endpoint_props = p.endpoint_props;
+    o.cors_origins = p.cors_origins;
+    o.cors_methods = p.cors_methods;
+    o.cors_headers = p.cors_headers;
+    o.cors_credentials = p.cors_credentials;
     o.timeout_s = p.timeout_read;
     o.http_threads = p.n_threads_http;
     o.chat_template = p.chat_template;

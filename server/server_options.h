@@ -33,12 +33,17 @@ struct ServerOptions {
     bool endpoint_metrics = false;      // GET /metrics (--metrics)
     bool endpoint_slots = true;         // GET /slots (--no-slots turns it off)
     bool endpoint_props = false;        // POST /props (--props)
-    std::string alias;                  // model name reported by the API
-    std::string slot_save_path;         // directory for POST /slots/{id}?action=save|restore ("": off)
-    std::string chat_template;          // override: Jinja source or a built-in template name
-    int reasoning_format = 1;           // common_reasoning_format (auto): thinking -> reasoning_content
-    int enable_reasoning = -1;          // -1: as the template decides, 0 off, 1 on
-    bool prefill_assistant = true;      // a trailing assistant message is continued
+    // CORS: "*" (credentials: echo the Origin), "localhost" (echo local origins only) or a fixed origin.
+    std::string cors_origins = "*";
+    std::string cors_methods = "GET, POST, DELETE, OPTIONS";
+    std::string cors_headers = "*";
+    bool cors_credentials = true;
+    std::string alias;              // model name reported by the API
+    std::string slot_save_path;     // directory for POST /slots/{id}?action=save|restore ("": off)
+    std::string chat_template;      // override: Jinja source or a built-in template name
+    int reasoning_format = 1;       // common_reasoning_format (auto): thinking -> reasoning_content
+    int enable_reasoning = -1;      // -1: as the template decides, 0 off, 1 on
+    bool prefill_assistant = true;  // a trailing assistant message is continued
     std::map<std::string, std::string> template_kwargs;  // --chat-template-kwargs (JSON values)
 
     SamplingParams sampling;  // defaults for requests that leave a field out

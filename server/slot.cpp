@@ -24,6 +24,8 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine) {
     n_cached = (int32_t) keep;
     pending = -1;
     n_decoded = 0;
+    has_new_line = false;
+    prompt_in_step = false;
     stream = TextStream(task->stop);
     logits_row = -1;
     inflight.clear();

@@ -28,10 +28,12 @@ class Slot {
     // request ends so that the next one can reuse a common prefix.
     std::vector<int32_t> kv_tokens;
 
-    size_t n_prompt_done = 0;  // prompt tokens in the cache (or in this step's batch)
-    int32_t n_cached = 0;      // of those, reused from an earlier request
-    int32_t pending = -1;      // last sampled token, decoded in the next step
-    int32_t n_decoded = 0;     // tokens sampled for this request
+    size_t n_prompt_done = 0;     // prompt tokens in the cache (or in this step's batch)
+    int32_t n_cached = 0;         // of those, reused from an earlier request
+    int32_t pending = -1;         // last sampled token, decoded in the next step
+    int32_t n_decoded = 0;        // tokens sampled for this request
+    bool has_new_line = false;    // the text so far holds a newline (t_max_predict_ms)
+    bool prompt_in_step = false;  // this step's batch holds prompt tokens of this slot
     TextStream stream;
 
     // Per decode step.

@@ -32,7 +32,8 @@ struct Timings {
 };
 
 struct TaskEvent {
-    enum class Kind { Text, Done, Error };
+    // Progress: prompt tokens decoded so far (n_prompt, n_cached, n_processed, timings.prompt_ms).
+    enum class Kind { Text, Done, Error, Progress };
     Kind kind = Kind::Text;
 
     // Text: newly releasable text, and the tokens that produced it (logprobs).
@@ -50,6 +51,8 @@ struct TaskEvent {
     std::string stop_type;      // llama-server's: "eos", "word" or "limit"
     std::string stopping_word;  // the stop string that matched ("word")
     int32_t n_cached = 0;
+    int32_t n_processed = 0;   // Progress
+    bool has_timings = false;  // Text: timings hold the figures so far
     Timings timings;
 
     // Error.
@@ -102,6 +105,10 @@ struct Task {
     std::vector<int32_t> preserved_tokens;  // sorted: special tokens shown as text
     int32_t n_top_logprobs = -1;            // -1: no logprobs; 0: only the chosen token's
     bool return_tokens = false;             // Text events carry the sampled ids
+    int32_t id_slot = -1;                   // only this slot may take the task (-1: any)
+    int32_t t_max_predict_ms = 0;           // generation time limit once a line is complete (0: none)
+    bool timings_per_token = false;         // Text events carry the timings so far
+    bool return_progress = false;           // Progress events while the prompt is decoded
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
     std::chrono::steady_clock::time_point t_submit = std::chrono::steady_clock::now();
