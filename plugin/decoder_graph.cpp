@@ -188,7 +188,7 @@ struct Builder {
 
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const Collective * reduce, bool split_invariant) {
+                                  const Collective * reduce, bool split_invariant, bool embeddings) {
     const int64_t T = shape.n_tokens;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
@@ -232,10 +232,11 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         cur = b.norm(x, l.ffn_norm);
         x = ggml_add(ctx, x, hp.is_moe() ? b.moe_ffn(l, cur) : b.dense_ffn(l, cur));
     }
-    ggml_tensor * logits = ggml_mul_mat(ctx, w.output, b.norm(x, w.output_norm));
-    ggml_set_output(logits);
-    ggml_build_forward_expand(gf, logits);
-    return logits;
+    ggml_tensor * hidden = b.norm(x, w.output_norm);
+    ggml_tensor * out = embeddings ? hidden : ggml_mul_mat(ctx, w.output, hidden);
+    ggml_set_output(out);
+    ggml_build_forward_expand(gf, out);
+    return out;
 }
 
 }  // namespace llama_tp

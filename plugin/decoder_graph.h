@@ -59,11 +59,12 @@ struct GraphInputs {
 };
 
 // Adds the forward pass over this rank's shard to gf; returns the logits
-// tensor [vocabulary slice, n_outputs]. reduce: nullptr for a single rank.
-// split_invariant: row-parallel products are summed piece by piece in double
-// (ShardPlan), so the logits do not depend on the split.
+// tensor [vocabulary slice, n_outputs], or with embeddings the final-normed
+// hidden states [n_embd, n_outputs] (the same on every rank). reduce: nullptr
+// for a single rank. split_invariant: row-parallel products are summed piece
+// by piece in double (ShardPlan), so the logits do not depend on the split.
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const Collective * reduce, bool split_invariant);
+                                  const Collective * reduce, bool split_invariant, bool embeddings = false);
 
 }  // namespace llama_tp

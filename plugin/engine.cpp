@@ -84,7 +84,7 @@ class TensorParallelEngine final : public Engine {
         if (n_processes > 1) {
             log_ranks(setup, *processes, local->reports());
             auto group =
-                std::make_unique<MpiRankGroup>(*processes, std::move(local), process_vocab(n_processes), hp_.n_vocab);
+                std::make_unique<MpiRankGroup>(*processes, std::move(local), process_vocab(n_processes), row_width());
             processes_group_ = group.get();
             group_ = std::move(group);
         } else {
@@ -118,7 +118,7 @@ class TensorParallelEngine final : public Engine {
         for (size_t i = 0; i < rows.size(); ++i) {
             if (batch.want_logits[rows[i]]) output_index_[rows[i]] = (int32_t) i;
         }
-        logits_.resize(rows.size() * (size_t) hp_.n_vocab);
+        logits_.resize(rows.size() * (size_t) row_width());
         try {
             group_->run(step, logits_.data());
         } catch (...) {
@@ -168,7 +168,7 @@ class TensorParallelEngine final : public Engine {
         step.placement = placement_digest(cells);
         step.removes.swap(pending_removes_);
         step.kv = image;
-        std::vector<float> unused(output_rows(step.batch).size() * (size_t) hp_.n_vocab);
+        std::vector<float> unused(output_rows(step.batch).size() * (size_t) row_width());
         try {
             group_->run(step, unused.data());
         } catch (...) {
@@ -178,10 +178,13 @@ class TensorParallelEngine final : public Engine {
     }
 
     const float * logits(int32_t batch_row) const override {
-        if (batch_row < 0 || batch_row >= (int32_t) output_index_.size() || output_index_[batch_row] < 0) {
-            throw Error("no logits for batch row " + std::to_string(batch_row) + " (not requested)");
-        }
-        return logits_.data() + (size_t) output_index_[batch_row] * hp_.n_vocab;
+        if (options_.embeddings) throw Error("an engine loaded for embeddings has no logits");
+        return output_row(batch_row);
+    }
+
+    const float * embedding(int32_t batch_row) const override {
+        if (!options_.embeddings) throw Error("the engine was not loaded for embeddings");
+        return output_row(batch_row);
     }
 
     // Applied here now, and by every rank with the next step.
@@ -203,6 +206,15 @@ class TensorParallelEngine final : public Engine {
     }
 
   private:
+    int32_t row_width() const { return options_.embeddings ? hp_.n_embd : hp_.n_vocab; }
+
+    const float * output_row(int32_t batch_row) const {
+        if (batch_row < 0 || batch_row >= (int32_t) output_index_.size() || output_index_[batch_row] < 0) {
+            throw Error("no output for batch row " + std::to_string(batch_row) + " (not requested)");
+        }
+        return logits_.data() + (size_t) output_index_[batch_row] * row_width();
+    }
+
     void validate_options() {
         if (options_.tp < 1) throw Error("--tp must be at least 1");
         if (options_.n_ctx <= 0) options_.n_ctx = hp_.n_ctx_train;
@@ -249,9 +261,15 @@ class TensorParallelEngine final : public Engine {
         return processes.make_allreduce(ac);
     }
 
-    // The output-head rows each process's ranks hold together.
+    // The output-head rows each process's ranks hold together; with
+    // embeddings process 0 holds whole rows and the others send none.
     std::vector<ShardRange> process_vocab(int n_processes) const {
         std::vector<ShardRange> out;
+        if (options_.embeddings) {
+            out.push_back({0, hp_.n_embd});
+            for (int p = 1; p < n_processes; ++p) out.push_back({0, 0});
+            return out;
+        }
         for (int p = 0; p < n_processes; ++p) {
             out.push_back({plan_.ranks[p * options_.tp].vocab.begin, plan_.ranks[(p + 1) * options_.tp - 1].vocab.end});
         }
@@ -285,7 +303,8 @@ class TensorParallelEngine final : public Engine {
                "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
                " sequences, " + (options_.kv_unified ? "unified" : "per sequence") + ", k " +
                kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v) + "\n" +
-               "batch: " + std::to_string(options_.n_batch) + "\n";
+               "batch: " + std::to_string(options_.n_batch) + "\n" +
+               "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n";
     }
 
     void validate_batch(const Batch & batch) const {

@@ -34,6 +34,9 @@ struct EngineOptions {
     // Element types of the cached keys and values (-ctk / -ctv). Anything but
     // F16 goes through ggml's attention kernel in both layouts.
     KvTypes kv_types;
+    // Outputs are the final-normed hidden states (embedding(), n_embd floats
+    // a row) instead of logits.
+    bool embeddings = false;
     int32_t n_batch = 512;  // most tokens one decode() call accepts
     int32_t n_threads = 0;  // 0: all cores
     bool progress = true;   // load progress on stderr for large files
@@ -81,6 +84,8 @@ class Engine {
 
     // Logits of batch row i of the last decode(); only rows that asked for them.
     virtual const float * logits(int32_t batch_row) const = 0;
+    // With EngineOptions::embeddings: the hidden state (n_embd floats) of batch row i.
+    virtual const float * embedding(int32_t batch_row) const = 0;
 
     // KV cache: drop positions [p0, p1) of a sequence (p1 < 0: to the end).
     virtual void seq_remove(int32_t seq, int32_t p0, int32_t p1) = 0;

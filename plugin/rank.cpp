@@ -167,8 +167,9 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
         graph_ = ggml_new_graph_custom(graph_ctx_.get(), n_nodes, false);
         shape_ = shape;
         const Collective reduce{allreduce_callback, allreduce_f64_callback, this};
-        logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
-                                      config_.n_ranks > 1 ? &reduce : nullptr, config_.split_invariant);
+        logits_ =
+            build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
+                                config_.n_ranks > 1 ? &reduce : nullptr, config_.split_invariant, config_.embeddings);
         if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
             graph_ = nullptr;
             throw Error("out of memory allocating the compute buffer of rank " + std::to_string(config_.rank));
@@ -206,6 +207,11 @@ uint64_t Rank::memory_bytes() const {
 }
 
 void Rank::copy_logits(float * logits, int32_t n_vocab) const {
+    if (config_.embeddings) {
+        if (config_.rank != 0) return;
+        ggml_backend_tensor_get(logits_, logits, 0, ggml_nbytes(logits_));
+        return;
+    }
     const int64_t v = logits_->ne[0];
     const size_t row_bytes = (size_t) v * sizeof(float);
     for (int64_t r = 0; r < logits_->ne[1]; ++r) {

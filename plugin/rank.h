@@ -39,6 +39,7 @@ struct RankConfig {
     int32_t n_seq_max = 1;
     bool kv_unified = false;
     KvTypes kv_types;
+    bool embeddings = false;  // outputs are hidden states (n_embd), not logits
     bool progress = false;
 };
 
@@ -53,6 +54,8 @@ class Rank {
     // vocabulary slice of every output row into logits (output_rows() rows of
     // n_vocab floats). Throws llama_tp::Error when the step fails; the cache
     // then holds none of the batch's tokens (its removals stay applied).
+    // With embeddings, rows of n_embd floats instead, written by rank 0 alone
+    // (every rank holds the same).
     void run(const Step & step, float * logits, int32_t n_vocab);
     // A Read step: applies its removals and copies this rank's heads of the
     // sequence's cells into image (a KvImageLayout image of step.read_n cells).

@@ -8,7 +8,9 @@
 namespace llama_tp {
 
 ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllReduceEngine> allreduce)
-    : n_vocab_(setup.hp->n_vocab), first_rank_(setup.first_rank), allreduce_(std::move(allreduce)) {
+    : n_vocab_(setup.options->embeddings ? setup.hp->n_embd : setup.hp->n_vocab),
+      first_rank_(setup.first_rank),
+      allreduce_(std::move(allreduce)) {
     threads_ = std::make_unique<RankThreads>(setup.n_local);
     ranks_.resize(setup.n_local);
     const EngineOptions & o = *setup.options;
@@ -26,6 +28,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.n_seq_max = o.n_seq_max;
             rc.kv_unified = o.kv_unified;
             rc.kv_types = o.kv_types;
+            rc.embeddings = o.embeddings;
             rc.progress = o.progress && rc.rank == 0;
             ranks_[local] = std::make_unique<Rank>(*setup.file, *setup.hp, rc);
         },

@@ -52,7 +52,7 @@ class ThreadRankGroup final : public RankGroup {
     void abort(const std::string & why) override;
 
   private:
-    int32_t n_vocab_;
+    int32_t n_vocab_;  // floats per output row: the vocabulary, or n_embd with embeddings
     int first_rank_;
     std::unique_ptr<AllReduceEngine> allreduce_;
     std::vector<std::unique_ptr<Rank>> ranks_;

@@ -4,6 +4,7 @@
 #include "plugin/error.h"
 #include "plugin/tokenizer.h"
 #include "server/chat_format.h"
+#include "server/embeddings.h"
 #include "server/log.h"
 #include "server/anthropic_messages.h"
 #include "server/native_response.h"
@@ -495,6 +496,99 @@ void respond_streaming(const Request & req, Response & res, std::vector<Choice> 
         });
 }
 
+Pooling pooling_of(const ServerOptions & o) {
+    switch (o.pooling) {
+        case LLAMA_POOLING_TYPE_NONE:
+            return Pooling::None;
+        case LLAMA_POOLING_TYPE_CLS:
+            return Pooling::Cls;
+        case LLAMA_POOLING_TYPE_LAST:
+            return Pooling::Last;
+        default:
+            return Pooling::Mean;
+    }
+}
+
+// /v1/embeddings (oai) and /embedding, /embeddings: every input a task of its
+// own, decoded in whichever slots are free.
+void handle_embeddings(ServerState & st, const Request & req, Response & res, bool oai) {
+    if (!st.opts.embeddings) {
+        throw not_supported("This server does not support embeddings. Start it with `--embeddings`");
+    }
+    const json body = parse_json_body(req.body);
+    const Pooling pooling = pooling_of(st.opts);
+    if (oai && pooling == Pooling::None) {
+        throw bad_request("Pooling type 'none' is not OAI compatible. Please use a different pooling type", "", "");
+    }
+    const std::string format = body.value("encoding_format", "float");
+    if (format != "float" && format != "base64") {
+        throw bad_request("'encoding_format' must be float or base64", "encoding_format", "invalid_value");
+    }
+    int norm = st.opts.embd_normalize;
+    if (body.contains("embd_normalize")) {
+        if (!body["embd_normalize"].is_number_integer()) {
+            throw bad_request("'embd_normalize' must be an integer", "embd_normalize", "invalid_type");
+        }
+        norm = body["embd_normalize"].get<int>();
+    }
+    const char * field = oai || !body.contains("content") ? "input" : "content";
+    const auto inputs = embedding_inputs(body, field, st.engine->tokenizer());
+    std::vector<std::shared_ptr<TaskChannel>> channels;
+    std::vector<std::unique_ptr<Task>> tasks;
+    for (const auto & prompt : inputs) {
+        if ((int32_t) prompt.size() > st.n_ctx_slot) {
+            throw ApiError(400,
+                           "an input is " + std::to_string(prompt.size()) + " tokens, but a slot holds " +
+                               std::to_string(st.n_ctx_slot),
+                           field, "context_length_exceeded", "exceed_context_size_error");
+        }
+        auto task = std::make_unique<Task>();
+        task->id = st.next_task_id++;
+        task->prompt = prompt;
+        task->embedding = true;
+        task->pooling = pooling;
+        task->cache_prompt = false;  // every token's hidden state is needed
+        channels.push_back(task->channel);
+        tasks.push_back(std::move(task));
+    }
+    try {
+        for (auto & t : tasks) st.scheduler->submit(std::move(t));
+    } catch (const QueueFullError & e) {
+        for (auto & c : channels) c->cancel();
+        throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
+    }
+    const int32_t n_embd = st.engine->info().n_embd;
+    std::vector<EmbeddingResult> results;
+    for (auto & c : channels) {
+        std::vector<TaskEvent> events;
+        bool done = false;
+        while (!done) {
+            events.clear();
+            if (!c->pop_all(events, std::chrono::milliseconds(100))) {
+                if (req.is_connection_closed()) {
+                    for (auto & other : channels) other->cancel();
+                    return;
+                }
+                continue;
+            }
+            for (auto & e : events) {
+                if (e.kind == TaskEvent::Kind::Error) {
+                    for (auto & other : channels) other->cancel();
+                    throw event_error(e);
+                }
+                if (e.kind != TaskEvent::Kind::Done) continue;
+                EmbeddingResult r{std::move(e.embedding), e.embedding_rows, e.n_prompt};
+                normalize_rows(r.rows, n_embd, norm);
+                results.push_back(std::move(r));
+                done = true;
+            }
+        }
+    }
+    const std::string model = body.value("model", st.model_name);
+    send_json(res, oai ? openai_embeddings_json(results, n_embd, model, format == "base64")
+                       : native_embeddings_json(results, n_embd));
+}
+
 // The tokens a chat request's prompt takes, as a completion would count them.
 size_t prompt_tokens(ServerState & st, const json & chat_body) {
     GenerationRequest gr = parse_generation_request(Endpoint::Chat, chat_body, st.opts.sampling, st.opts.ignore_eos);
@@ -531,6 +625,9 @@ json request_body(Shape shape, const Request & req) {
 
 void handle_generation(ServerState & st, Endpoint endpoint, const Request & req, Response & res,
                        Shape shape_kind = Shape::OpenAi) {
+    if (st.opts.embeddings) {
+        throw not_supported("This server does not support completions. Start it without `--embeddings`");
+    }
     const json body = request_body(shape_kind, req);
     const GenerationRequest request = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
     const int32_t n = request.n_choices;
@@ -1003,11 +1100,15 @@ void register_routes(httplib::Server & http, ServerState & st) {
     http.Post(at("/slots/:id_slot"),
               guarded([&st](const Request & req, Response & res) { send_json(res, slot_action(st, req)); }));
 
+    http.Post(at("/v1/embeddings"),
+              guarded([&st](const Request & req, Response & res) { handle_embeddings(st, req, res, true); }));
+    auto native_embeddings =
+        guarded([&st](const Request & req, Response & res) { handle_embeddings(st, req, res, false); });
+    http.Post(at("/embedding"), native_embeddings);
+    http.Post(at("/embeddings"), native_embeddings);
+
     // llama-server's endpoints that llama-tp-server does not have: a clear 501.
     static const std::pair<const char *, const char *> missing[] = {
-        {"/embedding", "embeddings are not implemented yet"},
-        {"/embeddings", "embeddings are not implemented yet"},
-        {"/v1/embeddings", "embeddings are not implemented yet"},
         {"/rerank", "reranking is not implemented"},
         {"/reranking", "reranking is not implemented"},
         {"/v1/rerank", "reranking is not implemented"},

@@ -320,6 +320,7 @@ void Scheduler::build_batch() {
     // behind a long prompt.
     for (auto & slot : slots_) {
         slot->logits_row = -1;
+        slot->first_row = -1;
         if (slot->state != Slot::State::Generating || budget == 0) {
             continue;
         }
@@ -337,14 +338,16 @@ void Scheduler::build_batch() {
             continue;
         }
         const auto & prompt = slot.task->prompt;
+        const bool embedding = slot.task->embedding;
         const size_t take = std::min<size_t>(prompt.size() - slot.n_prompt_done, (size_t) budget);
+        if (embedding && take > 0) slot.first_row = batch_.size();
         for (size_t i = 0; i < take; i++) {
             const int32_t tok = prompt[slot.n_prompt_done];
             const bool last = slot.n_prompt_done + 1 == prompt.size();
-            if (last) {
+            if (last && !embedding) {
                 slot.logits_row = batch_.size();
             }
-            batch_.add(tok, slot.n_past(), slot.id, last);
+            batch_.add(tok, slot.n_past(), slot.id, last || embedding);
             slot.inflight.push_back(tok);
             slot.n_prompt_done++;
             slot.prompt_in_step = true;
@@ -396,6 +399,14 @@ void Scheduler::decode_and_sample() {
         slot->prompt_in_step = false;
     }
     for (auto & slot : slots_) {
+        if (slot->busy() && slot->first_row >= 0) {
+            try {
+                pool(*slot);
+            } catch (const std::exception & e) {
+                fail(*slot, 500, std::string("embedding failed: ") + e.what());
+            }
+            continue;
+        }
         if (slot->busy() && slot->logits_row >= 0) {
             try {
                 sample(*slot);
@@ -404,6 +415,52 @@ void Scheduler::decode_and_sample() {
             }
         }
     }
+}
+
+// An embedding task's hidden states of this step's prompt tokens, pooled
+// into the slot; the task ends with the prompt.
+void Scheduler::pool(Slot & slot) {
+    Task & task = *slot.task;
+    const int32_t n_embd = engine_.info().n_embd;
+    const int32_t n_rows = batch_.size() - slot.first_row;
+    int32_t n_mine = 0;
+    while (n_mine < n_rows && batch_.seq[slot.first_row + n_mine] == slot.id) n_mine++;
+    const int32_t p0 = batch_.pos[slot.first_row];
+    for (int32_t i = 0; i < n_mine; ++i) {
+        const float * h = engine_.embedding(slot.first_row + i);
+        const int32_t pos = p0 + i;
+        const bool last = pos + 1 == (int32_t) task.prompt.size();
+        switch (task.pooling) {
+            case Pooling::None:
+                slot.hidden.insert(slot.hidden.end(), h, h + n_embd);
+                break;
+            case Pooling::Mean:
+                if (slot.hidden.empty()) slot.hidden.assign(n_embd, 0.0f);
+                for (int32_t c = 0; c < n_embd; ++c) slot.hidden[c] += h[c];
+                break;
+            case Pooling::Cls:
+                if (pos == 0) slot.hidden.assign(h, h + n_embd);
+                break;
+            case Pooling::Last:
+                if (last) slot.hidden.assign(h, h + n_embd);
+                break;
+        }
+    }
+    if (slot.n_prompt_done < task.prompt.size()) return;
+    if (task.pooling == Pooling::Mean) {
+        for (float & v : slot.hidden) v /= (float) task.prompt.size();
+    }
+    TaskEvent done;
+    done.kind = TaskEvent::Kind::Done;
+    done.finish_reason = "stop";
+    done.id_slot = slot.id;
+    done.n_prompt = (int32_t) task.prompt.size();
+    done.embedding_rows = task.pooling == Pooling::None ? done.n_prompt : 1;
+    done.embedding = std::move(slot.hidden);
+    task.channel->push(std::move(done));
+    slot.release();
+    busy_--;
+    tasks_done_++;
 }
 
 // t_max_predict_ms: the time since the first token is up, and a line is complete.

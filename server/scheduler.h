@@ -105,6 +105,7 @@ class Scheduler {
     void decode_and_sample();
     void sample(Slot & slot);
     void report_progress(Slot & slot);
+    void pool(Slot & slot);
     bool over_time(const Slot & slot, std::chrono::steady_clock::time_point now) const;
     enum class StopKind { Eos, Word, Limit };  // why generation ended
     void finish(Slot & slot, StopKind kind);

@@ -286,6 +286,15 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     for (const llama_logit_bias & b : s.logit_bias) o.sampling.logit_bias.emplace_back(b.token, b.bias);
     o.ignore_eos = s.ignore_eos;
     o.spm_infill = p.spm_infill;
+    o.embeddings = p.embedding;
+    o.engine.embeddings = p.embedding;
+    o.pooling = (int) p.pooling_type;
+    o.embd_normalize = p.embd_normalize;
+    if (p.pooling_type == LLAMA_POOLING_TYPE_RANK) {
+        o.warnings.push_back(
+            "--pooling rank has no effect in llama-tp-server: reranking is not implemented; mean is used");
+        o.pooling = -1;
+    }
     o.sampling.order.clear();
     for (common_sampler_type t : s.samplers) {
         json name = common_sampler_type_to_str(t);

@@ -49,6 +49,9 @@ struct ServerOptions {
     SamplingParams sampling;  // defaults for requests that leave a field out
     bool ignore_eos = false;  // --ignore-eos: the default of requests
     bool spm_infill = false;  // /infill puts the suffix before the prefix
+    bool embeddings = false;  // --embeddings: the embedding routes, and no generation
+    int pooling = -1;         // llama_pooling_type of --pooling; -1: mean
+    int embd_normalize = 2;   // --embd-normalize
     bool verbose = false;
     bool context_given = false;         // -c on the command line or in the environment
     std::vector<std::string> warnings;  // one line per flag accepted without effect

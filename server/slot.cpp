@@ -25,6 +25,7 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine) {
     pending = -1;
     n_decoded = 0;
     has_new_line = false;
+    hidden.clear();
     prompt_in_step = false;
     stream = TextStream(task->stop);
     logits_row = -1;

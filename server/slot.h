@@ -38,6 +38,8 @@ class Slot {
 
     // Per decode step.
     int32_t logits_row = -1;        // batch row whose logits this slot samples from
+    int32_t first_row = -1;         // embedding tasks: the batch row of this step's first prompt token
+    std::vector<float> hidden;      // embedding tasks: pooled (or every) hidden state so far
     std::vector<int32_t> inflight;  // tokens this slot put into the current batch
 
     std::chrono::steady_clock::time_point t_start;

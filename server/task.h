@@ -51,7 +51,10 @@ struct TaskEvent {
     std::string stop_type;      // llama-server's: "eos", "word" or "limit"
     std::string stopping_word;  // the stop string that matched ("word")
     int32_t n_cached = 0;
-    int32_t n_processed = 0;   // Progress
+    int32_t n_processed = 0;  // Progress
+    // Done of an embedding task: embedding_rows rows of n_embd floats (one when pooled).
+    std::vector<float> embedding;
+    int32_t embedding_rows = 0;
     bool has_timings = false;  // Text: timings hold the figures so far
     Timings timings;
 
@@ -95,6 +98,9 @@ class TaskChannel {
     std::atomic<bool> cancelled_{false};
 };
 
+// How an embedding task turns its prompt's hidden states into its answer.
+enum class Pooling { None, Mean, Cls, Last };
+
 struct Task {
     uint64_t id = 0;
     std::vector<int32_t> prompt;
@@ -109,6 +115,8 @@ struct Task {
     int32_t t_max_predict_ms = 0;           // generation time limit once a line is complete (0: none)
     bool timings_per_token = false;         // Text events carry the timings so far
     bool return_progress = false;           // Progress events while the prompt is decoded
+    bool embedding = false;                 // no generation: the Done event carries the pooled hidden states
+    Pooling pooling = Pooling::Mean;
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
     std::chrono::steady_clock::time_point t_submit = std::chrono::steady_clock::now();

@@ -316,6 +316,32 @@ TEST(TensorParallelEngine, ASequenceReadAtOneSplitLoadsIntoAnother) {
     EXPECT_LT(max_abs_diff(decode_range(*tp4, t, n, n + 1, 0), next2), 1e-3f);
 }
 
+TEST(TensorParallelEngine, EmbeddingsAreTheSameFromOneRankAndFromTwo) {
+    std::vector<std::vector<float>> rows;
+    for (int tp : {1, 2}) {
+        EngineOptions o;
+        o.model_path = LLAMA_TP_TEST_MODEL;
+        o.n_ctx = 256;
+        o.n_threads = 2;
+        o.tp = tp;
+        o.embeddings = true;
+        auto e = Engine::load(o);
+        const auto t = e->tokenizer().tokenize("Once upon a time", true, false);
+        Batch b;
+        for (size_t i = 0; i < t.size(); ++i) b.add(t[i], (int) i, 0, true);
+        e->decode(b);
+        EXPECT_THROW(e->logits(0), Error);
+        const float * h = e->embedding((int) t.size() - 1);
+        rows.emplace_back(h, h + e->info().n_embd);
+    }
+    EXPECT_LT(max_abs_diff(rows[0], rows[1]), 1e-3f);
+    float norm = 0.0f;
+    for (float v : rows[0]) norm += v * v;
+    EXPECT_GT(norm, 0.0f);
+    auto plain = load_tp(1, 1);
+    EXPECT_THROW(plain->embedding(0), Error);
+}
+
 TEST(TensorParallelEngine, SequenceImagesThatDoNotFitAreRefused) {
     auto e = load_tp(2, 2);
     const auto t = e->tokenizer().tokenize("Once upon a time", true, false);

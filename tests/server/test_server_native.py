@@ -229,8 +229,7 @@ def test_every_llama_server_endpoint_answers_or_says_why_not(server):
     for path in implemented:
         r = server.post(path, {})
         assert r.status_code not in (404, 405), (path, r.status_code)
-    for path in ("/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/v1/rerank", "/v1/audio/transcriptions",
-                 "/lora-adapters", "/tools"):
+    for path in ("/rerank", "/v1/rerank", "/v1/audio/transcriptions", "/lora-adapters", "/tools"):
         r = server.post(path, {})
         assert_error(r, 501)
         assert "not available in llama-tp-server" in r.json()["error"]["message"], path
