@@ -657,6 +657,7 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
                              ? st.engine->tokenizer().detokenize(task->prompt, true)
                              : gr.prompt_text;
             ctx.settings = native_settings(gr, task->n_predict);
+            ctx.response_fields = gr.response_fields;
         }
         if (i == 0) first = ctx;
         choices.push_back({task->channel, make_shape(shape_kind, ctx, gr, parser, (int32_t) task->prompt.size())});

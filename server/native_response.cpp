@@ -2,6 +2,8 @@
 
 #include "plugin/tokenizer.h"
 
+#include <algorithm>
+
 namespace llama_tp::server {
 
 namespace {
@@ -118,7 +120,23 @@ json native_final(const ResponseContext & ctx, const std::string & content, cons
               {"tokens_cached", done.n_cached},
               {"timings", timings_json(done)}};
     if (ctx.logprobs && !probs.empty()) r["completion_probabilities"] = probabilities_json(ctx, probs);
-    return r;
+    if (ctx.response_fields.empty()) return r;
+    // Only the fields asked for, each under its path ("generation_settings/n_predict").
+    json picked = json::object();
+    for (const std::string & path : ctx.response_fields) {
+        const json * at = &r;
+        size_t from = 0;
+        bool found = true;
+        while (found && from <= path.size()) {
+            const size_t slash = std::min(path.find('/', from), path.size());
+            const std::string key = path.substr(from, slash - from);
+            found = at->is_object() && at->contains(key);
+            if (found) at = &(*at)[key];
+            from = slash + 1;
+        }
+        if (found) picked[path] = *at;
+    }
+    return picked;
 }
 
 json native_chunk(const ResponseContext & ctx, const TaskEvent & text) {

@@ -429,6 +429,42 @@ void parse_infill(const json & body, GenerationRequest & r) {
     }
 }
 
+// llama-server's request fields that would change the answer and that this
+// server does not implement: a 400 naming them, rather than an answer that
+// silently differs. (Fields upstream also ignores without a draft model or
+// a context shift, such as speculative.* and n_keep, pass.)
+void refuse_unimplemented(const json & body) {
+    struct Unimplemented {
+        const char * name;
+        bool (*used)(const json &);
+        const char * what;
+    };
+    static const Unimplemented fields[] = {
+        {"post_sampling_probs", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
+         "probabilities after the sampler chain"},
+        {"lora", [](const json & v) { return v.is_array() && !v.empty(); }, "LoRA adapters"},
+        {"t_max_prompt_ms", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
+         "a time limit on prompt processing"},
+        {"adaptive_target", [](const json & v) { return v.is_number() && v.get<double>() >= 0; },
+         "the adaptive-p sampler"},
+        {"n_indent", [](const json & v) { return v.is_number() && v.get<double>() > 0; }, "indentation limits"},
+        {"grammar_lazy", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
+         "lazy grammars given in a request"},
+        {"reasoning_budget_tokens", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
+         "a thinking budget other than 0 or unlimited"},
+        {"thinking_budget_tokens", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
+         "a thinking budget other than 0 or unlimited"},
+        {"verbose", [](const json & v) { return v.is_boolean() && v.get<bool>(); }, "the __verbose debug field"},
+    };
+    for (const Unimplemented & f : fields) {
+        const json * v = field(body, f.name);
+        if (v != nullptr && f.used(*v)) {
+            throw bad_request(std::string("'") + f.name + "' is not supported by llama-tp-server (" + f.what + ")",
+                              f.name, "unsupported_value");
+        }
+    }
+}
+
 // How the template renders this turn: thinking, its variables, prefill.
 void parse_chat_turn(const json & body, GenerationRequest & r) {
     r.reasoning_format = get_string(body, "reasoning_format", "");
@@ -690,6 +726,14 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     }
 
     if (endpoint == Endpoint::Chat) parse_chat_turn(body, r);
+    refuse_unimplemented(body);
+    if (const json * rf = field(body, "response_fields")) {
+        if (!rf->is_array()) throw wrong_type("response_fields", "an array of strings", *rf);
+        for (const auto & f : *rf) {
+            if (!f.is_string()) throw wrong_type("response_fields", "an array of strings", *rf);
+            r.response_fields.push_back(f.get<std::string>());
+        }
+    }
 
     // OpenAI fields with no effect here; their types are still checked.
     get_string(body, "user", "");

@@ -63,11 +63,12 @@ struct GenerationRequest {
 
     bool stream = false;
     bool include_usage = false;
-    int32_t id_slot = -1;            // llama-server: run in this slot (-1: any idle one)
-    int32_t t_max_predict_ms = 0;    // stop generating after this long, once a line is complete (0: no limit)
-    bool timings_per_token = false;  // every stream event carries the timings so far
-    bool return_progress = false;    // stream events while the prompt is processed
-    int32_t n_choices = 1;           // n (OpenAI) / n_cmpl (llama-server): answers to the same prompt
+    int32_t id_slot = -1;                      // llama-server: run in this slot (-1: any idle one)
+    int32_t t_max_predict_ms = 0;              // stop generating after this long, once a line is complete (0: no limit)
+    bool timings_per_token = false;            // every stream event carries the timings so far
+    bool return_progress = false;              // stream events while the prompt is processed
+    std::vector<std::string> response_fields;  // native: only these ("a/b" paths) in the answer
+    int32_t n_choices = 1;                     // n (OpenAI) / n_cmpl (llama-server): answers to the same prompt
 
     bool logprobs = false;  // completion: logprobs=N>0 ; chat: logprobs=true; native: n_probs=N>0
     int32_t top_logprobs = 0;

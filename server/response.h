@@ -33,6 +33,7 @@ struct ResponseContext {
     // Native shape only: the prompt as text and the request's settings.
     std::string prompt;
     json settings;
+    std::vector<std::string> response_fields;  // "" -> all
 
     static ResponseContext make(Endpoint endpoint, const std::string & model, bool logprobs, const Tokenizer * tok);
 };
