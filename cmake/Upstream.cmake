@@ -14,7 +14,10 @@ set(LLAMA_BUILD_TOOLS ${LLAMA_TP_BUILD_UPSTREAM_TOOLS} CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_SERVER ${LLAMA_TP_BUILD_UPSTREAM_TOOLS} CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_UI OFF CACHE BOOL "" FORCE)
 set(LLAMA_USE_PREBUILT_UI OFF CACHE BOOL "" FORCE)
-set(LLAMA_OPENSSL OFF CACHE BOOL "" FORCE)
+# HTTPS for llama-tp-server (--ssl-key-file / --ssl-cert-file) where OpenSSL
+# is found (tools/setup.sh installs libssl-dev).
+find_package(OpenSSL QUIET)
+set(LLAMA_OPENSSL ${OpenSSL_FOUND} CACHE BOOL "" FORCE)
 set(LLAMA_CURL OFF CACHE BOOL "" FORCE)
 # ggml's own thread pool (not OpenMP): several ranks in one process each run
 # their own pool, and OpenMP teams would spin against each other.

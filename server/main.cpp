@@ -116,6 +116,24 @@ void release_free_memory() {
 #endif
 }
 
+// HTTPS with --ssl-key-file and --ssl-cert-file (both or neither), else HTTP.
+std::unique_ptr<httplib::Server> make_http_server(const ServerOptions & o) {
+    if (o.ssl_key_file.empty() != o.ssl_cert_file.empty()) {
+        throw Error("--ssl-key-file and --ssl-cert-file go together: give both, or neither for plain HTTP");
+    }
+    if (o.ssl_key_file.empty()) return std::make_unique<httplib::Server>();
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+    auto ssl = std::make_unique<httplib::SSLServer>(o.ssl_cert_file.c_str(), o.ssl_key_file.c_str());
+    if (!ssl->is_valid()) {
+        throw Error("cannot use the certificate '" + o.ssl_cert_file + "' with the key '" + o.ssl_key_file +
+                    "' (unreadable, not PEM, or not a pair)");
+    }
+    return ssl;
+#else
+    throw Error("this llama-tp-server was built without OpenSSL: install libssl-dev and rebuild for HTTPS");
+#endif
+}
+
 // Without -c the context is fitted to process 0's memory, and every process
 // of a launch takes that choice (they must agree on the cache's shape).
 void choose_default_context(ServerOptions & opts, ProcessGroup * processes) {
@@ -227,7 +245,14 @@ int main(int argc, char ** argv) {
     std::thread(signal_thread, sigs).detach();
 
     ServerState state(opts);
-    httplib::Server http;
+    std::unique_ptr<httplib::Server> server;
+    try {
+        server = make_http_server(opts);
+    } catch (const std::exception & e) {
+        SRV_ERR("%s", e.what());
+        return 1;
+    }
+    httplib::Server & http = *server;
     const size_t n_http = opts.http_threads > 0 ? (size_t) opts.http_threads : (size_t) opts.n_parallel + 8;
     // httplib owns (and deletes) the queue; the pointer is only read while it serves.
     std::atomic<HttpTaskQueue *> queue{nullptr};
@@ -274,7 +299,8 @@ int main(int argc, char ** argv) {
         }
         request_stop();
     });
-    SRV_INF("listening on http://%s:%d (loading %s)", opts.host.c_str(), port, opts.engine.model_path.c_str());
+    const char * scheme = opts.ssl_key_file.empty() ? "http" : "https";
+    SRV_INF("listening on %s://%s:%d (loading %s)", scheme, opts.host.c_str(), port, opts.engine.model_path.c_str());
 
     auto fail_startup = [&](const std::string & what) {
         SRV_ERR("%s", what.c_str());
@@ -328,7 +354,7 @@ int main(int argc, char ** argv) {
 
     SRV_INF(
         "llama-tp-server ready: model %s (%s, %s params), tp %d (allreduce %s%s), ctx %d (%d per slot, %s), "
-        "slots %d, batch %d, threads %d, chat template %s, api key %s, listening on http://%s:%d",
+        "slots %d, batch %d, threads %d, chat template %s, api key %s, listening on %s://%s:%d",
         state.model_name.c_str(), info.architecture.c_str(), human_count(info.n_params).c_str(), info.tp,
         engine->info().allreduce.c_str(),
         opts.engine.split_invariant  ? ", split-invariant sums"
@@ -336,7 +362,7 @@ int main(int argc, char ** argv) {
                                      : "",
         n_ctx, n_ctx_slot, opts.engine.kv_unified ? "KV cells shared" : "KV cells per slot", opts.n_parallel,
         engine->options().n_batch, engine->options().n_threads, chat->origin().c_str(),
-        opts.api_keys.empty() ? "off" : "on", opts.host.c_str(), port);
+        opts.api_keys.empty() ? "off" : "on", scheme, opts.host.c_str(), port);
 
     {
         std::unique_lock<std::mutex> lock(g_stop_mutex);

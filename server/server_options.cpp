@@ -243,6 +243,8 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.http_threads = p.n_threads_http;
     o.chat_template = p.chat_template;
     o.slot_save_path = p.slot_save_path;  // the handler checked it is a directory
+    o.ssl_key_file = p.ssl_file_key;
+    o.ssl_cert_file = p.ssl_file_cert;
     o.reasoning_format = (int) p.reasoning_format;
     o.enable_reasoning = p.enable_reasoning;
     o.prefill_assistant = p.prefill_assistant;

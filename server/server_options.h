@@ -38,12 +38,13 @@ struct ServerOptions {
     std::string cors_methods = "GET, POST, DELETE, OPTIONS";
     std::string cors_headers = "*";
     bool cors_credentials = true;
-    std::string alias;              // model name reported by the API
-    std::string slot_save_path;     // directory for POST /slots/{id}?action=save|restore ("": off)
-    std::string chat_template;      // override: Jinja source or a built-in template name
-    int reasoning_format = 1;       // common_reasoning_format (auto): thinking -> reasoning_content
-    int enable_reasoning = -1;      // -1: as the template decides, 0 off, 1 on
-    bool prefill_assistant = true;  // a trailing assistant message is continued
+    std::string alias;                        // model name reported by the API
+    std::string slot_save_path;               // directory for POST /slots/{id}?action=save|restore ("": off)
+    std::string ssl_key_file, ssl_cert_file;  // both: HTTPS
+    std::string chat_template;                // override: Jinja source or a built-in template name
+    int reasoning_format = 1;                 // common_reasoning_format (auto): thinking -> reasoning_content
+    int enable_reasoning = -1;                // -1: as the template decides, 0 off, 1 on
+    bool prefill_assistant = true;            // a trailing assistant message is continued
     std::map<std::string, std::string> template_kwargs;  // --chat-template-kwargs (JSON values)
 
     SamplingParams sampling;  // defaults for requests that leave a field out

@@ -39,6 +39,8 @@ const std::map<std::string, std::string> & honoured() {
         {"-lv", "4 and above: verbose"},
         {"--offline", "llama-tp-server never downloads"},
         {"--metrics", ""},
+        {"--ssl-key-file", "with --ssl-cert-file: HTTPS (cpp-httplib with OpenSSL)"},
+        {"--ssl-cert-file", "with --ssl-key-file: HTTPS"},
         {"--spm-infill", ""},
         {"--embedding", "the embedding routes answer, the generation routes do not (as llama-server)"},
         {"--pooling", "none, mean (the default here), cls, last; rank: no effect"},

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache git ca-certificates nodejs npm
           python3 python3-pytest python3-requests python3-matplotlib python3-tqdm
-          libgtest-dev procps curl openmpi-bin libopenmpi-dev iproute2)
+          libgtest-dev procps curl openmpi-bin libopenmpi-dev iproute2 libssl-dev)
 
 missing=()
 for p in "${packages[@]}"; do

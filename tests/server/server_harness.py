@@ -67,11 +67,12 @@ class ServerProcess:
     """launcher: words before the server's command line (mpirun and its options)."""
 
     def __init__(self, *extra_args, api_key=None, model=None, launcher=(), env=None, leading_args=None,
-                 port=None, health_path="/health"):
+                 port=None, health_path="/health", scheme="http", verify=True):
         """leading_args: replaces "-m MODEL --host --port" (for command lines that name these themselves)."""
         require_binary_and_model()
         self.port = port or free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"{scheme}://127.0.0.1:{self.port}"
+        self.verify = verify  # requests' verify: a CA bundle path for a self-signed HTTPS server
         self.api_key = api_key
         first = leading_args if leading_args is not None else [
             "-m", str(model or model_path()), "--host", "127.0.0.1", "--port", str(self.port)]
@@ -99,7 +100,7 @@ class ServerProcess:
                 pytest.fail(f"server exited with {self.proc.returncode} during startup:\n{self.log_text()}",
                             pytrace=False)
             try:
-                r = requests.get(self.base + self.health_path, timeout=2)
+                r = requests.get(self.base + self.health_path, timeout=2, verify=self.verify)
                 if r.status_code == 200:
                     return
             except requests.ConnectionError:
@@ -113,6 +114,7 @@ class ServerProcess:
 
     def get(self, path, **kw):
         kw.setdefault("timeout", 60)
+        kw.setdefault("verify", self.verify)
         kw.setdefault("headers", self.headers())
         return requests.get(self.base + path, **kw)
 
@@ -128,6 +130,7 @@ class ServerProcess:
 
     def post(self, path, body=None, **kw):
         kw.setdefault("timeout", 60)
+        kw.setdefault("verify", self.verify)
         kw.setdefault("headers", self.headers())
         if body is not None and "data" not in kw:
             kw["json"] = body
