@@ -1,19 +1,8 @@
 #include "server/anthropic_messages.h"
 
-#include <random>
-
 namespace llama_tp::server {
 
 namespace {
-
-std::string message_id() {
-    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::uniform_int_distribution<int> pick(0, (int) sizeof(alphabet) - 2);
-    std::string id = "msg_";
-    for (int i = 0; i < 24; i++) id += alphabet[pick(rng)];
-    return id;
-}
 
 ApiError bad(const std::string & message, const std::string & param) {
     return bad_request(message, param, "invalid_value");
@@ -186,7 +175,7 @@ json tool_input(const std::string & arguments) {
 class AnthropicReply final : public ReplyShape {
   public:
     AnthropicReply(const ResponseContext & ctx, std::shared_ptr<ChatOutputParser> parser, int32_t n_prompt)
-        : ctx_(ctx), parser_(std::move(parser)), n_prompt_(n_prompt), id_(message_id()) {}
+        : ctx_(ctx), parser_(std::move(parser)), n_prompt_(n_prompt), id_(random_id("msg_")) {}
 
     json whole(const GeneratedText & out, const TaskEvent & done) override {
         const AssistantMessage m = parser_ ? parser_->parse(out.text) : AssistantMessage{out.text, "", {}};

@@ -1,25 +1,13 @@
 #include "server/chat_output_parser.h"
 
 #include "server/log.h"
+#include "server/response.h"
 
 #include "chat.h"
-
-#include <random>
 
 namespace llama_tp::server {
 
 namespace {
-
-std::string new_tool_call_id() {
-    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::uniform_int_distribution<int> pick(0, (int) sizeof(alphabet) - 2);
-    std::string id = "call_";
-    for (int i = 0; i < 24; i++) {
-        id += alphabet[pick(rng)];
-    }
-    return id;
-}
 
 json tool_call_delta_json(const common_chat_msg_diff & diff) {
     json call = {{"index", diff.tool_call_index}};
@@ -45,7 +33,7 @@ struct ChatOutputParser::Impl {
     // Throws when the text does not parse (final) or not yet (partial).
     common_chat_msg parse(const std::string & text, bool partial) {
         common_chat_msg msg = common_chat_parse(text, partial, params);
-        msg.set_tool_call_ids(ids, new_tool_call_id);
+        msg.set_tool_call_ids(ids, [] { return random_id("call_"); });
         return msg;
     }
 };

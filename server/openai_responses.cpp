@@ -1,20 +1,8 @@
 #include "server/openai_responses.h"
 
-#include <chrono>
-#include <random>
-
 namespace llama_tp::server {
 
 namespace {
-
-std::string new_id(const char * prefix) {
-    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::uniform_int_distribution<int> pick(0, (int) sizeof(alphabet) - 2);
-    std::string id = prefix;
-    for (int i = 0; i < 24; i++) id += alphabet[pick(rng)];
-    return id;
-}
 
 ApiError bad(const std::string & message, const std::string & param) {
     return bad_request(message, param, "invalid_value");
@@ -142,14 +130,15 @@ namespace {
 class ResponsesReply final : public ReplyShape {
   public:
     ResponsesReply(const ResponseContext & ctx, std::shared_ptr<ChatOutputParser> parser, int32_t n_prompt)
-        : ctx_(ctx), parser_(std::move(parser)), n_prompt_(n_prompt), id_(new_id("resp_")) {}
+        : ctx_(ctx), parser_(std::move(parser)), n_prompt_(n_prompt), id_(random_id("resp_")) {}
 
     json whole(const GeneratedText & out, const TaskEvent & done) override {
         const AssistantMessage m = parser_ ? parser_->parse(out.text) : AssistantMessage{out.text, "", {}};
         json output = json::array();
-        if (!m.reasoning_content.empty()) output.push_back(reasoning_item(new_id("rs_"), m.reasoning_content));
-        if (!m.content.empty() || m.tool_calls.empty()) output.push_back(message_item(new_id("msg_"), m.content));
-        for (const ToolCall & c : m.tool_calls) output.push_back(call_item(new_id("fc_"), c.id, c.name, c.arguments));
+        if (!m.reasoning_content.empty()) output.push_back(reasoning_item(random_id("rs_"), m.reasoning_content));
+        if (!m.content.empty() || m.tool_calls.empty()) output.push_back(message_item(random_id("msg_"), m.content));
+        for (const ToolCall & c : m.tool_calls)
+            output.push_back(call_item(random_id("fc_"), c.id, c.name, c.arguments));
         return response(output, &done);
     }
 
@@ -231,7 +220,7 @@ class ResponsesReply final : public ReplyShape {
         if (open_ != kind) {
             out += close_item();
             open_ = kind;
-            item_id_ = new_id(kind == "message" ? "msg_" : "rs_");
+            item_id_ = random_id(kind == "message" ? "msg_" : "rs_");
             item_text_.clear();
             json item = kind == "message" ? message_item(item_id_, "") : reasoning_item(item_id_, "");
             item["status"] = "in_progress";
@@ -260,7 +249,7 @@ class ResponsesReply final : public ReplyShape {
             out += close_item();
             open_ = "function_call";
             call_index_ = n;
-            item_id_ = new_id("fc_");
+            item_id_ = random_id("fc_");
             call_id_ = call.value("id", "");
             call_name_ = fn.value("name", "");
             item_text_.clear();

@@ -9,17 +9,6 @@ namespace llama_tp::server {
 
 namespace {
 
-std::string random_id(const char * prefix) {
-    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::uniform_int_distribution<int> pick(0, (int) sizeof(alphabet) - 2);
-    std::string id = prefix;
-    for (int i = 0; i < 24; i++) {
-        id += alphabet[pick(rng)];
-    }
-    return id;
-}
-
 json bytes_of(const std::string & s) {
     json b = json::array();
     for (unsigned char c : s) {
@@ -92,6 +81,17 @@ json finish_value(const std::string & reason) {
 }
 
 }  // namespace
+
+std::string random_id(const char * prefix) {
+    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_int_distribution<int> pick(0, (int) sizeof(alphabet) - 2);
+    std::string id = prefix;
+    for (int i = 0; i < 24; i++) {
+        id += alphabet[pick(rng)];
+    }
+    return id;
+}
 
 ResponseContext ResponseContext::make(Endpoint endpoint, const std::string & model, bool logprobs,
                                       const Tokenizer * tok) {

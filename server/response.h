@@ -38,6 +38,9 @@ struct ResponseContext {
     static ResponseContext make(Endpoint endpoint, const std::string & model, bool logprobs, const Tokenizer * tok);
 };
 
+// prefix and 24 random letters and digits: response, message and call ids.
+std::string random_id(const char * prefix);
+
 // Serialises, replacing invalid UTF-8 instead of throwing.
 std::string dump_json(const json & j);
 

@@ -153,6 +153,21 @@ class ServerProcess:
         return self.proc.returncode
 
 
+def named_sse_events(r):
+    """[(event name, data)] of a stream of named server-sent events; every
+    data object's "type" is its event's name (Anthropic's and the Responses API's)."""
+    import json
+    out, name = [], None
+    for line in r.iter_lines(decode_unicode=True):
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            assert data["type"] == name, (name, data)
+            out.append((name, data))
+    return out
+
+
 def assert_error(r, status, param=None, code=None):
     """An OpenAI error object with the expected HTTP status."""
     assert r.status_code == status, f"expected {status}, got {r.status_code}: {r.text}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess, assert_error
+from server_harness import ServerProcess, assert_error, named_sse_events
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 WEATHER = {"name": "get_weather", "description": "Current weather in a city",
@@ -31,17 +31,7 @@ def messages(server, **body):
     return server.post("/v1/messages", body, headers={"x-api-key": "unused", "anthropic-version": "2023-06-01"})
 
 
-def events_of(r):
-    """[(event name, data)] of an Anthropic stream."""
-    out, name = [], None
-    for line in r.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            data = json.loads(line[6:])
-            assert data["type"] == name, (name, data)
-            out.append((name, data))
-    return out
+events_of = named_sse_events
 
 
 def test_tool_use_then_tool_result_then_text(agent_server):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess, assert_error
+from server_harness import ServerProcess, assert_error, named_sse_events
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "tool_calls.jinja"
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city",
@@ -28,15 +28,7 @@ def respond(server, **body):
 
 
 def events_of(r):
-    out, name = [], None
-    for line in r.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            data = json.loads(line[6:])
-            assert data["type"] == name, (name, data)
-            out.append(data)
-    return out
+    return [data for _, data in named_sse_events(r)]
 
 
 def test_text_response(agent):
