@@ -5,14 +5,30 @@
 #include <cstdarg>
 #include <cstdio>
 #include <ctime>
+#include <cstring>
 #include <mutex>
+#include <stdexcept>
 
 namespace llama_tp::server {
 
 namespace {
 std::atomic<int> g_level{(int) LogLevel::Info};
 std::mutex g_mutex;
+LogOptions g_options;          // under g_mutex
+std::FILE * g_file = nullptr;  // under g_mutex; --log-file
 }  // namespace
+
+void configure_log(const LogOptions & options) {
+    std::FILE * file = nullptr;
+    if (!options.file.empty()) {
+        file = std::fopen(options.file.c_str(), "a");
+        if (file == nullptr) throw std::runtime_error("--log-file: cannot open '" + options.file + "' for writing");
+    }
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_file != nullptr) std::fclose(g_file);
+    g_file = file;
+    g_options = options;
+}
 
 void set_log_level(LogLevel level) {
     g_level = (int) level;
@@ -42,8 +58,15 @@ void log_line(LogLevel level, const char * fmt, ...) {
 
     static const char tags[] = {'D', 'I', 'W', 'E'};
     std::lock_guard<std::mutex> lock(g_mutex);
-    std::fprintf(stderr, "%s.%03d %c %s\n", ts, ms, tags[(int) level], msg);
-    std::fflush(stderr);
+    char head[48] = "";
+    if (g_options.timestamps) std::snprintf(head, sizeof head, "%s.%03d ", ts, ms);
+    if (g_options.prefix)
+        std::snprintf(head + std::strlen(head), sizeof head - std::strlen(head), "%c ", tags[(int) level]);
+    for (std::FILE * out : {g_options.disabled ? nullptr : stderr, g_file}) {
+        if (out == nullptr) continue;
+        std::fprintf(out, "%s%s\n", head, msg);
+        std::fflush(out);
+    }
 }
 
 }  // namespace llama_tp::server

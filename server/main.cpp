@@ -220,6 +220,12 @@ int main(int argc, char ** argv) {
         return 2;
     }
     set_log_level(opts.verbose ? LogLevel::Debug : LogLevel::Info);
+    try {
+        configure_log(opts.log);
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
     for (const auto & w : opts.warnings) SRV_WRN("%s", w.c_str());
 
     // MPI starts threads of its own: after the mask, so that they inherit it.

@@ -147,6 +147,31 @@ const std::vector<Flag> & own_flags() {
          [](ServerOptions & o, const std::string & f, const std::string & v) {
              o.max_body_size = (size_t) parse_int(f, v, 1, 1LL << 40);
          }},
+        {{"--log-disable"},
+         "",
+         "",
+         "log nothing to stderr (a --log-file still gets every line)",
+         [](ServerOptions & o, const std::string &, const std::string &) { o.log.disabled = true; }},
+        {{"--log-file"},
+         "FNAME",
+         "LLAMA_ARG_LOG_FILE",
+         "log to this file too (appended)",
+         [](ServerOptions & o, const std::string & f, const std::string & v) {
+             if (v.empty()) throw UsageError(f + ": empty file name");
+             o.log.file = v;
+         }},
+        {{"--log-timestamps", "--no-log-timestamps"},
+         "",
+         "LLAMA_ARG_LOG_TIMESTAMPS",
+         "a time at the start of every log line (default: on)",
+         [](ServerOptions & o, const std::string & f, const std::string &) {
+             o.log.timestamps = f.find("--no-") != 0;
+         }},
+        {{"--log-prefix", "--no-log-prefix"},
+         "",
+         "LLAMA_ARG_LOG_PREFIX",
+         "the level's letter (D, I, W, E) in every log line (default: on)",
+         [](ServerOptions & o, const std::string & f, const std::string &) { o.log.prefix = f.find("--no-") != 0; }},
         {{"--max-queue"},
          "N",
          "LLAMA_ARG_MAX_QUEUE",

@@ -4,6 +4,7 @@
 
 #include "plugin/engine.h"
 #include "plugin/sampler.h"
+#include "server/log.h"
 
 #include <cstdint>
 #include <stdexcept>
@@ -56,6 +57,7 @@ struct ServerOptions {
     bool verbose = false;
     bool context_given = false;         // -c on the command line or in the environment
     std::vector<std::string> warnings;  // one line per flag accepted without effect
+    LogOptions log;
     // Under mpirun: where process R reads the model (--model-path-rank R=PATH).
     std::map<int, std::string> model_path_of_process;
 };

@@ -126,8 +126,7 @@ const std::map<std::string, std::string> & no_effect() {
         {"--spec-draft-model", "no speculative decoding"},
         {"--draft", "no speculative decoding"},
         {"--log-colors", "the log is plain text"},
-        {"--log-prefix", "every log line has its level and time"},
-        {"--log-timestamps", "every log line has its time"},
+
     };
     return table;
 }

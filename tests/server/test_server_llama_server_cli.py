@@ -264,3 +264,27 @@ def test_readme_flag_table_matches_the_binary():
     readme = (REPO / "server" / "README.md").read_text()
     out = run("--flag-support").stdout.strip()
     assert out in readme, "server/README.md differs from `llama-tp-server --flag-support`: run tools/flag-table.sh"
+
+
+def test_log_flags(tmp_path):
+    log = tmp_path / "server.log"
+    s = ServerProcess("-np", "1", "-t", "1", "--log-file", str(log), "--log-disable")
+    try:
+        assert s.post("/v1/completions", {"prompt": "Once", "max_tokens": 2}).status_code == 200
+    finally:
+        assert s.stop() == 0
+    assert "ready:" in log.read_text()
+    assert "ready:" not in s.log_text()  # nothing on stderr
+    s = ServerProcess("-np", "1", "-t", "1", "--no-log-timestamps")
+    try:
+        ready = [l for l in s.log_text().splitlines() if "ready:" in l]
+        assert ready and ready[0].startswith("I llama-tp-server ready:"), ready
+    finally:
+        assert s.stop() == 0
+    s = ServerProcess("-np", "1", "-t", "1", "--no-log-timestamps", "--no-log-prefix")
+    try:
+        assert any(l.startswith("llama-tp-server ready:") for l in s.log_text().splitlines())
+    finally:
+        assert s.stop() == 0
+    r = run("-m", str(model_path()), "--log-file", str(tmp_path / "no" / "such" / "dir.log"))
+    assert r.returncode == 2 and "--log-file" in r.stderr
