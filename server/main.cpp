@@ -10,11 +10,10 @@
 #include "server/context_size.h"
 #include "server/http_routes.h"
 #include "server/http_task_queue.h"
+#include "server/listener.h"
 #include "server/log.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
-
-#include <cpp-httplib/httplib.h>
 
 #include <malloc.h>
 
@@ -27,7 +26,6 @@
 #include <cstring>
 #include <mutex>
 #include <pthread.h>
-#include <sys/socket.h>
 #include <thread>
 
 using namespace llama_tp;
@@ -113,24 +111,6 @@ void limit_malloc_arenas() {
 void release_free_memory() {
 #ifdef __GLIBC__
     malloc_trim(0);
-#endif
-}
-
-// HTTPS with --ssl-key-file and --ssl-cert-file (both or neither), else HTTP.
-std::unique_ptr<httplib::Server> make_http_server(const ServerOptions & o) {
-    if (o.ssl_key_file.empty() != o.ssl_cert_file.empty()) {
-        throw Error("--ssl-key-file and --ssl-cert-file go together: give both, or neither for plain HTTP");
-    }
-    if (o.ssl_key_file.empty()) return std::make_unique<httplib::Server>();
-#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
-    auto ssl = std::make_unique<httplib::SSLServer>(o.ssl_cert_file.c_str(), o.ssl_key_file.c_str());
-    if (!ssl->is_valid()) {
-        throw Error("cannot use the certificate '" + o.ssl_cert_file + "' with the key '" + o.ssl_key_file +
-                    "' (unreadable, not PEM, or not a pair)");
-    }
-    return ssl;
-#else
-    throw Error("this llama-tp-server was built without OpenSSL: install libssl-dev and rebuild for HTTPS");
 #endif
 }
 
@@ -251,68 +231,33 @@ int main(int argc, char ** argv) {
     std::thread(signal_thread, sigs).detach();
 
     ServerState state(opts);
-    std::unique_ptr<httplib::Server> server;
+    std::vector<std::unique_ptr<Listener>> listeners;
     try {
-        server = make_http_server(opts);
+        for (const std::string & address : opts.hosts) {
+            listeners.push_back(std::make_unique<Listener>(opts, address, state));
+        }
     } catch (const std::exception & e) {
         SRV_ERR("%s", e.what());
         return 1;
     }
-    httplib::Server & http = *server;
-    const size_t n_http = opts.http_threads > 0 ? (size_t) opts.http_threads : (size_t) opts.n_parallel + 8;
-    // httplib owns (and deletes) the queue; the pointer is only read while it serves.
-    std::atomic<HttpTaskQueue *> queue{nullptr};
-    http.new_task_queue = [n_http, &queue] {
-        auto * q = new HttpTaskQueue(n_http, n_http * 4);
-        queue = q;
-        return q;
-    };
-    http.set_post_routing_handler([&queue](const httplib::Request &, httplib::Response & res) {
-        const HttpTaskQueue * q = queue.load();
-        if (q != nullptr && q->waiting() > 0) {
-            res.headers.erase("Keep-Alive");
-            res.set_header("Connection", "close");
-        }
-    });
-    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let
-    // a second server silently share a port already in use).
-    http.set_socket_options([](socket_t sock) {
-        int one = 1;
-        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    });
-    http.set_read_timeout(opts.timeout_s, 0);
-    http.set_write_timeout(opts.timeout_s, 0);
-    http.set_payload_max_length(opts.max_body_size);
-    register_routes(http, state);
-
-    int port = opts.port;
-    if (port == 0) {
-        port = http.bind_to_any_port(opts.host);
-    } else if (!http.bind_to_port(opts.host, port)) {
-        port = -1;
+    std::string urls;
+    for (auto & l : listeners) {
+        // Serving ends when stop() is called, and only then is that expected.
+        l->start([] {
+            if (!g_stop_requested_flag()) {
+                SRV_ERR("HTTP server stopped unexpectedly");
+                g_http_failed = true;
+            }
+            request_stop();
+        });
+        urls += (urls.empty() ? "" : ", ") + l->url();
     }
-    if (port <= 0) {
-        SRV_ERR("cannot listen on %s:%d (address in use or not available)", opts.host.c_str(), opts.port);
-        return 1;
-    }
-    std::thread http_thread([&] {
-        // listen_after_bind returns when http.stop() is called, and only
-        // then is that expected.
-        http.listen_after_bind();
-        if (!g_stop_requested_flag()) {
-            SRV_ERR("HTTP server stopped unexpectedly");
-            g_http_failed = true;
-        }
-        request_stop();
-    });
-    const char * scheme = opts.ssl_key_file.empty() ? "http" : "https";
-    SRV_INF("listening on %s://%s:%d (loading %s)", scheme, opts.host.c_str(), port, opts.engine.model_path.c_str());
+    SRV_INF("listening on %s (loading %s)", urls.c_str(), opts.engine.model_path.c_str());
 
     auto fail_startup = [&](const std::string & what) {
         SRV_ERR("%s", what.c_str());
         request_stop();
-        http.stop();
-        http_thread.join();
+        listeners.clear();
         return 1;
     };
 
@@ -360,7 +305,7 @@ int main(int argc, char ** argv) {
 
     SRV_INF(
         "llama-tp-server ready: model %s (%s, %s params), tp %d (allreduce %s%s), ctx %d (%d per slot, %s), "
-        "slots %d, batch %d, threads %d, chat template %s, api key %s, listening on %s://%s:%d",
+        "slots %d, batch %d, threads %d, chat template %s, api key %s, listening on %s",
         state.model_name.c_str(), info.architecture.c_str(), human_count(info.n_params).c_str(), info.tp,
         engine->info().allreduce.c_str(),
         opts.engine.split_invariant  ? ", split-invariant sums"
@@ -368,7 +313,7 @@ int main(int argc, char ** argv) {
                                      : "",
         n_ctx, n_ctx_slot, opts.engine.kv_unified ? "KV cells shared" : "KV cells per slot", opts.n_parallel,
         engine->options().n_batch, engine->options().n_threads, chat->origin().c_str(),
-        opts.api_keys.empty() ? "off" : "on", scheme, opts.host.c_str(), port);
+        opts.api_keys.empty() ? "off" : "on", urls.c_str());
 
     {
         std::unique_lock<std::mutex> lock(g_stop_mutex);
@@ -383,8 +328,7 @@ int main(int argc, char ** argv) {
     if (!scheduler.stop_within(std::chrono::milliseconds(300)))
         engine->abort("the server was stopped while a step waited for another rank");
     scheduler.shutdown();
-    http.stop();
-    http_thread.join();
+    listeners.clear();
     SRV_INF("stopped");
     return g_http_failed || g_group_failed ? 1 : 0;
 }

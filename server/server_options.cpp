@@ -248,10 +248,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.n_parallel = p.n_parallel;
     o.n_predict = p.n_predict;
     if (!p.model_alias.empty()) o.alias = *p.model_alias.begin();
-    if (!p.hostnames.empty()) o.host = p.hostnames.front();
-    if (p.hostnames.size() > 1) {
-        o.warnings.push_back("--host: llama-tp-server listens on one address; using " + o.host);
-    }
+    o.hosts = p.hostnames;
     o.port = p.port;
     o.api_keys = p.api_keys;
     o.api_prefix = p.api_prefix;
@@ -355,7 +352,7 @@ void check_ranges(const ServerOptions & o) {
     in("--repeat-penalty", o.sampling.repeat_penalty, 0.0, 1e6);
     in("--presence-penalty", o.sampling.presence_penalty, -2.0, 2.0);
     in("--frequency-penalty", o.sampling.frequency_penalty, -2.0, 2.0);
-    if (o.host.empty()) throw UsageError("--host: empty address");
+    if (o.hosts.empty()) throw UsageError("--host: no address");
     for (const auto & k : o.api_keys) {
         if (trim(k).empty()) throw UsageError("--api-key: empty key");
     }

@@ -20,7 +20,7 @@ constexpr int32_t kAutoSlots = 4;
 struct ServerOptions {
     EngineOptions engine;  // model path, context, batch, threads, tp, split, allreduce
 
-    std::string host = "127.0.0.1";
+    std::vector<std::string> hosts{"127.0.0.1"};  // one listener each (a .sock path: a UNIX socket)
     int port = 8080;
     int32_t n_parallel = kAutoSlots;  // slots: requests decoded together
     int32_t n_predict = -1;           // default cap on generated tokens (-1: until the context is full)

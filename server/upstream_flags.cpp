@@ -25,7 +25,7 @@ const std::map<std::string, std::string> & honoured() {
         {"-t", "default here: all cores (shared by the processes of an MPI launch on one host)"},
         {"-b", "default here: 512"},
         {"-n", ""},
-        {"--host", "one address"},
+        {"--host", ""},
         {"--port", ""},
         {"--api-key", ""},
         {"--api-key-file", ""},

@@ -187,3 +187,26 @@ def test_sigterm_during_generation_exits_zero():
     t.join(timeout=15)
     assert not t.is_alive()
     s.stop()
+
+
+def test_several_hosts_and_a_unix_socket(tmp_path):
+    from server_harness import free_port
+    port = free_port()
+    sock = tmp_path / "llama.sock"
+    s = ServerProcess(leading_args=["-m", str(model_path()), "--host", f"127.0.0.1,127.0.0.2,{sock}",
+                                    "--port", str(port), "-np", "1", "-t", "1"], port=port)
+    try:
+        assert requests.get(f"http://127.0.0.2:{port}/health", timeout=10).json() == {"status": "ok"}
+        import socket as socketlib
+        with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as c:
+            c.settimeout(10)
+            c.connect(str(sock))
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            reply = b""
+            while chunk := c.recv(4096):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200") and b'"status":"ok"' in reply, reply
+        ready = [l for l in s.log_text().splitlines() if "ready:" in l][0]
+        assert f"http://127.0.0.1:{port}, http://127.0.0.2:{port}, unix:{sock}" in ready, ready
+    finally:
+        assert s.stop() == 0
