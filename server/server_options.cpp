@@ -543,8 +543,10 @@ void print_usage(const char * argv0) {
         if (!s.note.empty()) std::printf("%40s(here: %s)\n", "", s.note.c_str());
     }
     std::printf(
-        "\nendpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,\n"
-        "           POST /tokenize, POST /detokenize, GET /props, GET /metrics\n");
+        "\nendpoints: OpenAI (/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings,\n"
+        "           /v1/models), Anthropic (/v1/messages) and llama-server's own (/completion, /infill,\n"
+        "           /tokenize, /detokenize, /apply-template, /props, /slots, /metrics, /health);\n"
+        "           server/README.md has each one's fields\n");
 }
 
 void print_flag_support() {
