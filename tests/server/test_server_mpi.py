@@ -249,3 +249,22 @@ def test_slot_saved_by_one_process_restores_into_two(model, tmp_path):
         assert group.post("/completion", body).status_code == 200
     finally:
         assert group.stop() == 0, group.log_text()
+
+
+def test_embeddings_across_two_processes(model):
+    args = ("-np", "1", "-c", "512", "--embeddings", "--split-invariant")
+    body = {"content": "Once upon a time", "embd_normalize": -1}
+    single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
+    try:
+        expected = single.post("/embedding", body).json()[0]["embedding"][0]
+    finally:
+        assert single.stop() == 0
+    group = MpiServer(*args, "-t", "1", model=model)
+    try:
+        r = group.post("/embedding", body)
+        assert r.status_code == 200, r.text
+        got = r.json()[0]["embedding"][0]
+    finally:
+        assert group.stop() == 0, group.log_text()
+    assert len(got) == len(expected) == 256
+    assert got == expected  # split-invariant sums: the same numbers however the ranks are placed
