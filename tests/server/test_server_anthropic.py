@@ -25,7 +25,7 @@ def agent_server():
 
 
 def messages(server, **body):
-    body.setdefault("model", "claude-sonnet")
+    body.setdefault("model", "some-messages-model")
     body.setdefault("max_tokens", 120)
     body.setdefault("temperature", 0)
     return server.post("/v1/messages", body, headers={"x-api-key": "unused", "anthropic-version": "2023-06-01"})
@@ -39,7 +39,7 @@ def test_tool_use_then_tool_result_then_text(agent_server):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["type"] == "message" and body["role"] == "assistant" and body["id"].startswith("msg_")
-    assert body["model"] == "claude-sonnet"
+    assert body["model"] == "some-messages-model"
     assert body["stop_reason"] == "tool_use" and body["stop_sequence"] is None
     [use] = [b for b in body["content"] if b["type"] == "tool_use"]
     assert use["name"] == "get_weather" and use["input"]["city"] in ("Paris", "London")
