@@ -8,6 +8,8 @@ tools/setup.sh >&2
 
 args=("$@")
 has_model=0
+# A model named by llama-server's variable counts as given.
+[[ -n ${LLAMA_ARG_MODEL:-} ]] && has_model=1
 for a in "${args[@]+"${args[@]}"}"; do [[ $a == -m || $a == --model ]] && has_model=1; done
 ((has_model)) || args=(-m models/stories260K.gguf "${args[@]+"${args[@]}"}")
 exec build/bin/llama-tp-server "${args[@]}"
