@@ -4,19 +4,17 @@ namespace llama_tp::server {
 
 namespace {
 
-ApiError bad(const std::string & message, const std::string & param) {
-    return bad_request(message, param, "invalid_value");
-}
-
 // Text of a string or of an array of text blocks.
 std::string text_of(const json & content, const std::string & param) {
     if (content.is_string()) return content.get<std::string>();
-    if (!content.is_array()) throw bad("'" + param + "' must be a string or an array of blocks", param);
+    if (!content.is_array())
+        throw bad_request("'" + param + "' must be a string or an array of blocks", param, "invalid_value");
     std::string out;
     for (size_t i = 0; i < content.size(); ++i) {
         const json & b = content[i];
         if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string()) {
-            throw bad("'" + param + "[" + std::to_string(i) + "]' must be a text block", param);
+            throw bad_request("'" + param + "[" + std::to_string(i) + "]' must be a text block", param,
+                              "invalid_value");
         }
         out += (out.empty() ? "" : "\n") + b["text"].get<std::string>();
     }
@@ -27,15 +25,17 @@ std::string text_of(const json & content, const std::string & param) {
 // tool messages, which come before the user's own text).
 void add_message(const json & m, size_t i, json & out) {
     const std::string param = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw bad("'" + param + "' must be an object", param);
+    if (!m.is_object()) throw bad_request("'" + param + "' must be an object", param, "invalid_value");
     const std::string role = m.value("role", "");
-    if (role != "user" && role != "assistant") throw bad("'" + param + ".role' must be user or assistant", param);
+    if (role != "user" && role != "assistant")
+        throw bad_request("'" + param + ".role' must be user or assistant", param, "invalid_value");
     const json content = m.contains("content") ? m["content"] : json("");
     if (content.is_string()) {
         out.push_back({{"role", role}, {"content", content}});
         return;
     }
-    if (!content.is_array()) throw bad("'" + param + ".content' must be a string or an array of blocks", param);
+    if (!content.is_array())
+        throw bad_request("'" + param + ".content' must be a string or an array of blocks", param, "invalid_value");
     std::string text, thinking;
     json calls = json::array();
     for (size_t k = 0; k < content.size(); ++k) {
@@ -49,7 +49,8 @@ void add_message(const json & m, size_t i, json & out) {
         } else if (type == "redacted_thinking") {
             continue;
         } else if (type == "tool_use" && role == "assistant") {
-            if (!b.contains("id") || !b.contains("name")) throw bad("'" + bparam + "' needs an id and a name", bparam);
+            if (!b.contains("id") || !b.contains("name"))
+                throw bad_request("'" + bparam + "' needs an id and a name", bparam, "invalid_value");
             calls.push_back(
                 {{"id", b["id"]},
                  {"type", "function"},
@@ -62,8 +63,9 @@ void add_message(const json & m, size_t i, json & out) {
             throw bad_request("'" + bparam + "': " + type + " blocks are not supported (text only)", bparam,
                               "unsupported_value");
         } else {
-            throw bad("'" + bparam + "': a block of type '" + type + "' is not allowed in a " + role + " message",
-                      bparam);
+            throw bad_request(
+                "'" + bparam + "': a block of type '" + type + "' is not allowed in a " + role + " message", bparam,
+                "invalid_value");
         }
     }
     if (role == "assistant") {
@@ -77,12 +79,13 @@ void add_message(const json & m, size_t i, json & out) {
 }
 
 json tools_of(const json & tools) {
-    if (!tools.is_array()) throw bad("'tools' must be an array", "tools");
+    if (!tools.is_array()) throw bad_request("'tools' must be an array", "tools", "invalid_value");
     json out = json::array();
     for (size_t i = 0; i < tools.size(); ++i) {
         const json & t = tools[i];
         const std::string param = "tools[" + std::to_string(i) + "]";
-        if (!t.is_object() || !t.contains("name")) throw bad("'" + param + "' needs a name", param);
+        if (!t.is_object() || !t.contains("name"))
+            throw bad_request("'" + param + "' needs a name", param, "invalid_value");
         const std::string type = t.value("type", "custom");
         if (type != "custom") {
             throw bad_request("'" + param + "': server tools (" + type + ") are not supported", param,
@@ -96,14 +99,14 @@ json tools_of(const json & tools) {
 }
 
 json tool_choice_of(const json & c, json & body) {
-    if (!c.is_object()) throw bad("'tool_choice' must be an object", "tool_choice");
+    if (!c.is_object()) throw bad_request("'tool_choice' must be an object", "tool_choice", "invalid_value");
     if (c.value("disable_parallel_tool_use", false)) body["parallel_tool_calls"] = false;
     const std::string type = c.value("type", "auto");
     if (type == "auto") return "auto";
     if (type == "any") return "required";
     if (type == "none") return "none";
     if (type == "tool") return {{"type", "function"}, {"function", {{"name", c.value("name", "")}}}};
-    throw bad("'tool_choice.type' must be auto, any, tool or none", "tool_choice");
+    throw bad_request("'tool_choice.type' must be auto, any, tool or none", "tool_choice", "invalid_value");
 }
 
 }  // namespace

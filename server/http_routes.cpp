@@ -496,19 +496,6 @@ void respond_streaming(const Request & req, Response & res, std::vector<Choice> 
         });
 }
 
-Pooling pooling_of(const ServerOptions & o) {
-    switch (o.pooling) {
-        case LLAMA_POOLING_TYPE_NONE:
-            return Pooling::None;
-        case LLAMA_POOLING_TYPE_CLS:
-            return Pooling::Cls;
-        case LLAMA_POOLING_TYPE_LAST:
-            return Pooling::Last;
-        default:
-            return Pooling::Mean;
-    }
-}
-
 // /v1/embeddings (oai) and /embedding, /embeddings: every input a task of its
 // own, decoded in whichever slots are free.
 void handle_embeddings(ServerState & st, const Request & req, Response & res, bool oai) {
@@ -516,7 +503,7 @@ void handle_embeddings(ServerState & st, const Request & req, Response & res, bo
         throw not_supported("This server does not support embeddings. Start it with `--embeddings`");
     }
     const json body = parse_json_body(req.body);
-    const Pooling pooling = pooling_of(st.opts);
+    const Pooling pooling = st.opts.pooling;
     if (oai && pooling == Pooling::None) {
         throw bad_request("Pooling type 'none' is not OAI compatible. Please use a different pooling type", "", "");
     }
@@ -689,13 +676,6 @@ std::string metrics_endpoint(const std::string & path) {
         }
     }
     return "other";
-}
-
-bool bool_field(const json & body, const char * name, bool fallback) {
-    const auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) throw bad_request(std::string("'") + name + "' must be a boolean", name, "invalid_type");
-    return it->get<bool>();
 }
 
 bool is_valid_utf8(const std::string & s) {

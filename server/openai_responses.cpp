@@ -4,14 +4,11 @@ namespace llama_tp::server {
 
 namespace {
 
-ApiError bad(const std::string & message, const std::string & param) {
-    return bad_request(message, param, "invalid_value");
-}
-
 // The text of a message item's content: a string, or input_text / output_text parts.
 std::string content_text(const json & content, const std::string & param) {
     if (content.is_string()) return content.get<std::string>();
-    if (!content.is_array()) throw bad("'" + param + "' must be a string or an array of parts", param);
+    if (!content.is_array())
+        throw bad_request("'" + param + "' must be a string or an array of parts", param, "invalid_value");
     std::string out;
     for (size_t i = 0; i < content.size(); ++i) {
         const json & p = content[i];
@@ -23,7 +20,7 @@ std::string content_text(const json & content, const std::string & param) {
             throw bad_request("'" + pparam + "': " + type + " parts are not supported (text only)", pparam,
                               "unsupported_value");
         } else {
-            throw bad("'" + pparam + "': unknown part type '" + type + "'", pparam);
+            throw bad_request("'" + pparam + "': unknown part type '" + type + "'", pparam, "invalid_value");
         }
     }
     return out;
@@ -31,13 +28,14 @@ std::string content_text(const json & content, const std::string & param) {
 
 void add_item(const json & item, size_t i, json & messages) {
     const std::string param = "input[" + std::to_string(i) + "]";
-    if (!item.is_object()) throw bad("'" + param + "' must be an object", param);
+    if (!item.is_object()) throw bad_request("'" + param + "' must be an object", param, "invalid_value");
     const std::string type = item.value("type", "message");
     if (type == "message") {
         std::string role = item.value("role", "");
         if (role == "developer") role = "system";
         if (role != "user" && role != "assistant" && role != "system") {
-            throw bad("'" + param + ".role' must be user, assistant, system or developer", param);
+            throw bad_request("'" + param + ".role' must be user, assistant, system or developer", param,
+                              "invalid_value");
         }
         messages.push_back(
             {{"role", role}, {"content", content_text(item.contains("content") ? item["content"] : json(""), param)}});
@@ -85,7 +83,7 @@ json chat_body_from_responses(const json & in) {
     } else if (input.is_array()) {
         for (size_t i = 0; i < input.size(); ++i) add_item(input[i], i, messages);
     } else {
-        throw bad("'input' must be a string or an array of items", "input");
+        throw bad_request("'input' must be a string or an array of items", "input", "invalid_value");
     }
     json body = {{"messages", messages}};
     for (const char * same : {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "tool_choice"}) {
@@ -96,7 +94,7 @@ json chat_body_from_responses(const json & in) {
     }
     if (in.contains("max_output_tokens")) body["max_tokens"] = in["max_output_tokens"];
     if (in.contains("tools")) {
-        if (!in["tools"].is_array()) throw bad("'tools' must be an array", "tools");
+        if (!in["tools"].is_array()) throw bad_request("'tools' must be an array", "tools", "invalid_value");
         json tools = json::array();
         for (size_t i = 0; i < in["tools"].size(); ++i) {
             const json & t = in["tools"][i];

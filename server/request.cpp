@@ -588,6 +588,10 @@ std::vector<SamplerStage> sampler_order(const json & v, const std::string & para
     return out;
 }
 
+bool bool_field(const json & body, const char * name, bool fallback) {
+    return get_bool(body, name, fallback);
+}
+
 json parse_json_body(const std::string & body) {
     json j;
     try {

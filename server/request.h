@@ -87,6 +87,10 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
 // in order. Throws ApiError 400 naming `param` for an unknown one.
 std::vector<SamplerStage> sampler_order(const json & names_or_codes, const std::string & param);
 
+// A boolean field of a body; fallback when absent or null. Throws ApiError
+// 400 naming it when it is something else.
+bool bool_field(const json & body, const char * name, bool fallback);
+
 // Parses a request body, throwing ApiError 400 when it is not a JSON object.
 json parse_json_body(const std::string & body);
 

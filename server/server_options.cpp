@@ -312,12 +312,24 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.spm_infill = p.spm_infill;
     o.embeddings = p.embedding;
     o.engine.embeddings = p.embedding;
-    o.pooling = (int) p.pooling_type;
     o.embd_normalize = p.embd_normalize;
-    if (p.pooling_type == LLAMA_POOLING_TYPE_RANK) {
-        o.warnings.push_back(
-            "--pooling rank has no effect in llama-tp-server: reranking is not implemented; mean is used");
-        o.pooling = -1;
+    switch (p.pooling_type) {
+        case LLAMA_POOLING_TYPE_NONE:
+            o.pooling = Pooling::None;
+            break;
+        case LLAMA_POOLING_TYPE_CLS:
+            o.pooling = Pooling::Cls;
+            break;
+        case LLAMA_POOLING_TYPE_LAST:
+            o.pooling = Pooling::Last;
+            break;
+        case LLAMA_POOLING_TYPE_RANK:
+            o.warnings.push_back(
+                "--pooling rank has no effect in llama-tp-server: reranking is not implemented; mean is used");
+            o.pooling = Pooling::Mean;
+            break;
+        default:
+            o.pooling = Pooling::Mean;
     }
     o.sampling.order.clear();
     for (common_sampler_type t : s.samplers) {

@@ -5,6 +5,7 @@
 #include "plugin/engine.h"
 #include "plugin/sampler.h"
 #include "server/log.h"
+#include "server/task.h"
 
 #include <cstdint>
 #include <stdexcept>
@@ -48,12 +49,12 @@ struct ServerOptions {
     bool prefill_assistant = true;            // a trailing assistant message is continued
     std::map<std::string, std::string> template_kwargs;  // --chat-template-kwargs (JSON values)
 
-    SamplingParams sampling;  // defaults for requests that leave a field out
-    bool ignore_eos = false;  // --ignore-eos: the default of requests
-    bool spm_infill = false;  // /infill puts the suffix before the prefix
-    bool embeddings = false;  // --embeddings: the embedding routes, and no generation
-    int pooling = -1;         // llama_pooling_type of --pooling; -1: mean
-    int embd_normalize = 2;   // --embd-normalize
+    SamplingParams sampling;          // defaults for requests that leave a field out
+    bool ignore_eos = false;          // --ignore-eos: the default of requests
+    bool spm_infill = false;          // /infill puts the suffix before the prefix
+    bool embeddings = false;          // --embeddings: the embedding routes, and no generation
+    Pooling pooling = Pooling::Mean;  // --pooling (rank and unspecified: mean)
+    int embd_normalize = 2;           // --embd-normalize
     bool verbose = false;
     bool context_given = false;         // -c on the command line or in the environment
     std::vector<std::string> warnings;  // one line per flag accepted without effect
