@@ -1,5 +1,6 @@
 #include "plugin/decoder_graph.h"
 
+#include "ggml-ext/exact_matmul.h"
 #include "ggml-ext/exact_sum.h"
 #include "ggml-ext/row_attention.h"
 
@@ -32,22 +33,31 @@ struct Builder {
         return reduce ? ggml_cluster_allreduce(ctx, x, reduce->fn, reduce->user) : x;
     }
 
-    // x @ W summed over the group, for a row-parallel W held in column pieces:
+    // x @ W summed over the group, for a row-parallel W (RowParallelWeight):
     // product(piece, its columns of x) is one piece's partial result. Without
-    // split-invariant sums there is one piece, reduced in F32. With them each
-    // piece's product is added in double, the doubles are reduced, and the
-    // total is rounded once (ggml-ext/exact_sum.h). rows, when given, picks
-    // the result rows that go on (before the reduction where it can).
+    // split-invariant sums there is one piece, reduced in F32. With them every
+    // cell of the reduction grid is summed on its own and the cells are added
+    // in double, in one pass (ggml-ext/exact_matmul.h) or one product per cell
+    // (ggml-ext/exact_sum.h); the doubles are reduced and the total is rounded
+    // once. rows, when given, picks the result rows that go on (before the
+    // reduction).
     template <typename Product>
-    ggml_tensor * row_parallel(const std::vector<ggml_tensor *> & pieces, ggml_tensor * x, ggml_tensor * rows,
-                               const Product & product) const {
+    ggml_tensor * row_parallel(const RowParallelWeight & weight, const std::vector<int64_t> & cells, ggml_tensor * x,
+                               ggml_tensor * rows, const Product & product) const {
         if (!exact) {
-            ggml_tensor * part = product(pieces[0], x);
+            ggml_tensor * part = product(weight.pieces[0], x);
             return all_reduce(rows ? ggml_get_rows(ctx, part, rows) : part);
+        }
+        if (weight.one_pass) {
+            // Each output of the one-pass product depends on its own token
+            // only, so the rows can be picked first.
+            if (rows) x = ggml_get_rows(ctx, x, rows);
+            if (!reduce) return ggml_ext_exact_matmul(ctx, weight.pieces[0], x, cells.data(), GGML_TYPE_F32);
+            return exact_total(ggml_ext_exact_matmul(ctx, weight.pieces[0], x, cells.data(), GGML_TYPE_F64));
         }
         std::vector<ggml_tensor *> parts;
         size_t offset = 0;
-        for (ggml_tensor * w : pieces) {
+        for (ggml_tensor * w : weight.pieces) {
             ggml_tensor * xs = ggml_view_3d(ctx, x, w->ne[0], x->ne[1], x->ne[2], x->nb[1], x->nb[2], offset);
             // Contiguous: the kernels of repacked weights quantize four input
             // rows at a time as if they were contiguous, so a strided view
@@ -55,15 +65,19 @@ struct Builder {
             parts.push_back(product(w, ggml_cont(ctx, xs)));
             offset += (size_t) w->ne[0] * x->nb[0];
         }
-        ggml_tensor * acc = ggml_ext_exact_sum(ctx, parts.data(), (int) parts.size());
-        if (reduce) acc = ggml_cluster_allreduce(ctx, acc, reduce->fn_f64, reduce->user);
-        ggml_tensor * sum = ggml_ext_exact_round(ctx, acc);
+        ggml_tensor * sum = exact_total(ggml_ext_exact_sum(ctx, parts.data(), (int) parts.size()));
         return rows ? ggml_get_rows(ctx, sum, rows) : sum;
     }
 
     // A product for row_parallel: the plain matrix product.
     auto matmul() const {
         return [this](ggml_tensor * w, ggml_tensor * x) { return ggml_mul_mat(ctx, w, x); };
+    }
+
+    // A rank's double sums reduced across the group and rounded once.
+    ggml_tensor * exact_total(ggml_tensor * acc) const {
+        if (reduce) acc = ggml_cluster_allreduce(ctx, acc, reduce->fn_f64, reduce->user);
+        return ggml_ext_exact_round(ctx, acc);
     }
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * weight) const {
@@ -143,14 +157,15 @@ struct Builder {
             attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
             mask_offset += (size_t) run.window * run.size();
         }
-        return row_parallel(l.wo, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens), rows, matmul());
+        return row_parallel(l.wo, w.o_cell_bounds, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens), rows,
+                            matmul());
     }
 
     // The SwiGLU FFN, each rank computing its slice of the width, summed over the group.
     ggml_tensor * dense_ffn(const LayerWeights & l, ggml_tensor * cur) const {
         ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
         ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
-        return row_parallel(l.ffn_down, ggml_swiglu_split(ctx, gate, up), nullptr, matmul());
+        return row_parallel(l.ffn_down, w.ff_cell_bounds, ggml_swiglu_split(ctx, gate, up), nullptr, matmul());
     }
 
     // Mixture of experts: the router is mirrored, so every rank picks the same
@@ -180,7 +195,7 @@ struct Builder {
             }
             return K == 1 ? ggml_cont(ctx, sum) : sum;
         };
-        return row_parallel(l.ffn_down_exps, ggml_swiglu_split(ctx, gate, up), nullptr, experts);
+        return row_parallel(l.ffn_down_exps, w.ff_cell_bounds, ggml_swiglu_split(ctx, gate, up), nullptr, experts);
     }
 };
 

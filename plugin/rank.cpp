@@ -27,7 +27,7 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
 Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config) : hp_(hp), config_(config) {
     ggml_backend_dev_t device = config.device;
     if (!device) throw Error("rank " + std::to_string(config.rank) + " has no backend device");
-    weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, device, config.progress);
+    weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, config.split_invariant, device, config.progress);
     vocab_begin_ = config.shard ? config.shard->vocab.begin : 0;
     backend_.reset(ggml_backend_dev_init(device, nullptr));
     if (!backend_) {

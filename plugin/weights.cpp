@@ -1,5 +1,7 @@
 #include "plugin/weights.h"
 
+#include "ggml-ext/exact_matmul.h"
+
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 #include "plugin/shard_plan.h"
@@ -64,12 +66,12 @@ bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buf
 
 }  // namespace
 
-ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard,
+ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, bool split_invariant,
                            ggml_backend_dev_t device, bool progress)
     : device_(device) {
     host_buft_ = ggml_backend_dev_buffer_type(device);
     repack_buft_ = find_repack_buft(device);
-    // Every piece of a row-parallel matrix is a tensor of its own.
+    // Split-invariant sums may keep every cell of a row-parallel matrix in a tensor of its own.
     const size_t n_pieces = shard ? shard->o_pieces.size() + shard->ff_pieces.size() : 0;
     const size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * n_pieces;
     host_ctx_.reset(new_meta_context(n_max));
@@ -89,21 +91,35 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     const TensorSlice kv_cols = shard ? cols(shard->kv_heads, hd) : TensorSlice{};
     const TensorSlice ff_rows = shard ? rows(shard->ff, 1) : TensorSlice{};
     const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
-    // Column slices of the row-parallel matrices' pieces (one whole piece on one device).
-    auto pieces = [&](const std::vector<ShardRange> * ranges, int64_t unit) {
-        std::vector<TensorSlice> slices;
-        for (const ShardRange & r : ranges ? *ranges : std::vector<ShardRange>{}) slices.push_back(cols(r, unit));
-        if (slices.empty()) slices.push_back(TensorSlice{});
-        return slices;
-    };
-    const std::vector<TensorSlice> o_pieces = pieces(shard ? &shard->o_pieces : nullptr, hd);
-    const std::vector<TensorSlice> ff_pieces = pieces(shard ? &shard->ff_pieces : nullptr, 1);
-    auto declare_pieces = [&](const std::string & name, const std::vector<int64_t> & shape,
-                              const std::vector<TensorSlice> & slices) {
-        std::vector<ggml_tensor *> out;
-        for (const TensorSlice & slice : slices) out.push_back(declare(file, name, shape, true, slice));
+    const TensorSlice ff_cols = shard ? cols(shard->ff, 1) : TensorSlice{};
+    // The cells of the row-parallel matrices, in columns from this rank's first.
+    auto bounds = [](const std::vector<ShardRange> & pieces, int64_t unit) {
+        std::vector<int64_t> out{0};
+        for (const ShardRange & r : pieces) out.push_back((r.end - pieces.front().begin) * unit);
         return out;
     };
+    const int64_t ff_width = hp.is_moe() ? hp.n_ff_exp : F;
+    o_cell_bounds = shard ? bounds(shard->o_pieces, hd) : std::vector<int64_t>{0, Q};
+    ff_cell_bounds = shard ? bounds(shard->ff_pieces, 1) : std::vector<int64_t>{0, ff_width};
+    // With split-invariant sums a row-parallel matrix is multiplied in one
+    // pass over its cells where ggml-ext has a kernel for its type (then it
+    // keeps ggml's plain layout), else one product per cell, each cell a
+    // tensor of its own that ggml's kernels take as they take any matrix.
+    auto row_parallel = [&](const std::string & name, const std::vector<int64_t> & shape, TensorSlice whole,
+                            const std::vector<ShardRange> * cells, int64_t unit, bool one_pass_allowed) {
+        RowParallelWeight w;
+        const ggml_tensor * desc = file.find_tensor(name);
+        w.one_pass = split_invariant && one_pass_allowed && desc && ggml_ext_exact_matmul_takes(desc->type);
+        if (!split_invariant || w.one_pass) {
+            w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));
+            return w;
+        }
+        GGML_ASSERT(cells != nullptr);  // split-invariant sums always come with a shard plan
+        for (const ShardRange & r : *cells) w.pieces.push_back(declare(file, name, shape, true, cols(r, unit)));
+        return w;
+    };
+    const std::vector<ShardRange> * o_cells = shard ? &shard->o_pieces : nullptr;
+    const std::vector<ShardRange> * ff_cells = shard ? &shard->ff_pieces : nullptr;
 
     // Under tensor parallelism the embedding table is split by vocabulary like
     // the output head (a tied head then is the same shard): each rank looks up
@@ -120,7 +136,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
         l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
         l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
-        l.wo = declare_pieces(p + "attn_output.weight", {Q, E}, o_pieces);
+        l.wo = row_parallel(p + "attn_output.weight", {Q, E}, q_cols, o_cells, hd, true);
         if (hp.has_qkv_bias()) {
             // A bias is one row: its slice is a column range.
             l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
@@ -137,11 +153,12 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
             l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, ff_rows);
             l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, ff_rows);
-            l.ffn_down_exps = declare_pieces(p + "ffn_down_exps.weight", {FX, E, X}, ff_pieces);
+            // Experts: one product per cell (mul_mat_id has no one-pass form).
+            l.ffn_down_exps = row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ff_cols, ff_cells, 1, false);
         } else {
             l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
             l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
-            l.ffn_down = declare_pieces(p + "ffn_down.weight", {F, E}, ff_pieces);
+            l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cols, ff_cells, 1, true);
         }
     }
     allocate_and_read(file, progress);

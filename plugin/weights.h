@@ -29,14 +29,20 @@ struct TensorSlice {
     int64_t end = 0;
 };
 
+// A row-parallel matrix (attn_output, ffn_down): the rank's columns in one
+// tensor; with split-invariant sums, unless one_pass, one tensor per cell of
+// the reduction grid (RankShard::o_pieces, ff_pieces).
+struct RowParallelWeight {
+    std::vector<ggml_tensor *> pieces;
+    bool one_pass = false;  // split-invariant, every cell in one ggml_ext_exact_matmul
+};
+
 struct LayerWeights {
     ggml_tensor * attn_norm = nullptr;
     ggml_tensor * wq = nullptr;
     ggml_tensor * wk = nullptr;
     ggml_tensor * wv = nullptr;
-    // Row-parallel matrices come in pieces of consecutive columns, each
-    // multiplied and summed on its own (RankShard::o_pieces, ff_pieces).
-    std::vector<ggml_tensor *> wo;
+    RowParallelWeight wo;
     ggml_tensor * bq = nullptr;  // qwen2
     ggml_tensor * bk = nullptr;
     ggml_tensor * bv = nullptr;
@@ -45,11 +51,11 @@ struct LayerWeights {
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
-    std::vector<ggml_tensor *> ffn_down;
+    RowParallelWeight ffn_down;
     ggml_tensor * ffn_router = nullptr;  // MoE: [n_embd, n_expert], mirrored
     ggml_tensor * ffn_gate_exps = nullptr;
     ggml_tensor * ffn_up_exps = nullptr;
-    std::vector<ggml_tensor *> ffn_down_exps;
+    RowParallelWeight ffn_down_exps;
 };
 
 class ModelWeights {
@@ -58,8 +64,10 @@ class ModelWeights {
     // rank reads only the bytes of its own slices. Throws llama_tp::Error
     // naming the file and tensor when a tensor is missing, has the wrong
     // shape, or cannot be read.
-    ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, ggml_backend_dev_t device,
-                 bool progress);
+    // split_invariant: the row-parallel matrices are multiplied cell by cell
+    // (ShardPlan, RowParallelWeight).
+    ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, bool split_invariant,
+                 ggml_backend_dev_t device, bool progress);
     ModelWeights(const ModelWeights &) = delete;
     ModelWeights & operator=(const ModelWeights &) = delete;
 
@@ -68,6 +76,9 @@ class ModelWeights {
     ggml_tensor * output = nullptr;  // token_embd when the head is tied
     ggml_tensor * rope_freqs = nullptr;
     std::vector<LayerWeights> layers;
+    // The cells of the row-parallel matrices as column offsets in this rank's
+    // columns: 0 first, the width last (one cell without split-invariant sums).
+    std::vector<int64_t> o_cell_bounds, ff_cell_bounds;
 
     uint64_t total_bytes() const;
     int64_t n_params() const { return n_params_; }

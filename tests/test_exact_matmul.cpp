@@ -1,0 +1,191 @@
+// ggml_ext_exact_matmul on the CPU: the cells of a split add up to the whole
+// matrix's result, every output is the same whatever batch or thread count
+// computes it, the result is the product it should be, and every q8_0 kernel
+// this build has gives the scalar kernel's bits.
+
+#include "ggml-ext/exact_matmul.h"
+#include "ggml-ext/exact_sum.h"
+#include "ggml-ext/q8_0_cells.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+namespace {
+
+constexpr int64_t kK = 1536, kM = 37, kT = 11;  // 37 rows: a partial tile for every thread count
+// Uneven cells, as the reduction grid's are, down to two blocks.
+const std::vector<int64_t> kBounds{0, 256, 768, 832, 1536};
+
+struct Context {
+    ggml_context * ctx;
+    Context() {
+        ggml_init_params params = {256u << 20, nullptr, false};
+        ctx = ggml_init(params);
+    }
+    ~Context() { ggml_free(ctx); }
+};
+
+std::vector<float> random_values(int64_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> value(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (float & x : v) x = value(rng);
+    return v;
+}
+
+// W [K, M] in q8_0 from float values, and columns [begin, end) of it.
+ggml_tensor * matrix(ggml_context * ctx, const std::vector<float> & values) {
+    ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, kK, kM);
+    ggml_quantize_chunk(GGML_TYPE_Q8_0, values.data(), w->data, 0, kM, kK, nullptr);
+    return w;
+}
+
+ggml_tensor * columns(ggml_context * ctx, const ggml_tensor * w, int64_t begin, int64_t end) {
+    ggml_tensor * part = ggml_new_tensor_2d(ctx, w->type, end - begin, w->ne[1]);
+    const size_t offset = ggml_row_size(w->type, begin), bytes = ggml_row_size(w->type, end - begin);
+    for (int64_t r = 0; r < w->ne[1]; ++r) {
+        std::memcpy(static_cast<char *>(part->data) + r * part->nb[1],
+                    static_cast<const char *>(w->data) + r * w->nb[1] + offset, bytes);
+    }
+    return part;
+}
+
+ggml_tensor * tokens(ggml_context * ctx, const std::vector<float> & values, int64_t n) {
+    ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kK, n);
+    std::memcpy(x->data, values.data(), (size_t) (kK * n) * sizeof(float));
+    return x;
+}
+
+template <typename T>
+std::vector<T> compute(ggml_context * ctx, ggml_tensor * out, int threads) {
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    EXPECT_EQ(ggml_graph_compute_with_ctx(ctx, gf, threads), GGML_STATUS_SUCCESS);
+    const T * y = static_cast<const T *>(out->data);
+    return std::vector<T>(y, y + ggml_nelements(out));
+}
+
+TEST(ExactMatmul, TwoRanksOfCellsAddUpToOneDevice) {
+    Context c;
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 1));
+    ggml_tensor * x = tokens(c.ctx, random_values(kK * kT, 2), kT);
+    // One device: the sums rounded in the product itself, as exact_round rounds them.
+    const std::vector<float> whole =
+        compute<float>(c.ctx, ggml_ext_exact_matmul(c.ctx, w, x, kBounds.data(), GGML_TYPE_F32), 2);
+    const std::vector<float> rounded = compute<float>(
+        c.ctx, ggml_ext_exact_round(c.ctx, ggml_ext_exact_matmul(c.ctx, w, x, kBounds.data(), GGML_TYPE_F64)), 2);
+    EXPECT_EQ(0, std::memcmp(whole.data(), rounded.data(), whole.size() * sizeof(float)));
+    // Rank 0 holds cells 0 and 1, rank 1 cells 2 and 3: each gets its columns
+    // of x and bounds from 0.
+    const std::vector<int64_t> first{0, 256, 768}, second{0, 64, 768};
+    ggml_tensor * x0 = ggml_view_2d(c.ctx, x, 768, kT, x->nb[1], 0);
+    ggml_tensor * x1 = ggml_view_2d(c.ctx, x, 768, kT, x->nb[1], 768 * sizeof(float));
+    ggml_tensor * parts[2] = {
+        ggml_ext_exact_matmul(c.ctx, columns(c.ctx, w, 0, 768), x0, first.data(), GGML_TYPE_F64),
+        ggml_ext_exact_matmul(c.ctx, columns(c.ctx, w, 768, kK), x1, second.data(), GGML_TYPE_F64),
+    };
+    const std::vector<double> p0 = compute<double>(c.ctx, parts[0], 1);
+    const std::vector<double> p1 = compute<double>(c.ctx, parts[1], 3);
+    size_t differ = 0;
+    for (size_t i = 0; i < whole.size(); ++i) differ += (float) (p0[i] + p1[i]) != whole[i];
+    EXPECT_EQ(differ, 0u);
+}
+
+TEST(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
+    Context c;
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3));
+    const std::vector<float> xs = random_values(kK * kT, 4);
+    const std::vector<double> batch = compute<double>(
+        c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, xs, kT), kBounds.data(), GGML_TYPE_F64), 2);
+    for (const int threads : {1, 3}) {
+        for (int64_t t = 0; t < kT; ++t) {
+            SCOPED_TRACE("threads=" + std::to_string(threads) + " token=" + std::to_string(t));
+            const std::vector<float> one(xs.begin() + t * kK, xs.begin() + (t + 1) * kK);
+            const std::vector<double> alone = compute<double>(
+                c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, one, 1), kBounds.data(), GGML_TYPE_F64), threads);
+            EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * kM, kM * sizeof(double)));
+        }
+    }
+}
+
+TEST(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
+    Context c;
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 5));
+    const std::vector<float> xs = random_values(kK * kT, 6);
+    const std::vector<double> y = compute<double>(
+        c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, xs, kT), kBounds.data(), GGML_TYPE_F64), 2);
+    std::vector<float> wf(kK * kM);
+    ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float(w->data, wf.data(), kK * kM);
+    // x is rounded to 8 bits per block as well: allow for that, relative to
+    // the sum of |terms|.
+    const double tolerance = 1e-2;
+    for (int64_t t = 0; t < kT; ++t) {
+        for (int64_t m = 0; m < kM; ++m) {
+            double exact = 0.0, magnitude = 0.0;
+            for (int64_t k = 0; k < kK; ++k) {
+                exact += (double) wf[m * kK + k] * xs[t * kK + k];
+                magnitude += std::fabs((double) wf[m * kK + k] * xs[t * kK + k]);
+            }
+            ASSERT_NEAR(y[t * kM + m], exact, tolerance * magnitude) << "row " << m << " token " << t;
+        }
+    }
+}
+
+// Random q8_0 blocks, full range of bytes and scales.
+std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(-127, 127);
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    std::vector<ggml_ext::BlockQ8_0> blocks(n);
+    for (auto & b : blocks) {
+        b.d = ggml_fp32_to_fp16(scale(rng));
+        for (int8_t & q : b.qs) q = (int8_t) byte(rng);
+    }
+    return blocks;
+}
+
+TEST(Q8Cells, EveryKernelGivesTheScalarKernelsBits) {
+    const std::vector<ggml_ext::Q8Kernel> kernels = ggml_ext::q8_kernels_available();
+    ASSERT_EQ(kernels.front(), ggml_ext::Q8Kernel::Scalar);
+    constexpr int64_t n_blocks = 13;
+    const std::vector<int64_t> bounds{0, 2, 3, 9, 13};  // cells of 2, 1, 6 and 4 blocks
+    const auto w_blocks = random_blocks(ggml_ext::kQ8TileRows * n_blocks, 7);
+    const auto x_blocks = random_blocks(ggml_ext::kQ8TileTokens * n_blocks, 8);
+    const ggml_ext::BlockQ8_0 * w[ggml_ext::kQ8TileRows];
+    const ggml_ext::BlockQ8_0 * x[ggml_ext::kQ8TileTokens];
+    for (int i = 0; i < ggml_ext::kQ8TileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    for (int j = 0; j < ggml_ext::kQ8TileTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
+    constexpr int64_t ld = ggml_ext::kQ8TileRows;
+    for (ggml_ext::Q8Kernel kernel : kernels) {
+        for (int nr = 1; nr <= ggml_ext::kQ8TileRows; ++nr) {
+            for (int nc = 1; nc <= ggml_ext::kQ8TileTokens; ++nc) {
+                SCOPED_TRACE(std::string(ggml_ext::q8_kernel_name(kernel)) + " " + std::to_string(nr) + "x" +
+                             std::to_string(nc));
+                std::vector<double> got(ld * nc), want(ld * nc);
+                ggml_ext::q8_tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
+                ggml_ext::q8_tile(ggml_ext::Q8Kernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
+                for (int j = 0; j < nc; ++j) {
+                    // A 1 x 1 tile computes the same output as this tile's.
+                    double alone = 0.0;
+                    ggml_ext::q8_tile(ggml_ext::Q8Kernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
+                    EXPECT_EQ(0, std::memcmp(&got[j * ld], &want[j * ld], nr * sizeof(double)));
+                    EXPECT_EQ(alone, want[j * ld]);
+                }
+            }
+        }
+    }
+    std::string names;
+    for (ggml_ext::Q8Kernel kernel : kernels) names += std::string(" ") + ggml_ext::q8_kernel_name(kernel);
+    std::printf("q8_0 kernels compared:%s\n", names.c_str());
+}
+
+}  // namespace
