@@ -12,6 +12,7 @@
 #include "plugin/step.h"
 #include "plugin/thread_rank_group.h"
 #include "plugin/tokenizer.h"
+#include "plugin/weights.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -60,9 +61,10 @@ class TensorParallelEngine final : public Engine {
                         std::to_string(hp_.n_vocab) + " rows");
         }
         validate_options();
+        decide_sums(file);
         const int tp = options_.tp, n_ranks = tp * n_processes;
-        const bool sharded = n_ranks > 1 || options_.split_invariant;
-        if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.split_invariant);
+        const bool sharded = n_ranks > 1 || options_.exact_sums();
+        if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
         cells_ = std::make_unique<KvCells>(options_.n_ctx, options_.n_seq_max, options_.kv_unified);
         RankSetup setup;
         setup.file = &file;
@@ -228,8 +230,21 @@ class TensorParallelEngine final : public Engine {
         if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
         check_kv_type(options_.kv_types.k, hp_.head_dim, "the K");
         check_kv_type(options_.kv_types.v, hp_.head_dim, "the V");
-        if (options_.split_invariant && options_.allreduce_bf16) {
+        if (options_.split_invariant == true && options_.allreduce_bf16) {
             throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
+        }
+    }
+
+    // Split-invariant sums unless asked otherwise, where they cost nothing.
+    void decide_sums(const GgufFile & file) {
+        if (options_.split_invariant) return;
+        const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
+        options_.split_invariant = one_pass && !options_.allreduce_bf16;
+        if (!one_pass && (!options_.processes || options_.processes->rank() == 0)) {
+            std::fprintf(stderr,
+                         "llama-tp: float sums (results move with --tp / -ts): this model's attn_output and "
+                         "ffn_down are not all dense q8_0, which split-invariant sums multiply in one pass; "
+                         "--split-invariant forces them (one product per grid cell, 7-15%% slower on one device)\n");
         }
     }
 
@@ -298,8 +313,8 @@ class TensorParallelEngine final : public Engine {
         return "model: " + std::to_string(file.file_size()) + " bytes, header digest " + digest + "\n" +
                "build: " + LLAMA_TP_BUILD_ID + "\n" + "ranks per process: " + std::to_string(options_.tp) + "\n" +
                "tensor split: " + (split.empty() ? "even" : split) + "\n" + "allreduce: " + options_.allreduce +
-               (options_.allreduce_bf16 ? ", bf16 wire" : ", f32 wire") + "\n" +
-               "split-invariant: " + (options_.split_invariant ? "yes" : "no") + "\n" +
+               (options_.allreduce_bf16 ? ", bf16 wire" : ", f32 wire") + "\n" + "split-invariant: " +
+               (options_.split_invariant ? (*options_.split_invariant ? "yes" : "no") : "where free") + "\n" +
                "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
                " sequences, " + (options_.kv_unified ? "unified" : "per sequence") + ", k " +
                kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v) + "\n" +

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,14 @@ struct EngineOptions {
     // Results that do not depend on the split: the row-parallel products are
     // summed on a reduction grid fixed by the model and added exactly, so
     // every --tp and -ts on the grid, one device included, gives the same
-    // logits (ShardPlan). Costs a product per grid cell and F64 on the wire
-    // (docs/benchmarks.md); not with a BF16 wire.
-    bool split_invariant = false;
+    // logits (ShardPlan); F64 crosses the wire. false: ggml's float sums
+    // (--no-split-invariant), upstream's numbers on one device. Unset: on
+    // where it costs nothing, when every row-parallel matrix of the model is
+    // multiplied in one pass (ModelWeights::row_parallel_in_one_pass) and the
+    // wire is not BF16 (which rounds the sums); the engine decides at load.
+    std::optional<bool> split_invariant;
+    // The mode in use, once the engine has decided (Engine::options()).
+    bool exact_sums() const { return split_invariant.value_or(false); }
 };
 
 class Engine {

@@ -21,7 +21,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.n_ranks = setup.n_ranks;
             rc.device = setup.device;
             rc.shard = setup.plan ? &setup.plan->ranks[rc.rank] : nullptr;
-            rc.split_invariant = o.split_invariant;
+            rc.split_invariant = o.exact_sums();
             rc.allreduce = allreduce_.get();
             rc.n_threads = setup.n_threads;
             rc.n_ctx = o.n_ctx;

@@ -64,7 +64,24 @@ bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buf
     return ok;
 }
 
+// Whether a row-parallel matrix is multiplied in one pass with split-invariant
+// sums (experts are not: mul_mat_id has no one-pass form).
+bool one_pass(const ggml_tensor * desc, bool experts) {
+    return desc && !experts && ggml_ext_exact_matmul_takes(desc->type);
+}
+
 }  // namespace
+
+bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams & hp) {
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        if (!one_pass(file.find_tensor(p + "attn_output.weight"), false) ||
+            !one_pass(file.find_tensor(p + "ffn_down.weight"), hp.is_moe())) {
+            return false;
+        }
+    }
+    return true;
+}
 
 ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, bool split_invariant,
                            ggml_backend_dev_t device, bool progress)
@@ -106,10 +123,9 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     // keeps ggml's plain layout), else one product per cell, each cell a
     // tensor of its own that ggml's kernels take as they take any matrix.
     auto row_parallel = [&](const std::string & name, const std::vector<int64_t> & shape, TensorSlice whole,
-                            const std::vector<ShardRange> * cells, int64_t unit, bool one_pass_allowed) {
+                            const std::vector<ShardRange> * cells, int64_t unit, bool experts) {
         RowParallelWeight w;
-        const ggml_tensor * desc = file.find_tensor(name);
-        w.one_pass = split_invariant && one_pass_allowed && desc && ggml_ext_exact_matmul_takes(desc->type);
+        w.one_pass = split_invariant && one_pass(file.find_tensor(name), experts);
         if (!split_invariant || w.one_pass) {
             w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));
             return w;
@@ -136,7 +152,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
         l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
         l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
-        l.wo = row_parallel(p + "attn_output.weight", {Q, E}, q_cols, o_cells, hd, true);
+        l.wo = row_parallel(p + "attn_output.weight", {Q, E}, q_cols, o_cells, hd, false);
         if (hp.has_qkv_bias()) {
             // A bias is one row: its slice is a column range.
             l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
@@ -153,12 +169,11 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
             l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, ff_rows);
             l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, ff_rows);
-            // Experts: one product per cell (mul_mat_id has no one-pass form).
-            l.ffn_down_exps = row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ff_cols, ff_cells, 1, false);
+            l.ffn_down_exps = row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ff_cols, ff_cells, 1, true);
         } else {
             l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
             l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
-            l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cols, ff_cells, 1, true);
+            l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cols, ff_cells, 1, false);
         }
     }
     allocate_and_read(file, progress);

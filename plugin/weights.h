@@ -80,6 +80,11 @@ class ModelWeights {
     // columns: 0 first, the width last (one cell without split-invariant sums).
     std::vector<int64_t> o_cell_bounds, ff_cell_bounds;
 
+    // Whether split-invariant sums multiply every row-parallel matrix of the
+    // model in one pass (RowParallelWeight::one_pass): dense layers whose
+    // attn_output and ffn_down ggml_ext_exact_matmul takes.
+    static bool row_parallel_in_one_pass(const GgufFile & file, const HParams & hp);
+
     uint64_t total_bytes() const;
     int64_t n_params() const { return n_params_; }
 

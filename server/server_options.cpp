@@ -138,8 +138,14 @@ const std::vector<Flag> & own_flags() {
          "",
          "LLAMA_ARG_SPLIT_INVARIANT",
          "logits that do not depend on --tp / -ts: row-parallel products summed exactly on a reduction grid "
-         "fixed by the model (a few more graph nodes per layer)",
+         "fixed by the model (default for dense models whose attn_output and ffn_down are q8_0, without "
+         "--bf16-wire)",
          [](ServerOptions & o, const std::string &, const std::string &) { o.engine.split_invariant = true; }},
+        {{"--no-split-invariant"},
+         "",
+         "LLAMA_ARG_NO_SPLIT_INVARIANT",
+         "ggml's float sums instead: upstream's numbers on one device, logits that move with --tp / -ts",
+         [](ServerOptions & o, const std::string &, const std::string &) { o.engine.split_invariant = false; }},
         {{"--max-body-size"},
          "N",
          "LLAMA_ARG_MAX_BODY_SIZE",

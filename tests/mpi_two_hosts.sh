@@ -5,7 +5,7 @@
 # that enters the other namespace (nsenter; no ssh), with a hostname of its
 # own. The namespaces are held by a sleeping process each rather than named
 # with `ip netns`, whose exec needs a mount namespace of its own (which a
-# chroot cannot give). Checks llama-tp-compare across the pair (default sums and
+# chroot cannot give). Checks llama-tp-compare across the pair (float sums and
 # split-invariant sums), that the traffic went over the veth pair, and a
 # model mismatch naming the other host.
 # Needs root and network namespaces; where the kernel refuses them the test
@@ -98,7 +98,7 @@ check() {  # description, compare arguments...
     grep -q "rank 1 of 2 on llama-tp-host-b" "$work/stderr.log" || {
         failures=$((failures + 1)); echo "FAILED: $what: rank 1 did not run on the second host" >&2; }
 }
-check "two hosts, default sums"
+check "two hosts, float sums" --no-split-invariant
 check "two hosts, split-invariant sums" --split-invariant
 
 # A different model file on the second host: refused on both, naming it.

@@ -141,6 +141,47 @@ def test_split_invariant_quantized_tp_gives_one_devices_logprobs(tmp_path):
     assert answers[2] == answers[0]
 
 
+def ready_line(s) -> str:
+    return [l for l in s.log_text().splitlines() if "ready:" in l][0]
+
+
+def test_split_invariant_sums_are_the_default_where_free(tmp_path):
+    # q8_0 dense layers have a one-pass exact product: split-invariant by
+    # default, so TP=2 answers with one device's numbers without the flag.
+    q8 = generated_model(tmp_path / "llama-q8_0.gguf")
+    body = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True, "logprobs": 3}
+    answers = []
+    for extra in (("-t", "1"), ("--tp", "2", "-t", "2")):
+        s = ServerProcess("-np", "1", "-c", "256", *extra, model=q8)
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            answers.append(r.json()["choices"][0]["logprobs"])
+            assert "split-invariant sums" in ready_line(s)
+        finally:
+            assert s.stop() == 0
+    assert answers[1] == answers[0]
+    # Asked for the float sums, or a BF16 wire: those.
+    for extra in (("--no-split-invariant",), ("--tp", "2", "-t", "2", "--bf16-wire")):
+        s = ServerProcess("-np", "1", "-c", "256", *extra, model=q8)
+        try:
+            assert s.post("/v1/completions", body).status_code == 200
+            assert "split-invariant" not in ready_line(s)
+        finally:
+            assert s.stop() == 0
+    # q4_k matrices take one product per grid cell (slower): float sums by
+    # default, with one line saying so; the flag still turns exact sums on.
+    q4 = generated_model(tmp_path / "llama-q4_k.gguf", weight_type="q4_k")
+    for extra, exact in (((), False), (("--split-invariant",), True)):
+        s = ServerProcess("-np", "1", "-c", "256", *extra, model=q4)
+        try:
+            assert s.post("/v1/completions", body).status_code == 200
+            assert ("split-invariant sums" in ready_line(s)) == exact
+            assert ("float sums" in s.log_text()) == (not exact)
+        finally:
+            assert s.stop() == 0
+
+
 def test_bf16_wire_serves_and_says_so():
     s = ServerProcess("--tp", "2", "-t", "2", "-c", "256", "--bf16-wire")
     try:

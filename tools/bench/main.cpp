@@ -209,7 +209,7 @@ int run(const Options & o) {
         "%d, "
         "\"n_gen\": %d, \"parallel\": %d, \"depth\": %d, \"repetitions\": %d",
         o.engine.model.c_str(), threads, mi.tp, o.engine.processes ? o.engine.processes->size() : 1,
-        o.engine.split_invariant ? "true" : "false", o.n_prompt, o.n_gen, o.n_parallel, o.depth, o.reps);
+        ours->options().exact_sums() ? "true" : "false", o.n_prompt, o.n_gen, o.n_parallel, o.depth, o.reps);
     std::printf(", \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f", median(f.ours_pp), tg);
     if (up) {
         const double upp = median(f.up_pp), utg = median(f.up_tg);

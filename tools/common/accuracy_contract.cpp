@@ -24,7 +24,7 @@ AccuracyBounds float_sums(std::string clause) {
 // that position's sum, so there only the mean KL is judged.
 AccuracyBounds quantized_sums(const ModelInfo & model) {
     AccuracyBounds b;
-    b.clause = model.moe ? "default sums, quantized MoE" : "default sums, quantized";
+    b.clause = model.moe ? "float sums, quantized MoE" : "float sums, quantized";
     b.near_tie = 2e-2;
     b.max_mean_kl = 1e-3;
     b.min_top1 = model.moe ? 0.0 : 0.97;
@@ -33,7 +33,7 @@ AccuracyBounds quantized_sums(const ModelInfo & model) {
 }
 
 AccuracyBounds reassociated(const ModelInfo & model) {
-    return model.quantized ? quantized_sums(model) : float_sums("default sums, float");
+    return model.quantized ? quantized_sums(model) : float_sums("float sums, float");
 }
 
 // A cache stored with fewer bits rounds every key and value it holds. With 8

@@ -1,7 +1,7 @@
 #pragma once
 // The flags every tool that loads a model shares, with the same names and
 // meaning as the server's: -m, -t, --tp, -ts, --allreduce, --bf16-wire,
-// --split-invariant.
+// --[no-]split-invariant.
 
 #include "ggml-ext/process_group.h"
 #include "plugin/engine.h"
@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ struct EngineFlags {
     std::vector<float> split;
     std::string allreduce = "auto";
     bool bf16 = false;
-    bool split_invariant = false;
+    std::optional<bool> split_invariant;  // unset: the engine decides (EngineOptions)
     KvTypes kv_types;
     std::map<int, std::string> model_path_of_process;
     // The processes of an MPI launch (see join_launched_processes), owned by main.
@@ -36,7 +37,9 @@ struct EngineFlags {
         "  --allreduce ENGINE        auto|cpu|butterfly (default auto; env LLAMA_TP_ALLREDUCE)\n"
         "  --bf16-wire               BF16 on the AllReduce wire\n"
         "  --split-invariant         logits that do not depend on --tp / -ts (exact sums on\n"
-        "                            a reduction grid fixed by the model)\n"
+        "                            a reduction grid fixed by the model; the default where\n"
+        "                            it costs nothing: q8_0 dense models, no --bf16-wire)\n"
+        "  --no-split-invariant      ggml's float sums, upstream's numbers on one device\n"
         "  --model-path-rank R=PATH  under mpirun: process R reads the model at PATH\n"
         "  -ctk, --cache-type-k T    KV cache type of keys: f16 (default), bf16, f32, q8_0, q4_0,\n"
         "                            q4_1, q5_0, q5_1, iq4_nl\n"
@@ -58,6 +61,8 @@ struct EngineFlags {
             bf16 = true;
         else if (f == "--split-invariant")
             split_invariant = true;
+        else if (f == "--no-split-invariant")
+            split_invariant = false;
         else if (f == "-ctk" || f == "--cache-type-k" || f == "-ctv" || f == "--cache-type-v") {
             const std::string v = a.value(f);
             try {
@@ -93,7 +98,10 @@ struct EngineFlags {
         eo.n_threads = threads;
         eo.tp = degree;
         eo.processes = joined ? processes : nullptr;
+        // A BF16 wire takes the float sums at every degree, so that a TP=1
+        // reference sums as the run it is compared with.
         eo.split_invariant = split_invariant;
+        if (!split_invariant && bf16) eo.split_invariant = false;
         eo.kv_types = kv_types;
         if (degree > 1 || eo.processes) {
             eo.tensor_split = split;

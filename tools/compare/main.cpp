@@ -40,9 +40,9 @@ const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options
                            "  against upstream: max |dp| <= 1e-3, top-1 100%, greedy tokens identical;\n"
                            "  split-invariant sums against tp1: max |dp| = 0 (1e-3 where a rank's slice is\n"
                            "    off the 16-row tiles);\n"
-                           "  default sums, float weights: max |dp| <= 1e-3, mean KL <= 1e-4, top-1 100%,\n"
+                           "  float sums, float weights: max |dp| <= 1e-3, mean KL <= 1e-4, top-1 100%,\n"
                            "    greedy identical;\n"
-                           "  default sums, quantized weights: mean KL <= 1e-3, top-1 >= 97% and greedy\n"
+                           "  float sums, quantized weights: mean KL <= 1e-3, top-1 >= 97% and greedy\n"
                            "    identical outside top-2 margins of 2e-2; with experts top-1 flips (routing)\n"
                            "    are counted and reported, only the mean KL judged;\n"
                            "  BF16 wire: mean KL <= 1e-3 (float weights) or 1e-2 (quantized);\n"
@@ -237,12 +237,13 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
 }
 
 // The contract's bounds for this run, with the command line's overrides.
-AccuracyBounds bounds_for(const Options & o, const ModelInfo & model) {
+AccuracyBounds bounds_for(const Options & o, const Engine & engine) {
+    const ModelInfo & model = engine.info();
     ComparedRun run;
     run.reference_upstream = o.reference == "upstream";
     run.reference_f16_kv = o.reference == "f16-kv";
     run.kv_types = o.engine.kv_types;
-    run.split_invariant = o.engine.split_invariant;
+    run.split_invariant = engine.options().exact_sums();
     run.bf16_wire = o.engine.bf16;
     AccuracyBounds b = contract_bounds(run, model);
     const bool overridden = o.max_mean_kl >= 0.0 || o.max_abs_dp >= 0.0 || o.near_tie >= 0.0 || o.min_top1 >= 0.0;
@@ -285,7 +286,7 @@ int run(const Options & o) {
     const int32_t n_vocab = engine->info().n_vocab;
     const std::vector<Trace> traces = run_reference(o, prompts, n_vocab, cells);
 
-    const AccuracyBounds bounds = bounds_for(o, engine->info());
+    const AccuracyBounds bounds = bounds_for(o, *engine);
     const Verdict v = compare_engine(*engine, traces, n_vocab, bounds.near_tie);
     const LogitCompareResult & r = v.logits;
     const bool pass = contract_holds(bounds, v);
@@ -297,7 +298,7 @@ int run(const Options & o) {
         "\"mean_kl\": %.3e, \"max_kl\": %.3e, \"top1_flips\": %lld, \"greedy_tokens_identical\": %s, "
         "\"greedy_positions_judged\": %lld, \"contract\": \"%s\", \"near_tie_margin\": %.1e, \"pass\": %s}\n",
         o.engine.model.c_str(), o.reference.c_str(), o.engine.tp, engine->info().shard_plan.c_str(),
-        engine->info().allreduce.c_str(), o.engine.bf16 ? "bf16" : "f32", o.engine.split_invariant ? "true" : "false",
+        engine->info().allreduce.c_str(), o.engine.bf16 ? "bf16" : "f32", engine->options().exact_sums() ? "true" : "false",
         o.prompts, o.n_tokens, engine->info().tp, (long long) r.positions, (long long) r.near_ties, r.top1_agreement(),
         r.max_abs_prob_diff, r.mean_kl(), r.max_kl, (long long) (r.top1_judged - r.top1_agree),
         v.greedy_identical ? "true" : "false", (long long) v.greedy_judged, bounds.clause.c_str(), bounds.near_tie,
