@@ -104,6 +104,10 @@ bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
     return type == GGML_TYPE_Q8_0;
 }
 
+const char * ggml_ext_exact_matmul_kernel(void) {
+    return ggml_ext::q8_kernel_name(ggml_ext::q8_kernels_available().back());
+}
+
 ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, const int64_t * bounds,
                                     enum ggml_type out_type) {
     GGML_ASSERT(out_type == GGML_TYPE_F64 || out_type == GGML_TYPE_F32);

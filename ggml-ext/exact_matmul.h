@@ -21,6 +21,10 @@ extern "C" {
 // Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0).
 bool ggml_ext_exact_matmul_takes(enum ggml_type type);
 
+// The kernel it runs on this CPU: "avx512-vnni", "vnni", "avx2" or "scalar",
+// the best this build has and the CPU supports.
+const char * ggml_ext_exact_matmul_kernel(void);
+
 // w:      [K, M] of a type it takes, in ggml's plain layout (not repacked)
 // x:      F32 [K, T], rows contiguous
 // bounds: column offsets 0 = b[0] < b[1] < ... = K of the cells, each a

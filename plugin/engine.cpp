@@ -1,6 +1,7 @@
 #include "plugin/engine.h"
 
 #include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/exact_matmul.h"
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 #include "plugin/hparams.h"
@@ -237,10 +238,15 @@ class TensorParallelEngine final : public Engine {
 
     // Split-invariant sums unless asked otherwise, where they cost nothing.
     void decide_sums(const GgufFile & file) {
-        if (options_.split_invariant) return;
+        const bool asked = options_.split_invariant.has_value();
         const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
-        options_.split_invariant = one_pass && !options_.allreduce_bf16;
-        if (!one_pass && (!options_.processes || options_.processes->rank() == 0)) {
+        if (!asked) options_.split_invariant = one_pass && !options_.allreduce_bf16;
+        if (options_.processes && options_.processes->rank() != 0) return;
+        if (*options_.split_invariant && one_pass) {
+            std::fprintf(stderr,
+                         "llama-tp: split-invariant sums, one pass over every q8_0 row-parallel matrix (%s kernel)\n",
+                         ggml_ext_exact_matmul_kernel());
+        } else if (!asked && !one_pass) {
             std::fprintf(stderr,
                          "llama-tp: float sums (results move with --tp / -ts): this model's attn_output and "
                          "ffn_down are not all dense q8_0, which split-invariant sums multiply in one pass; "

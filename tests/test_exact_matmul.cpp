@@ -186,6 +186,8 @@ TEST(Q8Cells, EveryKernelGivesTheScalarKernelsBits) {
     std::string names;
     for (ggml_ext::Q8Kernel kernel : kernels) names += std::string(" ") + ggml_ext::q8_kernel_name(kernel);
     std::printf("q8_0 kernels compared:%s\n", names.c_str());
+    // The op runs the last (best) of them.
+    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(), ggml_ext::q8_kernel_name(kernels.back()));
 }
 
 }  // namespace

@@ -158,6 +158,7 @@ def test_split_invariant_sums_are_the_default_where_free(tmp_path):
             assert r.status_code == 200, r.text
             answers.append(r.json()["choices"][0]["logprobs"])
             assert "split-invariant sums" in ready_line(s)
+            assert "one pass over every q8_0 row-parallel matrix" in s.log_text()
         finally:
             assert s.stop() == 0
     assert answers[1] == answers[0]
