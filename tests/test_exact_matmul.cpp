@@ -74,6 +74,12 @@ std::vector<T> compute(ggml_context * ctx, ggml_tensor * out, int threads) {
     return std::vector<T>(y, y + ggml_nelements(out));
 }
 
+// The F64 sums of W against the first n tokens of xs, on kBounds' cells.
+std::vector<double> sums(ggml_context * ctx, ggml_tensor * w, const std::vector<float> & xs, int64_t n, int threads) {
+    return compute<double>(ctx, ggml_ext_exact_matmul(ctx, w, tokens(ctx, xs, n), kBounds.data(), GGML_TYPE_F64),
+                           threads);
+}
+
 TEST(ExactMatmul, TwoRanksOfCellsAddUpToOneDevice) {
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 1));
@@ -104,14 +110,12 @@ TEST(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3));
     const std::vector<float> xs = random_values(kK * kT, 4);
-    const std::vector<double> batch = compute<double>(
-        c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, xs, kT), kBounds.data(), GGML_TYPE_F64), 2);
+    const std::vector<double> batch = sums(c.ctx, w, xs, kT, 2);
     for (const int threads : {1, 3}) {
         for (int64_t t = 0; t < kT; ++t) {
             SCOPED_TRACE("threads=" + std::to_string(threads) + " token=" + std::to_string(t));
             const std::vector<float> one(xs.begin() + t * kK, xs.begin() + (t + 1) * kK);
-            const std::vector<double> alone = compute<double>(
-                c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, one, 1), kBounds.data(), GGML_TYPE_F64), threads);
+            const std::vector<double> alone = sums(c.ctx, w, one, 1, threads);
             EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * kM, kM * sizeof(double)));
         }
     }
@@ -121,8 +125,7 @@ TEST(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 5));
     const std::vector<float> xs = random_values(kK * kT, 6);
-    const std::vector<double> y = compute<double>(
-        c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, xs, kT), kBounds.data(), GGML_TYPE_F64), 2);
+    const std::vector<double> y = sums(c.ctx, w, xs, kT, 2);
     std::vector<float> wf(kK * kM);
     ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float(w->data, wf.data(), kK * kM);
     // x is rounded to 8 bits per block as well: allow for that, relative to
