@@ -30,6 +30,9 @@ const std::string kUsage = std::string("usage: llama-tp-bench -m FILE [options]\
                            "                            then keeps one KV stream per sequence, as llama-server\n"
                            "  -d, --depth N             prompt tokens before the decode figure (default 0)\n"
                            "  -r, --repetitions N       runs per figure, median reported (default 3)\n"
+                           "  -kvu, --kv-unified        one KV pool for all sequences and ggml's attention\n"
+                           "                            (upstream's layout) instead of per-sequence regions\n"
+                           "                            and row attention\n"
                            "  --vs-upstream             also run upstream llama_decode (order swapped every\n"
                            "                            repetition) and print ratios\n"
                            "  --json                    print one JSON object\n";
@@ -42,6 +45,7 @@ struct Options {
     int n_parallel = 1;
     int depth = 0;
     int reps = 3;
+    bool kv_unified = false;
     bool vs_upstream = false;
     bool json = false;
 };
@@ -64,6 +68,8 @@ Options parse(int argc, char ** argv) {
             o.depth = (int) a.integer(f, 0, 1 << 16);
         else if (f == "-r" || f == "--repetitions")
             o.reps = (int) a.integer(f, 1, 100);
+        else if (f == "-kvu" || f == "--kv-unified")
+            o.kv_unified = true;
         else if (f == "--vs-upstream")
             o.vs_upstream = true;
         else if (f == "--json")
@@ -141,6 +147,7 @@ int run(const Options & o) {
     eo.n_seq_max = o.n_parallel;
     eo.n_batch = std::max(o.n_batch, o.n_parallel);
     eo.progress = !o.json;
+    eo.kv_unified = o.kv_unified;
     std::unique_ptr<Engine> ours = Engine::load(eo);
     if (ours->follower()) {
         ours->follow();
