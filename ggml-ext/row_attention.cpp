@@ -91,43 +91,54 @@ const T * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3) {
 
 constexpr ggml_fp16_t kHidden = 0xFC00;  // F16 -inf
 
-// Whether any of the nr rows sees cell c (a cell no row sees is not loaded).
-bool any_row_sees(const ggml_fp16_t * const * mask, int64_t nr, int64_t c) {
+// Whether any of the token rows' masks sees cell c (a cell no row sees is not loaded).
+bool any_row_sees(const ggml_fp16_t * const * mask, int64_t n_tokens, int64_t c) {
     bool any = false;
-    for (int64_t r = 0; r < nr; ++r) any |= mask[r][c] != kHidden;
+    for (int64_t t = 0; t < n_tokens; ++t) any |= mask[t][c] != kHidden;
     return any;
 }
-constexpr int64_t kBlock = 4;  // query rows sharing each key and value load
+constexpr int64_t kTokens = 4;     // query tokens sharing each key and value load
+constexpr int64_t kMaxGroup = 16;  // query heads of one KV head sharing them too
+constexpr int64_t kRows = kTokens * kMaxGroup;
 
 struct Scratch {
     std::vector<float> q, scores, out, kf, vf;
-    Scratch(int64_t D, int64_t n_kv) : q(kBlock * D), scores(kBlock * n_kv), out(kBlock * D), kf(D), vf(D) {}
+    Scratch(int64_t D, int64_t n_kv, int64_t rows) : q(rows * D), scores(rows * n_kv), out(rows * D), kf(D), vf(D) {}
 };
 
-// Query rows t0 .. t0 + nr - 1 of head h, stream s: scores of the visible
-// cells, softmax and the weighted sum of their values, in F32. The rows share
-// each key and value conversion; every row's arithmetic is the same as if it
-// were alone (the same operations on the same numbers, in the same order).
-void attend_rows(const ggml_tensor * dst, int64_t t0, int64_t nr, int64_t h, int64_t s, float scale, Scratch & w) {
+// One work item: query tokens t0 .. t0 + nt - 1 of the query heads
+// h0 .. h0 + nh - 1, which read one KV head, in stream s.
+struct Item {
+    int64_t t0, nt, h0, nh, s;
+};
+
+// The item's rows (token, head): scores of the visible cells, softmax and
+// the weighted sum of their values, in F32. The rows share each key and
+// value conversion; every row's arithmetic is the same as if it were alone
+// (the same operations on the same numbers, in the same order).
+void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch & w) {
     const ggml_tensor * tq = dst->src[0];
     const ggml_tensor * tk = dst->src[1];
     const ggml_tensor * tv = dst->src[2];
     const ggml_tensor * tm = dst->src[3];
-    const int64_t D = tq->ne[0], n_kv = tk->ne[1];
-    const int64_t hk = h / (tq->ne[2] / tk->ne[2]);
+    const int64_t D = tq->ne[0], n_kv = tk->ne[1], s = it.s;
+    const int64_t hk = it.h0 / (tq->ne[2] / tk->ne[2]);
+    const int64_t nr = it.nt * it.nh;  // row r: token it.t0 + r / nh, head it.h0 + r % nh
 
-    const ggml_fp16_t * mask[kBlock];
-    float max[kBlock], sum[kBlock];
+    const ggml_fp16_t * token_mask[kTokens];
+    for (int64_t t = 0; t < it.nt; ++t) token_mask[t] = at<ggml_fp16_t>(tm, it.t0 + t, 0, s);
+    const ggml_fp16_t * mask[kRows];
+    float max[kRows], sum[kRows];
     for (int64_t r = 0; r < nr; ++r) {
-        const float * qr = at<float>(tq, t0 + r, h, s);
+        const float * qr = at<float>(tq, it.t0 + r / it.nh, it.h0 + r % it.nh, s);
         for (int64_t i = 0; i < D; ++i) w.q[r * D + i] = qr[i] * scale;
-        mask[r] = at<ggml_fp16_t>(tm, t0 + r, 0, s);
+        mask[r] = token_mask[r / it.nh];
         max[r] = -INFINITY;
         sum[r] = 0.0f;
     }
 
     for (int64_t c = 0; c < n_kv; ++c) {
-        if (!any_row_sees(mask, nr, c)) continue;
+        if (!any_row_sees(token_mask, it.nt, c)) continue;
         to_f32(at<ggml_fp16_t>(tk, c, hk, s), w.kf.data(), D);
         for (int64_t r = 0; r < nr; ++r) {
             float & score = w.scores[r * n_kv + c];
@@ -142,7 +153,7 @@ void attend_rows(const ggml_tensor * dst, int64_t t0, int64_t nr, int64_t h, int
 
     std::memset(w.out.data(), 0, nr * D * sizeof(float));
     for (int64_t c = 0; c < n_kv; ++c) {
-        if (!any_row_sees(mask, nr, c)) continue;
+        if (!any_row_sees(token_mask, it.nt, c)) continue;
         to_f32(at<ggml_fp16_t>(tv, c, hk, s), w.vf.data(), D);
         for (int64_t r = 0; r < nr; ++r) {
             if (mask[r][c] == kHidden) continue;
@@ -154,24 +165,39 @@ void attend_rows(const ggml_tensor * dst, int64_t t0, int64_t nr, int64_t h, int
 
     for (int64_t r = 0; r < nr; ++r) {
         const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
-        float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + h * dst->nb[1] + (t0 + r) * dst->nb[2] +
+        const int64_t t = it.t0 + r / it.nh, h = it.h0 + r % it.nh;
+        float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + h * dst->nb[1] + t * dst->nb[2] +
                                               s * dst->nb[3]);
         for (int64_t i = 0; i < D; ++i) y[i] = w.out[r * D + i] * inv;
     }
 }
 
-// Work items (block of query rows, head, stream) are dealt to the threads in turn.
+// Query heads per work item: the whole group of heads that read one KV head
+// (so a key and a value are converted once for all of them), halved while
+// that leaves threads without an item.
+int64_t heads_per_item(int64_t group, int64_t items_per_head_group, int nth) {
+    int64_t heads = std::min(group, kMaxGroup);
+    while (group % heads != 0) --heads;
+    while (heads > 1 && heads % 2 == 0 && items_per_head_group * (group / heads) < nth) heads /= 2;
+    return heads;
+}
+
+// Work items (block of query tokens, heads of one KV head, stream) are dealt
+// to the threads in turn.
 void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
     float scale;
     std::memcpy(&scale, &userdata, sizeof(scale));
     const ggml_tensor * tq = dst->src[0];
     const int64_t D = tq->ne[0], T = tq->ne[1], n_head = tq->ne[2], n_streams = tq->ne[3];
-    const int64_t n_blocks = (T + kBlock - 1) / kBlock;
-    Scratch w(D, dst->src[1]->ne[1]);
-    for (int64_t item = ith; item < n_blocks * n_head * n_streams; item += nth) {
-        const int64_t b = item % n_blocks, h = (item / n_blocks) % n_head, s = item / (n_blocks * n_head);
-        const int64_t t0 = b * kBlock;
-        attend_rows(dst, t0, std::min(kBlock, T - t0), h, s, scale, w);
+    const int64_t n_head_kv = dst->src[1]->ne[2], group = n_head / n_head_kv;
+    const int64_t n_blocks = (T + kTokens - 1) / kTokens;
+    const int64_t heads = heads_per_item(group, n_blocks * n_head_kv * n_streams, nth);
+    const int64_t n_head_items = n_head / heads;
+    Scratch w(D, dst->src[1]->ne[1], std::min(kTokens, T) * heads);
+    for (int64_t item = ith; item < n_blocks * n_head_items * n_streams; item += nth) {
+        const int64_t b = item % n_blocks, hi = (item / n_blocks) % n_head_items, s = item / (n_blocks * n_head_items);
+        const int64_t t0 = b * kTokens;
+        attend_rows(dst, Item{t0, std::min(kTokens, T - t0), hi * heads, heads, s}, scale, w);
     }
 }
 

@@ -7,6 +7,8 @@
 #include "ggml-ext/row_attention.h"
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -95,6 +97,57 @@ TEST_P(RowAttention, MatchesFlashAttention) {
         for (int64_t h = 0; h < s.n_head; ++h) {
             for (int64_t d = 0; d < s.D; ++d) EXPECT_EQ(a[((1 * s.T + t) * s.n_head + h) * s.D + d], 0.0f);
         }
+    }
+    ggml_free(ctx);
+}
+
+// Each row's result is the same bits whichever tokens, heads and threads
+// share its work item: 7 tokens of 8 query heads over 2 KV heads, in one
+// call on 1 to 8 threads, against every token alone on one thread.
+TEST(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
+    constexpr int64_t D = 64, n_head = 8, n_head_kv = 2, n_kv = 130, T = 7;
+    ggml_init_params params = {64u << 20, nullptr, false};
+    ggml_context * ctx = ggml_init(params);
+    ASSERT_NE(ctx, nullptr);
+    std::mt19937 rng(7);
+    ggml_tensor * q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, n_head, T);
+    ggml_tensor * k = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, D, n_kv, n_head_kv, 1);
+    ggml_tensor * v = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, D, n_kv, n_head_kv, 1);
+    ggml_tensor * mask = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, n_kv, T, 1, 1);
+    fill(q, rng, -1.0f, 1.0f);
+    fill(k, rng, -1.0f, 1.0f);
+    fill(v, rng, -1.0f, 1.0f);
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; c < n_kv; ++c) {
+            static_cast<ggml_fp16_t *>(mask->data)[t * n_kv + c] =
+                ggml_fp32_to_fp16(c > n_kv - T + t ? -INFINITY : 0.0f);
+        }
+    }
+    auto tokens = [&](int64_t t0, int64_t nt) {
+        return ggml_permute(
+            ctx, ggml_view_4d(ctx, q, D, n_head, nt, 1, q->nb[1], q->nb[2], nt * q->nb[2], t0 * q->nb[2]), 0, 2, 1, 3);
+    };
+    auto compute = [&](ggml_tensor * out, int threads) {
+        ggml_cgraph * gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, out);
+        EXPECT_EQ(ggml_graph_compute_with_ctx(ctx, gf, threads), GGML_STATUS_SUCCESS);
+        const float * y = static_cast<const float *>(out->data);
+        return std::vector<float>(y, y + ggml_nelements(out));
+    };
+    std::vector<float> alone;  // [D, n_head] per token, token after token
+    for (int64_t t = 0; t < T; ++t) {
+        ggml_tensor * m =
+            ggml_view_4d(ctx, mask, n_kv, 1, 1, 1, mask->nb[1], mask->nb[2], mask->nb[3], t * mask->nb[1]);
+        const std::vector<float> y = compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, 0.125f), 1);
+        alone.insert(alone.end(), y.begin(), y.end());
+    }
+    // 8 threads: fewer items than threads, so each item takes half a group.
+    for (const int threads : {1, 2, 3, 4, 8}) {
+        SCOPED_TRACE("threads=" + std::to_string(threads));
+        const std::vector<float> batch =
+            compute(ggml_ext_row_attention(ctx, tokens(0, T), k, v, mask, 0.125f), threads);
+        ASSERT_EQ(batch.size(), alone.size());
+        EXPECT_EQ(0, std::memcmp(batch.data(), alone.data(), alone.size() * sizeof(float)));
     }
     ggml_free(ctx);
 }
