@@ -46,69 +46,41 @@ void to_f32(const ggml_fp16_t * x, float * y, int64_t n) {
     for (; i < n; ++i) y[i] = ggml_fp16_to_fp32(x[i]);
 }
 
-// The values of b as floats: F32 as they are, F16 converted (exactly), so
-// that a product with F16 operands does the same arithmetic as with their
-// F32 conversions.
-float value(const float * b, int64_t i) {
-    return b[i];
-}
-float value(const ggml_fp16_t * b, int64_t i) {
-    return ggml_fp16_to_fp32(b[i]);
-}
-#if defined(__AVX512F__)
-__m512 load16(const float * b) {
-    return _mm512_loadu_ps(b);
-}
-__m512 load16(const ggml_fp16_t * b) {
-    return load_f16x16(b);
-}
-#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-__m256 load8(const float * b) {
-    return _mm256_loadu_ps(b);
-}
-__m256 load8(const ggml_fp16_t * b) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b)));
-}
-#endif
-
 // sum_i a[i] * b[i]
-template <typename T>
-float dot(const float * a, const T * b, int64_t n) {
+float dot(const float * a, const float * b, int64_t n) {
     int64_t i = 0;
     float s = 0.0f;
 #if defined(__AVX512F__)
     __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), acc);
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
     s = sum_f32x16(acc);
 #elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
     __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc);
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     s = _mm_cvtss_f32(h);
 #endif
-    // fma spelled out: whether the compiler fuses a tail depends on the operand type.
-    for (; i < n; ++i) s = std::fma(a[i], value(b, i), s);
+    for (; i < n; ++i) s += a[i] * b[i];
     return s;
 }
 
 // out[i] += p * v[i]
-template <typename T>
-void axpy(float * out, float p, const T * v, int64_t n) {
+void axpy(float * out, float p, const float * v, int64_t n) {
     int64_t i = 0;
 #if defined(__AVX512F__)
     const __m512 pv = _mm512_set1_ps(p);
     for (; i + 16 <= n; i += 16) {
-        _mm512_storeu_ps(out + i, _mm512_fmadd_ps(pv, load16(v + i), _mm512_loadu_ps(out + i)));
+        _mm512_storeu_ps(out + i, _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(out + i)));
     }
 #elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
     const __m256 pv = _mm256_set1_ps(p);
     for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, load8(v + i), _mm256_loadu_ps(out + i)));
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
     }
 #endif
-    for (; i < n; ++i) out[i] = std::fma(p, value(v, i), out[i]);
+    for (; i < n; ++i) out[i] += p * v[i];
 }
 
 template <typename T>
@@ -165,21 +137,16 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch 
         sum[r] = 0.0f;
     }
 
-    // Rows that share a cell convert its key and value once; a lone row reads
-    // them as F16 directly (the same arithmetic, without the copy).
-    const bool shared = nr > 1;
     for (int64_t c = 0; c < n_kv; ++c) {
         if (!any_row_sees(token_mask, it.nt, c)) continue;
-        const ggml_fp16_t * key = at<ggml_fp16_t>(tk, c, hk, s);
-        if (shared) to_f32(key, w.kf.data(), D);
+        to_f32(at<ggml_fp16_t>(tk, c, hk, s), w.kf.data(), D);
         for (int64_t r = 0; r < nr; ++r) {
             float & score = w.scores[r * n_kv + c];
             if (mask[r][c] == kHidden) {
                 score = -INFINITY;
                 continue;
             }
-            const float * qr = w.q.data() + r * D;
-            score = (shared ? dot(qr, w.kf.data(), D) : dot(qr, key, D)) + ggml_fp16_to_fp32(mask[r][c]);
+            score = dot(w.q.data() + r * D, w.kf.data(), D) + ggml_fp16_to_fp32(mask[r][c]);
             if (score > max[r]) max[r] = score;
         }
     }
@@ -187,17 +154,12 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch 
     std::memset(w.out.data(), 0, nr * D * sizeof(float));
     for (int64_t c = 0; c < n_kv; ++c) {
         if (!any_row_sees(token_mask, it.nt, c)) continue;
-        const ggml_fp16_t * value_row = at<ggml_fp16_t>(tv, c, hk, s);
-        if (shared) to_f32(value_row, w.vf.data(), D);
+        to_f32(at<ggml_fp16_t>(tv, c, hk, s), w.vf.data(), D);
         for (int64_t r = 0; r < nr; ++r) {
             if (mask[r][c] == kHidden) continue;
             const float p = std::exp(w.scores[r * n_kv + c] - max[r]);
             sum[r] += p;
-            if (shared) {
-                axpy(w.out.data() + r * D, p, w.vf.data(), D);
-            } else {
-                axpy(w.out.data() + r * D, p, value_row, D);
-            }
+            axpy(w.out.data() + r * D, p, w.vf.data(), D);
         }
     }
 
