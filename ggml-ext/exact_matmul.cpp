@@ -48,7 +48,7 @@ void product_q8_0(ggml_tensor * dst, const int64_t * bounds, int ith, int nth) {
     const ggml_tensor * x = dst->src[1];
     const int64_t M = w->ne[1], T = x->ne[1], n_blocks = w->ne[0] / 32;
     const std::vector<int64_t> cells = bounds_in_blocks(bounds, w->ne[0], 32);
-    const ggml_ext::Q8Kernel kernel = ggml_ext::q8_kernels_available().back();
+    const ggml_ext::Q8Kernel kernel = ggml_ext::q8_best_kernel();
     const int64_t tile_tokens = ggml_ext::q8_tile_tokens(kernel);
     const bool rounded = dst->type == GGML_TYPE_F32;
     auto row = [](const ggml_tensor * t, int64_t r) {
@@ -105,7 +105,7 @@ bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
 }
 
 const char * ggml_ext_exact_matmul_kernel(void) {
-    return ggml_ext::q8_kernel_name(ggml_ext::q8_kernels_available().back());
+    return ggml_ext::q8_kernel_name(ggml_ext::q8_best_kernel());
 }
 
 ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, const int64_t * bounds,

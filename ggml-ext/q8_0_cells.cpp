@@ -287,6 +287,11 @@ std::vector<Q8Kernel> q8_kernels_available() {
     return kernels;
 }
 
+Q8Kernel q8_best_kernel() {
+    static const Q8Kernel best = q8_kernels_available().back();
+    return best;
+}
+
 const char * q8_kernel_name(Q8Kernel kernel) {
     switch (kernel) {
         case Q8Kernel::Scalar:

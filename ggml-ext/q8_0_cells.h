@@ -25,6 +25,8 @@ enum class Q8Kernel { Scalar, Avx2, Vnni, Avx512 };
 
 // The kernels this build has and this CPU runs, best last.
 std::vector<Q8Kernel> q8_kernels_available();
+// The best of them, found once (it is read on every product).
+Q8Kernel q8_best_kernel();
 const char * q8_kernel_name(Q8Kernel kernel);
 
 constexpr int kQ8TileRows = 4, kQ8TileTokens = 8;
