@@ -51,10 +51,14 @@ void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
     }
 }
 
+// qwen3moe always has experts, of their own width; llama has them where the
+// file counts them (Mixtral), each as wide as feed_forward_length.
 void read_moe(const GgufFile & file, const std::string & a, HParams & hp) {
-    hp.n_expert = (int32_t) file.get_int(a + ".expert_count");
+    const bool required = hp.arch == Arch::Qwen3Moe;
+    hp.n_expert = (int32_t) (required ? file.get_int(a + ".expert_count") : file.get_int(a + ".expert_count", 0));
+    if (hp.n_expert == 0 && !required) return;
     hp.n_expert_used = (int32_t) file.get_int(a + ".expert_used_count");
-    hp.n_ff_exp = (int32_t) file.get_int(a + ".expert_feed_forward_length");
+    hp.n_ff_exp = (int32_t) (required ? file.get_int(a + ".expert_feed_forward_length") : hp.n_ff);
     hp.expert_weights_scale = (float) file.get_float(a + ".expert_weights_scale", 0.0);
     require_positive(file, "expert_count", hp.n_expert);
     require_positive(file, "expert_used_count", hp.n_expert_used);
@@ -97,7 +101,7 @@ HParams read_hparams(const GgufFile & file) {
         throw Error("model file '" + file.path() + "': key_length != value_length is not supported");
     }
 
-    if (hp.is_moe()) read_moe(file, a, hp);
+    if (hp.arch == Arch::Llama || hp.arch == Arch::Qwen3Moe) read_moe(file, a, hp);
 
     const ggml_tensor * embd = file.find_tensor("token_embd.weight");
     if (!embd) throw Error("model file '" + file.path() + "': missing tensor 'token_embd.weight'");

@@ -23,8 +23,9 @@ struct HParams {
     int32_t n_ff = 0;
     float rms_eps = 1e-5f;
 
-    // Mixture of experts (qwen3moe): every token goes through n_expert_used
-    // of n_expert FFNs of width n_ff_exp, mixed by the router's weights.
+    // Mixture of experts (qwen3moe, and llama with experts: Mixtral): every
+    // token goes through n_expert_used of n_expert FFNs of width n_ff_exp,
+    // mixed by the router's weights. n_expert is 0 for dense layers.
     int32_t n_expert = 0;
     int32_t n_expert_used = 0;
     int32_t n_ff_exp = 0;
@@ -32,7 +33,7 @@ struct HParams {
 
     bool has_qkv_bias() const { return arch == Arch::Qwen2; }
     bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe; }
-    bool is_moe() const { return arch == Arch::Qwen3Moe; }
+    bool is_moe() const { return n_expert > 0; }
 
     // RoPE
     int32_t rope_type = 0;  // ggml rope mode

@@ -19,9 +19,12 @@ mkdir -p "$work"
 
 # Shapes that split 2, 3 and 4 ways: 12 query heads, FFN width in whole
 # q4_K blocks; a second llama shape with 2 KV heads makes --tp 4 replicate them.
+# mixtral is llama with experts, each --n-ff wide.
 shape=(--n-embd 384 --n-head 12 --head-dim 32 --n-ff 1536 --n-layer 2)
+make_arch=$arch
 case $arch in
     llama) shape+=(--n-head-kv 6) ;;
+    mixtral) make_arch=llama shape+=(--n-head-kv 6 --n-expert 4 --n-expert-used 2) ;;
     qwen2|qwen3) shape+=(--n-head-kv 6 --tied-output) ;;
     qwen3moe) shape+=(--n-head-kv 6 --tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
@@ -47,7 +50,7 @@ check() {  # description, compare arguments...
 
 for type in f32 f16 q8_0 q4_k; do
     model="$work/$arch-$type.gguf"
-    if ! "$make_model" --arch "$arch" --type "$type" --seed 7 "${shape[@]}" -o "$model" >/dev/null 2>"$work/make.log"; then
+    if ! "$make_model" --arch "$make_arch" --type "$type" --seed 7 "${shape[@]}" -o "$model" >/dev/null 2>"$work/make.log"; then
         echo "FAILED: generating $model" >&2
         cat "$work/make.log" >&2
         exit 1
@@ -77,7 +80,7 @@ check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --t
 # The default: exact sums for dense q8_0 layers (one pass), float sums for
 # experts and for q4_k (one product per grid cell).
 dense=true
-[[ $arch == qwen3moe ]] && dense=false
+[[ $arch == qwen3moe || $arch == mixtral ]] && dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \
     --n-tokens 12
 expect_exact=false check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \

@@ -80,6 +80,11 @@ for arch in llama qwen2 qwen3 qwen3moe; do
 done
 generate "$work/model.gguf" --arch llama --type q4_k --tied-output && check_loads "$work/model.gguf" llama
 rm -f "$work/model.gguf"
+# llama with experts (Mixtral-style): upstream sizes them by feed_forward_length.
+for type in f16 q8_0 q4_k; do
+    generate "$work/model.gguf" --arch llama --type "$type" --n-expert 4 && check_loads "$work/model.gguf" llama
+    rm -f "$work/model.gguf"
+done
 
 echo "== small preset"
 generate "$work/model.gguf" --arch llama --preset small --type q4_k && check_loads "$work/model.gguf" llama
@@ -126,7 +131,10 @@ expect_error 2 "must be positive" --rope-theta 0 -o "$out"
 expect_error 2 "needs a number" --rope-theta x -o "$out"
 expect_error 2 "must be between" --n-layer 100000 -o "$out"
 expect_error 2 "must be even" --head-dim 63 --n-head 4 -o "$out"
-expect_error 2 "apply only to qwen3moe" --n-expert 4 -o "$out"
+expect_error 2 "apply to llama and qwen3moe" --arch qwen3 --n-expert 4 -o "$out"
+expect_error 2 "llama experts are --n-ff wide" --n-expert 4 --n-ff-exp 512 -o "$out"
+expect_error 2 "needs --n-expert" --n-expert-used 2 -o "$out"
+expect_error 2 "must not exceed --n-expert" --n-expert 2 --n-expert-used 3 -o "$out"
 expect_error 2 "must not exceed --n-expert" --arch qwen3moe --n-expert-used 9 -o "$out"
 expect_error 2 "qwen2 needs" --arch qwen2 --head-dim 128 -o "$out"
 expect_error 2 "usage:" --arch gpt2 -o "$out"

@@ -3,6 +3,7 @@
 #include "gguf.h"
 #include "llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -62,8 +63,8 @@ void validate_attention(Arch arch, const Shape & s) {
     }
 }
 
-void validate_experts(Arch arch, const Shape & s) {
-    if (!is_moe(arch)) {
+void validate_experts(const Shape & s) {
+    if (!has_experts(s)) {
         return;
     }
     require_in_range(s.n_expert, "--n-expert", 1024);  // upstream's LLAMA_MAX_EXPERTS
@@ -83,7 +84,7 @@ void validate_shape(Arch arch, const Shape & s) {
     require_in_range(s.n_ctx, "--n-ctx", int64_t(1) << 31);
     require(std::isfinite(s.rope_theta) && s.rope_theta > 0.0, "--rope-theta must be a positive number");
     validate_attention(arch, s);
-    validate_experts(arch, s);
+    validate_experts(s);
 }
 
 ggml_type matrix_type(WeightType type) {
@@ -213,9 +214,9 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
     }
 }
 
-void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
+void plan_feed_forward(TensorPlanner & planner, const Shape & s, int64_t il) {
     planner.norm(layer_tensor(il, "ffn_norm.weight"), s.n_embd);
-    if (is_moe(arch)) {
+    if (has_experts(s)) {
         planner.router(layer_tensor(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_gate_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_up_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
@@ -225,6 +226,24 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
     planner.matrix(layer_tensor(il, "ffn_gate.weight"), {s.n_embd, s.n_ff});
     planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, s.n_ff});
     planner.matrix(layer_tensor(il, "ffn_down.weight"), {s.n_ff, s.n_embd});
+}
+
+// Experts: qwen3moe always (its own width, --n-ff-exp), llama where
+// --n-expert asks for them (Mixtral: each expert --n-ff wide), no other arch.
+void check_expert_overrides(Arch arch, const ShapeOverrides & o) {
+    if (arch == Arch::qwen3moe) {
+        return;
+    }
+    if (arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
+        throw UsageError(std::string("--n-expert, --n-expert-used and --n-ff-exp apply to llama and qwen3moe, not ") +
+                         arch_name(arch));
+    }
+    if (arch == Arch::llama && o.n_ff_exp) {
+        throw UsageError("llama experts are --n-ff wide: --n-ff-exp applies to qwen3moe only");
+    }
+    if (arch == Arch::llama && o.n_expert_used && !o.n_expert) {
+        throw UsageError("--n-expert-used needs --n-expert for llama");
+    }
 }
 
 std::string arch_key(Arch arch, const char * suffix) {
@@ -252,8 +271,8 @@ WeightType parse_weight_type(const std::string & text) {
     return parse_enum<WeightType>(text, "type", kTypeNames);
 }
 
-bool is_moe(Arch arch) {
-    return arch == Arch::qwen3moe;
+bool has_experts(const Shape & s) {
+    return s.n_expert > 0;
 }
 
 const char * default_vocab_file(Arch arch) {
@@ -289,7 +308,7 @@ Shape preset_shape(Arch arch, Preset preset) {
     const bool qwen = arch != Arch::llama;
     s.rope_theta = qwen ? 1000000.0 : 10000.0;
     s.rms_eps = qwen ? 1e-6f : 1e-5f;
-    if (is_moe(arch)) {
+    if (arch == Arch::qwen3moe) {
         s.n_expert = 8;
         s.n_expert_used = 2;
         s.n_ff_exp = 768;
@@ -298,10 +317,7 @@ Shape preset_shape(Arch arch, Preset preset) {
 }
 
 Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
-    if (!is_moe(arch) && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
-        throw UsageError(std::string("--n-expert, --n-expert-used and --n-ff-exp apply only to qwen3moe, not ") +
-                         arch_name(arch));
-    }
+    check_expert_overrides(arch, o);
     Shape s = preset_shape(arch, preset);
     s.n_embd = o.n_embd.value_or(s.n_embd);
     s.n_layer = o.n_layer.value_or(s.n_layer);
@@ -313,6 +329,11 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     s.n_expert = o.n_expert.value_or(s.n_expert);
     s.n_expert_used = o.n_expert_used.value_or(s.n_expert_used);
     s.n_ff_exp = o.n_ff_exp.value_or(s.n_ff_exp);
+    if (arch == Arch::llama && s.n_expert > 0) {
+        // Mixtral-style: upstream sizes llama's experts by feed_forward_length.
+        s.n_expert_used = o.n_expert_used.value_or(std::min<int64_t>(2, s.n_expert));
+        s.n_ff_exp = s.n_ff;
+    }
     s.tied_output = o.tied_output;
     if (o.head_dim) {
         s.head_dim = *o.head_dim;
@@ -345,7 +366,7 @@ std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type
     planner.embedding("token_embd.weight", {s.n_embd, n_vocab}, s.tied_output ? inv_sqrt_embd : 1.0f);
     for (int64_t il = 0; il < s.n_layer; ++il) {
         plan_attention(planner, arch, s, il);
-        plan_feed_forward(planner, arch, s, il);
+        plan_feed_forward(planner, s, il);
     }
     planner.norm("output_norm.weight", s.n_embd, s.tied_output ? kLogitSpread : 1.0f);
     if (!s.tied_output) {
@@ -384,10 +405,13 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
     set_u32("rope.dimension_count", s.head_dim);
     gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base").c_str(), static_cast<float>(s.rope_theta));
     gguf_set_val_f32(gguf, arch_key(arch, "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
-    if (is_moe(arch)) {
+    if (has_experts(s)) {
         set_u32("expert_count", s.n_expert);
         set_u32("expert_used_count", s.n_expert_used);
-        set_u32("expert_feed_forward_length", s.n_ff_exp);
+        // llama's experts are feed_forward_length wide; upstream's converter writes no width of their own.
+        if (arch == Arch::qwen3moe) {
+            set_u32("expert_feed_forward_length", s.n_ff_exp);
+        }
     }
 }
 

@@ -38,7 +38,6 @@ Arch parse_arch(const std::string & text);
 Preset parse_preset(const std::string & text);
 WeightType parse_weight_type(const std::string & text);
 
-bool is_moe(Arch arch);
 // File name of the vocabulary GGUF (from upstream's models/ folder) an architecture uses by default.
 const char * default_vocab_file(Arch arch);
 
@@ -52,7 +51,7 @@ struct Shape {
     int64_t n_ctx = 0;
     double rope_theta = 0.0;
     float rms_eps = 0.0f;
-    int64_t n_expert = 0;  // MoE fields: zero for dense architectures
+    int64_t n_expert = 0;  // MoE fields: zero for dense layers
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;
     bool tied_output = false;
@@ -67,6 +66,9 @@ struct ShapeOverrides {
 
     bool any() const;
 };
+
+// Mixture-of-experts layers: qwen3moe, or llama with --n-expert (Mixtral).
+bool has_experts(const Shape & shape);
 
 Shape preset_shape(Arch arch, Preset preset);
 // Applies overrides, fills in head_dim, and checks the result; throws UsageError.

@@ -171,7 +171,9 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
 shape overrides (positive integers unless noted):
   --n-embd --n-layer --n-head --n-head-kv --head-dim --n-ff --n-ctx
   --rope-theta X (positive real)
-  --n-expert --n-expert-used --n-ff-exp   (qwen3moe only)
+  --n-expert --n-expert-used --n-ff-exp   (qwen3moe; llama takes --n-expert and
+                                      --n-expert-used, default 2, for Mixtral-style
+                                      experts --n-ff wide)
   --tied-output                       no output.weight: the head reuses token_embd
 
 The vocabulary size always comes from the vocabulary file.
