@@ -1,6 +1,7 @@
 #include "plugin/gguf_file.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "plugin/error.h"
@@ -17,48 +18,177 @@
 
 namespace llama_tp {
 
-GgufFile::Fd::~Fd() {
-    if (fd >= 0) ::close(fd);
-}
-void GgufFile::GgufDeleter::operator()(gguf_context * ctx) const {
-    gguf_free(ctx);
-}
-void GgufFile::GgmlDeleter::operator()(ggml_context * ctx) const {
-    ggml_free(ctx);
+namespace {
+
+struct GgufDeleter {
+    void operator()(gguf_context * ctx) const { gguf_free(ctx); }
+};
+struct GgmlDeleter {
+    void operator()(ggml_context * ctx) const { ggml_free(ctx); }
+};
+
+// The n-th of count parts' file name suffix, as upstream's gguf-split writes it.
+std::string part_suffix(int n, int count) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "-%05d-of-%05d.gguf", n + 1, count);
+    return buf;
 }
 
-GgufFile::GgufFile(const std::string & path) : path_(path) {
-    fd_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_.fd < 0) {
-        throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
-    }
-    struct stat st {};
-    if (::fstat(fd_.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        throw Error("model file '" + path + "' is not a regular file");
-    }
-    file_size_ = (uint64_t) st.st_size;
+bool ends_with(const std::string & s, const std::string & suffix) {
+    return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
-    ggml_context * meta = nullptr;
-    gguf_init_params params = {/*no_alloc =*/true, /*ctx =*/&meta};
-    gguf_.reset(gguf_init_from_file(path.c_str(), params));
-    meta_.reset(meta);
-    if (!gguf_) {
-        throw Error("'" + path + "' is not a valid GGUF file (bad magic, version or header, or truncated metadata)");
+// A split.* key of a part: -1 when absent.
+int64_t split_key(gguf_context * g, const char * key) {
+    const int64_t id = gguf_find_key(g, key);
+    if (id < 0) return -1;
+    switch (gguf_get_kv_type(g, id)) {
+        case GGUF_TYPE_UINT16:
+            return gguf_get_val_u16(g, id);
+        case GGUF_TYPE_INT32:
+            return gguf_get_val_i32(g, id);
+        case GGUF_TYPE_UINT32:
+            return gguf_get_val_u32(g, id);
+        default:
+            return -1;
     }
-    // The reader checks the header; make sure every tensor's bytes are in the file too.
-    for (int64_t i = 0; i < n_tensors(); ++i) {
-        const ggml_tensor * t = tensor_at(i);
-        const uint64_t end = tensor_offset(t) + ggml_nbytes(t);
-        if (end > file_size_) {
-            throw Error("model file '" + path + "' is truncated: tensor '" + std::string(ggml_get_name(t)) +
-                        "' ends at byte " + std::to_string(end) + " but the file has " + std::to_string(file_size_) +
-                        " bytes");
+}
+
+}  // namespace
+
+// One file of the model, its header parsed.
+struct GgufFile::Part {
+    std::string path;
+    int fd = -1;
+    uint64_t size = 0;
+    std::unique_ptr<ggml_context, GgmlDeleter> meta;
+    std::unique_ptr<gguf_context, GgufDeleter> gguf;
+
+    explicit Part(const std::string & p) : path(p) {
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw Error("cannot open model file '" + path + "': " + std::strerror(errno));
+        struct stat st {};
+        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            throw Error("model file '" + path + "' is not a regular file");
+        }
+        size = (uint64_t) st.st_size;
+        ggml_context * ctx = nullptr;
+        gguf_init_params params = {/*no_alloc =*/true, /*ctx =*/&ctx};
+        gguf.reset(gguf_init_from_file(path.c_str(), params));
+        meta.reset(ctx);
+        if (!gguf) {
+            throw Error("'" + path +
+                        "' is not a valid GGUF file (bad magic, version or header, or truncated metadata)");
+        }
+    }
+    ~Part() {
+        if (fd >= 0) ::close(fd);
+    }
+    Part(const Part &) = delete;
+    Part & operator=(const Part &) = delete;
+
+    void read(uint64_t offset, void * dst, size_t n) const {
+        auto * out = static_cast<char *>(dst);
+        while (n > 0) {
+            const ssize_t got = ::pread(fd, out, n, (off_t) offset);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                throw Error("reading model file '" + path + "' at byte " + std::to_string(offset) +
+                            " failed: " + (got == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
+            }
+            out += got;
+            offset += (uint64_t) got;
+            n -= (size_t) got;
+        }
+    }
+};
+
+GgufFile::GgufFile(const std::string & path) {
+    parts_.push_back(std::make_unique<Part>(path));
+    gguf_context * first = parts_[0]->gguf.get();
+    const int64_t count = split_key(first, "split.count");
+    if (count > 1) {
+        const int64_t no = split_key(first, "split.no");
+        if (no != 0) {
+            const std::string own = part_suffix((int) no, (int) count);
+            const std::string prefix = ends_with(path, own) ? path.substr(0, path.size() - own.size()) : "*";
+            throw Error("model file '" + path + "' is part " + std::to_string(no + 1) + " of " + std::to_string(count) +
+                        " of a split model: give the first part, '" + prefix + part_suffix(0, (int) count) + "'");
+        }
+        open_other_parts((int) count);
+    }
+    for (const auto & part : parts_) index_tensors(*part);
+    const int64_t expected = split_key(first, "split.tensors.count");
+    if (count > 1 && expected >= 0 && expected != n_tensors()) {
+        throw Error("model file '" + path + "': its " + std::to_string(count) + " parts hold " +
+                    std::to_string(n_tensors()) + " tensors, but split.tensors.count says " + std::to_string(expected));
+    }
+}
+
+GgufFile::~GgufFile() = default;
+
+void GgufFile::open_other_parts(int count) {
+    const std::string & first = parts_[0]->path;
+    const std::string suffix = part_suffix(0, count);
+    if (!ends_with(first, suffix)) {
+        throw Error("model file '" + first + "' is the first of " + std::to_string(count) +
+                    " parts, but its name does not end in '" + suffix +
+                    "', so the other parts cannot be found (keep the names gguf-split gave them)");
+    }
+    const std::string prefix = first.substr(0, first.size() - suffix.size());
+    for (int i = 1; i < count; ++i) {
+        const std::string path = prefix + part_suffix(i, count);
+        try {
+            parts_.push_back(std::make_unique<Part>(path));
+        } catch (const Error & e) {
+            throw Error("model '" + first + "' is split into " + std::to_string(count) + " files: part " +
+                        std::to_string(i + 1) + ": " + e.what());
+        }
+        gguf_context * g = parts_.back()->gguf.get();
+        const int64_t no = split_key(g, "split.no"), n = split_key(g, "split.count");
+        if (no != i || n != count) {
+            const std::string says = no < 0 || n < 0
+                                         ? "it has no split.no and split.count keys"
+                                         : "it says it is part " + std::to_string(no + 1) + " of " + std::to_string(n);
+            throw Error("model file '" + path + "' is not part " + std::to_string(i + 1) + " of " +
+                        std::to_string(count) + " of '" + first + "': " + says);
         }
     }
 }
 
+// Adds a part's tensors, checking that each one's bytes are in the file (the
+// reader checks only the header) and that no two parts hold the same name.
+void GgufFile::index_tensors(const Part & part) {
+    gguf_context * g = part.gguf.get();
+    for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+        const char * name = gguf_get_tensor_name(g, i);
+        const ggml_tensor * t = ggml_get_tensor(part.meta.get(), name);
+        const uint64_t offset = gguf_get_data_offset(g) + gguf_get_tensor_offset(g, i);
+        const uint64_t end = offset + ggml_nbytes(t);
+        if (end > part.size) {
+            throw Error("model file '" + part.path + "' is truncated: tensor '" + name + "' ends at byte " +
+                        std::to_string(end) + " but the file has " + std::to_string(part.size) + " bytes");
+        }
+        if (!by_name_.emplace(name, tensors_.size()).second) {
+            throw Error("model file '" + part.path + "': tensor '" + name + "' is also in '" +
+                        tensors_[by_name_[name]].part->path + "'");
+        }
+        tensors_.push_back(Tensor{t, &part, offset});
+    }
+}
+
+const std::string & GgufFile::path() const {
+    return parts_[0]->path;
+}
+
+uint64_t GgufFile::file_size() const {
+    uint64_t n = 0;
+    for (const auto & part : parts_) n += part->size;
+    return n;
+}
+
 int64_t GgufFile::key_id(const std::string & key) const {
-    return gguf_find_key(gguf_.get(), key.c_str());
+    return gguf_find_key(parts_[0]->gguf.get(), key.c_str());
 }
 
 bool GgufFile::has_key(const std::string & key) const {
@@ -67,11 +197,11 @@ bool GgufFile::has_key(const std::string & key) const {
 
 std::string GgufFile::get_string(const std::string & key) const {
     const int64_t id = key_id(key);
-    if (id < 0) throw Error("model file '" + path_ + "' has no metadata key '" + key + "'");
-    if (gguf_get_kv_type(gguf_.get(), id) != GGUF_TYPE_STRING) {
-        throw Error("model file '" + path_ + "': metadata key '" + key + "' is not a string");
+    if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
+    if (gguf_get_kv_type(parts_[0]->gguf.get(), id) != GGUF_TYPE_STRING) {
+        throw Error("model file '" + path() + "': metadata key '" + key + "' is not a string");
     }
-    return gguf_get_val_str(gguf_.get(), id);
+    return gguf_get_val_str(parts_[0]->gguf.get(), id);
 }
 
 std::string GgufFile::get_string(const std::string & key, const std::string & fallback) const {
@@ -80,26 +210,26 @@ std::string GgufFile::get_string(const std::string & key, const std::string & fa
 
 int64_t GgufFile::get_int(const std::string & key) const {
     const int64_t id = key_id(key);
-    if (id < 0) throw Error("model file '" + path_ + "' has no metadata key '" + key + "'");
-    switch (gguf_get_kv_type(gguf_.get(), id)) {
+    if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
+    switch (gguf_get_kv_type(parts_[0]->gguf.get(), id)) {
         case GGUF_TYPE_UINT8:
-            return gguf_get_val_u8(gguf_.get(), id);
+            return gguf_get_val_u8(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_INT8:
-            return gguf_get_val_i8(gguf_.get(), id);
+            return gguf_get_val_i8(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_UINT16:
-            return gguf_get_val_u16(gguf_.get(), id);
+            return gguf_get_val_u16(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_INT16:
-            return gguf_get_val_i16(gguf_.get(), id);
+            return gguf_get_val_i16(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_UINT32:
-            return gguf_get_val_u32(gguf_.get(), id);
+            return gguf_get_val_u32(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_INT32:
-            return gguf_get_val_i32(gguf_.get(), id);
+            return gguf_get_val_i32(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_UINT64:
-            return (int64_t) gguf_get_val_u64(gguf_.get(), id);
+            return (int64_t) gguf_get_val_u64(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_INT64:
-            return gguf_get_val_i64(gguf_.get(), id);
+            return gguf_get_val_i64(parts_[0]->gguf.get(), id);
         default:
-            throw Error("model file '" + path_ + "': metadata key '" + key +
+            throw Error("model file '" + path() + "': metadata key '" + key +
                         "' is not an integer (per-layer arrays are not supported)");
     }
 }
@@ -110,12 +240,12 @@ int64_t GgufFile::get_int(const std::string & key, int64_t fallback) const {
 
 double GgufFile::get_float(const std::string & key) const {
     const int64_t id = key_id(key);
-    if (id < 0) throw Error("model file '" + path_ + "' has no metadata key '" + key + "'");
-    switch (gguf_get_kv_type(gguf_.get(), id)) {
+    if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
+    switch (gguf_get_kv_type(parts_[0]->gguf.get(), id)) {
         case GGUF_TYPE_FLOAT32:
-            return gguf_get_val_f32(gguf_.get(), id);
+            return gguf_get_val_f32(parts_[0]->gguf.get(), id);
         case GGUF_TYPE_FLOAT64:
-            return gguf_get_val_f64(gguf_.get(), id);
+            return gguf_get_val_f64(parts_[0]->gguf.get(), id);
         default:
             return (double) get_int(key);
     }
@@ -126,48 +256,28 @@ double GgufFile::get_float(const std::string & key, double fallback) const {
 }
 
 const ggml_tensor * GgufFile::find_tensor(const std::string & name) const {
-    return ggml_get_tensor(meta_.get(), name.c_str());
-}
-
-int64_t GgufFile::n_tensors() const {
-    return gguf_get_n_tensors(gguf_.get());
-}
-
-const ggml_tensor * GgufFile::tensor_at(int64_t i) const {
-    return ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
+    const auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : tensors_[it->second].desc;
 }
 
 uint64_t GgufFile::header_digest() const {
-    const uint64_t n = gguf_get_data_offset(gguf_.get());
     std::vector<uint8_t> bytes(1 << 20);
     uint64_t h = 1469598103934665603ull;  // FNV-1a
-    for (uint64_t at = 0; at < n;) {
-        const size_t len = (size_t) std::min<uint64_t>(bytes.size(), n - at);
-        read(at, bytes.data(), len);
-        for (size_t i = 0; i < len; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-        at += len;
+    for (const auto & part : parts_) {
+        const uint64_t n = gguf_get_data_offset(part->gguf.get());
+        for (uint64_t at = 0; at < n;) {
+            const size_t len = (size_t) std::min<uint64_t>(bytes.size(), n - at);
+            part->read(at, bytes.data(), len);
+            for (size_t i = 0; i < len; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+            at += len;
+        }
     }
     return h;
 }
 
-uint64_t GgufFile::tensor_offset(const ggml_tensor * desc) const {
-    const int64_t id = gguf_find_tensor(gguf_.get(), ggml_get_name(desc));
-    return gguf_get_data_offset(gguf_.get()) + gguf_get_tensor_offset(gguf_.get(), id);
-}
-
-void GgufFile::read(uint64_t offset, void * dst, size_t n) const {
-    auto * out = static_cast<char *>(dst);
-    while (n > 0) {
-        const ssize_t got = ::pread(fd_.fd, out, n, (off_t) offset);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            throw Error("reading model file '" + path_ + "' at byte " + std::to_string(offset) +
-                        " failed: " + (got == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
-        }
-        out += got;
-        offset += (uint64_t) got;
-        n -= (size_t) got;
-    }
+void GgufFile::read_tensor(const ggml_tensor * desc, uint64_t at, void * dst, size_t n) const {
+    const Tensor & t = tensors_[by_name_.at(ggml_get_name(desc))];
+    t.part->read(t.offset + at, dst, n);
 }
 
 }  // namespace llama_tp

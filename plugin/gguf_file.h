@@ -1,11 +1,16 @@
 #pragma once
-// A GGUF file opened for loading: its metadata (through ggml's GGUF reader),
-// its tensor descriptions, and positioned reads of tensor bytes. Every error
-// names the file, and the key or tensor involved.
+// A GGUF model opened for loading: its metadata (through ggml's GGUF reader),
+// its tensor descriptions, and positioned reads of tensor bytes. A model split
+// into several files (upstream's split.* keys and NAME-00001-of-0000N.gguf
+// names) is opened from its first part and reads as one: metadata from the
+// first part, each tensor from whichever part holds it. Every error names the
+// file, and the key or tensor involved.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 struct gguf_context;
 struct ggml_context;
@@ -16,12 +21,13 @@ namespace llama_tp {
 class GgufFile {
   public:
     explicit GgufFile(const std::string & path);
-    ~GgufFile() = default;
+    ~GgufFile();
     GgufFile(const GgufFile &) = delete;
     GgufFile & operator=(const GgufFile &) = delete;
 
-    const std::string & path() const { return path_; }
-    uint64_t file_size() const { return file_size_; }
+    const std::string & path() const;  // the first part's
+    int n_parts() const { return (int) parts_.size(); }
+    uint64_t file_size() const;  // all parts together
 
     bool has_key(const std::string & key) const;
     std::string get_string(const std::string & key) const;
@@ -33,37 +39,32 @@ class GgufFile {
 
     // Description (type, shape; no data) of a tensor, nullptr when absent.
     const ggml_tensor * find_tensor(const std::string & name) const;
-    int64_t n_tensors() const;
-    const ggml_tensor * tensor_at(int64_t i) const;
+    int64_t n_tensors() const { return (int64_t) tensors_.size(); }
+    const ggml_tensor * tensor_at(int64_t i) const { return tensors_[i].desc; }
 
-    // A digest of the header and tensor table (every byte before the data):
-    // two files with equal size and digest hold the same model.
+    // A digest of every part's header and tensor table (every byte before
+    // the data): two models with equal size and digest are the same model.
     uint64_t header_digest() const;
 
-    // Absolute file offset of a tensor's data.
-    uint64_t tensor_offset(const ggml_tensor * desc) const;
-    // Reads n bytes at an absolute offset; throws on a short read.
-    void read(uint64_t offset, void * dst, size_t n) const;
+    // Reads n bytes from byte `at` of a tensor's data; throws naming the part
+    // on a short read.
+    void read_tensor(const ggml_tensor * desc, uint64_t at, void * dst, size_t n) const;
 
   private:
+    struct Part;
+    struct Tensor {
+        const ggml_tensor * desc;
+        const Part * part;
+        uint64_t offset;  // of its data in the part
+    };
+
+    void open_other_parts(int n_parts);
+    void index_tensors(const Part & part);
     int64_t key_id(const std::string & key) const;
 
-    struct Fd {
-        int fd = -1;
-        ~Fd();
-    };
-    struct GgufDeleter {
-        void operator()(gguf_context * ctx) const;
-    };
-    struct GgmlDeleter {
-        void operator()(ggml_context * ctx) const;
-    };
-
-    std::string path_;
-    Fd fd_;
-    uint64_t file_size_ = 0;
-    std::unique_ptr<ggml_context, GgmlDeleter> meta_;
-    std::unique_ptr<gguf_context, GgufDeleter> gguf_;
+    std::vector<std::unique_ptr<Part>> parts_;
+    std::vector<Tensor> tensors_;
+    std::unordered_map<std::string, size_t> by_name_;
 };
 
 }  // namespace llama_tp

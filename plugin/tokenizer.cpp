@@ -1,10 +1,9 @@
 #include "plugin/tokenizer.h"
 
 #include "plugin/error.h"
+#include "plugin/gguf_file.h"
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 
 #include "llama.h"
@@ -29,11 +28,9 @@ void init_llama_once() {
 }  // namespace
 
 Tokenizer::Tokenizer(const std::string & gguf_path) {
-    if (FILE * f = std::fopen(gguf_path.c_str(), "rb")) {
-        std::fclose(f);
-    } else {
-        throw Error("cannot open model file '" + gguf_path + "': " + std::strerror(errno));
-    }
+    // Our reader names what is wrong with a file (or with one part of a split
+    // model); libllama's loader would only say that it failed.
+    { const GgufFile file(gguf_path); }
     init_llama_once();
     llama_model_params params = llama_model_default_params();
     params.vocab_only = true;

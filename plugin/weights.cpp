@@ -242,21 +242,20 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
 void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const Source & src,
                                std::vector<uint8_t> & staging) const {
     const ggml_tensor * desc = file.find_tensor(src.name);
-    const uint64_t offset = file.tensor_offset(desc);
     const size_t n = ggml_nbytes(t);
     const bool host = ggml_backend_buffer_is_host(t->buffer);
     uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : (staging.resize(n), staging.data());
     const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
     switch (src.slice.axis) {
         case TensorSlice::Whole:
-            file.read(offset, dst, n);
+            file.read_tensor(desc, 0, dst, n);
             break;
         case TensorSlice::Rows: {
             // One contiguous range per 2D slab (per expert for stacked experts).
             const size_t local_slab = (size_t) t->ne[1] * file_row;
             const size_t file_slab = (size_t) desc->ne[1] * file_row;
             for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
-                file.read(offset + s * file_slab + src.slice.begin * file_row, dst + s * local_slab, local_slab);
+                file.read_tensor(desc, s * file_slab + src.slice.begin * file_row, dst + s * local_slab, local_slab);
             }
             break;
         }
@@ -265,7 +264,7 @@ void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const Sou
             const size_t local_row = ggml_row_size(desc->type, t->ne[0]);
             const int64_t n_rows = ggml_nrows(t);
             for (int64_t r = 0; r < n_rows; ++r)
-                file.read(offset + r * file_row + skip, dst + r * local_row, local_row);
+                file.read_tensor(desc, r * file_row + skip, dst + r * local_row, local_row);
             break;
         }
     }

@@ -110,6 +110,15 @@ if [[ $arch == llama ]]; then
     check "llama kv2 tp4 (replicated KV heads) split-invariant vs tp1" -m "$work/llama-kv2.gguf" --reference tp1 \
         --tp 4 --split-invariant --prompts 3
 fi
+if [[ $arch == llama ]]; then
+    # A model in several files (upstream's split.* keys), against upstream
+    # reading the same parts and across ranks.
+    "$make_model" --arch llama --type q8_0 --seed 7 "${shape[@]}" --split-max-size 2M -o "$work/parts.gguf" \
+        >/dev/null 2>"$work/make.log" || cat "$work/make.log" >&2
+    parts=$(echo "$work"/parts-00001-of-*.gguf)
+    check "llama q8_0 in parts ($parts) vs upstream" -m "$parts" --reference upstream --prompts 3 --n-tokens 12
+    check "llama q8_0 in parts tp3 vs tp1" -m "$parts" --reference tp1 --tp 3 --prompts 3 --n-tokens 12
+fi
 rm -f "$work"/*.gguf
 echo "$arch: $((cases - failures)) passed, $failures failed"
 ((failures == 0))

@@ -57,6 +57,12 @@ for launch in "-n 2" "-n 2 ${tcp[*]}" "-n 4"; do
     check "$arch q8_0 split-invariant $launch" $launch -- -m "$model" --reference tp1 --split-invariant
 done
 check "$arch q8_0 split-invariant 2 processes x 2 ranks" -n 2 -- -m "$model" --reference tp1 --split-invariant --tp 2
+if [[ $arch == llama ]]; then
+    # A model in several files: each process reads its slices from whichever part holds them.
+    "$make_model" --arch llama --type q8_0 --seed 7 "${shape[@]}" --split-max-size 2M -o "$work/parts.gguf" \
+        >/dev/null 2>&1
+    check "llama q8_0 in parts, 2 processes" -n 2 -- -m "$(echo "$work"/parts-00001-of-*.gguf)" --reference tp1
+fi
 rm -f "$work"/*.gguf
 echo "$arch: $((cases - failures)) passed, $failures failed"
 ((failures == 0))

@@ -111,6 +111,19 @@ planned=$("$make_model" --dry-run --arch llama --type q8_0 --seed 3 2>/dev/null 
 [[ $planned == "$(stat -c %s "$work/model.gguf")" ]] || fail "--dry-run size $planned differs from the file's"
 rm -f "$work/model.gguf"
 
+echo "== a model in parts"
+# Parts named as gguf-split names them; upstream loads them from the first.
+generate "$work/parts.gguf" --arch llama --type q8_0 --seed 3 --split-max-size 3M
+parts=("$work"/parts-*-of-*.gguf)
+[[ ${#parts[@]} -ge 3 && ${parts[0]} == "$work/parts-00001-of-0000${#parts[@]}.gguf" ]] ||
+    fail "expected 3 or more parts named parts-0000N-of-0000K.gguf, got: ${parts[*]}"
+check_loads "${parts[0]}" llama
+planned=$("$make_model" --dry-run --arch llama --type q8_0 --seed 3 --split-max-size 3M 2>/dev/null)
+[[ $planned == *" in ${#parts[@]} parts" ]] || fail "--dry-run says '$planned' for ${#parts[@]} parts"
+total=$(cat "${parts[@]}" | wc -c)
+[[ $planned == *" $total bytes "* ]] || fail "--dry-run says '$planned', the parts hold $total bytes"
+rm -f "$work"/parts-*.gguf
+
 echo "== bad arguments exit 2, file errors exit 1"
 out=$work/bad.gguf
 expect_error 2 "unknown architecture" --arch gpt2 -o "$out"
@@ -137,6 +150,9 @@ expect_error 2 "needs --n-expert" --n-expert-used 2 -o "$out"
 expect_error 2 "must not exceed --n-expert" --n-expert 2 --n-expert-used 3 -o "$out"
 expect_error 2 "must not exceed --n-expert" --arch qwen3moe --n-expert-used 9 -o "$out"
 expect_error 2 "qwen2 needs" --arch qwen2 --head-dim 128 -o "$out"
+expect_error 2 "must be positive" --split-max-size 0 -o "$out"
+expect_error 2 "needs an integer" --split-max-size 3X -o "$out"
+expect_error 2 "needs an integer" --split-max-size M -o "$out"
 expect_error 2 "usage:" --arch gpt2 -o "$out"
 expect_error 1 "cannot create" -o "$work/no-such-dir/model.gguf"
 expect_error 1 "is a directory" -o "$work"

@@ -1,8 +1,10 @@
 #include "plugin/engine.h"
 #include "plugin/error.h"
+#include "plugin/gguf_file.h"
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -74,6 +76,106 @@ TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
     const std::string msg = load_error(path);
     EXPECT_NE(msg.find("architecture 'mamba' is not supported"), std::string::npos) << msg;
     std::remove(path.c_str());
+}
+
+// Tensors of stories260K's layers 2 to 4.
+bool in_second_part(const std::string & name) {
+    return name.rfind("blk.", 0) == 0 && name > "blk.2";
+}
+
+// stories260K written as two parts the way gguf-split writes them, layers 2
+// to 4 in the second part.
+struct SplitModel {
+    std::string first = test::temp_path("split-00001-of-00002.gguf");
+    std::string second = test::temp_path("split-00002-of-00002.gguf");
+    int32_t n_tensors = (int32_t) GgufFile(LLAMA_TP_TEST_MODEL).n_tensors();
+
+    SplitModel() {
+        write(first, 0, [](const std::string & n) { return !in_second_part(n); });
+        write(second, 1, in_second_part);
+    }
+    ~SplitModel() {
+        std::remove(first.c_str());
+        std::remove(second.c_str());
+    }
+    void write(const std::string & path, int no, const std::function<bool(const std::string &)> & keep,
+               int32_t tensors_count = 0) {
+        test::copy_gguf(
+            LLAMA_TP_TEST_MODEL, path,
+            [&](gguf_context * g) {
+                gguf_set_val_u16(g, "split.no", (uint16_t) no);
+                gguf_set_val_u16(g, "split.count", 2);
+                gguf_set_val_i32(g, "split.tensors.count", tensors_count ? tensors_count : n_tensors);
+            },
+            keep);
+    }
+};
+
+std::vector<float> first_logits(const std::string & path, int tp) {
+    EngineOptions o;
+    o.model_path = path;
+    o.n_ctx = 64;
+    o.tp = tp;
+    o.n_threads = 2;
+    auto e = Engine::load(o);
+    Batch b;
+    for (int i = 0; i < 6; ++i) b.add(1 + 7 * i, i, 0, i == 5);
+    e->decode(b);
+    return std::vector<float>(e->logits(5), e->logits(5) + e->info().n_vocab);
+}
+
+TEST(SplitModel, LoadsFromItsFirstPartAsTheWholeFile) {
+    SplitModel m;
+    EXPECT_EQ(GgufFile(m.first).n_parts(), 2);
+    EXPECT_EQ(first_logits(m.first, 1), first_logits(LLAMA_TP_TEST_MODEL, 1));
+    EXPECT_EQ(first_logits(m.first, 2), first_logits(LLAMA_TP_TEST_MODEL, 2));
+}
+
+TEST(SplitModel, ALaterPartNamesTheFirst) {
+    SplitModel m;
+    const std::string msg = load_error(m.second);
+    EXPECT_NE(msg.find("is part 2 of 2 of a split model: give the first part, '" + m.first + "'"), std::string::npos)
+        << msg;
+}
+
+TEST(SplitModel, AMissingPartIsNamed) {
+    SplitModel m;
+    std::remove(m.second.c_str());
+    const std::string msg = load_error(m.first);
+    EXPECT_NE(msg.find("split into 2 files: part 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(m.second), std::string::npos) << msg;
+}
+
+TEST(SplitModel, APartOfAnotherSplitIsRefused) {
+    SplitModel m;
+    m.write(m.second, 0, in_second_part);
+    const std::string msg = load_error(m.first);
+    EXPECT_NE(msg.find("is not part 2 of 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("it says it is part 1 of 2"), std::string::npos) << msg;
+}
+
+TEST(SplitModel, ARenamedFirstPartSaysWhy) {
+    SplitModel m;
+    const std::string renamed = test::temp_path("renamed.gguf");
+    std::rename(m.first.c_str(), renamed.c_str());
+    const std::string msg = load_error(renamed);
+    EXPECT_NE(msg.find("does not end in '-00001-of-00002.gguf'"), std::string::npos) << msg;
+    std::remove(renamed.c_str());
+}
+
+TEST(SplitModel, AWrongTensorCountIsRefused) {
+    SplitModel m;
+    m.write(
+        m.first, 0, [](const std::string & n) { return !in_second_part(n); }, 3);
+    const std::string msg = load_error(m.first);
+    EXPECT_NE(msg.find("split.tensors.count says 3"), std::string::npos) << msg;
+}
+
+TEST(SplitModel, ATensorInTwoPartsIsRefused) {
+    SplitModel m;
+    m.write(m.second, 1, [](const std::string & n) { return n == "output_norm.weight" || in_second_part(n); });
+    const std::string msg = load_error(m.first);
+    EXPECT_NE(msg.find("tensor 'output_norm.weight' is also in"), std::string::npos) << msg;
 }
 
 }  // namespace

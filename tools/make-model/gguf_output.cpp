@@ -77,30 +77,49 @@ void copy_key(gguf_context * dst, const gguf_context * src, int64_t id) {
 }
 
 // Tensor descriptions (no data) for gguf_add_tensor, which copies them.
-GgmlContextPtr describe_tensors(const std::vector<TensorPlan> & plans) {
+GgmlContextPtr describe_tensors(const std::vector<TensorPlan> & plans, const std::vector<size_t> & which) {
     ggml_init_params params = {};
-    params.mem_size = (plans.size() + 1) * ggml_tensor_overhead();
+    params.mem_size = (which.size() + 1) * ggml_tensor_overhead();
     params.no_alloc = true;
     GgmlContextPtr ctx(ggml_init(params));
     if (!ctx) {
         throw std::runtime_error("ggml_init failed");
     }
-    for (const TensorPlan & plan : plans) {
+    for (const size_t i : which) {
+        const TensorPlan & plan = plans[i];
         ggml_tensor * tensor = ggml_new_tensor(ctx.get(), plan.type, static_cast<int>(plan.ne.size()), plan.ne.data());
         ggml_set_name(tensor, plan.name.c_str());
     }
     return ctx;
 }
 
-GgufPtr build_gguf(const ModelSpec & spec, const Vocabulary & vocab, ggml_context * tensors) {
+// The GGUF of one part: the first carries the model's metadata; with several
+// parts every one carries upstream's split.* keys.
+GgufPtr build_gguf(const ModelSpec & spec, const Vocabulary & vocab, ggml_context * tensors, size_t part,
+                   size_t n_parts, size_t n_tensors, bool split) {
     GgufPtr gguf(gguf_init_empty());
-    set_model_metadata(gguf.get(), spec, vocab.n_tokens());
-    vocab.copy_tokenizer_keys(gguf.get());
+    if (part == 0) {
+        set_model_metadata(gguf.get(), spec, vocab.n_tokens());
+        vocab.copy_tokenizer_keys(gguf.get());
+    }
+    if (split) {
+        gguf_set_val_u16(gguf.get(), "split.no", static_cast<uint16_t>(part));
+        gguf_set_val_u16(gguf.get(), "split.count", static_cast<uint16_t>(n_parts));
+        gguf_set_val_i32(gguf.get(), "split.tensors.count", static_cast<int32_t>(n_tensors));
+    }
     for (ggml_tensor * t = ggml_get_first_tensor(tensors); t != nullptr; t = ggml_get_next_tensor(tensors, t)) {
         gguf_add_tensor(gguf.get(), t);
     }
     return gguf;
 }
+
+uint64_t padded_tensor_size(const TensorPlan & plan) {
+    const uint64_t bytes = ggml_row_size(plan.type, plan.row_length()) * static_cast<uint64_t>(plan.n_rows());
+    return GGML_PAD(bytes, GGUF_DEFAULT_ALIGNMENT);
+}
+
+// gguf-split numbers parts with five digits.
+constexpr size_t kMaxParts = 99999;
 
 uint64_t padded_data_size(const gguf_context * gguf) {
     const int64_t n = gguf_get_n_tensors(gguf);
@@ -152,17 +171,17 @@ void write_metadata(const gguf_context * gguf, AtomicFile & file) {
 }
 
 void write_tensor_data(const gguf_context * gguf, const std::vector<TensorPlan> & plans,
-                       const TensorDataGenerator & generator, AtomicFile & file) {
+                       const std::vector<size_t> & which, const TensorDataGenerator & generator, Progress & progress,
+                       AtomicFile & file) {
     const uint64_t data_start = file.bytes_written();
     const size_t alignment = gguf_get_alignment(gguf);
-    Progress progress(padded_data_size(gguf));
-    for (size_t i = 0; i < plans.size(); ++i) {
-        GGML_ASSERT(file.bytes_written() - data_start == gguf_get_tensor_offset(gguf, static_cast<int64_t>(i)));
-        generator.generate(plans[i], [&](const void * data, size_t size) {
+    for (size_t k = 0; k < which.size(); ++k) {
+        GGML_ASSERT(file.bytes_written() - data_start == gguf_get_tensor_offset(gguf, static_cast<int64_t>(k)));
+        generator.generate(plans[which[k]], [&](const void * data, size_t size) {
             file.write(data, size);
             progress.advance(size);
         });
-        const size_t size = gguf_get_tensor_size(gguf, static_cast<int64_t>(i));
+        const size_t size = gguf_get_tensor_size(gguf, static_cast<int64_t>(k));
         const size_t padding = GGML_PAD(size, alignment) - size;
         file.write_zeros(padding);
         progress.advance(padding);
@@ -207,24 +226,82 @@ void Vocabulary::copy_tokenizer_keys(gguf_context * dst) const {
     }
 }
 
-uint64_t planned_file_size(const ModelSpec & spec, const Vocabulary & vocab, const std::vector<TensorPlan> & plans) {
-    const GgmlContextPtr tensors = describe_tensors(plans);
-    const GgufPtr gguf = build_gguf(spec, vocab, tensors.get());
-    return gguf_get_meta_size(gguf.get()) + padded_data_size(gguf.get());
+std::vector<std::vector<size_t>> plan_parts(const std::vector<TensorPlan> & plans, uint64_t max_part_bytes) {
+    std::vector<std::vector<size_t>> parts(1);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < plans.size(); ++i) {
+        const uint64_t size = padded_tensor_size(plans[i]);
+        if (max_part_bytes > 0 && !parts.back().empty() && bytes + size > max_part_bytes) {
+            parts.emplace_back();
+            bytes = 0;
+        }
+        parts.back().push_back(i);
+        bytes += size;
+    }
+    if (parts.size() > kMaxParts) {
+        throw UsageError("--split-max-size " + std::to_string(max_part_bytes) + " would make " +
+                         std::to_string(parts.size()) + " parts; at most " + std::to_string(kMaxParts));
+    }
+    return parts;
+}
+
+std::vector<std::string> part_paths(const std::string & path, size_t n_parts, bool split) {
+    if (!split) {
+        return {path};
+    }
+    const std::string ext = ".gguf";
+    const bool has_ext = path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+    const std::string prefix = has_ext ? path.substr(0, path.size() - ext.size()) : path;
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n_parts; ++i) {
+        char suffix[64];
+        std::snprintf(suffix, sizeof suffix, "-%05zu-of-%05zu.gguf", i + 1, n_parts);
+        out.push_back(prefix + suffix);
+    }
+    return out;
+}
+
+uint64_t planned_file_size(const ModelSpec & spec, const Vocabulary & vocab, const std::vector<TensorPlan> & plans,
+                           uint64_t max_part_bytes) {
+    const std::vector<std::vector<size_t>> parts = plan_parts(plans, max_part_bytes);
+    uint64_t total = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const GgmlContextPtr tensors = describe_tensors(plans, parts[p]);
+        const GgufPtr gguf = build_gguf(spec, vocab, tensors.get(), p, parts.size(), plans.size(), max_part_bytes > 0);
+        total += gguf_get_meta_size(gguf.get()) + padded_data_size(gguf.get());
+    }
+    return total;
 }
 
 WriteResult write_model(const std::string & path, const ModelSpec & spec, const Vocabulary & vocab,
-                        const std::vector<TensorPlan> & plans, int n_threads) {
-    const GgmlContextPtr tensors = describe_tensors(plans);
-    const GgufPtr gguf = build_gguf(spec, vocab, tensors.get());
+                        const std::vector<TensorPlan> & plans, int n_threads, uint64_t max_part_bytes) {
+    const bool split = max_part_bytes > 0;
+    const std::vector<std::vector<size_t>> parts = plan_parts(plans, max_part_bytes);
+    const std::vector<std::string> paths = part_paths(path, parts.size(), split);
     const TensorDataGenerator generator(spec.seed, n_threads);
+    uint64_t data_bytes = 0;
+    for (const TensorPlan & plan : plans) {
+        data_bytes += padded_tensor_size(plan);
+    }
+    Progress progress(data_bytes);
 
-    AtomicFile file(path);
-    write_metadata(gguf.get(), file);
-    write_tensor_data(gguf.get(), plans, generator, file);
-    const uint64_t file_bytes = file.bytes_written();
-    file.commit();
-    return {file_bytes, plans.size()};
+    // Every part is committed only once all are complete.
+    std::vector<std::unique_ptr<AtomicFile>> files;
+    WriteResult result;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const GgmlContextPtr tensors = describe_tensors(plans, parts[p]);
+        const GgufPtr gguf = build_gguf(spec, vocab, tensors.get(), p, parts.size(), plans.size(), split);
+        files.push_back(std::make_unique<AtomicFile>(paths[p]));
+        write_metadata(gguf.get(), *files.back());
+        write_tensor_data(gguf.get(), plans, parts[p], generator, progress, *files.back());
+        result.file_bytes += files.back()->bytes_written();
+    }
+    for (const auto & file : files) {
+        file->commit();
+    }
+    result.n_tensors = plans.size();
+    result.paths = paths;
+    return result;
 }
 
 }  // namespace llama_tp::make_model

@@ -36,16 +36,30 @@ class Vocabulary {
 };
 
 struct WriteResult {
-    uint64_t file_bytes = 0;
+    uint64_t file_bytes = 0;  // all parts together
     size_t n_tensors = 0;
+    std::vector<std::string> paths;  // the files written, first part first
 };
 
-// Size in bytes of the file write_model would produce.
-uint64_t planned_file_size(const ModelSpec & spec, const Vocabulary & vocab, const std::vector<TensorPlan> & plans);
+// How the tensors are divided among the files of a model: one file when
+// max_part_bytes is 0, else parts of at most that much tensor data each, in
+// plan order (a tensor bigger than that gets a part of its own).
+std::vector<std::vector<size_t>> plan_parts(const std::vector<TensorPlan> & plans, uint64_t max_part_bytes);
+
+// The files of a model written at `path` in n_parts parts: `path` itself for
+// one part unless split, else upstream gguf-split's names
+// (PATH without .gguf, then -00001-of-0000N.gguf).
+std::vector<std::string> part_paths(const std::string & path, size_t n_parts, bool split);
+
+// Size in bytes of the files write_model would produce, all parts together.
+uint64_t planned_file_size(const ModelSpec & spec, const Vocabulary & vocab, const std::vector<TensorPlan> & plans,
+                           uint64_t max_part_bytes);
 
 // Generates every planned tensor from the spec's seed and writes the GGUF to
-// `path` atomically. The bytes depend only on the inputs, not on n_threads.
+// `path` atomically, in parts when max_part_bytes > 0 (the first holds the
+// metadata; every part the split.* keys upstream reads). The bytes depend
+// only on the inputs, not on n_threads.
 WriteResult write_model(const std::string & path, const ModelSpec & spec, const Vocabulary & vocab,
-                        const std::vector<TensorPlan> & plans, int n_threads);
+                        const std::vector<TensorPlan> & plans, int n_threads, uint64_t max_part_bytes);
 
 }  // namespace llama_tp::make_model

@@ -65,17 +65,24 @@ int run(const Options & options, const char * argv0) {
     const std::vector<TensorPlan> plans = plan_tensors(spec.arch, spec.shape, spec.type, vocab.n_tokens());
     report_plan(spec, plans);
     if (options.dry_run) {
-        std::printf("%s: %zu tensors, %llu bytes\n", spec.display_name().c_str(), plans.size(),
-                    static_cast<unsigned long long>(planned_file_size(spec, vocab, plans)));
+        const size_t n_parts = plan_parts(plans, options.split_max_bytes).size();
+        std::printf("%s: %zu tensors, %llu bytes", spec.display_name().c_str(), plans.size(),
+                    static_cast<unsigned long long>(planned_file_size(spec, vocab, plans, options.split_max_bytes)));
+        std::printf(options.split_max_bytes > 0 ? " in %zu parts\n" : "\n", n_parts);
         return 0;
     }
 
     const int n_threads =
         options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const WriteResult result = write_model(options.output_path, spec, vocab, plans, n_threads);
-    std::fprintf(stderr, "wrote %s: %zu tensors, %.1f MiB, vocabulary %lld tokens from %s\n",
-                 options.output_path.c_str(), result.n_tensors, static_cast<double>(result.file_bytes) / (1 << 20),
+    const WriteResult result = write_model(options.output_path, spec, vocab, plans, n_threads, options.split_max_bytes);
+    const std::string parts =
+        result.paths.size() > 1 ? " in " + std::to_string(result.paths.size()) + " parts" : std::string();
+    std::fprintf(stderr, "wrote %s: %zu tensors%s, %.1f MiB, vocabulary %lld tokens from %s\n", result.paths[0].c_str(),
+                 result.n_tensors, parts.c_str(), static_cast<double>(result.file_bytes) / (1 << 20),
                  static_cast<long long>(vocab.n_tokens()), vocab.path().c_str());
+    for (size_t p = 1; p < result.paths.size(); ++p) {
+        std::fprintf(stderr, "wrote %s\n", result.paths[p].c_str());
+    }
     return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "tools/make-model/options.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -46,6 +47,31 @@ double parse_positive_real(const std::string & flag, const std::string & text) {
     return value;
 }
 
+// A byte count with an optional K, M or G suffix (powers of 1024).
+uint64_t parse_size(const std::string & flag, const std::string & text) {
+    std::string digits = text;
+    uint64_t unit = 1;
+    if (!digits.empty()) {
+        switch (digits.back()) {
+            case 'K':
+                unit = uint64_t(1) << 10;
+                break;
+            case 'M':
+                unit = uint64_t(1) << 20;
+                break;
+            case 'G':
+                unit = uint64_t(1) << 30;
+                break;
+        }
+        if (unit > 1) digits.pop_back();
+    }
+    const int64_t n = parse_positive(flag, digits);
+    if ((uint64_t) n > UINT64_MAX / unit) {
+        throw UsageError(flag + " is too large: " + text);
+    }
+    return (uint64_t) n * unit;
+}
+
 struct ParseState {
     Options options;
     ShapeOverrides overrides;
@@ -69,6 +95,8 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--type", [](ParseState & s, const std::string &, const std::string & v) { s.type = v; }},
         {"--seed",
          [](ParseState & s, const std::string &, const std::string & v) { s.options.spec.seed = parse_seed(v); }},
+        {"--split-max-size", [](ParseState & s, const std::string & flag,
+                                const std::string & v) { s.options.split_max_bytes = parse_size(flag, v); }},
         {"-o", [](ParseState & s, const std::string &, const std::string & v) { s.options.output_path = v; }},
         {"--output", [](ParseState & s, const std::string &, const std::string & v) { s.options.output_path = v; }},
         {"--vocab", [](ParseState & s, const std::string &, const std::string & v) { s.options.vocab_path = v; }},
@@ -166,6 +194,10 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
                                       ggml-vocab-*.gguf in ../share/llama-tp/
                                       relative to this executable)
   --threads N                         generation threads (default: all)
+  --split-max-size N[K|M|G]           write the model in parts of at most N bytes of
+                                      tensor data (a bigger tensor gets a part of its
+                                      own), named as gguf-split names them:
+                                      FILE without .gguf, then -00001-of-0000K.gguf
   --dry-run                           print the shape and file size, write nothing
 
 shape overrides (positive integers unless noted):

@@ -3,6 +3,7 @@
 
 #include "tools/make-model/model_spec.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,9 @@ namespace llama_tp::make_model {
 struct Options {
     ModelSpec spec;
     std::string output_path;
-    std::string vocab_path;  // empty: the architecture's default, found beside the executable
-    int n_threads = 0;       // 0: one per hardware thread
+    std::string vocab_path;        // empty: the architecture's default, found beside the executable
+    int n_threads = 0;             // 0: one per hardware thread
+    uint64_t split_max_bytes = 0;  // 0: one file; else parts of at most this much tensor data
     bool help = false;
     bool dry_run = false;  // print the plan and file size, write nothing
 };
