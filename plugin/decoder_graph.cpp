@@ -85,9 +85,9 @@ struct Builder {
     }
 
     ggml_tensor * rope(ggml_tensor * x) const {
-        return ggml_rope_ext(ctx, x, in.positions, w.rope_freqs, hp.n_rot, hp.rope_type, hp.rope_n_ctx_orig,
-                             hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
-                             hp.yarn_beta_fast, hp.yarn_beta_slow);
+        return ggml_rope_ext(ctx, x, in.positions, w.rope_factors(kv.n_cells_per_seq(), hp), hp.n_rot, hp.rope_type,
+                             hp.rope_n_ctx_orig, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
+                             hp.yarn_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
     }
 
     // x @ w (+ b), split into heads.
@@ -124,7 +124,7 @@ struct Builder {
         ggml_tensor * mask = ggml_view_4d(ctx, in.kq_mask, run.window, run.n_tokens, 1, run.n_streams, row,
                                           row * run.n_tokens, row * run.n_tokens, mask_offset * sizeof(ggml_fp16_t));
         ggml_tensor * qp = ggml_permute(ctx, qr, 0, 2, 1, 3);
-        const float scale = 1.0f / std::sqrt((float) hp.head_dim);
+        const float scale = hp.scales_queries() ? 1.0f : 1.0f / std::sqrt((float) hp.head_dim);
         ggml_tensor * out = nullptr;
         // Row attention reads F16 caches only.
         if (!kv.unified() && kv.types().both_f16()) {
@@ -148,6 +148,7 @@ struct Builder {
         if (l.k_norm) k = norm(k, l.k_norm);
         q = rope(q);
         k = rope(k);
+        if (hp.scales_queries()) q = ggml_scale(ctx, q, 1.0f / std::sqrt((float) hp.head_dim));
         ggml_tensor * k_stored = store(kv.k(il), k);
         ggml_tensor * v_stored = store(kv.v(il), v);
         ggml_tensor * attn = nullptr;

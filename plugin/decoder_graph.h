@@ -1,7 +1,9 @@
 #pragma once
 // The forward graph of a decoder-only transformer for one batch shape, over
-// one rank's shard: llama, qwen2 (QKV bias), qwen3 (Q/K norm) and qwen3moe
-// (mixture of experts). Partial sums meet in collective nodes: one after the
+// one rank's shard: llama (with or without experts), qwen2 (QKV bias), qwen3
+// (Q/K norm), qwen3moe (mixture of experts) and phi3 (fused QKV and gate/up,
+// loaded as separate slices; queries scaled before attention). Partial sums
+// meet in collective nodes: one after the
 // attention output projection, one after the FFN (for MoE after all routed
 // experts are summed).
 

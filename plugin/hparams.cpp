@@ -14,8 +14,9 @@ Arch parse_arch(const GgufFile & file, const std::string & name) {
     if (name == "qwen2") return Arch::Qwen2;
     if (name == "qwen3") return Arch::Qwen3;
     if (name == "qwen3moe") return Arch::Qwen3Moe;
+    if (name == "phi3") return Arch::Phi3;
     throw Error("model file '" + file.path() + "': architecture '" + name +
-                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3)");
 }
 
 void require_positive(const GgufFile & file, const char * what, int64_t v) {
@@ -24,7 +25,7 @@ void require_positive(const GgufFile & file, const char * what, int64_t v) {
 }
 
 void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
-    // The Qwen families rotate the two halves of each head (NeoX style).
+    // The Qwen and Phi-3 families rotate the two halves of each head (NeoX style).
     hp.rope_type = hp.arch == Arch::Llama ? GGML_ROPE_TYPE_NORMAL : GGML_ROPE_TYPE_NEOX;
     hp.n_rot = (int32_t) file.get_int(a + ".rope.dimension_count", hp.head_dim);
     hp.rope_freq_base = (float) file.get_float(a + ".rope.freq_base", 10000.0);
@@ -45,6 +46,9 @@ void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
     } else {
         throw Error("model file '" + file.path() + "': RoPE scaling type '" + scaling + "' is not supported");
     }
+    // A factor on every rotation's magnitude whatever the scaling (LongRoPE
+    // models carry one, with no scaling type); upstream multiplies it in.
+    if (scaling != "yarn") hp.yarn_attn_factor *= (float) file.get_float(a + ".rope.scaling.attn_factor", 1.0);
     if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
         throw Error("model file '" + file.path() + "': rope.dimension_count " + std::to_string(hp.n_rot) +
                     " does not fit head size " + std::to_string(hp.head_dim));

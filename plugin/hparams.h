@@ -8,7 +8,7 @@ namespace llama_tp {
 
 class GgufFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3 };
 
 struct HParams {
     Arch arch = Arch::Llama;
@@ -34,6 +34,9 @@ struct HParams {
     bool has_qkv_bias() const { return arch == Arch::Qwen2; }
     bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe; }
     bool is_moe() const { return n_expert > 0; }
+    // phi3 scales its queries by 1/sqrt(head_dim) after RoPE and attends
+    // with scale 1 (rounded unlike a scale inside attention).
+    bool scales_queries() const { return arch == Arch::Phi3; }
 
     // RoPE
     int32_t rope_type = 0;  // ggml rope mode

@@ -102,6 +102,11 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     auto cols = [](const ShardRange & r, int64_t unit) {
         return TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit};
     };
+    // Rows of one part of a fused matrix (that part, or its slice) from row offset on.
+    auto part = [](const TensorSlice & s, int64_t offset, int64_t size) {
+        return s.axis == TensorSlice::Whole ? TensorSlice{TensorSlice::Rows, offset, offset + size}
+                                            : TensorSlice{TensorSlice::Rows, offset + s.begin, offset + s.end};
+    };
     const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
     const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
     const TensorSlice kv_rows = shard ? rows(shard->kv_heads, hd) : TensorSlice{};
@@ -144,14 +149,28 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     output_norm = declare(file, "output_norm.weight", {E}, false);
     if (file.find_tensor("output.weight")) output = declare(file, "output.weight", {E, V}, true, vocab_rows);
     rope_freqs = declare(file, "rope_freqs.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
+    rope_long = declare(file, "rope_factors_long.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
+    rope_short = declare(file, "rope_factors_short.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
+    if (!rope_long != !rope_short) {
+        throw Error("model file '" + file.path() + "': LongRoPE needs both rope_factors_long and rope_factors_short");
+    }
     layers.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights & l = layers[il];
         l.attn_norm = declare(file, p + "attn_norm.weight", {E}, false);
-        l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
-        l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
-        l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
+        if (file.find_tensor(p + "attn_qkv.weight")) {
+            // Fused (phi3): Q, K and V are row ranges of one matrix, each
+            // taken as a tensor of its own and each split by its heads.
+            const std::string qkv = p + "attn_qkv.weight";
+            l.wq = declare(file, qkv, {E, Q + 2 * KV}, true, part(q_rows, 0, Q));
+            l.wk = declare(file, qkv, {E, Q + 2 * KV}, true, part(kv_rows, Q, KV));
+            l.wv = declare(file, qkv, {E, Q + 2 * KV}, true, part(kv_rows, Q + KV, KV));
+        } else {
+            l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
+            l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
+            l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
+        }
         l.wo = row_parallel(p + "attn_output.weight", {Q, E}, q_cols, o_cells, hd, false);
         if (hp.has_qkv_bias()) {
             // A bias is one row: its slice is a column range.
@@ -170,6 +189,11 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, ff_rows);
             l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, ff_rows);
             l.ffn_down_exps = row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ff_cols, ff_cells, 1, true);
+        } else if (hp.arch == Arch::Phi3) {
+            // Fused gate and up (gate first), each split by the FFN width.
+            l.ffn_gate = declare(file, p + "ffn_up.weight", {E, 2 * F}, true, part(ff_rows, 0, F));
+            l.ffn_up = declare(file, p + "ffn_up.weight", {E, 2 * F}, true, part(ff_rows, F, F));
+            l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cols, ff_cells, 1, false);
         } else {
             l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
             l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
@@ -178,6 +202,11 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     }
     allocate_and_read(file, progress);
     if (!output) output = tok_embd;
+}
+
+ggml_tensor * ModelWeights::rope_factors(int32_t n_ctx_seq, const HParams & hp) const {
+    if (rope_freqs || !rope_long) return rope_freqs;
+    return GGML_PAD(n_ctx_seq, 256) > hp.rope_n_ctx_orig ? rope_long : rope_short;
 }
 
 ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,

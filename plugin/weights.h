@@ -75,6 +75,8 @@ class ModelWeights {
     ggml_tensor * output_norm = nullptr;
     ggml_tensor * output = nullptr;  // token_embd when the head is tied
     ggml_tensor * rope_freqs = nullptr;
+    ggml_tensor * rope_long = nullptr;   // LongRoPE (phi3): factors beyond the original context
+    ggml_tensor * rope_short = nullptr;  // and within it
     std::vector<LayerWeights> layers;
     // The cells of the row-parallel matrices as column offsets in this rank's
     // columns: 0 first, the width last (one cell without split-invariant sums).
@@ -84,6 +86,12 @@ class ModelWeights {
     // model in one pass (RowParallelWeight::one_pass): dense layers whose
     // attn_output and ffn_down ggml_ext_exact_matmul takes.
     static bool row_parallel_in_one_pass(const GgufFile & file, const HParams & hp);
+
+    // RoPE's frequency factors (nullptr: none) for a cache of n_ctx_seq cells
+    // per sequence: rope_freqs, or LongRoPE's long factors where a sequence
+    // may outgrow the original context, else its short ones, decided as
+    // upstream decides it (n_ctx_seq rounded up to 256 cells).
+    ggml_tensor * rope_factors(int32_t n_ctx_seq, const HParams & hp) const;
 
     uint64_t total_bytes() const;
     int64_t n_params() const { return n_params_; }

@@ -25,6 +25,8 @@ make_arch=$arch
 case $arch in
     llama) shape+=(--n-head-kv 6) ;;
     mixtral) make_arch=llama shape+=(--n-head-kv 6 --n-expert 4 --n-expert-used 2) ;;
+    # LongRoPE with its long factors: every context here is above 64 cells.
+    phi3) shape+=(--n-head-kv 6 --n-ctx-orig 64) ;;
     qwen2|qwen3) shape+=(--n-head-kv 6 --tied-output) ;;
     qwen3moe) shape+=(--n-head-kv 6 --tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
@@ -109,6 +111,14 @@ if [[ $arch == llama ]]; then
     check "llama kv2 tp4 (replicated KV heads) vs tp1" -m "$work/llama-kv2.gguf" --reference tp1 --tp 4 --prompts 3
     check "llama kv2 tp4 (replicated KV heads) split-invariant vs tp1" -m "$work/llama-kv2.gguf" --reference tp1 \
         --tp 4 --split-invariant --prompts 3
+fi
+if [[ $arch == phi3 ]]; then
+    # LongRoPE's short factors: contexts within the original one.
+    "$make_model" --arch phi3 --type q8_0 --seed 7 --n-embd 384 --n-head 12 --head-dim 32 --n-ff 1536 --n-layer 2 \
+        --n-head-kv 6 -o "$work/phi3-short.gguf" >/dev/null 2>&1
+    check "phi3 q8_0 short factors vs upstream" -m "$work/phi3-short.gguf" --reference upstream --prompts 3 --n-tokens 12
+    check "phi3 q8_0 short factors tp2 vs tp1" -m "$work/phi3-short.gguf" --reference tp1 --tp 2 --prompts 3 \
+        --n-tokens 12
 fi
 if [[ $arch == llama ]]; then
     # A model in several files (upstream's split.* keys), against upstream

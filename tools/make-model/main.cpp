@@ -52,6 +52,9 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
                  spec.display_name().c_str(), (long long) s.n_embd, (long long) s.n_layer, (long long) s.n_head,
                  (long long) s.n_head_kv, (long long) s.head_dim, (long long) s.n_ff, (long long) s.n_ctx, s.rope_theta,
                  s.tied_output ? " tied-output" : "");
+    if (spec.arch == Arch::phi3) {
+        std::fprintf(stderr, " n_ctx_orig=%lld (LongRoPE)", (long long) s.n_ctx_orig);
+    }
     if (has_experts(s)) {
         std::fprintf(stderr, " n_expert=%lld n_expert_used=%lld n_ff_exp=%lld", (long long) s.n_expert,
                      (long long) s.n_expert_used, (long long) s.n_ff_exp);

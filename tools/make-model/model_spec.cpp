@@ -34,7 +34,7 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k"};
 
@@ -55,11 +55,11 @@ void validate_attention(Arch arch, const Shape & s) {
     require(s.n_head % s.n_head_kv == 0, "--n-head-kv (" + std::to_string(s.n_head_kv) + ") must divide --n-head (" +
                                              std::to_string(s.n_head) + ")");
     require(s.head_dim % 2 == 0, "head dimension must be even for RoPE, got " + std::to_string(s.head_dim));
-    if (arch == Arch::qwen2) {
-        // qwen2's loader sizes attn_q and attn_output as n_embd x n_embd.
-        require(s.head_dim * s.n_head == s.n_embd, "qwen2 needs --head-dim * --n-head == --n-embd, got " +
-                                                       std::to_string(s.head_dim) + " * " + std::to_string(s.n_head) +
-                                                       " != " + std::to_string(s.n_embd));
+    if (arch == Arch::qwen2 || arch == Arch::phi3) {
+        // Their loaders size the queries and attn_output as n_embd x n_embd.
+        require(s.head_dim * s.n_head == s.n_embd,
+                std::string(arch_name(arch)) + " needs --head-dim * --n-head == --n-embd, got " +
+                    std::to_string(s.head_dim) + " * " + std::to_string(s.n_head) + " != " + std::to_string(s.n_embd));
     }
 }
 
@@ -82,6 +82,7 @@ void validate_shape(Arch arch, const Shape & s) {
     require_in_range(s.head_dim, "--head-dim");
     require_in_range(s.n_ff, "--n-ff");
     require_in_range(s.n_ctx, "--n-ctx", int64_t(1) << 31);
+    require_in_range(s.n_ctx_orig, "--n-ctx-orig", s.n_ctx);
     require(std::isfinite(s.rope_theta) && s.rope_theta > 0.0, "--rope-theta must be a positive number");
     validate_attention(arch, s);
     validate_experts(s);
@@ -199,6 +200,12 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
     const int64_t n_q = s.n_head * s.head_dim;
     const int64_t n_kv = s.n_head_kv * s.head_dim;
     planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
+    if (arch == Arch::phi3) {
+        // Q, K and V fused in one matrix, in that order.
+        planner.matrix(layer_tensor(il, "attn_qkv.weight"), {s.n_embd, n_q + 2 * n_kv});
+        planner.matrix(layer_tensor(il, "attn_output.weight"), {n_q, s.n_embd});
+        return;
+    }
     planner.matrix(layer_tensor(il, "attn_q.weight"), {s.n_embd, n_q});
     planner.matrix(layer_tensor(il, "attn_k.weight"), {s.n_embd, n_kv});
     planner.matrix(layer_tensor(il, "attn_v.weight"), {s.n_embd, n_kv});
@@ -214,8 +221,14 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
     }
 }
 
-void plan_feed_forward(TensorPlanner & planner, const Shape & s, int64_t il) {
+void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     planner.norm(layer_tensor(il, "ffn_norm.weight"), s.n_embd);
+    if (arch == Arch::phi3) {
+        // Gate and up fused in one matrix, gate first.
+        planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, 2 * s.n_ff});
+        planner.matrix(layer_tensor(il, "ffn_down.weight"), {s.n_ff, s.n_embd});
+        return;
+    }
     if (has_experts(s)) {
         planner.router(layer_tensor(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_gate_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
@@ -233,6 +246,9 @@ void plan_feed_forward(TensorPlanner & planner, const Shape & s, int64_t il) {
 void check_expert_overrides(Arch arch, const ShapeOverrides & o) {
     if (arch == Arch::qwen3moe) {
         return;
+    }
+    if (arch != Arch::phi3 && o.n_ctx_orig) {
+        throw UsageError(std::string("--n-ctx-orig applies to phi3 (LongRoPE) only, not ") + arch_name(arch));
     }
     if (arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
         throw UsageError(std::string("--n-expert, --n-expert-used and --n-ff-exp apply to llama and qwen3moe, not ") +
@@ -276,12 +292,19 @@ bool has_experts(const Shape & s) {
 }
 
 const char * default_vocab_file(Arch arch) {
-    return arch == Arch::llama ? "ggml-vocab-llama-spm.gguf" : "ggml-vocab-qwen2.gguf";
+    switch (arch) {
+        case Arch::llama:
+            return "ggml-vocab-llama-spm.gguf";
+        case Arch::phi3:
+            return "ggml-vocab-phi-3.gguf";
+        default:
+            return "ggml-vocab-qwen2.gguf";
+    }
 }
 
 bool ShapeOverrides::any() const {
-    return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || rope_theta || n_expert ||
-           n_expert_used || n_ff_exp || tied_output;
+    return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta ||
+           n_expert || n_expert_used || n_ff_exp || tied_output;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -305,7 +328,7 @@ Shape preset_shape(Arch arch, Preset preset) {
     s.n_head_kv = d.n_head_kv;
     s.n_ff = d.n_ff;
     s.n_ctx = d.n_ctx;
-    const bool qwen = arch != Arch::llama;
+    const bool qwen = arch != Arch::llama && arch != Arch::phi3;
     s.rope_theta = qwen ? 1000000.0 : 10000.0;
     s.rms_eps = qwen ? 1e-6f : 1e-5f;
     if (arch == Arch::qwen3moe) {
@@ -325,6 +348,9 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     s.n_head_kv = o.n_head_kv.value_or(s.n_head_kv);
     s.n_ff = o.n_ff.value_or(s.n_ff);
     s.n_ctx = o.n_ctx.value_or(s.n_ctx);
+    if (arch == Arch::phi3) {
+        s.n_ctx_orig = o.n_ctx_orig.value_or(s.n_ctx);
+    }
     s.rope_theta = o.rope_theta.value_or(s.rope_theta);
     s.n_expert = o.n_expert.value_or(s.n_expert);
     s.n_expert_used = o.n_expert_used.value_or(s.n_expert_used);
@@ -342,6 +368,9 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
                                                               ") must divide --n-embd (" + std::to_string(s.n_embd) +
                                                               "), or give --head-dim");
         s.head_dim = s.n_embd / s.n_head;
+    }
+    if (arch != Arch::phi3) {
+        s.n_ctx_orig = s.n_ctx;  // no LongRoPE: written nowhere
     }
     validate_shape(arch, s);
     return s;
@@ -364,9 +393,15 @@ std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type
     TensorPlanner planner(type);
     const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
     planner.embedding("token_embd.weight", {s.n_embd, n_vocab}, s.tied_output ? inv_sqrt_embd : 1.0f);
+    if (arch == Arch::phi3) {
+        // LongRoPE, as Phi-3.5 and Phi-4-mini ship it: per-frequency factors
+        // within the original context and beyond it.
+        planner.norm("rope_factors_long.weight", s.head_dim / 2, 4.0f);
+        planner.norm("rope_factors_short.weight", s.head_dim / 2, 1.0f);
+    }
     for (int64_t il = 0; il < s.n_layer; ++il) {
         plan_attention(planner, arch, s, il);
-        plan_feed_forward(planner, s, il);
+        plan_feed_forward(planner, arch, s, il);
     }
     planner.norm("output_norm.weight", s.n_embd, s.tied_output ? kLogitSpread : 1.0f);
     if (!s.tied_output) {
@@ -405,6 +440,14 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
     set_u32("rope.dimension_count", s.head_dim);
     gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base").c_str(), static_cast<float>(s.rope_theta));
     gguf_set_val_f32(gguf, arch_key(arch, "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
+    if (arch == Arch::phi3) {
+        // The converter's LongRoPE magnitude factor for n_ctx / n_ctx_orig.
+        const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(s.n_ctx_orig);
+        const double attn_factor =
+            scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.n_ctx_orig))) : 1.0;
+        set_u32("rope.scaling.original_context_length", s.n_ctx_orig);
+        gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.attn_factor").c_str(), static_cast<float>(attn_factor));
+    }
     if (has_experts(s)) {
         set_u32("expert_count", s.n_expert);
         set_u32("expert_used_count", s.n_expert_used);

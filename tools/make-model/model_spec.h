@@ -27,7 +27,7 @@ class IoError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3 };
 enum class Preset { tiny, small, b1 };
 enum class WeightType { f32, f16, q8_0, q4_0, q4_k };
 
@@ -49,6 +49,7 @@ struct Shape {
     int64_t head_dim = 0;  // 0 until resolved: then n_embd / n_head unless overridden
     int64_t n_ff = 0;
     int64_t n_ctx = 0;
+    int64_t n_ctx_orig = 0;  // phi3's LongRoPE: the original context (0 until resolved: then n_ctx)
     double rope_theta = 0.0;
     float rms_eps = 0.0f;
     int64_t n_expert = 0;  // MoE fields: zero for dense layers
@@ -59,7 +60,7 @@ struct Shape {
 
 // Command-line overrides of single shape fields.
 struct ShapeOverrides {
-    std::optional<int64_t> n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+    std::optional<int64_t> n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx, n_ctx_orig;
     std::optional<double> rope_theta;
     std::optional<int64_t> n_expert, n_expert_used, n_ff_exp;
     bool tied_output = false;

@@ -111,6 +111,7 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--head-dim", size_field(&ShapeOverrides::head_dim)},
         {"--n-ff", size_field(&ShapeOverrides::n_ff)},
         {"--n-ctx", size_field(&ShapeOverrides::n_ctx)},
+        {"--n-ctx-orig", size_field(&ShapeOverrides::n_ctx_orig)},
         {"--n-expert", size_field(&ShapeOverrides::n_expert)},
         {"--n-expert-used", size_field(&ShapeOverrides::n_expert_used)},
         {"--n-ff-exp", size_field(&ShapeOverrides::n_ff_exp)},
@@ -183,7 +184,7 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe   architecture (default llama)
+  --arch llama|qwen2|qwen3|qwen3moe|phi3   architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k       weight type (default f16); norms, biases and
                                       the MoE router stay f32; under q4_0/q4_k the
@@ -203,6 +204,8 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
 shape overrides (positive integers unless noted):
   --n-embd --n-layer --n-head --n-head-kv --head-dim --n-ff --n-ctx
   --rope-theta X (positive real)
+  --n-ctx-orig N                      phi3: LongRoPE's original context (default --n-ctx;
+                                      upstream uses the long factors above it)
   --n-expert --n-expert-used --n-ff-exp   (qwen3moe; llama takes --n-expert and
                                       --n-expert-used, default 2, for Mixtral-style
                                       experts --n-ff wide)
