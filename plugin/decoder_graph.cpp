@@ -84,10 +84,13 @@ struct Builder {
         return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), weight);
     }
 
-    ggml_tensor * rope(ggml_tensor * x) const {
+    // Sliding-window layers rotate with their own base and no frequency scaling.
+    ggml_tensor * rope(ggml_tensor * x, int il) const {
+        const bool swa = hp.is_swa(il);
         return ggml_rope_ext(ctx, x, in.positions, w.rope_factors(kv.n_cells_per_seq(), hp), hp.n_rot, hp.rope_type,
-                             hp.rope_n_ctx_orig, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
-                             hp.yarn_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow);
+                             hp.rope_n_ctx_orig, swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
+                             swa ? 1.0f : hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
+                             hp.yarn_beta_fast, hp.yarn_beta_slow);
     }
 
     // x @ w (+ b), split into heads.
@@ -117,14 +120,14 @@ struct Builder {
     // gets the same numbers in a prompt, as a decode token or after a cached
     // prefix; the shared pool keeps ggml's kernel, identical to upstream.
     ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
-                         size_t mask_offset) const {
+                         ggml_tensor * kq_mask, size_t mask_offset) const {
         ggml_tensor * qr = ggml_view_4d(ctx, q, hp.head_dim, n_q, run.n_tokens, run.n_streams, q->nb[1], q->nb[2],
                                         (size_t) run.n_tokens * q->nb[2], (size_t) run.t0 * q->nb[2]);
         const size_t row = (size_t) run.window * sizeof(ggml_fp16_t);
-        ggml_tensor * mask = ggml_view_4d(ctx, in.kq_mask, run.window, run.n_tokens, 1, run.n_streams, row,
+        ggml_tensor * mask = ggml_view_4d(ctx, kq_mask, run.window, run.n_tokens, 1, run.n_streams, row,
                                           row * run.n_tokens, row * run.n_tokens, mask_offset * sizeof(ggml_fp16_t));
         ggml_tensor * qp = ggml_permute(ctx, qr, 0, 2, 1, 3);
-        const float scale = hp.scales_queries() ? 1.0f : 1.0f / std::sqrt((float) hp.head_dim);
+        const float scale = hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) hp.head_dim);
         ggml_tensor * out = nullptr;
         // Row attention reads F16 caches only.
         if (!kv.unified() && kv.types().both_f16()) {
@@ -146,15 +149,16 @@ struct Builder {
         ggml_tensor * v = project_heads(cur, l.wv, l.bv, n_kv);
         if (l.q_norm) q = norm(q, l.q_norm);
         if (l.k_norm) k = norm(k, l.k_norm);
-        q = rope(q);
-        k = rope(k);
-        if (hp.scales_queries()) q = ggml_scale(ctx, q, 1.0f / std::sqrt((float) hp.head_dim));
+        q = rope(q, il);
+        k = rope(k, il);
+        if (hp.query_scale != 0.0f) q = ggml_scale(ctx, q, hp.query_scale);
         ggml_tensor * k_stored = store(kv.k(il), k);
         ggml_tensor * v_stored = store(kv.v(il), v);
         ggml_tensor * attn = nullptr;
         size_t mask_offset = 0;
         for (const AttentionRun & run : shape.runs) {
-            ggml_tensor * part = attend(q, k_stored, v_stored, run, mask_offset);
+            ggml_tensor * part =
+                attend(q, k_stored, v_stored, run, hp.is_swa(il) ? in.kq_mask_swa : in.kq_mask, mask_offset);
             attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
             mask_offset += (size_t) run.window * run.size();
         }
@@ -162,11 +166,13 @@ struct Builder {
                             matmul());
     }
 
-    // The SwiGLU FFN, each rank computing its slice of the width, summed over the group.
+    // The SwiGLU (Gemma: GELU-gated) FFN, each rank computing its slice of
+    // the width, summed over the group.
     ggml_tensor * dense_ffn(const LayerWeights & l, ggml_tensor * cur) const {
         ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
         ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
-        return row_parallel(l.ffn_down, w.ff_cell_bounds, ggml_swiglu_split(ctx, gate, up), nullptr, matmul());
+        ggml_tensor * h = hp.is_gemma() ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+        return row_parallel(l.ffn_down, w.ff_cell_bounds, h, nullptr, matmul());
     }
 
     // Mixture of experts: the router is mirrored, so every rank picks the same
@@ -211,6 +217,10 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     in.kq_mask = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) shape.mask_size());
     in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
     for (ggml_tensor * t : {in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
+    if (hp.n_swa > 0) {
+        in.kq_mask_swa = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) shape.mask_size());
+        ggml_set_input(in.kq_mask_swa);
+    }
 
     const Builder b{ctx,
                     hp,
@@ -238,18 +248,26 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         ggml_set_input(in.tokens);
         x = ggml_get_rows(ctx, w.tok_embd, in.tokens);
     }
+    if (hp.is_gemma()) x = ggml_scale(ctx, x, std::sqrt((float) hp.n_embd));
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & l = w.layers[il];
         // Only the rows whose logits are wanted go on from the last layer's attention.
         ggml_tensor * rows = il == hp.n_layer - 1 ? in.out_rows : nullptr;
         ggml_tensor * cur = b.attention(il, b.norm(x, l.attn_norm), rows);
+        if (l.attn_post_norm) cur = b.norm(cur, l.attn_post_norm);
         if (rows) x = ggml_get_rows(ctx, x, rows);
         x = ggml_add(ctx, x, cur);
         cur = b.norm(x, l.ffn_norm);
-        x = ggml_add(ctx, x, hp.is_moe() ? b.moe_ffn(l, cur) : b.dense_ffn(l, cur));
+        cur = hp.is_moe() ? b.moe_ffn(l, cur) : b.dense_ffn(l, cur);
+        if (l.ffn_post_norm) cur = b.norm(cur, l.ffn_post_norm);
+        x = ggml_add(ctx, x, cur);
     }
     ggml_tensor * hidden = b.norm(x, w.output_norm);
     ggml_tensor * out = embeddings ? hidden : ggml_mul_mat(ctx, w.output, hidden);
+    if (!embeddings && hp.final_logit_softcap != 0.0f) {
+        out = ggml_scale(ctx, out, 1.0f / hp.final_logit_softcap);
+        out = ggml_scale(ctx, ggml_tanh(ctx, out), hp.final_logit_softcap);
+    }
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
     return out;

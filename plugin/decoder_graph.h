@@ -1,8 +1,10 @@
 #pragma once
 // The forward graph of a decoder-only transformer for one batch shape, over
 // one rank's shard: llama (with or without experts), qwen2 (QKV bias), qwen3
-// (Q/K norm), qwen3moe (mixture of experts) and phi3 (fused QKV and gate/up,
-// loaded as separate slices; queries scaled before attention). Partial sums
+// (Q/K norm), qwen3moe (mixture of experts), phi3 (fused QKV and gate/up,
+// loaded as separate slices; queries scaled before attention) and gemma3
+// (scaled embeddings, post-norms, GELU FFN, sliding-window layers with their
+// own RoPE base, soft-capped logits). Partial sums
 // meet in collective nodes: one after the
 // attention output projection, one after the FFN (for MoE after all routed
 // experts are summed).
@@ -49,11 +51,12 @@ struct GraphShape {
 
 // Tensors the caller fills before each compute.
 struct GraphInputs {
-    ggml_tensor * tokens = nullptr;     // I32 [n_tokens] (single rank)
-    ggml_tensor * positions = nullptr;  // I32 [n_tokens]
-    ggml_tensor * kv_cells = nullptr;   // I64 [n_tokens]: cache row each token is written to
-    ggml_tensor * kq_mask = nullptr;    // F16: each run's [window, n_tokens] in turn
-    ggml_tensor * out_rows = nullptr;   // I32 [n_outputs]: batch rows whose logits are wanted
+    ggml_tensor * tokens = nullptr;       // I32 [n_tokens] (single rank)
+    ggml_tensor * positions = nullptr;    // I32 [n_tokens]
+    ggml_tensor * kv_cells = nullptr;     // I64 [n_tokens]: cache row each token is written to
+    ggml_tensor * kq_mask = nullptr;      // F16: each run's [window, n_tokens] in turn
+    ggml_tensor * kq_mask_swa = nullptr;  // the same for sliding-window layers (HParams::n_swa > 0)
+    ggml_tensor * out_rows = nullptr;     // I32 [n_outputs]: batch rows whose logits are wanted
     // Tensor parallel only: each token's row in this rank's embedding slice
     // (0 when outside it) and 1/0 for inside/outside.
     ggml_tensor * embd_rows = nullptr;  // I32 [n_tokens]

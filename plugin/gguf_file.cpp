@@ -255,6 +255,44 @@ double GgufFile::get_float(const std::string & key, double fallback) const {
     return has_key(key) ? get_float(key) : fallback;
 }
 
+bool GgufFile::is_array(const std::string & key) const {
+    const int64_t id = key_id(key);
+    return id >= 0 && gguf_get_kv_type(parts_[0]->gguf.get(), id) == GGUF_TYPE_ARRAY;
+}
+
+std::vector<int64_t> GgufFile::get_int_array(const std::string & key) const {
+    gguf_context * g = parts_[0]->gguf.get();
+    const int64_t id = key_id(key);
+    if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
+    if (gguf_get_kv_type(g, id) != GGUF_TYPE_ARRAY) {
+        throw Error("model file '" + path() + "': metadata key '" + key + "' is not an array");
+    }
+    const size_t n = gguf_get_arr_n(g, id);
+    const void * data = n ? gguf_get_arr_data(g, id) : nullptr;
+    std::vector<int64_t> out(n);
+    for (size_t i = 0; i < n; ++i) {
+        switch (gguf_get_arr_type(g, id)) {
+            case GGUF_TYPE_BOOL:
+            case GGUF_TYPE_INT8:
+                out[i] = static_cast<const int8_t *>(data)[i];
+                break;
+            case GGUF_TYPE_UINT8:
+                out[i] = static_cast<const uint8_t *>(data)[i];
+                break;
+            case GGUF_TYPE_INT32:
+                out[i] = static_cast<const int32_t *>(data)[i];
+                break;
+            case GGUF_TYPE_UINT32:
+                out[i] = static_cast<const uint32_t *>(data)[i];
+                break;
+            default:
+                throw Error("model file '" + path() + "': metadata key '" + key +
+                            "' is not an array of integers or booleans");
+        }
+    }
+    return out;
+}
+
 const ggml_tensor * GgufFile::find_tensor(const std::string & name) const {
     const auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : tensors_[it->second].desc;

@@ -36,6 +36,8 @@ class GgufFile {
     int64_t get_int(const std::string & key, int64_t fallback) const;
     double get_float(const std::string & key) const;  // any numeric type
     double get_float(const std::string & key, double fallback) const;
+    bool is_array(const std::string & key) const;
+    std::vector<int64_t> get_int_array(const std::string & key) const;  // integer or bool elements
 
     // Description (type, shape; no data) of a tensor, nullptr when absent.
     const ggml_tensor * find_tensor(const std::string & name) const;

@@ -5,6 +5,8 @@
 
 #include "ggml.h"
 
+#include <cmath>
+
 namespace llama_tp {
 
 namespace {
@@ -15,8 +17,9 @@ Arch parse_arch(const GgufFile & file, const std::string & name) {
     if (name == "qwen3") return Arch::Qwen3;
     if (name == "qwen3moe") return Arch::Qwen3Moe;
     if (name == "phi3") return Arch::Phi3;
+    if (name == "gemma3") return Arch::Gemma3;
     throw Error("model file '" + file.path() + "': architecture '" + name +
-                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3)");
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma3)");
 }
 
 void require_positive(const GgufFile & file, const char * what, int64_t v) {
@@ -25,7 +28,7 @@ void require_positive(const GgufFile & file, const char * what, int64_t v) {
 }
 
 void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
-    // The Qwen and Phi-3 families rotate the two halves of each head (NeoX style).
+    // The Qwen, Phi-3 and Gemma families rotate the two halves of each head (NeoX style).
     hp.rope_type = hp.arch == Arch::Llama ? GGML_ROPE_TYPE_NORMAL : GGML_ROPE_TYPE_NEOX;
     hp.n_rot = (int32_t) file.get_int(a + ".rope.dimension_count", hp.head_dim);
     hp.rope_freq_base = (float) file.get_float(a + ".rope.freq_base", 10000.0);
@@ -73,6 +76,41 @@ void read_moe(const GgufFile & file, const std::string & a, HParams & hp) {
     }
 }
 
+// Which layers slide: a per-layer bool array, or a period P whose last layer
+// is global (layers il with il % P < P - 1 slide), default_period where absent.
+std::vector<bool> read_swa_layers(const GgufFile & file, const std::string & a, const HParams & hp,
+                                  int64_t default_period) {
+    const std::string key = a + ".attention.sliding_window_pattern";
+    std::vector<bool> layers(hp.n_layer);
+    if (file.is_array(key)) {
+        const std::vector<int64_t> v = file.get_int_array(key);
+        if ((int32_t) v.size() != hp.n_layer) {
+            throw Error("model file '" + file.path() + "': " + key + " has " + std::to_string(v.size()) +
+                        " entries for " + std::to_string(hp.n_layer) + " layers");
+        }
+        for (int il = 0; il < hp.n_layer; ++il) layers[il] = v[il] != 0;
+        return layers;
+    }
+    const int64_t period = file.get_int(key, default_period);
+    for (int il = 0; il < hp.n_layer; ++il) layers[il] = period == 0 || il % period < period - 1;
+    return layers;
+}
+
+// Gemma 3: sliding-window layers (5 of every 6 unless the file says), their
+// RoPE base, the query scale (the 62-layer 27B scales by n_embd / n_head, as
+// upstream does) and the logit soft-cap.
+void read_gemma(const GgufFile & file, const std::string & a, HParams & hp) {
+    hp.n_swa = (int32_t) file.get_int(a + ".attention.sliding_window", 0);
+    if (hp.n_swa < 0) require_positive(file, "attention.sliding_window", hp.n_swa);
+    if (hp.n_swa > 0) {
+        hp.swa_layers = read_swa_layers(file, a, hp, 6);
+        hp.rope_freq_base_swa = (float) file.get_float(a + ".rope.freq_base_swa", 10000.0);
+    }
+    const int32_t d = hp.n_layer == 62 ? hp.n_embd / hp.n_head : hp.head_dim;
+    hp.query_scale = 1.0f / std::sqrt((float) d);
+    hp.final_logit_softcap = (float) file.get_float(a + ".final_logit_softcapping", 0.0);
+}
+
 }  // namespace
 
 HParams read_hparams(const GgufFile & file) {
@@ -111,6 +149,8 @@ HParams read_hparams(const GgufFile & file) {
     if (!embd) throw Error("model file '" + file.path() + "': missing tensor 'token_embd.weight'");
     hp.n_vocab = (int32_t) file.get_int(a + ".vocab_size", embd->ne[1]);
     read_rope(file, a, hp);
+    if (hp.arch == Arch::Phi3) hp.query_scale = 1.0f / std::sqrt((float) hp.head_dim);
+    if (hp.is_gemma()) read_gemma(file, a, hp);
     return hp;
 }
 

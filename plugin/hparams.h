@@ -3,12 +3,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace llama_tp {
 
 class GgufFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma3 };
 
 struct HParams {
     Arch arch = Arch::Llama;
@@ -32,11 +33,25 @@ struct HParams {
     float expert_weights_scale = 0.0f;  // 0 or 1: none
 
     bool has_qkv_bias() const { return arch == Arch::Qwen2; }
-    bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe; }
+    bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Gemma3; }
     bool is_moe() const { return n_expert > 0; }
-    // phi3 scales its queries by 1/sqrt(head_dim) after RoPE and attends
-    // with scale 1 (rounded unlike a scale inside attention).
-    bool scales_queries() const { return arch == Arch::Phi3; }
+    // Gemma 3: token embeddings scaled by sqrt(n_embd), RMS norms after
+    // attention and after the FFN too, and a GELU-gated FFN.
+    bool is_gemma() const { return arch == Arch::Gemma3; }
+
+    // Queries scaled by this after RoPE, attention then scaled by 1 (phi3,
+    // gemma3: rounded unlike a scale inside attention); 0: attention scales
+    // by 1/sqrt(head_dim).
+    float query_scale = 0.0f;
+    // Logits soft-capped as cap * tanh(logit / cap); 0: not.
+    float final_logit_softcap = 0.0f;
+
+    // Sliding-window attention: a layer in swa_layers sees only the cells of
+    // the last n_swa positions (0: no such layers), with its own RoPE base.
+    int32_t n_swa = 0;
+    std::vector<bool> swa_layers;
+    float rope_freq_base_swa = 10000.0f;
+    bool is_swa(int il) const { return n_swa > 0 && swa_layers[il]; }
 
     // RoPE
     int32_t rope_type = 0;  // ggml rope mode

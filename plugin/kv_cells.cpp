@@ -100,7 +100,7 @@ std::vector<AttentionRun> KvCells::attention_runs(const Batch & batch) const {
     return runs;
 }
 
-void KvCells::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask) const {
+void KvCells::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask, int32_t n_swa) const {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f);
     const ggml_fp16_t ninf = ggml_fp32_to_fp16(-INFINITY);
     for (int32_t i = 0; i < run.size(); ++i) {
@@ -108,7 +108,9 @@ void KvCells::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16
         const Cell * cells = cells_.data() + run.cell0 + (size_t) (i / run.n_tokens) * run.stride;
         ggml_fp16_t * row = mask + (size_t) i * run.window;
         for (int32_t c = 0; c < run.window; ++c) {
-            row[c] = cells[c].pos >= 0 && cells[c].seq == seq && cells[c].pos <= pos ? zero : ninf;
+            const bool seen = cells[c].pos >= 0 && cells[c].seq == seq && cells[c].pos <= pos &&
+                              (n_swa == 0 || pos - cells[c].pos < n_swa);
+            row[c] = seen ? zero : ninf;
         }
     }
 }

@@ -66,8 +66,10 @@ class KvCells {
     // streams; otherwise one run of all tokens over window().
     std::vector<AttentionRun> attention_runs(const Batch & batch) const;
     // mask[(j * run.n_tokens + t) * run.window + c] = 0 where token t of
-    // stream j may attend to cell c of that stream's window, -inf elsewhere.
-    void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask) const;
+    // stream j may attend to cell c of that stream's window, -inf elsewhere;
+    // with n_swa > 0 also -inf for cells n_swa or more positions back
+    // (sliding-window layers).
+    void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask, int32_t n_swa = 0) const;
 
     void seq_remove(int32_t seq, int32_t p0, int32_t p1);
     int32_t seq_pos_max(int32_t seq) const;

@@ -101,9 +101,11 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         const std::vector<int32_t> out_rows = output_rows(batch);
         const GraphShape shape{batch.size(), (int32_t) out_rows.size(), kv_->attention_runs(batch)};
         mask_.resize(shape.mask_size());
+        mask_swa_.resize(hp_.n_swa > 0 ? shape.mask_size() : 0);
         size_t offset = 0;
         for (const AttentionRun & r : shape.runs) {
             kv_->fill_mask(batch, r, mask_.data() + offset);
+            if (hp_.n_swa > 0) kv_->fill_mask(batch, r, mask_swa_.data() + offset, hp_.n_swa);
             offset += (size_t) r.window * r.size();
         }
         prepare(batch, cells, out_rows, shape);
@@ -181,6 +183,9 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
     ggml_backend_tensor_set(inputs_.positions, batch.pos.data(), 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(inputs_.kv_cells, cells.data(), 0, n * sizeof(int64_t));
     ggml_backend_tensor_set(inputs_.kq_mask, mask_.data(), 0, mask_.size() * sizeof(ggml_fp16_t));
+    if (inputs_.kq_mask_swa) {
+        ggml_backend_tensor_set(inputs_.kq_mask_swa, mask_swa_.data(), 0, mask_swa_.size() * sizeof(ggml_fp16_t));
+    }
     ggml_backend_tensor_set(inputs_.out_rows, out_rows.data(), 0, out_rows.size() * sizeof(int32_t));
     if (inputs_.embd_rows) {
         std::vector<int32_t> rows(n);

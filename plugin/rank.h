@@ -104,6 +104,7 @@ class Rank {
     GraphInputs inputs_;
     ggml_tensor * logits_ = nullptr;
     std::vector<ggml_fp16_t> mask_;
+    std::vector<ggml_fp16_t> mask_swa_;  // sliding-window layers' (HParams::n_swa > 0)
     int64_t graph_builds_ = 0;
     // Written by the rank's compute thread, read by anyone (metrics).
     std::atomic<int64_t> collective_calls_{0};

@@ -183,6 +183,10 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
         }
         l.ffn_norm = declare(file, p + "ffn_norm.weight", {E}, false);
+        if (hp.is_gemma()) {
+            l.attn_post_norm = declare(file, p + "post_attention_norm.weight", {E}, false);
+            l.ffn_post_norm = declare(file, p + "post_ffw_norm.weight", {E}, false);
+        }
         if (hp.is_moe()) {
             const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
             l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);

@@ -48,7 +48,9 @@ struct LayerWeights {
     ggml_tensor * bv = nullptr;
     ggml_tensor * q_norm = nullptr;  // qwen3: per-head RMS norm of queries and keys
     ggml_tensor * k_norm = nullptr;
+    ggml_tensor * attn_post_norm = nullptr;  // gemma3: on the attention's output
     ggml_tensor * ffn_norm = nullptr;
+    ggml_tensor * ffn_post_norm = nullptr;  // gemma3: on the FFN's output
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
     RowParallelWeight ffn_down;

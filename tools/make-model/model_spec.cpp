@@ -34,7 +34,7 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"};
+const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k"};
 
@@ -86,6 +86,10 @@ void validate_shape(Arch arch, const Shape & s) {
     require(std::isfinite(s.rope_theta) && s.rope_theta > 0.0, "--rope-theta must be a positive number");
     validate_attention(arch, s);
     validate_experts(s);
+    if (arch == Arch::gemma3) {
+        require_in_range(s.n_swa, "--n-swa", int64_t(1) << 31);
+        require_in_range(s.swa_pattern, "--swa-pattern", 512);
+    }
 }
 
 ggml_type matrix_type(WeightType type) {
@@ -215,7 +219,10 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
         planner.bias(layer_tensor(il, "attn_v.bias"), n_kv);
     }
     planner.matrix(layer_tensor(il, "attn_output.weight"), {n_q, s.n_embd});
-    if (arch == Arch::qwen3 || arch == Arch::qwen3moe) {
+    if (arch == Arch::gemma3) {
+        planner.norm(layer_tensor(il, "post_attention_norm.weight"), s.n_embd);
+    }
+    if (arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3) {
         planner.norm(layer_tensor(il, "attn_q_norm.weight"), s.head_dim);
         planner.norm(layer_tensor(il, "attn_k_norm.weight"), s.head_dim);
     }
@@ -239,6 +246,9 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
     planner.matrix(layer_tensor(il, "ffn_gate.weight"), {s.n_embd, s.n_ff});
     planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, s.n_ff});
     planner.matrix(layer_tensor(il, "ffn_down.weight"), {s.n_ff, s.n_embd});
+    if (arch == Arch::gemma3) {
+        planner.norm(layer_tensor(il, "post_ffw_norm.weight"), s.n_embd);
+    }
 }
 
 // Experts: qwen3moe always (its own width, --n-ff-exp), llama where
@@ -249,6 +259,10 @@ void check_expert_overrides(Arch arch, const ShapeOverrides & o) {
     }
     if (arch != Arch::phi3 && o.n_ctx_orig) {
         throw UsageError(std::string("--n-ctx-orig applies to phi3 (LongRoPE) only, not ") + arch_name(arch));
+    }
+    if (arch != Arch::gemma3 && (o.n_swa || o.swa_pattern || o.logit_softcap)) {
+        throw UsageError(std::string("--n-swa, --swa-pattern and --logit-softcap apply to gemma3 only, not ") +
+                         arch_name(arch));
     }
     if (arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
         throw UsageError(std::string("--n-expert, --n-expert-used and --n-ff-exp apply to llama and qwen3moe, not ") +
@@ -294,6 +308,7 @@ bool has_experts(const Shape & s) {
 const char * default_vocab_file(Arch arch) {
     switch (arch) {
         case Arch::llama:
+        case Arch::gemma3:  // SentencePiece, as Gemma's own (not in the pinned tree)
             return "ggml-vocab-llama-spm.gguf";
         case Arch::phi3:
             return "ggml-vocab-phi-3.gguf";
@@ -303,8 +318,8 @@ const char * default_vocab_file(Arch arch) {
 }
 
 bool ShapeOverrides::any() const {
-    return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta ||
-           n_expert || n_expert_used || n_ff_exp || tied_output;
+    return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
+           swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -328,9 +343,13 @@ Shape preset_shape(Arch arch, Preset preset) {
     s.n_head_kv = d.n_head_kv;
     s.n_ff = d.n_ff;
     s.n_ctx = d.n_ctx;
-    const bool qwen = arch != Arch::llama && arch != Arch::phi3;
+    const bool qwen = arch != Arch::llama && arch != Arch::phi3;  // gemma3's base and epsilon are the same
     s.rope_theta = qwen ? 1000000.0 : 10000.0;
     s.rms_eps = qwen ? 1e-6f : 1e-5f;
+    if (arch == Arch::gemma3) {
+        s.n_swa = 512;
+        s.swa_pattern = 6;
+    }
     if (arch == Arch::qwen3moe) {
         s.n_expert = 8;
         s.n_expert_used = 2;
@@ -348,6 +367,9 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     s.n_head_kv = o.n_head_kv.value_or(s.n_head_kv);
     s.n_ff = o.n_ff.value_or(s.n_ff);
     s.n_ctx = o.n_ctx.value_or(s.n_ctx);
+    s.n_swa = o.n_swa.value_or(s.n_swa);
+    s.swa_pattern = o.swa_pattern.value_or(s.swa_pattern);
+    s.logit_softcap = o.logit_softcap.value_or(s.logit_softcap);
     if (arch == Arch::phi3) {
         s.n_ctx_orig = o.n_ctx_orig.value_or(s.n_ctx);
     }
@@ -392,7 +414,9 @@ int64_t TensorPlan::n_elements() const {
 std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type, int64_t n_vocab) {
     TensorPlanner planner(type);
     const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
-    planner.embedding("token_embd.weight", {s.n_embd, n_vocab}, s.tied_output ? inv_sqrt_embd : 1.0f);
+    // gemma3 scales its embeddings by sqrt(n_embd): rows of unit RMS after that.
+    const bool small_embd = s.tied_output || arch == Arch::gemma3;
+    planner.embedding("token_embd.weight", {s.n_embd, n_vocab}, small_embd ? inv_sqrt_embd : 1.0f);
     if (arch == Arch::phi3) {
         // LongRoPE, as Phi-3.5 and Phi-4-mini ship it: per-frequency factors
         // within the original context and beyond it.
@@ -440,6 +464,15 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
     set_u32("rope.dimension_count", s.head_dim);
     gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base").c_str(), static_cast<float>(s.rope_theta));
     gguf_set_val_f32(gguf, arch_key(arch, "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
+    if (arch == Arch::gemma3) {
+        set_u32("attention.sliding_window", s.n_swa);
+        set_u32("attention.sliding_window_pattern", s.swa_pattern);
+        gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base_swa").c_str(), 10000.0f);
+        if (s.logit_softcap > 0.0) {
+            gguf_set_val_f32(gguf, arch_key(arch, "final_logit_softcapping").c_str(),
+                             static_cast<float>(s.logit_softcap));
+        }
+    }
     if (arch == Arch::phi3) {
         // The converter's LongRoPE magnitude factor for n_ctx / n_ctx_orig.
         const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(s.n_ctx_orig);

@@ -27,7 +27,7 @@ class IoError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3 };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma3 };
 enum class Preset { tiny, small, b1 };
 enum class WeightType { f32, f16, q8_0, q4_0, q4_k };
 
@@ -55,6 +55,9 @@ struct Shape {
     int64_t n_expert = 0;  // MoE fields: zero for dense layers
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;
+    int64_t n_swa = 0;           // gemma3: sliding window (0: every layer global)
+    int64_t swa_pattern = 0;     // gemma3: every swa_pattern-th layer is global
+    double logit_softcap = 0.0;  // gemma3: final logit soft-cap (0: none)
     bool tied_output = false;
 };
 
@@ -63,6 +66,8 @@ struct ShapeOverrides {
     std::optional<int64_t> n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx, n_ctx_orig;
     std::optional<double> rope_theta;
     std::optional<int64_t> n_expert, n_expert_used, n_ff_exp;
+    std::optional<int64_t> n_swa, swa_pattern;
+    std::optional<double> logit_softcap;
     bool tied_output = false;
 
     bool any() const;

@@ -115,6 +115,10 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--n-expert", size_field(&ShapeOverrides::n_expert)},
         {"--n-expert-used", size_field(&ShapeOverrides::n_expert_used)},
         {"--n-ff-exp", size_field(&ShapeOverrides::n_ff_exp)},
+        {"--n-swa", size_field(&ShapeOverrides::n_swa)},
+        {"--swa-pattern", size_field(&ShapeOverrides::swa_pattern)},
+        {"--logit-softcap", [](ParseState & s, const std::string & f,
+                               const std::string & v) { s.overrides.logit_softcap = parse_positive_real(f, v); }},
         {"--rope-theta", [](ParseState & s, const std::string & f,
                             const std::string & v) { s.overrides.rope_theta = parse_positive_real(f, v); }},
     };
@@ -184,7 +188,7 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe|phi3   architecture (default llama)
+  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma3   architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k       weight type (default f16); norms, biases and
                                       the MoE router stay f32; under q4_0/q4_k the
@@ -206,6 +210,9 @@ shape overrides (positive integers unless noted):
   --rope-theta X (positive real)
   --n-ctx-orig N                      phi3: LongRoPE's original context (default --n-ctx;
                                       upstream uses the long factors above it)
+  --n-swa N --swa-pattern P           gemma3: sliding window of N positions (default 512)
+                                      on all layers but every P-th (default 6)
+  --logit-softcap X                   gemma3: final logit soft-cap (default none)
   --n-expert --n-expert-used --n-ff-exp   (qwen3moe; llama takes --n-expert and
                                       --n-expert-used, default 2, for Mixtral-style
                                       experts --n-ff wide)
