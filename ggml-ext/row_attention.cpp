@@ -121,6 +121,7 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch 
     const ggml_tensor * tk = dst->src[1];
     const ggml_tensor * tv = dst->src[2];
     const ggml_tensor * tm = dst->src[3];
+    const float * sinks = dst->src[4] ? static_cast<const float *>(dst->src[4]->data) : nullptr;
     const int64_t D = tq->ne[0], n_kv = tk->ne[1], s = it.s;
     const int64_t hk = it.h0 / (tq->ne[2] / tk->ne[2]);
     const int64_t nr = it.nt * it.nh;  // row r: token it.t0 + r / nh, head it.h0 + r % nh
@@ -133,7 +134,8 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch 
         const float * qr = at<float>(tq, it.t0 + r / it.nh, it.h0 + r % it.nh, s);
         for (int64_t i = 0; i < D; ++i) w.q[r * D + i] = qr[i] * scale;
         mask[r] = token_mask[r / it.nh];
-        max[r] = -INFINITY;
+        // A sink takes part in the maximum and adds its share to the sum.
+        max[r] = sinks ? sinks[it.h0 + r % it.nh] : -INFINITY;
         sum[r] = 0.0f;
     }
 
@@ -164,6 +166,7 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch 
     }
 
     for (int64_t r = 0; r < nr; ++r) {
+        if (sinks) sum[r] += std::exp(sinks[it.h0 + r % it.nh] - max[r]);
         const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
         const int64_t t = it.t0 + r / it.nh, h = it.h0 + r % it.nh;
         float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + h * dst->nb[1] + t * dst->nb[2] +
@@ -206,7 +209,7 @@ void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
 extern "C" {
 
 ggml_tensor * ggml_ext_row_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
-                                     ggml_tensor * mask, float scale) {
+                                     ggml_tensor * mask, ggml_tensor * sinks, float scale) {
     GGML_ASSERT(q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F16 && v->type == GGML_TYPE_F16);
     GGML_ASSERT(mask->type == GGML_TYPE_F16);
     GGML_ASSERT(q->nb[0] == sizeof(float) && mask->ne[1] >= q->ne[1]);
@@ -215,13 +218,14 @@ ggml_tensor * ggml_ext_row_attention(ggml_context * ctx, ggml_tensor * q, ggml_t
     GGML_ASSERT(k->ne[3] == q->ne[3] && v->ne[3] == q->ne[3] && mask->ne[3] == q->ne[3]);
     GGML_ASSERT(mask->ne[0] >= k->ne[1]);
     GGML_ASSERT(k->nb[0] == sizeof(ggml_fp16_t) && v->nb[0] == sizeof(ggml_fp16_t));
+    GGML_ASSERT(!sinks || (sinks->type == GGML_TYPE_F32 && ggml_is_contiguous(sinks) && sinks->ne[0] == q->ne[2]));
     // The scale travels in the user pointer's bits: nothing to keep alive.
     static_assert(sizeof(float) <= sizeof(void *), "a float must fit a pointer");
     void * userdata = nullptr;
     std::memcpy(&userdata, &scale, sizeof(scale));
-    ggml_tensor * args[4] = {q, k, v, mask};
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, 4, run,
-                                       GGML_N_TASKS_MAX, userdata);
+    ggml_tensor * args[5] = {q, k, v, mask, sinks};
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, sinks ? 5 : 4,
+                                       run, GGML_N_TASKS_MAX, userdata);
     ggml_set_name(out, "row_attention");
     return out;
 }

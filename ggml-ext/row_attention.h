@@ -16,8 +16,11 @@ extern "C" {
 // k, v: F16 [D, n_kv, n_head_kv, n_streams], n_head a multiple of n_head_kv
 // mask: F16 [n_kv, >= T, 1, n_streams]; -inf hides a cell, other values are
 //       added to the scaled score
+// sinks: F32 [n_head] or NULL: per head, a logit that joins every row's
+//       softmax with no value (ggml_flash_attn_ext_add_sinks)
 // Returns F32 [D, n_head, T, n_streams], the layout of ggml_flash_attn_ext.
 // A row whose cells are all hidden comes out as zeros.
 struct ggml_tensor * ggml_ext_row_attention(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
-                                            struct ggml_tensor * v, struct ggml_tensor * mask, float scale);
+                                            struct ggml_tensor * v, struct ggml_tensor * mask,
+                                            struct ggml_tensor * sinks, float scale);
 }

@@ -84,12 +84,12 @@ struct Builder {
         return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), weight);
     }
 
-    // Sliding-window layers rotate with their own base and no frequency scaling.
+    // Sliding-window layers rotate with their own base and frequency scale.
     ggml_tensor * rope(ggml_tensor * x, int il) const {
         const bool swa = hp.is_swa(il);
         return ggml_rope_ext(ctx, x, in.positions, w.rope_factors(kv.n_cells_per_seq(), hp), hp.n_rot, hp.rope_type,
                              hp.rope_n_ctx_orig, swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
-                             swa ? 1.0f : hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
+                             swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
                              hp.yarn_beta_fast, hp.yarn_beta_slow);
     }
 
@@ -119,8 +119,8 @@ struct Builder {
     // regions every row goes through ggml-ext's row attention, so a position
     // gets the same numbers in a prompt, as a decode token or after a cached
     // prefix; the shared pool keeps ggml's kernel, identical to upstream.
-    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
-                         ggml_tensor * kq_mask, size_t mask_offset) const {
+    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * sinks,
+                         const AttentionRun & run, ggml_tensor * kq_mask, size_t mask_offset) const {
         ggml_tensor * qr = ggml_view_4d(ctx, q, hp.head_dim, n_q, run.n_tokens, run.n_streams, q->nb[1], q->nb[2],
                                         (size_t) run.n_tokens * q->nb[2], (size_t) run.t0 * q->nb[2]);
         const size_t row = (size_t) run.window * sizeof(ggml_fp16_t);
@@ -131,10 +131,11 @@ struct Builder {
         ggml_tensor * out = nullptr;
         // Row attention reads F16 caches only.
         if (!kv.unified() && kv.types().both_f16()) {
-            out = ggml_ext_row_attention(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale);
+            out = ggml_ext_row_attention(ctx, qp, cache_view(k, run), cache_view(v, run), mask, sinks, scale);
         } else {
             out = ggml_flash_attn_ext(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale, 0.0f, 0.0f);
             ggml_prec_set_acc(out, GGML_PREC_F32);
+            if (sinks) ggml_flash_attn_ext_add_sinks(out, sinks);
         }
         return ggml_reshape_3d(ctx, out, hp.head_dim, n_q, run.size());
     }
@@ -157,13 +158,14 @@ struct Builder {
         ggml_tensor * attn = nullptr;
         size_t mask_offset = 0;
         for (const AttentionRun & run : shape.runs) {
-            ggml_tensor * part =
-                attend(q, k_stored, v_stored, run, hp.is_swa(il) ? in.kq_mask_swa : in.kq_mask, mask_offset);
+            ggml_tensor * part = attend(q, k_stored, v_stored, l.attn_sinks, run,
+                                        hp.is_swa(il) ? in.kq_mask_swa : in.kq_mask, mask_offset);
             attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
             mask_offset += (size_t) run.window * run.size();
         }
-        return row_parallel(l.wo, w.o_cell_bounds, ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens), rows,
-                            matmul());
+        ggml_tensor * out = row_parallel(l.wo, w.o_cell_bounds,
+                                         ggml_reshape_2d(ctx, attn, hp.head_dim * n_q, shape.n_tokens), rows, matmul());
+        return l.bo ? ggml_add(ctx, out, l.bo) : out;
     }
 
     // The SwiGLU (Gemma: GELU-gated) FFN, each rank computing its slice of
@@ -181,20 +183,32 @@ struct Builder {
     // over the group.
     ggml_tensor * moe_ffn(const LayerWeights & l, ggml_tensor * cur) const {
         const int64_t T = cur->ne[1], K = hp.n_expert_used;
-        ggml_tensor * probs = ggml_soft_max(ctx, ggml_mul_mat(ctx, l.ffn_router, cur));  // [n_expert, T]
-        ggml_tensor * picked = ggml_argsort_top_k(ctx, probs, (int) K);                  // [K, T]
+        ggml_tensor * logits = ggml_mul_mat(ctx, l.ffn_router, cur);  // [n_expert, T]
+        if (l.ffn_router_b) logits = ggml_add(ctx, logits, l.ffn_router_b);
+        // gpt-oss picks by the logits and softmaxes the picked ones; the
+        // others softmax all logits, pick, and normalise the picked.
+        ggml_tensor * probs = hp.is_gpt_oss() ? logits : ggml_soft_max(ctx, logits);
+        ggml_tensor * picked = ggml_argsort_top_k(ctx, probs, (int) K);  // [K, T]
         ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, hp.n_expert, T), picked);
         weights = ggml_reshape_2d(ctx, weights, K, T);
-        weights = ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));  // normalised top-k
+        weights = hp.is_gpt_oss() ? ggml_soft_max(ctx, weights) : ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));
         if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) {
             weights = ggml_scale(ctx, weights, hp.expert_weights_scale);
         }
         ggml_tensor * x = ggml_reshape_3d(ctx, cur, cur->ne[0], 1, T);
         ggml_tensor * gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x, picked);  // [F_r, K, T]
         ggml_tensor * up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x, picked);
+        if (l.ffn_up_exps_b) up = ggml_add_id(ctx, up, l.ffn_up_exps_b, picked);
+        if (l.ffn_gate_exps_b) gate = ggml_add_id(ctx, gate, l.ffn_gate_exps_b, picked);
+        ggml_tensor * h =
+            hp.is_gpt_oss() ? ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f) : ggml_swiglu_split(ctx, gate, up);
         // One piece of every picked expert's down projection, weighted and summed over the experts.
-        auto experts = [&](ggml_tensor * down, ggml_tensor * h) {
-            ggml_tensor * out = ggml_mul_mat_id(ctx, down, h, picked);
+        // The down bias goes with the first cell of the width (ModelWeights).
+        auto experts = [&](ggml_tensor * down, ggml_tensor * act) {
+            ggml_tensor * out = ggml_mul_mat_id(ctx, down, act, picked);
+            if (l.ffn_down_exps_b && down == l.ffn_down_exps.pieces[0]) {
+                out = ggml_add_id(ctx, out, l.ffn_down_exps_b, picked);
+            }
             out = ggml_mul(ctx, out, ggml_reshape_3d(ctx, weights, 1, K, T));  // [E, K, T]
             ggml_tensor * sum = ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], 0);
             for (int64_t k = 1; k < K; ++k) {
@@ -202,7 +216,7 @@ struct Builder {
             }
             return K == 1 ? ggml_cont(ctx, sum) : sum;
         };
-        return row_parallel(l.ffn_down_exps, w.ff_cell_bounds, ggml_swiglu_split(ctx, gate, up), nullptr, experts);
+        return row_parallel(l.ffn_down_exps, w.ff_cell_bounds, h, nullptr, experts);
     }
 };
 

@@ -18,8 +18,9 @@ Arch parse_arch(const GgufFile & file, const std::string & name) {
     if (name == "qwen3moe") return Arch::Qwen3Moe;
     if (name == "phi3") return Arch::Phi3;
     if (name == "gemma3") return Arch::Gemma3;
+    if (name == "gpt-oss") return Arch::GptOss;
     throw Error("model file '" + file.path() + "': architecture '" + name +
-                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma3)");
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss)");
 }
 
 void require_positive(const GgufFile & file, const char * what, int64_t v) {
@@ -58,10 +59,10 @@ void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
     }
 }
 
-// qwen3moe always has experts, of their own width; llama has them where the
-// file counts them (Mixtral), each as wide as feed_forward_length.
+// qwen3moe and gpt-oss always have experts, of their own width; llama has
+// them where the file counts them (Mixtral), each as wide as feed_forward_length.
 void read_moe(const GgufFile & file, const std::string & a, HParams & hp) {
-    const bool required = hp.arch == Arch::Qwen3Moe;
+    const bool required = hp.arch == Arch::Qwen3Moe || hp.arch == Arch::GptOss;
     hp.n_expert = (int32_t) (required ? file.get_int(a + ".expert_count") : file.get_int(a + ".expert_count", 0));
     if (hp.n_expert == 0 && !required) return;
     hp.n_expert_used = (int32_t) file.get_int(a + ".expert_used_count");
@@ -121,7 +122,8 @@ HParams read_hparams(const GgufFile & file) {
 
     hp.n_embd = (int32_t) file.get_int(a + ".embedding_length");
     hp.n_layer = (int32_t) file.get_int(a + ".block_count");
-    hp.n_ff = (int32_t) file.get_int(a + ".feed_forward_length", hp.arch == Arch::Qwen3Moe ? 1 : -1);
+    const bool experts_only = hp.arch == Arch::Qwen3Moe || hp.arch == Arch::GptOss;
+    hp.n_ff = (int32_t) file.get_int(a + ".feed_forward_length", experts_only ? 1 : -1);
     hp.n_head = (int32_t) file.get_int(a + ".attention.head_count");
     hp.n_head_kv = (int32_t) file.get_int(a + ".attention.head_count_kv", hp.n_head);
     hp.n_ctx_train = (int32_t) file.get_int(a + ".context_length", 2048);
@@ -143,7 +145,7 @@ HParams read_hparams(const GgufFile & file) {
         throw Error("model file '" + file.path() + "': key_length != value_length is not supported");
     }
 
-    if (hp.arch == Arch::Llama || hp.arch == Arch::Qwen3Moe) read_moe(file, a, hp);
+    if (hp.arch == Arch::Llama || experts_only) read_moe(file, a, hp);
 
     const ggml_tensor * embd = file.find_tensor("token_embd.weight");
     if (!embd) throw Error("model file '" + file.path() + "': missing tensor 'token_embd.weight'");
@@ -151,6 +153,14 @@ HParams read_hparams(const GgufFile & file) {
     read_rope(file, a, hp);
     if (hp.arch == Arch::Phi3) hp.query_scale = 1.0f / std::sqrt((float) hp.head_dim);
     if (hp.is_gemma()) read_gemma(file, a, hp);
+    if (hp.is_gpt_oss()) {
+        // Every other layer slides (the first does), rotating as the others do.
+        hp.n_swa = (int32_t) file.get_int(a + ".attention.sliding_window");
+        require_positive(file, "attention.sliding_window", hp.n_swa);
+        hp.swa_layers = read_swa_layers(file, a, hp, 2);
+        hp.rope_freq_base_swa = (float) file.get_float(a + ".rope.freq_base_swa", hp.rope_freq_base);
+        hp.rope_freq_scale_swa = hp.rope_freq_scale;
+    }
     return hp;
 }
 

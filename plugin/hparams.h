@@ -9,7 +9,7 @@ namespace llama_tp {
 
 class GgufFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma3, GptOss };
 
 struct HParams {
     Arch arch = Arch::Llama;
@@ -32,12 +32,16 @@ struct HParams {
     int32_t n_ff_exp = 0;
     float expert_weights_scale = 0.0f;  // 0 or 1: none
 
-    bool has_qkv_bias() const { return arch == Arch::Qwen2; }
+    bool has_qkv_bias() const { return arch == Arch::Qwen2 || arch == Arch::GptOss; }
     bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Gemma3; }
     bool is_moe() const { return n_expert > 0; }
     // Gemma 3: token embeddings scaled by sqrt(n_embd), RMS norms after
     // attention and after the FFN too, and a GELU-gated FFN.
     bool is_gemma() const { return arch == Arch::Gemma3; }
+    // gpt-oss: biases on the attention output, the router and every expert
+    // matrix; attention sinks; the router's top-k logits softmaxed; the
+    // experts' clamped SwiGLU (alpha 1.702, limit 7).
+    bool is_gpt_oss() const { return arch == Arch::GptOss; }
 
     // Queries scaled by this after RoPE, attention then scaled by 1 (phi3,
     // gemma3: rounded unlike a scale inside attention); 0: attention scales
@@ -51,6 +55,7 @@ struct HParams {
     int32_t n_swa = 0;
     std::vector<bool> swa_layers;
     float rope_freq_base_swa = 10000.0f;
+    float rope_freq_scale_swa = 1.0f;
     bool is_swa(int il) const { return n_swa > 0 && swa_layers[il]; }
 
     // RoPE

@@ -114,6 +114,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     const TensorSlice ff_rows = shard ? rows(shard->ff, 1) : TensorSlice{};
     const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
     const TensorSlice ff_cols = shard ? cols(shard->ff, 1) : TensorSlice{};
+    const TensorSlice q_cols_heads = shard ? cols(shard->q_heads, 1) : TensorSlice{};
     // The cells of the row-parallel matrices, in columns from this rank's first.
     auto bounds = [](const std::vector<ShardRange> & pieces, int64_t unit) {
         std::vector<int64_t> out{0};
@@ -178,11 +179,17 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.bk = declare(file, p + "attn_k.bias", {KV}, false, kv_cols);
             l.bv = declare(file, p + "attn_v.bias", {KV}, false, kv_cols);
         }
+        if (hp.is_gpt_oss()) {
+            l.bo = declare(file, p + "attn_output.bias", {E}, false);
+            l.attn_sinks = declare(file, p + "attn_sinks.weight", {hp.n_head}, false, q_cols_heads);
+        }
         if (hp.has_qk_norm()) {
             l.q_norm = declare(file, p + "attn_q_norm.weight", {hd}, false);
             l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
         }
-        l.ffn_norm = declare(file, p + "ffn_norm.weight", {E}, false);
+        // gpt-oss calls its FFN's input norm post_attention_norm.
+        l.ffn_norm =
+            declare(file, p + (hp.is_gpt_oss() ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, false);
         if (hp.is_gemma()) {
             l.attn_post_norm = declare(file, p + "post_attention_norm.weight", {E}, false);
             l.ffn_post_norm = declare(file, p + "post_ffw_norm.weight", {E}, false);
@@ -193,6 +200,14 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, ff_rows);
             l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, ff_rows);
             l.ffn_down_exps = row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ff_cols, ff_cells, 1, true);
+            if (hp.is_gpt_oss()) {
+                l.ffn_router_b = declare(file, p + "ffn_gate_inp.bias", {X}, false);
+                l.ffn_gate_exps_b = declare(file, p + "ffn_gate_exps.bias", {FX, X}, false, ff_cols);
+                l.ffn_up_exps_b = declare(file, p + "ffn_up_exps.bias", {FX, X}, false, ff_cols);
+                if (!shard || shard->ff.begin == 0) {
+                    l.ffn_down_exps_b = declare(file, p + "ffn_down_exps.bias", {E, X}, false);
+                }
+            }
         } else if (hp.arch == Arch::Phi3) {
             // Fused gate and up (gate first), each split by the FFN width.
             l.ffn_gate = declare(file, p + "ffn_up.weight", {E, 2 * F}, true, part(ff_rows, 0, F));

@@ -43,7 +43,9 @@ struct LayerWeights {
     ggml_tensor * wk = nullptr;
     ggml_tensor * wv = nullptr;
     RowParallelWeight wo;
-    ggml_tensor * bq = nullptr;  // qwen2
+    ggml_tensor * bo = nullptr;          // gpt-oss: attn_output's bias, mirrored, added after the sum
+    ggml_tensor * attn_sinks = nullptr;  // gpt-oss: one logit per query head of the rank
+    ggml_tensor * bq = nullptr;          // qwen2
     ggml_tensor * bk = nullptr;
     ggml_tensor * bv = nullptr;
     ggml_tensor * q_norm = nullptr;  // qwen3: per-head RMS norm of queries and keys
@@ -58,6 +60,13 @@ struct LayerWeights {
     ggml_tensor * ffn_gate_exps = nullptr;
     ggml_tensor * ffn_up_exps = nullptr;
     RowParallelWeight ffn_down_exps;
+    // gpt-oss: the router's bias (mirrored), the experts' gate and up biases
+    // (the rank's width) and down bias, which only the rank holding the first
+    // cell of the FFN width adds (nullptr elsewhere), so that it counts once.
+    ggml_tensor * ffn_router_b = nullptr;
+    ggml_tensor * ffn_gate_exps_b = nullptr;
+    ggml_tensor * ffn_up_exps_b = nullptr;
+    ggml_tensor * ffn_down_exps_b = nullptr;
 };
 
 class ModelWeights {

@@ -29,6 +29,8 @@ case $arch in
     phi3) shape+=(--n-head-kv 6 --n-ctx-orig 64) ;;
     # A window of 8 positions on layer 0, layer 1 global, capped logits.
     gemma3) shape+=(--n-head-kv 6 --n-swa 8 --swa-pattern 2 --logit-softcap 60) ;;
+    # Windows of 8 positions on even layers, sinks, biases, MXFP4 experts.
+    gpt-oss) shape+=(--n-head-kv 6 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024 --n-swa 8) ;;
     qwen2|qwen3) shape+=(--n-head-kv 6 --tied-output) ;;
     qwen3moe) shape+=(--n-head-kv 6 --tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
@@ -52,7 +54,9 @@ check() {  # description, compare arguments...
     fi
 }
 
-for type in f32 f16 q8_0 q4_k; do
+types=(f32 f16 q8_0 q4_k)
+[[ $arch == gpt-oss ]] && types+=(mxfp4)
+for type in "${types[@]}"; do
     model="$work/$arch-$type.gguf"
     if ! "$make_model" --arch "$make_arch" --type "$type" --seed 7 "${shape[@]}" -o "$model" >/dev/null 2>"$work/make.log"; then
         echo "FAILED: generating $model" >&2
@@ -84,7 +88,7 @@ check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --t
 # The default: exact sums for dense q8_0 layers (one pass), float sums for
 # experts and for q4_k (one product per grid cell).
 dense=true
-[[ $arch == qwen3moe || $arch == mixtral ]] && dense=false
+[[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss ]] && dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \
     --n-tokens 12
 expect_exact=false check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \

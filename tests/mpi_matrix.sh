@@ -14,6 +14,8 @@ shape=(--n-embd 384 --n-head 12 --head-dim 32 --n-ff 1536 --n-layer 2 --n-head-k
 case $arch in
     qwen2|qwen3) shape+=(--tied-output) ;;
     qwen3moe) shape+=(--tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+    # Biases on the experts' down projection: only the rank holding the first cell adds them.
+    gpt-oss) shape+=(--n-expert 4 --n-expert-used 2 --n-ff-exp 1024 --n-swa 8) ;;
 esac
 # Waiting ranks test their requests with backoff; Open MPI's own waits
 # (start-up) yield as well, so that 4 processes share 2 cores.

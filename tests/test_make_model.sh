@@ -65,7 +65,7 @@ expect_error() {
 }
 
 echo "== upstream loads every architecture and type"
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma3; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma3 gpt-oss; do
     for type in f32 f16 q8_0 q4_0 q4_k; do
         # The qwen vocabulary has 151936 tokens: tying the output head halves
         # the file for the wide types and covers the tied path.
@@ -80,6 +80,11 @@ for arch in llama qwen2 qwen3 qwen3moe phi3 gemma3; do
 done
 generate "$work/model.gguf" --arch llama --type q4_k --tied-output && check_loads "$work/model.gguf" llama
 rm -f "$work/model.gguf"
+# MXFP4, as gpt-oss ships its experts (and on a dense model).
+for arch in gpt-oss llama; do
+    generate "$work/model.gguf" --arch "$arch" --type mxfp4 && check_loads "$work/model.gguf" "$arch"
+    rm -f "$work/model.gguf"
+done
 # llama with experts (Mixtral-style): upstream sizes them by feed_forward_length.
 for type in f16 q8_0 q4_k; do
     generate "$work/model.gguf" --arch llama --type "$type" --n-expert 4 && check_loads "$work/model.gguf" llama
@@ -99,7 +104,7 @@ rm -f "$work/model.gguf"
 echo "== determinism"
 # The 32000-token vocabulary keeps these quick; it also covers --vocab.
 spm_vocab=$(dirname "$make_model")/../share/llama-tp/ggml-vocab-llama-spm.gguf
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma3; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma3 gpt-oss; do
     check_determinism --arch "$arch" --type q8_0 --vocab "$spm_vocab"
 done
 for type in f32 f16 q4_0 q4_k; do
@@ -144,9 +149,10 @@ expect_error 2 "must be positive" --rope-theta 0 -o "$out"
 expect_error 2 "needs a number" --rope-theta x -o "$out"
 expect_error 2 "must be between" --n-layer 100000 -o "$out"
 expect_error 2 "must be even" --head-dim 63 --n-head 4 -o "$out"
-expect_error 2 "apply to llama and qwen3moe" --arch qwen3 --n-expert 4 -o "$out"
+expect_error 2 "apply to llama, qwen3moe and gpt-oss" --arch qwen3 --n-expert 4 -o "$out"
 expect_error 2 "applies to phi3" --n-ctx-orig 512 -o "$out"
-expect_error 2 "apply to gemma3 only" --n-swa 64 -o "$out"
+expect_error 2 "apply to gemma3 and gpt-oss" --n-swa 64 -o "$out"
+expect_error 2 "applies to gemma3 only" --arch gpt-oss --logit-softcap 30 -o "$out"
 expect_error 2 "must be between 1 and 4096" --arch phi3 --n-ctx-orig 8192 -o "$out"
 expect_error 2 "phi3 needs" --arch phi3 --head-dim 128 -o "$out"
 expect_error 2 "llama experts are --n-ff wide" --n-expert 4 --n-ff-exp 512 -o "$out"

@@ -34,9 +34,9 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3"};
+const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3", "gpt-oss"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
-const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k"};
+const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
 
 void require(bool condition, const std::string & message) {
     if (!condition) {
@@ -86,8 +86,10 @@ void validate_shape(Arch arch, const Shape & s) {
     require(std::isfinite(s.rope_theta) && s.rope_theta > 0.0, "--rope-theta must be a positive number");
     validate_attention(arch, s);
     validate_experts(s);
-    if (arch == Arch::gemma3) {
+    if (arch == Arch::gemma3 || arch == Arch::gpt_oss) {
         require_in_range(s.n_swa, "--n-swa", int64_t(1) << 31);
+    }
+    if (arch == Arch::gemma3 || s.swa_pattern != 0) {
         require_in_range(s.swa_pattern, "--swa-pattern", 512);
     }
 }
@@ -104,6 +106,8 @@ ggml_type matrix_type(WeightType type) {
             return GGML_TYPE_Q4_0;
         case WeightType::q4_k:
             return GGML_TYPE_Q4_K;
+        case WeightType::mxfp4:
+            return GGML_TYPE_MXFP4;
     }
     return GGML_TYPE_F32;
 }
@@ -133,6 +137,8 @@ int32_t llama_file_type(WeightType type) {
             return LLAMA_FTYPE_MOSTLY_Q4_0;
         case WeightType::q4_k:
             return LLAMA_FTYPE_MOSTLY_Q4_K_M;  // 4-bit K-quant body, 8-bit embedding and output
+        case WeightType::mxfp4:
+            return LLAMA_FTYPE_MOSTLY_MXFP4_MOE;
     }
     return LLAMA_FTYPE_ALL_F32;
 }
@@ -153,6 +159,10 @@ class TensorPlanner {
         add(name, {n}, GGML_TYPE_F32, scale, scale * kNormStddev);
     }
     void bias(const std::string & name, int64_t n) { add(name, {n}, GGML_TYPE_F32, 0.0f, kBiasStddev); }
+    void bias(const std::string & name, std::vector<int64_t> ne) {
+        add(name, std::move(ne), GGML_TYPE_F32, 0.0f, kBiasStddev);
+    }
+    void sink(const std::string & name, int64_t n) { add(name, {n}, GGML_TYPE_F32, 0.0f, 1.0f); }
     // Router weights stay f32 whatever the type, as upstream's converter keeps them.
     void router(const std::string & name, std::vector<int64_t> ne) {
         const float stddev = 1.0f / std::sqrt(static_cast<float>(ne[0]));
@@ -213,12 +223,17 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
     planner.matrix(layer_tensor(il, "attn_q.weight"), {s.n_embd, n_q});
     planner.matrix(layer_tensor(il, "attn_k.weight"), {s.n_embd, n_kv});
     planner.matrix(layer_tensor(il, "attn_v.weight"), {s.n_embd, n_kv});
-    if (arch == Arch::qwen2) {
+    if (arch == Arch::qwen2 || arch == Arch::gpt_oss) {
         planner.bias(layer_tensor(il, "attn_q.bias"), n_q);
         planner.bias(layer_tensor(il, "attn_k.bias"), n_kv);
         planner.bias(layer_tensor(il, "attn_v.bias"), n_kv);
     }
     planner.matrix(layer_tensor(il, "attn_output.weight"), {n_q, s.n_embd});
+    if (arch == Arch::gpt_oss) {
+        planner.bias(layer_tensor(il, "attn_output.bias"), s.n_embd);
+        // A sink logit per query head, of the scores' order of magnitude.
+        planner.sink(layer_tensor(il, "attn_sinks.weight"), s.n_head);
+    }
     if (arch == Arch::gemma3) {
         planner.norm(layer_tensor(il, "post_attention_norm.weight"), s.n_embd);
     }
@@ -229,7 +244,8 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
 }
 
 void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
-    planner.norm(layer_tensor(il, "ffn_norm.weight"), s.n_embd);
+    // gpt-oss names its FFN's input norm post_attention_norm.
+    planner.norm(layer_tensor(il, arch == Arch::gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
     if (arch == Arch::phi3) {
         // Gate and up fused in one matrix, gate first.
         planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, 2 * s.n_ff});
@@ -237,10 +253,16 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
         return;
     }
     if (has_experts(s)) {
+        // gpt-oss: a bias on the router and on every expert's matrices.
+        const bool biased = arch == Arch::gpt_oss;
         planner.router(layer_tensor(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert});
+        if (biased) planner.bias(layer_tensor(il, "ffn_gate_inp.bias"), s.n_expert);
         planner.matrix(layer_tensor(il, "ffn_gate_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
+        if (biased) planner.bias(layer_tensor(il, "ffn_gate_exps.bias"), {s.n_ff_exp, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_up_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
+        if (biased) planner.bias(layer_tensor(il, "ffn_up_exps.bias"), {s.n_ff_exp, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert});
+        if (biased) planner.bias(layer_tensor(il, "ffn_down_exps.bias"), {s.n_embd, s.n_expert});
         return;
     }
     planner.matrix(layer_tensor(il, "ffn_gate.weight"), {s.n_embd, s.n_ff});
@@ -251,25 +273,27 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
     }
 }
 
-// Experts: qwen3moe always (its own width, --n-ff-exp), llama where
-// --n-expert asks for them (Mixtral: each expert --n-ff wide), no other arch.
-void check_expert_overrides(Arch arch, const ShapeOverrides & o) {
-    if (arch == Arch::qwen3moe) {
-        return;
-    }
+// Overrides that only some architectures take. Experts: qwen3moe and gpt-oss
+// always (their own width, --n-ff-exp), llama where --n-expert asks for them
+// (Mixtral: each expert --n-ff wide).
+void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
+    const std::string name = arch_name(arch);
     if (arch != Arch::phi3 && o.n_ctx_orig) {
-        throw UsageError(std::string("--n-ctx-orig applies to phi3 (LongRoPE) only, not ") + arch_name(arch));
+        throw UsageError("--n-ctx-orig applies to phi3 (LongRoPE) only, not " + name);
     }
-    if (arch != Arch::gemma3 && (o.n_swa || o.swa_pattern || o.logit_softcap)) {
-        throw UsageError(std::string("--n-swa, --swa-pattern and --logit-softcap apply to gemma3 only, not ") +
-                         arch_name(arch));
+    if (arch != Arch::gemma3 && o.logit_softcap) {
+        throw UsageError("--logit-softcap applies to gemma3 only, not " + name);
     }
-    if (arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
-        throw UsageError(std::string("--n-expert, --n-expert-used and --n-ff-exp apply to llama and qwen3moe, not ") +
-                         arch_name(arch));
+    if (arch != Arch::gemma3 && arch != Arch::gpt_oss && (o.n_swa || o.swa_pattern)) {
+        throw UsageError("--n-swa and --swa-pattern apply to gemma3 and gpt-oss, not " + name);
+    }
+    const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss;
+    if (!moe && arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
+        throw UsageError("--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe and gpt-oss, not " +
+                         name);
     }
     if (arch == Arch::llama && o.n_ff_exp) {
-        throw UsageError("llama experts are --n-ff wide: --n-ff-exp applies to qwen3moe only");
+        throw UsageError("llama experts are --n-ff wide: --n-ff-exp applies to qwen3moe and gpt-oss only");
     }
     if (arch == Arch::llama && o.n_expert_used && !o.n_expert) {
         throw UsageError("--n-expert-used needs --n-expert for llama");
@@ -312,6 +336,8 @@ const char * default_vocab_file(Arch arch) {
             return "ggml-vocab-llama-spm.gguf";
         case Arch::phi3:
             return "ggml-vocab-phi-3.gguf";
+        case Arch::gpt_oss:  // byte-level BPE, as gpt-oss's own o200k (not in the pinned tree)
+            return "ggml-vocab-gpt-2.gguf";
         default:
             return "ggml-vocab-qwen2.gguf";
     }
@@ -350,16 +376,21 @@ Shape preset_shape(Arch arch, Preset preset) {
         s.n_swa = 512;
         s.swa_pattern = 6;
     }
-    if (arch == Arch::qwen3moe) {
+    if (arch == Arch::qwen3moe || arch == Arch::gpt_oss) {
         s.n_expert = 8;
-        s.n_expert_used = 2;
+        s.n_expert_used = arch == Arch::gpt_oss ? 4 : 2;  // gpt-oss routes to 4, as both releases do
         s.n_ff_exp = 768;
+    }
+    if (arch == Arch::gpt_oss) {
+        s.n_swa = 128;
+        s.rope_theta = 150000.0;
+        s.rms_eps = 1e-5f;
     }
     return s;
 }
 
 Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
-    check_expert_overrides(arch, o);
+    check_arch_overrides(arch, o);
     Shape s = preset_shape(arch, preset);
     s.n_embd = o.n_embd.value_or(s.n_embd);
     s.n_layer = o.n_layer.value_or(s.n_layer);
@@ -464,6 +495,12 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
     set_u32("rope.dimension_count", s.head_dim);
     gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base").c_str(), static_cast<float>(s.rope_theta));
     gguf_set_val_f32(gguf, arch_key(arch, "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
+    if (arch == Arch::gpt_oss) {
+        set_u32("attention.sliding_window", s.n_swa);
+        if (s.swa_pattern > 0) {
+            set_u32("attention.sliding_window_pattern", s.swa_pattern);
+        }
+    }
     if (arch == Arch::gemma3) {
         set_u32("attention.sliding_window", s.n_swa);
         set_u32("attention.sliding_window_pattern", s.swa_pattern);
@@ -485,7 +522,7 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         set_u32("expert_count", s.n_expert);
         set_u32("expert_used_count", s.n_expert_used);
         // llama's experts are feed_forward_length wide; upstream's converter writes no width of their own.
-        if (arch == Arch::qwen3moe) {
+        if (arch == Arch::qwen3moe || arch == Arch::gpt_oss) {
             set_u32("expert_feed_forward_length", s.n_ff_exp);
         }
     }

@@ -27,9 +27,9 @@ class IoError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma3 };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt_oss };
 enum class Preset { tiny, small, b1 };
-enum class WeightType { f32, f16, q8_0, q4_0, q4_k };
+enum class WeightType { f32, f16, q8_0, q4_0, q4_k, mxfp4 };
 
 const char * arch_name(Arch arch);
 const char * preset_name(Preset preset);
@@ -55,8 +55,8 @@ struct Shape {
     int64_t n_expert = 0;  // MoE fields: zero for dense layers
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;
-    int64_t n_swa = 0;           // gemma3: sliding window (0: every layer global)
-    int64_t swa_pattern = 0;     // gemma3: every swa_pattern-th layer is global
+    int64_t n_swa = 0;           // gemma3, gpt-oss: sliding window (0: every layer global)
+    int64_t swa_pattern = 0;     // every swa_pattern-th layer is global (0: the architecture's default)
     double logit_softcap = 0.0;  // gemma3: final logit soft-cap (0: none)
     bool tied_output = false;
 };

@@ -188,11 +188,11 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma3   architecture (default llama)
+  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma3|gpt-oss   architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
-  --type f32|f16|q8_0|q4_0|q4_k       weight type (default f16); norms, biases and
-                                      the MoE router stay f32; under q4_0/q4_k the
-                                      embedding and output head are q8_0
+  --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
+                                      the MoE router stay f32; under q4_0/q4_k/mxfp4
+                                      the embedding and output head are q8_0
   --seed N                            random seed (default 1)
   -o, --output FILE                   output GGUF (written atomically)
   --vocab FILE                        tokenizer source GGUF (default: the arch's
@@ -210,10 +210,11 @@ shape overrides (positive integers unless noted):
   --rope-theta X (positive real)
   --n-ctx-orig N                      phi3: LongRoPE's original context (default --n-ctx;
                                       upstream uses the long factors above it)
-  --n-swa N --swa-pattern P           gemma3: sliding window of N positions (default 512)
-                                      on all layers but every P-th (default 6)
+  --n-swa N --swa-pattern P           gemma3, gpt-oss: sliding window of N positions
+                                      (default 512, 128) on all layers but every P-th
+                                      (default 6, 2)
   --logit-softcap X                   gemma3: final logit soft-cap (default none)
-  --n-expert --n-expert-used --n-ff-exp   (qwen3moe; llama takes --n-expert and
+  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, gpt-oss; llama takes --n-expert and
                                       --n-expert-used, default 2, for Mixtral-style
                                       experts --n-ff wide)
   --tied-output                       no output.weight: the head reuses token_embd
