@@ -46,10 +46,11 @@ def require_binary_and_model():
         pytest.fail(f"test model not found: {m} (set LLAMA_TP_TEST_MODEL)", pytrace=False)
 
 
-def generated_model(path, seed=7, arch="llama", weight_type="q8_0", vocab=None) -> Path:
+def generated_model(path, seed=7, arch="llama", weight_type="q8_0", vocab=None, extra=()) -> Path:
     """A small generated model with 32-wide heads (quantized KV caches fit it);
-    vocab: a ggml-vocab-*.gguf name from the build's share/llama-tp/."""
-    extra = ["--vocab", str(server_bin().parents[1] / "share" / "llama-tp" / vocab)] if vocab else []
+    vocab: a ggml-vocab-*.gguf name from the build's share/llama-tp/;
+    extra: more llama-tp-make-model arguments."""
+    extra = [*(["--vocab", str(server_bin().parents[1] / "share" / "llama-tp" / vocab)] if vocab else []), *extra]
     subprocess.run([str(server_bin().parent / "llama-tp-make-model"), "--arch", arch, "--type", weight_type,
                     "--seed", str(seed), "--n-embd", "256", "--n-head", "8", "--n-head-kv", "4", "--head-dim", "32",
                     "--n-ff", "768", "--n-layer", "2", *extra, "-o", str(path)], check=True, capture_output=True,

@@ -101,6 +101,9 @@ GgufPtr build_gguf(const ModelSpec & spec, const Vocabulary & vocab, ggml_contex
     if (part == 0) {
         set_model_metadata(gguf.get(), spec, vocab.n_tokens());
         vocab.copy_tokenizer_keys(gguf.get());
+        if (!spec.chat_template.empty()) {
+            gguf_set_val_str(gguf.get(), "tokenizer.chat_template", spec.chat_template.c_str());
+        }
     }
     if (split) {
         gguf_set_val_u16(gguf.get(), "split.no", static_cast<uint16_t>(part));

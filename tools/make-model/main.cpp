@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,22 +18,46 @@ namespace {
 
 using namespace llama_tp::make_model;
 
-// Default vocabularies are copied at build time into ../share/llama-tp/
-// relative to the executable, which keeps the build tree relocatable.
-std::string default_vocab_path(Arch arch, const char * argv0) {
+// Default vocabularies and chat templates are copied at build time into
+// ../share/llama-tp/ relative to the executable, which keeps the build tree
+// relocatable.
+std::string share_path(const char * name, const char * argv0) {
     std::error_code ec;
     std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (ec) {
         exe = std::filesystem::absolute(argv0, ec);
     }
-    return (exe.parent_path().parent_path() / "share" / "llama-tp" / default_vocab_file(arch)).string();
+    return (exe.parent_path().parent_path() / "share" / "llama-tp" / name).string();
+}
+
+// The chat template to write: the named file, else the architecture's
+// default beside the vocabularies; empty for the vocabulary's own.
+std::string read_chat_template(const Options & options, const char * argv0) {
+    std::string path = options.chat_template_path;
+    if (path.empty()) {
+        const char * name = default_chat_template_file(options.spec.arch);
+        if (!name) {
+            return "";
+        }
+        path = share_path(name, argv0);
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw IoError("cannot read chat template '" + path + "'");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (text.str().empty()) {
+        throw IoError("chat template '" + path + "' is empty");
+    }
+    return text.str();
 }
 
 std::string resolve_vocab_path(const Options & options, const char * argv0) {
     if (!options.vocab_path.empty()) {
         return options.vocab_path;
     }
-    const std::string path = default_vocab_path(options.spec.arch, argv0);
+    const std::string path = share_path(default_vocab_file(options.spec.arch), argv0);
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) {
         throw IoError("default vocabulary '" + path + "' not found (is the build complete?); pass --vocab FILE");
@@ -67,7 +93,8 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
 }
 
 int run(const Options & options, const char * argv0) {
-    const ModelSpec & spec = options.spec;
+    ModelSpec spec = options.spec;
+    spec.chat_template = read_chat_template(options, argv0);
     const Vocabulary vocab(resolve_vocab_path(options, argv0));
     const std::vector<TensorPlan> plans = plan_tensors(spec.arch, spec.shape, spec.type, vocab.n_tokens());
     report_plan(spec, plans);

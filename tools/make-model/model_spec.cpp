@@ -343,6 +343,10 @@ const char * default_vocab_file(Arch arch) {
     }
 }
 
+const char * default_chat_template_file(Arch arch) {
+    return arch == Arch::gpt_oss ? "openai-gpt-oss-120b.jinja" : nullptr;  // harmony
+}
+
 bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
            swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output;

@@ -40,6 +40,9 @@ WeightType parse_weight_type(const std::string & text);
 
 // File name of the vocabulary GGUF (from upstream's models/ folder) an architecture uses by default.
 const char * default_vocab_file(Arch arch);
+// File name of the chat template (from upstream's models/templates/) an
+// architecture's models get by default; nullptr: the vocabulary's own.
+const char * default_chat_template_file(Arch arch);
 
 struct Shape {
     int64_t n_embd = 0;
@@ -101,7 +104,8 @@ struct ModelSpec {
     WeightType type = WeightType::f16;
     uint64_t seed = 1;
     Shape shape;
-    bool customized = false;  // some shape field was overridden
+    bool customized = false;    // some shape field was overridden
+    std::string chat_template;  // tokenizer.chat_template; empty: the vocabulary's, if any
 
     std::string display_name() const;
 };

@@ -100,6 +100,8 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"-o", [](ParseState & s, const std::string &, const std::string & v) { s.options.output_path = v; }},
         {"--output", [](ParseState & s, const std::string &, const std::string & v) { s.options.output_path = v; }},
         {"--vocab", [](ParseState & s, const std::string &, const std::string & v) { s.options.vocab_path = v; }},
+        {"--chat-template",
+         [](ParseState & s, const std::string &, const std::string & v) { s.options.chat_template_path = v; }},
         {"--threads",
          [](ParseState & s, const std::string & f, const std::string & v) {
              s.options.n_threads = static_cast<int>(std::min<int64_t>(parse_positive(f, v), 1024));
@@ -198,6 +200,9 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
   --vocab FILE                        tokenizer source GGUF (default: the arch's
                                       ggml-vocab-*.gguf in ../share/llama-tp/
                                       relative to this executable)
+  --chat-template FILE                tokenizer.chat_template from a Jinja file (default:
+                                      gpt-oss gets upstream's harmony template from
+                                      ../share/llama-tp/, the others their vocabulary's)
   --threads N                         generation threads (default: all)
   --split-max-size N[K|M|G]           write the model in parts of at most N bytes of
                                       tensor data (a bigger tensor gets a part of its

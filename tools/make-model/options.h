@@ -12,9 +12,10 @@ namespace llama_tp::make_model {
 struct Options {
     ModelSpec spec;
     std::string output_path;
-    std::string vocab_path;        // empty: the architecture's default, found beside the executable
-    int n_threads = 0;             // 0: one per hardware thread
-    uint64_t split_max_bytes = 0;  // 0: one file; else parts of at most this much tensor data
+    std::string vocab_path;          // empty: the architecture's default, found beside the executable
+    std::string chat_template_path;  // empty: the architecture's default template, if any
+    int n_threads = 0;               // 0: one per hardware thread
+    uint64_t split_max_bytes = 0;    // 0: one file; else parts of at most this much tensor data
     bool help = false;
     bool dry_run = false;  // print the plan and file size, write nothing
 };

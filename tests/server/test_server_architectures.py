@@ -1,0 +1,53 @@
+"""Every architecture beyond llama served over HTTP, split across two ranks
+(a generated model of each), and gpt-oss's harmony chat template rendered
+by the server's template engine."""
+
+import pytest
+
+from server_harness import ServerProcess, generated_model
+
+# make-model arguments of each; Mixtral is llama with experts.
+ARCHS = {
+    "mixtral": ("llama", ["--n-expert", "4"]),
+    "phi3": ("phi3", []),
+    "gemma3": ("gemma3", ["--n-swa", "8", "--swa-pattern", "2"]),
+    "gpt-oss": ("gpt-oss", ["--n-swa", "8", "--n-expert", "4", "--n-expert-used", "2"]),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("archs")
+    return {name: generated_model(d / f"{name}.gguf", arch=arch, extra=extra) for name, (arch, extra) in ARCHS.items()}
+
+
+@pytest.mark.parametrize("name", sorted(ARCHS))
+def test_served_across_two_ranks(models, name):
+    s = ServerProcess("--tp", "2", "-np", "2", "-c", "1024", "-t", "2", model=models[name])
+    try:
+        body = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+        r = s.post("/v1/completions", body)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 24
+        # Past gemma3's and gpt-oss's 8-position windows, and the same text again.
+        assert s.post("/v1/completions", body).json()["choices"][0]["text"] == r.json()["choices"][0]["text"]
+        props = s.get("/props").json()
+        assert props["model_path"].endswith(f"{name}.gguf")
+    finally:
+        assert s.stop() == 0
+
+
+def test_gpt_oss_renders_harmony(models):
+    s = ServerProcess("-np", "1", "-c", "1024", "-t", "2", model=models["gpt-oss"])
+    try:
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+        r = s.post("/apply-template", {"messages": messages})
+        assert r.status_code == 200, r.text
+        prompt = r.json()["prompt"]
+        assert "<|start|>user<|message|>Hi there<|end|>" in prompt, prompt
+        assert prompt.endswith("<|start|>assistant"), prompt
+        chat = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 8})
+        assert chat.status_code == 200, chat.text
+        assert chat.json()["choices"][0]["message"]["role"] == "assistant"
+    finally:
+        assert s.stop() == 0
