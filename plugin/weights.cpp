@@ -88,9 +88,11 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     : device_(device) {
     host_buft_ = ggml_backend_dev_buffer_type(device);
     repack_buft_ = find_repack_buft(device);
-    // Split-invariant sums may keep every cell of a row-parallel matrix in a tensor of its own.
+    // Split-invariant sums may keep every cell of a row-parallel matrix in a
+    // tensor of its own, and a fused matrix is several tensors (phi3: QKV
+    // three, gate/up two), so a layer may declare this many beyond its file's.
     const size_t n_pieces = shard ? shard->o_pieces.size() + shard->ff_pieces.size() : 0;
-    const size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * n_pieces;
+    const size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * (n_pieces + 3);
     host_ctx_.reset(new_meta_context(n_max));
     repack_ctx_.reset(new_meta_context(n_max));
 
