@@ -100,10 +100,30 @@ struct Builder {
         return ggml_reshape_3d(ctx, y, hp.head_dim, n_heads, shape.n_tokens);
     }
 
-    // Writes this batch's keys or values into the cache. Views of the cache
-    // are taken of the write's result so that they order after it.
+    // Writes this batch's keys or values ([head_dim, heads, tokens], the
+    // heads of a token contiguous) into the cache. Views of the cache are
+    // taken of the write's result so that they order after it.
     ggml_tensor * store(ggml_tensor * cache, ggml_tensor * cur) const {
-        return ggml_set_rows(ctx, cache, ggml_reshape_2d(ctx, cur, cache->ne[0], shape.n_tokens), in.kv_cells);
+        return ggml_set_rows(ctx, cache, ggml_view_2d(ctx, cur, cache->ne[0], shape.n_tokens, cur->nb[2], 0),
+                             in.kv_cells);
+    }
+
+    // Q, K and V of the rank's heads: [head_dim, heads, tokens] each, from
+    // three products or views of one (a fused matrix).
+    struct Qkv {
+        ggml_tensor *q, *k, *v;
+    };
+    Qkv project_qkv(const LayerWeights & l, ggml_tensor * cur) const {
+        if (!l.wqkv) {
+            return {project_heads(cur, l.wq, l.bq, n_q), project_heads(cur, l.wk, l.bk, n_kv),
+                    project_heads(cur, l.wv, l.bv, n_kv)};
+        }
+        ggml_tensor * qkv = ggml_mul_mat(ctx, l.wqkv, cur);
+        const size_t head = ggml_row_size(qkv->type, hp.head_dim);
+        auto heads = [&](int64_t n, int64_t first) {
+            return ggml_view_3d(ctx, qkv, hp.head_dim, n, shape.n_tokens, head, qkv->nb[1], first * head);
+        };
+        return {heads(n_q, 0), heads(n_kv, n_q), heads(n_kv, n_q + n_kv)};
     }
 
     // Each stream's cells of a stored cache: [head_dim, window, n_kv, n_streams].
@@ -145,9 +165,7 @@ struct Builder {
     // only over its own cells; the runs' results are joined in token order.
     ggml_tensor * attention(int il, ggml_tensor * cur, ggml_tensor * rows) const {
         const LayerWeights & l = w.layers[il];
-        ggml_tensor * q = project_heads(cur, l.wq, l.bq, n_q);
-        ggml_tensor * k = project_heads(cur, l.wk, l.bk, n_kv);
-        ggml_tensor * v = project_heads(cur, l.wv, l.bv, n_kv);
+        auto [q, k, v] = project_qkv(l, cur);
         if (l.q_norm) q = norm(q, l.q_norm);
         if (l.k_norm) k = norm(k, l.k_norm);
         q = rope(q, il);
@@ -171,9 +189,14 @@ struct Builder {
     // The SwiGLU (Gemma: GELU-gated) FFN, each rank computing its slice of
     // the width, summed over the group.
     ggml_tensor * dense_ffn(const LayerWeights & l, ggml_tensor * cur) const {
-        ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
-        ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
-        ggml_tensor * h = hp.is_gemma() ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+        ggml_tensor * h = nullptr;
+        if (l.ffn_gate_up) {
+            h = ggml_swiglu(ctx, ggml_mul_mat(ctx, l.ffn_gate_up, cur));  // the gate half, then the up half
+        } else {
+            ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
+            ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
+            h = hp.is_gemma() ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+        }
         return row_parallel(l.ffn_down, w.ff_cell_bounds, h, nullptr, matmul());
     }
 
@@ -244,7 +267,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
                     in,
                     reduce,
                     split_invariant,
-                    w.layers[0].wq->ne[1] / hp.head_dim,
+                    w.o_cell_bounds.back() / hp.head_dim,
                     kv.k(0)->ne[0] / hp.head_dim};
     ggml_tensor * x = nullptr;
     if (reduce) {

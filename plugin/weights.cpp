@@ -163,12 +163,10 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         LayerWeights & l = layers[il];
         l.attn_norm = declare(file, p + "attn_norm.weight", {E}, false);
         if (file.find_tensor(p + "attn_qkv.weight")) {
-            // Fused (phi3): Q, K and V are row ranges of one matrix, each
-            // taken as a tensor of its own and each split by its heads.
-            const std::string qkv = p + "attn_qkv.weight";
-            l.wq = declare(file, qkv, {E, Q + 2 * KV}, true, part(q_rows, 0, Q));
-            l.wk = declare(file, qkv, {E, Q + 2 * KV}, true, part(kv_rows, Q, KV));
-            l.wv = declare(file, qkv, {E, Q + 2 * KV}, true, part(kv_rows, Q + KV, KV));
+            // Fused (phi3): the rank's heads of each of Q, K and V, stacked
+            // into one matrix as the file stacks the whole of them.
+            l.wqkv = declare_rows(file, p + "attn_qkv.weight", {E, Q + 2 * KV},
+                                  {part(q_rows, 0, Q), part(kv_rows, Q, KV), part(kv_rows, Q + KV, KV)});
         } else {
             l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
             l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
@@ -211,9 +209,9 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
                 }
             }
         } else if (hp.arch == Arch::Phi3) {
-            // Fused gate and up (gate first), each split by the FFN width.
-            l.ffn_gate = declare(file, p + "ffn_up.weight", {E, 2 * F}, true, part(ff_rows, 0, F));
-            l.ffn_up = declare(file, p + "ffn_up.weight", {E, 2 * F}, true, part(ff_rows, F, F));
+            // Fused gate and up (gate first): the rank's width of each, stacked.
+            l.ffn_gate_up =
+                declare_rows(file, p + "ffn_up.weight", {E, 2 * F}, {part(ff_rows, 0, F), part(ff_rows, F, F)});
             l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cols, ff_cells, 1, false);
         } else {
             l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
@@ -230,8 +228,9 @@ ggml_tensor * ModelWeights::rope_factors(int32_t n_ctx_seq, const HParams & hp) 
     return GGML_PAD(n_ctx_seq, 256) > hp.rope_n_ctx_orig ? rope_long : rope_short;
 }
 
-ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
-                                    bool matrix, TensorSlice slice, bool required) {
+// The file tensor, checked against the shape the architecture gives it.
+const ggml_tensor * ModelWeights::find_checked(const GgufFile & file, const std::string & name,
+                                               const std::vector<int64_t> & shape, bool required) const {
     const ggml_tensor * desc = file.find_tensor(name);
     if (!desc) {
         if (!required) return nullptr;
@@ -245,6 +244,15 @@ ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & n
                         shape_string(desc->ne, GGML_MAX_DIMS) + ", expected " + shape_string(ne, GGML_MAX_DIMS));
         }
     }
+    return desc;
+}
+
+ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
+                                    bool matrix, TensorSlice slice, bool required) {
+    const ggml_tensor * desc = find_checked(file, name, shape, required);
+    if (!desc) return nullptr;
+    int64_t ne[GGML_MAX_DIMS] = {1, 1, 1, 1};
+    std::copy(desc->ne, desc->ne + GGML_MAX_DIMS, ne);
     if (slice.axis == TensorSlice::Rows) ne[1] = slice.end - slice.begin;
     if (slice.axis == TensorSlice::Columns) {
         if (slice.begin % ggml_blck_size(desc->type) != 0 || slice.end % ggml_blck_size(desc->type) != 0) {
@@ -253,13 +261,32 @@ ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & n
         }
         ne[0] = slice.end - slice.begin;
     }
-    ggml_tensor probe = *desc;
+    return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, {{name, slice}});
+}
+
+ggml_tensor * ModelWeights::declare_rows(const GgufFile & file, const std::string & name,
+                                         const std::vector<int64_t> & shape, const std::vector<TensorSlice> & parts) {
+    const ggml_tensor * desc = find_checked(file, name, shape, true);
+    int64_t ne[GGML_MAX_DIMS] = {desc->ne[0], 0, 1, 1};
+    std::vector<Part> sources;
+    for (const TensorSlice & slice : parts) {
+        GGML_ASSERT(slice.axis == TensorSlice::Rows);
+        ne[1] += slice.end - slice.begin;
+        sources.push_back({name, slice});
+    }
+    return add_tensor(name, desc->type, 2, ne, true, std::move(sources));
+}
+
+ggml_tensor * ModelWeights::add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne,
+                                       bool matrix, std::vector<Part> parts) {
+    ggml_tensor probe{};
+    probe.type = type;
     std::copy(ne, ne + GGML_MAX_DIMS, probe.ne);
     const bool repack = matrix && repack_buft_ && buft_takes_matrix(device_, repack_buft_, &probe);
-    ggml_tensor * t = ggml_new_tensor(repack ? repack_ctx_.get() : host_ctx_.get(), desc->type, (int) shape.size(), ne);
+    ggml_tensor * t = ggml_new_tensor(repack ? repack_ctx_.get() : host_ctx_.get(), type, n_dims, ne);
     ggml_set_name(t, name.c_str());
     n_params_ += ggml_nelements(t);
-    sources_.push_back({t, Source{name, slice}});
+    sources_.push_back({t, std::move(parts)});
     return t;
 }
 
@@ -276,8 +303,8 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     uint64_t done = 0;
     int last_pct = -1;
     std::vector<uint8_t> staging;
-    for (const auto & [t, src] : sources_) {
-        read_tensor(file, t, src, staging);
+    for (const auto & [t, parts] : sources_) {
+        read_tensor(file, t, parts, staging);
         done += ggml_nbytes(t);
         const int pct = (int) (100 * done / (total ? total : 1));
         if (show && pct / 10 != last_pct / 10) {
@@ -287,38 +314,43 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     }
 }
 
-// Reads a tensor's slice from the file: rows are one contiguous range, a
-// column slice is one range per row.
-void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const Source & src,
+// Reads a tensor's parts from the file, one after the other: rows are one
+// contiguous range (per 2D slab), a column slice is one range per row.
+void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const std::vector<Part> & parts,
                                std::vector<uint8_t> & staging) const {
-    const ggml_tensor * desc = file.find_tensor(src.name);
     const size_t n = ggml_nbytes(t);
     const bool host = ggml_backend_buffer_is_host(t->buffer);
     uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : (staging.resize(n), staging.data());
+    for (const Part & part : parts) dst += read_part(file, t, part, dst);
+    if (!host) ggml_backend_tensor_set(t, staging.data(), 0, n);
+}
+
+size_t ModelWeights::read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const {
+    const ggml_tensor * desc = file.find_tensor(part.name);
     const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
-    switch (src.slice.axis) {
+    switch (part.slice.axis) {
         case TensorSlice::Whole:
-            file.read_tensor(desc, 0, dst, n);
-            break;
+            file.read_tensor(desc, 0, dst, ggml_nbytes(desc));
+            return ggml_nbytes(desc);
         case TensorSlice::Rows: {
             // One contiguous range per 2D slab (per expert for stacked experts).
-            const size_t local_slab = (size_t) t->ne[1] * file_row;
+            const size_t local_slab = (size_t) (part.slice.end - part.slice.begin) * file_row;
             const size_t file_slab = (size_t) desc->ne[1] * file_row;
             for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
-                file.read_tensor(desc, s * file_slab + src.slice.begin * file_row, dst + s * local_slab, local_slab);
+                file.read_tensor(desc, s * file_slab + part.slice.begin * file_row, dst + s * local_slab, local_slab);
             }
-            break;
+            return local_slab * t->ne[2] * t->ne[3];
         }
         case TensorSlice::Columns: {
-            const size_t skip = ggml_row_size(desc->type, src.slice.begin);
+            const size_t skip = ggml_row_size(desc->type, part.slice.begin);
             const size_t local_row = ggml_row_size(desc->type, t->ne[0]);
             const int64_t n_rows = ggml_nrows(t);
             for (int64_t r = 0; r < n_rows; ++r)
                 file.read_tensor(desc, r * file_row + skip, dst + r * local_row, local_row);
-            break;
+            return local_row * n_rows;
         }
     }
-    if (!host) ggml_backend_tensor_set(t, staging.data(), 0, n);
+    return 0;
 }
 
 uint64_t ModelWeights::total_bytes() const {

@@ -42,6 +42,7 @@ struct LayerWeights {
     ggml_tensor * wq = nullptr;
     ggml_tensor * wk = nullptr;
     ggml_tensor * wv = nullptr;
+    ggml_tensor * wqkv = nullptr;  // phi3: the rank's Q, K and V rows stacked, instead of wq, wk, wv
     RowParallelWeight wo;
     ggml_tensor * bo = nullptr;          // gpt-oss: attn_output's bias, mirrored, added after the sum
     ggml_tensor * attn_sinks = nullptr;  // gpt-oss: one logit per query head of the rank
@@ -55,6 +56,7 @@ struct LayerWeights {
     ggml_tensor * ffn_post_norm = nullptr;  // gemma3: on the FFN's output
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
+    ggml_tensor * ffn_gate_up = nullptr;  // phi3: the rank's gate rows, then its up rows, instead of the two
     RowParallelWeight ffn_down;
     ggml_tensor * ffn_router = nullptr;  // MoE: [n_embd, n_expert], mirrored
     ggml_tensor * ffn_gate_exps = nullptr;
@@ -108,16 +110,28 @@ class ModelWeights {
     int64_t n_params() const { return n_params_; }
 
   private:
-    ggml_tensor * declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape, bool matrix,
-                          TensorSlice slice = {}, bool required = true);
-    void allocate_and_read(const GgufFile & file, bool progress);
-    struct Source {
+    // What a tensor is read from: slices of file tensors, one after another.
+    struct Part {
         std::string name;  // tensor in the file
         TensorSlice slice;
     };
-    void read_tensor(const GgufFile & file, ggml_tensor * t, const Source & src, std::vector<uint8_t> & staging) const;
+    const ggml_tensor * find_checked(const GgufFile & file, const std::string & name,
+                                     const std::vector<int64_t> & shape, bool required) const;
+    ggml_tensor * declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape, bool matrix,
+                          TensorSlice slice = {}, bool required = true);
+    // A matrix of row ranges of one file matrix, stacked in order (a fused
+    // matrix of which a rank holds several ranges).
+    ggml_tensor * declare_rows(const GgufFile & file, const std::string & name, const std::vector<int64_t> & shape,
+                               const std::vector<TensorSlice> & parts);
+    ggml_tensor * add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne, bool matrix,
+                             std::vector<Part> parts);
+    void allocate_and_read(const GgufFile & file, bool progress);
+    void read_tensor(const GgufFile & file, ggml_tensor * t, const std::vector<Part> & parts,
+                     std::vector<uint8_t> & staging) const;
+    // Reads one part to dst; returns its bytes.
+    size_t read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const;
 
-    std::vector<std::pair<ggml_tensor *, Source>> sources_;
+    std::vector<std::pair<ggml_tensor *, std::vector<Part>>> sources_;
     ggml_backend_dev_t device_;
     ggml_backend_buffer_type_t host_buft_ = nullptr;
     ggml_backend_buffer_type_t repack_buft_ = nullptr;
