@@ -116,7 +116,7 @@ struct Item {
 // the weighted sum of their values, in F32. The rows share each key and
 // value conversion; every row's arithmetic is the same as if it were alone
 // (the same operations on the same numbers, in the same order).
-void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch & w) {
+void attend_rows(const ggml_tensor * dst, const Item & it, float scale, float softcap, Scratch & w) {
     const ggml_tensor * tq = dst->src[0];
     const ggml_tensor * tk = dst->src[1];
     const ggml_tensor * tv = dst->src[2];
@@ -132,7 +132,9 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch 
     float max[kRows], sum[kRows];
     for (int64_t r = 0; r < nr; ++r) {
         const float * qr = at<float>(tq, it.t0 + r / it.nh, it.h0 + r % it.nh, s);
-        for (int64_t i = 0; i < D; ++i) w.q[r * D + i] = qr[i] * scale;
+        // A soft-cap divides the scaled score: folded into the query's scale.
+        const float q_scale = softcap != 0.0f ? scale / softcap : scale;
+        for (int64_t i = 0; i < D; ++i) w.q[r * D + i] = qr[i] * q_scale;
         mask[r] = token_mask[r / it.nh];
         // A sink takes part in the maximum and adds its share to the sum.
         max[r] = sinks ? sinks[it.h0 + r % it.nh] : -INFINITY;
@@ -148,7 +150,9 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, Scratch 
                 score = -INFINITY;
                 continue;
             }
-            score = dot(w.q.data() + r * D, w.kf.data(), D) + ggml_fp16_to_fp32(mask[r][c]);
+            score = dot(w.q.data() + r * D, w.kf.data(), D);
+            if (softcap != 0.0f) score = softcap * std::tanh(score);
+            score += ggml_fp16_to_fp32(mask[r][c]);
             if (score > max[r]) max[r] = score;
         }
     }
@@ -188,8 +192,9 @@ int64_t heads_per_item(int64_t group, int64_t items_per_head_group, int nth) {
 // Work items (block of query tokens, heads of one KV head, stream) are dealt
 // to the threads in turn.
 void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    float scale;
-    std::memcpy(&scale, &userdata, sizeof(scale));
+    float params[2];  // scale, softcap
+    std::memcpy(params, &userdata, sizeof(params));
+    const float scale = params[0], softcap = params[1];
     const ggml_tensor * tq = dst->src[0];
     const int64_t D = tq->ne[0], T = tq->ne[1], n_head = tq->ne[2], n_streams = tq->ne[3];
     const int64_t n_head_kv = dst->src[1]->ne[2], group = n_head / n_head_kv;
@@ -200,7 +205,7 @@ void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
     for (int64_t item = ith; item < n_blocks * n_head_items * n_streams; item += nth) {
         const int64_t b = item % n_blocks, hi = (item / n_blocks) % n_head_items, s = item / (n_blocks * n_head_items);
         const int64_t t0 = b * kTokens;
-        attend_rows(dst, Item{t0, std::min(kTokens, T - t0), hi * heads, heads, s}, scale, w);
+        attend_rows(dst, Item{t0, std::min(kTokens, T - t0), hi * heads, heads, s}, scale, softcap, w);
     }
 }
 
@@ -209,7 +214,7 @@ void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
 extern "C" {
 
 ggml_tensor * ggml_ext_row_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
-                                     ggml_tensor * mask, ggml_tensor * sinks, float scale) {
+                                     ggml_tensor * mask, ggml_tensor * sinks, float scale, float softcap) {
     GGML_ASSERT(q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F16 && v->type == GGML_TYPE_F16);
     GGML_ASSERT(mask->type == GGML_TYPE_F16);
     GGML_ASSERT(q->nb[0] == sizeof(float) && mask->ne[1] >= q->ne[1]);
@@ -219,10 +224,11 @@ ggml_tensor * ggml_ext_row_attention(ggml_context * ctx, ggml_tensor * q, ggml_t
     GGML_ASSERT(mask->ne[0] >= k->ne[1]);
     GGML_ASSERT(k->nb[0] == sizeof(ggml_fp16_t) && v->nb[0] == sizeof(ggml_fp16_t));
     GGML_ASSERT(!sinks || (sinks->type == GGML_TYPE_F32 && ggml_is_contiguous(sinks) && sinks->ne[0] == q->ne[2]));
-    // The scale travels in the user pointer's bits: nothing to keep alive.
-    static_assert(sizeof(float) <= sizeof(void *), "a float must fit a pointer");
+    // The scale and soft-cap travel in the user pointer's bits: nothing to keep alive.
+    static_assert(2 * sizeof(float) <= sizeof(void *), "two floats must fit a pointer");
+    const float params[2] = {scale, softcap};
     void * userdata = nullptr;
-    std::memcpy(&userdata, &scale, sizeof(scale));
+    std::memcpy(&userdata, params, sizeof(params));
     ggml_tensor * args[5] = {q, k, v, mask, sinks};
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, sinks ? 5 : 4,
                                        run, GGML_N_TASKS_MAX, userdata);

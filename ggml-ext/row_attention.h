@@ -18,9 +18,11 @@ extern "C" {
 //       added to the scaled score
 // sinks: F32 [n_head] or NULL: per head, a logit that joins every row's
 //       softmax with no value (ggml_flash_attn_ext_add_sinks)
+// softcap: 0, or scores become softcap * tanh(score / softcap) before the
+//       mask is added (ggml_flash_attn_ext's logit_softcap)
 // Returns F32 [D, n_head, T, n_streams], the layout of ggml_flash_attn_ext.
 // A row whose cells are all hidden comes out as zeros.
 struct ggml_tensor * ggml_ext_row_attention(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
                                             struct ggml_tensor * v, struct ggml_tensor * mask,
-                                            struct ggml_tensor * sinks, float scale);
+                                            struct ggml_tensor * sinks, float scale, float softcap);
 }

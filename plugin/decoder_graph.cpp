@@ -151,9 +151,11 @@ struct Builder {
         ggml_tensor * out = nullptr;
         // Row attention reads F16 caches only.
         if (!kv.unified() && kv.types().both_f16()) {
-            out = ggml_ext_row_attention(ctx, qp, cache_view(k, run), cache_view(v, run), mask, sinks, scale);
+            out = ggml_ext_row_attention(ctx, qp, cache_view(k, run), cache_view(v, run), mask, sinks, scale,
+                                         hp.attn_logit_softcap);
         } else {
-            out = ggml_flash_attn_ext(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale, 0.0f, 0.0f);
+            out = ggml_flash_attn_ext(ctx, qp, cache_view(k, run), cache_view(v, run), mask, scale, 0.0f,
+                                      hp.attn_logit_softcap);
             ggml_prec_set_acc(out, GGML_PREC_F32);
             if (sinks) ggml_flash_attn_ext_add_sinks(out, sinks);
         }

@@ -17,10 +17,11 @@ Arch parse_arch(const GgufFile & file, const std::string & name) {
     if (name == "qwen3") return Arch::Qwen3;
     if (name == "qwen3moe") return Arch::Qwen3Moe;
     if (name == "phi3") return Arch::Phi3;
+    if (name == "gemma2") return Arch::Gemma2;
     if (name == "gemma3") return Arch::Gemma3;
     if (name == "gpt-oss") return Arch::GptOss;
     throw Error("model file '" + file.path() + "': architecture '" + name +
-                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss)");
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt-oss)");
 }
 
 void require_positive(const GgufFile & file, const char * what, int64_t v) {
@@ -97,19 +98,24 @@ std::vector<bool> read_swa_layers(const GgufFile & file, const std::string & a, 
     return layers;
 }
 
-// Gemma 3: sliding-window layers (5 of every 6 unless the file says), their
-// RoPE base, the query scale (the 62-layer 27B scales by n_embd / n_head, as
-// upstream does) and the logit soft-cap.
+// Gemma 2 and 3, as upstream reads them: sliding-window layers (gemma3: 5 of
+// every 6 and a RoPE base of their own, gemma2: every other and a window of
+// 4096 unless the file says), the query scale (the 27B models, 46 and 62
+// layers, scale by n_embd / n_head) and the soft-caps (gemma2's default to
+// 50 on attention scores and 30 on logits).
 void read_gemma(const GgufFile & file, const std::string & a, HParams & hp) {
-    hp.n_swa = (int32_t) file.get_int(a + ".attention.sliding_window", 0);
+    const bool v2 = hp.arch == Arch::Gemma2;
+    hp.n_swa = (int32_t) file.get_int(a + ".attention.sliding_window", v2 ? 4096 : 0);
     if (hp.n_swa < 0) require_positive(file, "attention.sliding_window", hp.n_swa);
     if (hp.n_swa > 0) {
-        hp.swa_layers = read_swa_layers(file, a, hp, 6);
-        hp.rope_freq_base_swa = (float) file.get_float(a + ".rope.freq_base_swa", 10000.0);
+        hp.swa_layers = read_swa_layers(file, a, hp, v2 ? 2 : 6);
+        hp.rope_freq_base_swa = (float) file.get_float(a + ".rope.freq_base_swa", v2 ? hp.rope_freq_base : 10000.0);
+        hp.rope_freq_scale_swa = v2 ? hp.rope_freq_scale : 1.0f;
     }
-    const int32_t d = hp.n_layer == 62 ? hp.n_embd / hp.n_head : hp.head_dim;
-    hp.query_scale = 1.0f / std::sqrt((float) d);
-    hp.final_logit_softcap = (float) file.get_float(a + ".final_logit_softcapping", 0.0);
+    const bool is_27b = hp.n_layer == (v2 ? 46 : 62);
+    hp.query_scale = 1.0f / std::sqrt((float) (is_27b ? hp.n_embd / hp.n_head : hp.head_dim));
+    hp.final_logit_softcap = (float) file.get_float(a + ".final_logit_softcapping", v2 ? 30.0 : 0.0);
+    if (v2) hp.attn_logit_softcap = (float) file.get_float(a + ".attn_logit_softcapping", 50.0);
 }
 
 }  // namespace

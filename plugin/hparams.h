@@ -9,7 +9,7 @@ namespace llama_tp {
 
 class GgufFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma3, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma2, Gemma3, GptOss };
 
 struct HParams {
     Arch arch = Arch::Llama;
@@ -35,9 +35,9 @@ struct HParams {
     bool has_qkv_bias() const { return arch == Arch::Qwen2 || arch == Arch::GptOss; }
     bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Gemma3; }
     bool is_moe() const { return n_expert > 0; }
-    // Gemma 3: token embeddings scaled by sqrt(n_embd), RMS norms after
-    // attention and after the FFN too, and a GELU-gated FFN.
-    bool is_gemma() const { return arch == Arch::Gemma3; }
+    // Gemma 2 and 3: token embeddings scaled by sqrt(n_embd), RMS norms
+    // after attention and after the FFN too, and a GELU-gated FFN.
+    bool is_gemma() const { return arch == Arch::Gemma2 || arch == Arch::Gemma3; }
     // gpt-oss: biases on the attention output, the router and every expert
     // matrix; attention sinks; the router's top-k logits softmaxed; the
     // experts' clamped SwiGLU (alpha 1.702, limit 7).
@@ -49,6 +49,8 @@ struct HParams {
     float query_scale = 0.0f;
     // Logits soft-capped as cap * tanh(logit / cap); 0: not.
     float final_logit_softcap = 0.0f;
+    // Attention scores soft-capped the same way (gemma2); 0: not.
+    float attn_logit_softcap = 0.0f;
 
     // Sliding-window attention: a layer in swa_layers sees only the cells of
     // the last n_swa positions (0: no such layers), with its own RoPE base.

@@ -150,7 +150,10 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     // the tokens in its range and an AllReduce assembles the rows.
     tok_embd = declare(file, "token_embd.weight", {E, V}, false, vocab_rows);
     output_norm = declare(file, "output_norm.weight", {E}, false);
-    if (file.find_tensor("output.weight")) output = declare(file, "output.weight", {E, V}, true, vocab_rows);
+    // gemma2's head is its embedding table, whatever else the file holds.
+    if (file.find_tensor("output.weight") && hp.arch != Arch::Gemma2) {
+        output = declare(file, "output.weight", {E, V}, true, vocab_rows);
+    }
     rope_freqs = declare(file, "rope_freqs.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
     rope_long = declare(file, "rope_factors_long.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
     rope_short = declare(file, "rope_factors_short.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);

@@ -27,6 +27,9 @@ case $arch in
     mixtral) make_arch=llama shape+=(--n-head-kv 6 --n-expert 4 --n-expert-used 2) ;;
     # LongRoPE with its long factors: every context here is above 64 cells.
     phi3) shape+=(--n-head-kv 6 --n-ctx-orig 64) ;;
+    # A window of 8 positions on layer 0, layer 1 global; gemma2 caps its
+    # attention scores at 50 and its logits at 30.
+    gemma2) shape+=(--n-head-kv 6 --n-swa 8) ;;
     # A window of 8 positions on layer 0, layer 1 global, capped logits.
     gemma3) shape+=(--n-head-kv 6 --n-swa 8 --swa-pattern 2 --logit-softcap 60) ;;
     # Windows of 8 positions on even layers, sinks, biases, MXFP4 experts.

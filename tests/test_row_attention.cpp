@@ -2,7 +2,8 @@
 // queries, keys, values and masks (holes, additive values, a stream with
 // every cell hidden), one or several query tokens per stream, head sizes with
 // and without a vector tail, grouped-query heads, streams as strided views of
-// one cache, several thread counts, with and without attention sinks.
+// one cache, several thread counts, with and without attention sinks and a
+// soft-cap on the scores.
 
 #include "ggml-ext/row_attention.h"
 
@@ -23,7 +24,8 @@ struct Shape {
     int64_t D, n_head, n_head_kv, n_kv, n_streams, stride;  // stride: cache rows between streams
     int64_t T;                                              // query tokens per stream
     int threads;
-    bool sinks = false;  // a sink logit per head
+    bool sinks = false;    // a sink logit per head
+    float softcap = 0.0f;  // scores soft-capped
 };
 
 class RowAttention : public ::testing::TestWithParam<Shape> {};
@@ -80,8 +82,8 @@ TEST_P(RowAttention, MatchesFlashAttention) {
         fill(sinks, rng, -2.0f, 3.0f);
     }
 
-    ggml_tensor * ours = ggml_ext_row_attention(ctx, q4, view(kc), view(vc), mask, sinks, scale);
-    ggml_tensor * ref = ggml_flash_attn_ext(ctx, q4, view(kc), view(vc), mask, scale, 0.0f, 0.0f);
+    ggml_tensor * ours = ggml_ext_row_attention(ctx, q4, view(kc), view(vc), mask, sinks, scale, s.softcap);
+    ggml_tensor * ref = ggml_flash_attn_ext(ctx, q4, view(kc), view(vc), mask, scale, 0.0f, s.softcap);
     ggml_prec_set_acc(ref, GGML_PREC_F32);
     if (sinks) ggml_flash_attn_ext_add_sinks(ref, sinks);
     ggml_cgraph * gf = ggml_new_graph(ctx);
@@ -146,14 +148,15 @@ TEST(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
     for (int64_t t = 0; t < T; ++t) {
         ggml_tensor * m =
             ggml_view_4d(ctx, mask, n_kv, 1, 1, 1, mask->nb[1], mask->nb[2], mask->nb[3], t * mask->nb[1]);
-        const std::vector<float> y = compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f), 1);
+        const std::vector<float> y =
+            compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, 0.0f), 1);
         alone.insert(alone.end(), y.begin(), y.end());
     }
     // 8 threads: fewer items than threads, so each item takes half a group.
     for (const int threads : {1, 2, 3, 4, 8}) {
         SCOPED_TRACE("threads=" + std::to_string(threads));
         const std::vector<float> batch =
-            compute(ggml_ext_row_attention(ctx, tokens(0, T), k, v, mask, nullptr, 0.125f), threads);
+            compute(ggml_ext_row_attention(ctx, tokens(0, T), k, v, mask, nullptr, 0.125f, 0.0f), threads);
         ASSERT_EQ(batch.size(), alone.size());
         EXPECT_EQ(0, std::memcmp(batch.data(), alone.data(), alone.size() * sizeof(float)));
     }
@@ -161,13 +164,14 @@ TEST(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RowAttention,
-                         ::testing::Values(Shape{64, 12, 12, 256, 3, 300, 1, 2},         // head size 64, decode streams
-                                           Shape{128, 8, 2, 200, 2, 200, 1, 3},          // grouped-query heads
-                                           Shape{72, 4, 4, 97, 2, 128, 1, 1},            // a vector tail
-                                           Shape{64, 16, 4, 600, 2, 600, 1, 4},          // a longer window
-                                           Shape{64, 12, 6, 256, 2, 256, 40, 2},         // prompt chunks
-                                           Shape{32, 4, 4, 64, 1, 64, 64, 3},            // a whole causal prompt
-                                           Shape{64, 8, 2, 200, 2, 200, 1, 2, true},     // sinks, decode
-                                           Shape{64, 8, 4, 128, 2, 128, 16, 3, true}));  // sinks, prompt
+                         ::testing::Values(Shape{64, 12, 12, 256, 3, 300, 1, 2},       // head size 64, decode streams
+                                           Shape{128, 8, 2, 200, 2, 200, 1, 3},        // grouped-query heads
+                                           Shape{72, 4, 4, 97, 2, 128, 1, 1},          // a vector tail
+                                           Shape{64, 16, 4, 600, 2, 600, 1, 4},        // a longer window
+                                           Shape{64, 12, 6, 256, 2, 256, 40, 2},       // prompt chunks
+                                           Shape{32, 4, 4, 64, 1, 64, 64, 3},          // a whole causal prompt
+                                           Shape{64, 8, 2, 200, 2, 200, 1, 2, true},   // sinks, decode
+                                           Shape{64, 8, 4, 128, 2, 128, 16, 3, true},  // sinks, prompt
+                                           Shape{64, 8, 4, 128, 2, 128, 16, 2, false, 0.5f}));  // soft-capped
 
 }  // namespace

@@ -34,9 +34,13 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3", "gpt-oss"};
+const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
+
+bool is_gemma(Arch arch) {
+    return arch == Arch::gemma2 || arch == Arch::gemma3;
+}
 
 void require(bool condition, const std::string & message) {
     if (!condition) {
@@ -86,10 +90,10 @@ void validate_shape(Arch arch, const Shape & s) {
     require(std::isfinite(s.rope_theta) && s.rope_theta > 0.0, "--rope-theta must be a positive number");
     validate_attention(arch, s);
     validate_experts(s);
-    if (arch == Arch::gemma3 || arch == Arch::gpt_oss) {
+    if (is_gemma(arch) || arch == Arch::gpt_oss) {
         require_in_range(s.n_swa, "--n-swa", int64_t(1) << 31);
     }
-    if (arch == Arch::gemma3 || s.swa_pattern != 0) {
+    if (is_gemma(arch) || s.swa_pattern != 0) {
         require_in_range(s.swa_pattern, "--swa-pattern", 512);
     }
 }
@@ -234,7 +238,7 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
         // A sink logit per query head, of the scores' order of magnitude.
         planner.sink(layer_tensor(il, "attn_sinks.weight"), s.n_head);
     }
-    if (arch == Arch::gemma3) {
+    if (is_gemma(arch)) {
         planner.norm(layer_tensor(il, "post_attention_norm.weight"), s.n_embd);
     }
     if (arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3) {
@@ -268,7 +272,7 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
     planner.matrix(layer_tensor(il, "ffn_gate.weight"), {s.n_embd, s.n_ff});
     planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, s.n_ff});
     planner.matrix(layer_tensor(il, "ffn_down.weight"), {s.n_ff, s.n_embd});
-    if (arch == Arch::gemma3) {
+    if (is_gemma(arch)) {
         planner.norm(layer_tensor(il, "post_ffw_norm.weight"), s.n_embd);
     }
 }
@@ -281,11 +285,11 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     if (arch != Arch::phi3 && o.n_ctx_orig) {
         throw UsageError("--n-ctx-orig applies to phi3 (LongRoPE) only, not " + name);
     }
-    if (arch != Arch::gemma3 && o.logit_softcap) {
-        throw UsageError("--logit-softcap applies to gemma3 only, not " + name);
+    if (!is_gemma(arch) && o.logit_softcap) {
+        throw UsageError("--logit-softcap applies to gemma2 and gemma3 only, not " + name);
     }
-    if (arch != Arch::gemma3 && arch != Arch::gpt_oss && (o.n_swa || o.swa_pattern)) {
-        throw UsageError("--n-swa and --swa-pattern apply to gemma3 and gpt-oss, not " + name);
+    if (!is_gemma(arch) && arch != Arch::gpt_oss && (o.n_swa || o.swa_pattern)) {
+        throw UsageError("--n-swa and --swa-pattern apply to gemma2, gemma3 and gpt-oss, not " + name);
     }
     const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss;
     if (!moe && arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
@@ -332,6 +336,7 @@ bool has_experts(const Shape & s) {
 const char * default_vocab_file(Arch arch) {
     switch (arch) {
         case Arch::llama:
+        case Arch::gemma2:
         case Arch::gemma3:  // SentencePiece, as Gemma's own (not in the pinned tree)
             return "ggml-vocab-llama-spm.gguf";
         case Arch::phi3:
@@ -373,12 +378,17 @@ Shape preset_shape(Arch arch, Preset preset) {
     s.n_head_kv = d.n_head_kv;
     s.n_ff = d.n_ff;
     s.n_ctx = d.n_ctx;
-    const bool qwen = arch != Arch::llama && arch != Arch::phi3;  // gemma3's base and epsilon are the same
+    const bool qwen = arch != Arch::llama && arch != Arch::phi3 && arch != Arch::gemma2;  // gemma3's are the same
     s.rope_theta = qwen ? 1000000.0 : 10000.0;
     s.rms_eps = qwen ? 1e-6f : 1e-5f;
     if (arch == Arch::gemma3) {
         s.n_swa = 512;
         s.swa_pattern = 6;
+    }
+    if (arch == Arch::gemma2) {
+        s.n_swa = 4096;
+        s.swa_pattern = 2;
+        s.logit_softcap = 30.0;
     }
     if (arch == Arch::qwen3moe || arch == Arch::gpt_oss) {
         s.n_expert = 8;
@@ -417,7 +427,7 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.n_expert_used = o.n_expert_used.value_or(std::min<int64_t>(2, s.n_expert));
         s.n_ff_exp = s.n_ff;
     }
-    s.tied_output = o.tied_output;
+    s.tied_output = o.tied_output || arch == Arch::gemma2;  // gemma2's head is always its embedding table
     if (o.head_dim) {
         s.head_dim = *o.head_dim;
     } else {
@@ -449,9 +459,15 @@ int64_t TensorPlan::n_elements() const {
 std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type, int64_t n_vocab) {
     TensorPlanner planner(type);
     const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
-    // gemma3 scales its embeddings by sqrt(n_embd): rows of unit RMS after that.
-    const bool small_embd = s.tied_output || arch == Arch::gemma3;
-    planner.embedding("token_embd.weight", {s.n_embd, n_vocab}, small_embd ? inv_sqrt_embd : 1.0f);
+    // Gemma scales its embeddings by sqrt(n_embd): rows of unit RMS after
+    // that, untied; tied, rows of norm 1 / sqrt(n_embd) after it, small
+    // beside the post-normed attention and FFN outputs, so that the model
+    // does not copy its input, and the final norm makes up for the head.
+    const bool gemma = is_gemma(arch);
+    const float embd_std =
+        s.tied_output ? (gemma ? inv_sqrt_embd * inv_sqrt_embd : inv_sqrt_embd) : (gemma ? inv_sqrt_embd : 1.0f);
+    const float head_scale = gemma ? kLogitSpread / inv_sqrt_embd : kLogitSpread;
+    planner.embedding("token_embd.weight", {s.n_embd, n_vocab}, embd_std);
     if (arch == Arch::phi3) {
         // LongRoPE, as Phi-3.5 and Phi-4-mini ship it: per-frequency factors
         // within the original context and beyond it.
@@ -462,7 +478,7 @@ std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type
         plan_attention(planner, arch, s, il);
         plan_feed_forward(planner, arch, s, il);
     }
-    planner.norm("output_norm.weight", s.n_embd, s.tied_output ? kLogitSpread : 1.0f);
+    planner.norm("output_norm.weight", s.n_embd, s.tied_output ? head_scale : 1.0f);
     if (!s.tied_output) {
         planner.embedding("output.weight", {s.n_embd, n_vocab}, kLogitSpread * inv_sqrt_embd);
     }
@@ -505,10 +521,14 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
             set_u32("attention.sliding_window_pattern", s.swa_pattern);
         }
     }
-    if (arch == Arch::gemma3) {
+    if (is_gemma(arch)) {
         set_u32("attention.sliding_window", s.n_swa);
         set_u32("attention.sliding_window_pattern", s.swa_pattern);
-        gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base_swa").c_str(), 10000.0f);
+        if (arch == Arch::gemma3) {
+            gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base_swa").c_str(), 10000.0f);
+        } else {
+            gguf_set_val_f32(gguf, arch_key(arch, "attn_logit_softcapping").c_str(), 50.0f);
+        }
         if (s.logit_softcap > 0.0) {
             gguf_set_val_f32(gguf, arch_key(arch, "final_logit_softcapping").c_str(),
                              static_cast<float>(s.logit_softcap));

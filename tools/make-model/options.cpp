@@ -190,7 +190,7 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma3|gpt-oss   architecture (default llama)
+  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gpt-oss   architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
                                       the MoE router stay f32; under q4_0/q4_k/mxfp4
@@ -215,10 +215,11 @@ shape overrides (positive integers unless noted):
   --rope-theta X (positive real)
   --n-ctx-orig N                      phi3: LongRoPE's original context (default --n-ctx;
                                       upstream uses the long factors above it)
-  --n-swa N --swa-pattern P           gemma3, gpt-oss: sliding window of N positions
-                                      (default 512, 128) on all layers but every P-th
-                                      (default 6, 2)
-  --logit-softcap X                   gemma3: final logit soft-cap (default none)
+  --n-swa N --swa-pattern P           gemma2, gemma3, gpt-oss: sliding window of N
+                                      positions (default 4096, 512, 128) on all layers
+                                      but every P-th (default 2, 6, 2)
+  --logit-softcap X                   gemma2, gemma3: final logit soft-cap (default 30,
+                                      none); gemma2's attention is capped at 50
   --n-expert --n-expert-used --n-ff-exp   (qwen3moe, gpt-oss; llama takes --n-expert and
                                       --n-expert-used, default 2, for Mixtral-style
                                       experts --n-ff wide)
