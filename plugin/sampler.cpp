@@ -65,7 +65,12 @@ void add_truncation(SamplerStage stage, const SamplingParams & p, size_t keep, A
 
 }  // namespace
 
-Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p) : n_vocab_(tokenizer.n_vocab()) {
+void Sampler::SamplerFree::operator()(llama_sampler * s) const {
+    llama_sampler_free(s);
+}
+
+Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p, llama_sampler * constraint)
+    : constraint_(constraint), n_vocab_(tokenizer.n_vocab()) {
     chain_ = llama_sampler_chain_init(llama_sampler_chain_default_params());
     if (!p.logit_bias.empty()) {
         std::vector<llama_logit_bias> bias;
@@ -140,11 +145,13 @@ int32_t Sampler::sample(const float * logits) {
     candidates_.resize(n_vocab_);
     for (int32_t i = 0; i < n_vocab_; ++i) candidates_[i] = llama_token_data{i, logits[i], 0.0f};
     llama_token_data_array arr{candidates_.data(), candidates_.size(), -1, false};
+    if (constraint_) llama_sampler_apply(constraint_.get(), &arr);
     llama_sampler_apply(chain_, &arr);
     if (arr.selected < 0 || arr.selected >= (int64_t) arr.size) {
         throw Error("sampling found no admissible token (grammar dead end?)");
     }
     const int32_t token = arr.data[arr.selected].id;
+    if (constraint_) llama_sampler_accept(constraint_.get(), token);
     llama_sampler_accept(chain_, token);
     return token;
 }

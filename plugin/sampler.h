@@ -2,6 +2,7 @@
 // Token sampling on our own logits with libllama's sampler chain.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,8 +64,10 @@ struct TokenProb {
 
 class Sampler {
   public:
-    // Throws llama_tp::Error on an invalid grammar.
-    Sampler(const Tokenizer & tokenizer, const SamplingParams & params);
+    // Throws llama_tp::Error on an invalid grammar. constraint: nullptr, or a
+    // sampler applied before everything else and fed every sampled token, not
+    // the prompt's (libcommon's reasoning budget); the Sampler owns it.
+    Sampler(const Tokenizer & tokenizer, const SamplingParams & params, llama_sampler * constraint = nullptr);
     ~Sampler();
     Sampler(const Sampler &) = delete;
     Sampler & operator=(const Sampler &) = delete;
@@ -84,6 +87,10 @@ class Sampler {
   private:
     void add_stages(const Tokenizer & tokenizer, const SamplingParams & p);
 
+    struct SamplerFree {
+        void operator()(llama_sampler * s) const;
+    };
+    std::unique_ptr<llama_sampler, SamplerFree> constraint_;
     llama_sampler * chain_ = nullptr;
     int32_t n_vocab_;
     std::vector<llama_token_data> candidates_;  // reused every sample()

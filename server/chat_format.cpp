@@ -162,6 +162,8 @@ ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const
             out.tool_grammar_triggers.push_back({trigger_kind(t.type), t.value, (int32_t) t.token});
         }
         out.preserved_tokens = std::move(params.preserved_tokens);
+        out.thinking_start = std::move(params.thinking_start_tag);
+        out.thinking_ends = std::move(params.thinking_end_tags);
     } catch (const std::exception & e) {
         throw bad_request(std::string("the chat template failed on these messages: ") + e.what(), "messages",
                           "template_error");

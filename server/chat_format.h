@@ -45,6 +45,9 @@ struct ChatPrompt {
     bool tool_grammar_lazy = false;  // applies only after a trigger
     std::vector<GrammarTrigger> tool_grammar_triggers;
     std::vector<std::string> preserved_tokens;  // special tokens the output must show as text
+    // The tags of the template's thinking block (none: it has no block we know).
+    std::string thinking_start;
+    std::vector<std::string> thinking_ends;
 };
 
 class ChatFormatter {

@@ -22,6 +22,7 @@
 #include "chat.h"
 #include "json-schema-to-grammar.h"
 #include "json.h"
+#include "reasoning-budget.h"
 
 #include <chrono>
 #include <climits>
@@ -114,8 +115,56 @@ bool same_key(const std::string & a, const std::string & b) {
 
 // The prompt, and when the model may call tools, how to constrain and read its
 // output.
+// libcommon's reasoning budget for a chat turn: after `tokens` tokens inside
+// the template's thinking block it forces the end tag (after a message).
+struct ThinkingBudget {
+    int32_t tokens = -1;  // -1: none
+    std::vector<int32_t> start;
+    std::vector<std::vector<int32_t>> ends;
+    std::vector<int32_t> forced;
+    std::vector<int32_t> prefill;  // the generation prompt, which may open the block
+
+    // A new budget sampler for one request (nullptr: none).
+    llama_sampler * sampler(const Tokenizer & tok) const {
+        if (tokens < 0) return nullptr;
+        llama_sampler * s = common_reasoning_budget_init(tok.vocab(), {start}, ends, forced, tokens);
+        for (int32_t t : prefill) llama_sampler_accept(s, t);
+        return s;
+    }
+};
+
+// A tag's tokens where it stands inside the text, after a newline: a
+// vocabulary without a special token for it (SentencePiece's) tokenizes it
+// alone with a word-start marker it does not have there.
+std::vector<int32_t> tokens_in_text(const Tokenizer & tok, const std::string & tag) {
+    const std::vector<int32_t> newline = tok.tokenize("\n", false, true);
+    std::vector<int32_t> both = tok.tokenize("\n" + tag, false, true);
+    if (both.size() > newline.size() && std::equal(newline.begin(), newline.end(), both.begin())) {
+        both.erase(both.begin(), both.begin() + (std::ptrdiff_t) newline.size());
+        return both;
+    }
+    return tok.tokenize(tag, false, true);
+}
+
+// The request's budget, else the server's; none where the template has no
+// thinking tags, as upstream.
+ThinkingBudget thinking_budget(const ServerState & st, const GenerationRequest & gr, const ChatPrompt & cp) {
+    ThinkingBudget b;
+    const int32_t n = gr.reasoning_budget >= 0 ? gr.reasoning_budget : st.opts.reasoning_budget;
+    if (n < 0 || cp.thinking_start.empty() || cp.thinking_ends.empty()) return b;
+    const Tokenizer & tok = st.engine->tokenizer();
+    b.tokens = n;
+    b.start = tokens_in_text(tok, cp.thinking_start);
+    for (const std::string & end : cp.thinking_ends) b.ends.push_back(tokens_in_text(tok, end));
+    b.forced = tok.tokenize(gr.reasoning_budget_message.value_or(st.opts.reasoning_budget_message), false, true);
+    b.forced.insert(b.forced.end(), b.ends.front().begin(), b.ends.front().end());
+    b.prefill = grammar_prefill_tokens(tok, cp.syntax.generation_prompt);
+    return b;
+}
+
 struct PreparedPrompt {
     std::vector<int32_t> tokens;
+    ThinkingBudget thinking_budget;
     std::vector<int32_t> grammar_prefill;   // tokens the tool grammar must see first
     std::vector<int32_t> preserved_tokens;  // sorted; shown as text in the output
     std::shared_ptr<ChatOutputParser> output_parser;
@@ -244,6 +293,7 @@ PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, st
         if (gr.tools.active()) {
             use_tool_grammar(st, gr, cp, out);
         }
+        out.thinking_budget = thinking_budget(st, gr, cp);
         out.tokens = tok.tokenize(cp.prompt, true, true);
         return out;
     }
@@ -336,7 +386,8 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     if (gr.sampling.penalty_last_n < 0) gr.sampling.penalty_last_n = st.n_ctx_slot;
     if (gr.sampling.dry_penalty_last_n < 0) gr.sampling.dry_penalty_last_n = st.n_ctx_slot;
     try {
-        task->sampler = std::make_unique<Sampler>(st.engine->tokenizer(), gr.sampling);
+        task->sampler = std::make_unique<Sampler>(st.engine->tokenizer(), gr.sampling,
+                                                  prepared.thinking_budget.sampler(st.engine->tokenizer()));
     } catch (const std::exception & e) {
         throw bad_request(std::string("invalid sampling parameters: ") + e.what(),
                           gr.sampling.grammar.empty() ? "" : "grammar", "invalid_value");

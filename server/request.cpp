@@ -450,10 +450,6 @@ void refuse_unimplemented(const json & body) {
         {"n_indent", [](const json & v) { return v.is_number() && v.get<double>() > 0; }, "indentation limits"},
         {"grammar_lazy", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
          "lazy grammars given in a request"},
-        {"reasoning_budget_tokens", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
-         "a thinking budget other than 0 or unlimited"},
-        {"thinking_budget_tokens", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
-         "a thinking budget other than 0 or unlimited"},
         {"verbose", [](const json & v) { return v.is_boolean() && v.get<bool>(); }, "the __verbose debug field"},
     };
     for (const Unimplemented & f : fields) {
@@ -475,6 +471,12 @@ void parse_chat_turn(const json & body, GenerationRequest & r) {
             "reasoning_format", "invalid_value");
     }
     r.reasoning_effort = get_string(body, "reasoning_effort", "");
+    // upstream's name, then the one it also takes
+    const char * budget = field(body, "reasoning_budget_tokens") ? "reasoning_budget_tokens" : "thinking_budget_tokens";
+    r.reasoning_budget = (int32_t) get_int(body, budget, -1, INT32_MAX, -1);
+    if (field(body, "reasoning_budget_message")) {
+        r.reasoning_budget_message = get_string(body, "reasoning_budget_message", "");
+    }
     if (const json * kw = field(body, "chat_template_kwargs")) {
         if (!kw->is_object()) throw wrong_type("chat_template_kwargs", "an object", *kw);
         const auto it = kw->find("enable_thinking");

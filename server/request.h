@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,11 @@ struct GenerationRequest {
     std::string reasoning_effort;  // "" -> the template's; "none" turns thinking off
     json chat_template_kwargs = json::object();
     int continue_final_message = -1;  // -1: when the last message is the assistant's (prefill)
+    // Tokens of thinking before the end tag is forced (libcommon's reasoning
+    // budget); -1: the server's (--reasoning-budget). The message, when set,
+    // goes before the forced end tag (--reasoning-budget-message).
+    int32_t reasoning_budget = -1;
+    std::optional<std::string> reasoning_budget_message;
     bool add_generation_prompt = true;
 
     int32_t max_tokens = -1;  // -1: server default / until the context is full

@@ -279,10 +279,10 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.template_kwargs = p.default_template_kwargs;
     if (p.sampling.reasoning_budget_tokens == 0) {
         o.enable_reasoning = 0;  // no thinking at all
-    } else if (p.sampling.reasoning_budget_tokens > 0) {
-        o.warnings.push_back("--reasoning-budget " + std::to_string(p.sampling.reasoning_budget_tokens) +
-                             " has no effect in llama-tp-server: only 0 (no thinking) and -1 (unlimited)");
+    } else {
+        o.reasoning_budget = p.sampling.reasoning_budget_tokens;
     }
+    o.reasoning_budget_message = p.sampling.reasoning_budget_message;
     o.verbose = p.verbosity >= 4;
     if (!p.use_jinja) o.warnings.push_back("--no-jinja has no effect: chat templates are always rendered with Jinja");
     if (!p.cont_batching) o.warnings.push_back("--no-cont-batching has no effect: batching is always continuous");

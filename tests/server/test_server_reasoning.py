@@ -111,8 +111,52 @@ def test_trailing_assistant_message_is_continued(thinker):
     assert p2.rstrip().endswith("<|im_start|>assistant"), p2
 
 
+# A template that opens the thinking block in the generation prompt, and
+# thinking that would not end: words until the tokens run out, unless the
+# budget forces the end tag; the answer follows it.
+OPEN_TEMPLATE = Path(__file__).parent / "templates" / "thinking_open.jinja"
+OPEN_THOUGHT = 'root ::= [a-zA-Z .]* "</think>\\n\\nThe answer."'
+
+
+@pytest.fixture(scope="module")
+def open_thinker():
+    s = ServerProcess("-np", "1", "-c", "1024", "-t", "1", "--chat-template-file", str(OPEN_TEMPLATE))
+    yield s
+    assert s.stop() == 0
+
+
+def test_reasoning_budget_forces_the_end_of_thinking(open_thinker):
+    m = chat(open_thinker, grammar=OPEN_THOUGHT, max_tokens=64, reasoning_budget_tokens=6,
+             reasoning_budget_message=" Enough.")
+    assert m["content"] == "The answer.", m
+    # The budget's tokens of thinking, then the message before the end tag.
+    thought = m["reasoning_content"].strip()
+    assert thought.endswith("Enough."), m
+    n = len(open_thinker.post("/tokenize", {"content": thought[:-len("Enough.")]}).json()["tokens"])
+    assert 1 <= n <= 8, m
+    # thinking_budget_tokens is the same field.
+    m = chat(open_thinker, grammar=OPEN_THOUGHT, max_tokens=64, thinking_budget_tokens=3)
+    assert m["content"] == "The answer.", m
+    # Without a budget the thinking runs on to the end of the tokens.
+    unbounded = chat(open_thinker, grammar=OPEN_THOUGHT, max_tokens=24)
+    assert not unbounded.get("content"), unbounded
+
+
+def test_server_reasoning_budget():
+    s = ServerProcess("-np", "1", "-c", "1024", "-t", "1", "--chat-template-file", str(OPEN_TEMPLATE),
+                      "--reasoning-budget", "4", "--reasoning-budget-message", " Stop.")
+    try:
+        m = chat(s, grammar=OPEN_THOUGHT, max_tokens=64)
+        assert m["content"] == "The answer.", m
+        assert m["reasoning_content"].strip().endswith("Stop."), m
+        assert "no effect" not in s.log_text()
+    finally:
+        assert s.stop() == 0
+
+
 @pytest.mark.parametrize("field,value", [
     ("reasoning_format", "bogus"), ("chat_template_kwargs", 5), ("continue_final_message", "yes"),
+    ("reasoning_budget_tokens", -2), ("reasoning_budget_tokens", "x"),
 ])
 def test_bad_reasoning_fields(thinker, field, value):
     assert_error(thinker.post("/v1/chat/completions", {"messages": USER, field: value}), 400, param=field)
