@@ -172,23 +172,55 @@ bool UpstreamFlags::takes_value(const common_arg & opt) const {
 
 void UpstreamFlags::apply(const common_arg & opt, const std::string & word, const std::string & value) {
     mark_given(opt, word);
-    if (!support(opt).honoured) return;
+    if (support(opt).honoured) {
+        run_handler(opt, params_, word, value);
+    } else if (takes_value(opt) && checks_value_alone(opt)) {
+        // No effect here, but a value llama-server refuses is refused here
+        // too: the handler checks it on a copy of the parameters.
+        common_params scratch = params_;
+        run_handler(opt, scratch, word, value);
+    }
+}
+
+void UpstreamFlags::run_handler(const common_arg & opt, common_params & params, const std::string & word,
+                                const std::string & value) const {
     if (opt.handler_void) {
-        opt.handler_void(params_);
+        opt.handler_void(params);
     } else if (opt.handler_bool) {
-        opt.handler_bool(params_, !is_negative(opt, word));
+        opt.handler_bool(params, !is_negative(opt, word));
     } else if (opt.handler_int) {
         char * end = nullptr;
         const long v = std::strtol(value.c_str(), &end, 10);
         if (value.empty() || *end != '\0' || v < INT32_MIN || v > INT32_MAX) {
             throw std::invalid_argument("expected an integer, got '" + value + "'");
         }
-        opt.handler_int(params_, (int) v);
+        opt.handler_int(params, (int) v);
     } else if (opt.handler_string) {
-        opt.handler_string(params_, value);
-    } else {
+        try {
+            opt.handler_string(params, value);
+        } catch (const std::exception & e) {
+            // Upstream's handlers say "invalid value" or let std::stoi speak.
+            std::string why = e.what();
+            if (why.rfind("error: ", 0) == 0) why = why.substr(7);
+            const bool bare = why == "invalid value" || why.rfind("sto", 0) == 0;
+            throw std::invalid_argument("invalid value '" + value + "'" + (bare ? "" : ": " + why));
+        }
+    } else if (&params == &params_) {
         throw std::invalid_argument("takes two values, which llama-tp-server does not read");
     }
+}
+
+// Handlers whose check depends on this machine's devices and buffer types
+// (which a GPU command line names and llama-tp does not use) or that reach
+// the network: a value of theirs is taken unchecked.
+bool UpstreamFlags::checks_value_alone(const common_arg & opt) {
+    static const char * const kMachineBound[] = {"-dev", "-devd", "-mmdev", "-ot", "-otd", "--rpc"};
+    for (const char * a : opt.args) {
+        for (const char * m : kMachineBound) {
+            if (std::string(a) == m) return false;
+        }
+    }
+    return true;
 }
 
 void UpstreamFlags::apply_environment(const std::vector<const common_arg *> & skip) {

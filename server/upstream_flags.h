@@ -30,9 +30,10 @@ class UpstreamFlags {
     bool is_negative(const common_arg & opt, const std::string & word) const;
     bool takes_value(const common_arg & opt) const;
 
-    // Runs the option's own handler where llama-tp-server honours it (one
-    // without effect here is only recorded: its handler may print llama-server's
-    // own notes). Throws std::exception on a bad value (callers add the flag's name).
+    // Runs the option's own handler where llama-tp-server honours it; one
+    // without effect here is recorded, and its value checked by its handler
+    // on a copy of the parameters. Throws std::exception on a bad value
+    // (callers add the flag's name).
     void apply(const common_arg & opt, const std::string & word, const std::string & value);
     // Applies every option whose LLAMA_ARG_* variable is set, except those in
     // `skip` (given on the command line, which wins).
@@ -58,6 +59,9 @@ class UpstreamFlags {
 
   private:
     void mark_given(const common_arg & opt, const std::string & word);
+    void run_handler(const common_arg & opt, common_params & params, const std::string & word,
+                     const std::string & value) const;
+    static bool checks_value_alone(const common_arg & opt);
 
     common_params params_;
     common_params_context ctx_;

@@ -23,6 +23,8 @@ COMMAND_LINES = [
     "-m MODEL --port 8080 -c 1024",
     "-m MODEL --host 0.0.0.0 --port 8080",
     "-m MODEL -c 512 --host 0.0.0.0 --port 8080 --n-gpu-layers 99",
+    # A GPU box's command line: devices and buffer types this machine lacks are taken unchecked.
+    "-m MODEL -ngl 99 -dev CUDA0 -ot exps=CPU -sm row -mg 0",
     "--jinja -fa on -m MODEL",
     "-m MODEL -ngl 99 -fa on -c 4096 --jinja",
     "-m MODEL --ctx-size 8192 -n 1024 -np 2",
@@ -230,6 +232,11 @@ def test_bad_values_name_the_flag_or_variable():
     cases = [(["-c", "abc"], None, "-c: expected an integer"),
              (["--chat-template-file", "/nonexistent/t.jinja"], None, "--chat-template-file"),
              (["-np", "-7"], None, "--parallel: -7 is out of range"),
+             # Flags without effect here still refuse what llama-server refuses.
+             (["-ngl", "abc"], None, "-ngl: invalid value 'abc'"),
+             (["-sm", "bogus"], None, "-sm: invalid value 'bogus'"),
+             (["-fa", "maybe"], None, "-fa: invalid value 'maybe': unknown value for --flash-attn"),
+             ([], {"LLAMA_ARG_N_GPU_LAYERS": "lots"}, "LLAMA_ARG_N_GPU_LAYERS"),
              ([], {"LLAMA_ARG_CTX_SIZE": "lots"}, "LLAMA_ARG_CTX_SIZE"),
              ([], {"LLAMA_ARG_KV_UNIFIED": "perhaps"}, "LLAMA_ARG_KV_UNIFIED")]
     for args, env, needle in cases:
