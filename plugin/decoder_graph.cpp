@@ -16,6 +16,17 @@ namespace llama_tp {
 
 namespace {
 
+// RoPE of layer il at the given positions (a forward pass's, or a shift's):
+// sliding-window layers rotate with their own base and frequency scale.
+ggml_tensor * rope_layer(ggml_context * ctx, ggml_tensor * x, ggml_tensor * positions, const HParams & hp,
+                         const ModelWeights & w, const KvCache & kv, int il) {
+    const bool swa = hp.is_swa(il);
+    return ggml_rope_ext(ctx, x, positions, w.rope_factors(kv.n_cells_per_seq(), hp), hp.n_rot, hp.rope_type,
+                         hp.rope_n_ctx_orig, swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
+                         swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
+                         hp.yarn_beta_fast, hp.yarn_beta_slow);
+}
+
 struct Builder {
     ggml_context * ctx;
     const HParams & hp;
@@ -84,14 +95,7 @@ struct Builder {
         return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), weight);
     }
 
-    // Sliding-window layers rotate with their own base and frequency scale.
-    ggml_tensor * rope(ggml_tensor * x, int il) const {
-        const bool swa = hp.is_swa(il);
-        return ggml_rope_ext(ctx, x, in.positions, w.rope_factors(kv.n_cells_per_seq(), hp), hp.n_rot, hp.rope_type,
-                             hp.rope_n_ctx_orig, swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
-                             swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
-                             hp.yarn_beta_fast, hp.yarn_beta_slow);
-    }
+    ggml_tensor * rope(ggml_tensor * x, int il) const { return rope_layer(ctx, x, in.positions, hp, w, kv, il); }
 
     // x @ w (+ b), split into heads.
     ggml_tensor * project_heads(ggml_tensor * x, ggml_tensor * weight, ggml_tensor * bias, int64_t n_heads) const {
@@ -246,6 +250,19 @@ struct Builder {
 };
 
 }  // namespace
+
+void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+                           const KvCache & kv, ggml_tensor * cells, ggml_tensor * shift) {
+    const int64_t n = cells->ne[0];
+    for (int il = 0; il < hp.n_layer; ++il) {
+        ggml_tensor * k = kv.k(il);
+        // Gathered to F32 (any cache type), rotated, written back in the cache's type.
+        ggml_tensor * rows = ggml_get_rows(ctx, k, cells);
+        rows = ggml_reshape_3d(ctx, rows, hp.head_dim, k->ne[0] / hp.head_dim, n);
+        rows = rope_layer(ctx, rows, shift, hp, w, kv, il);
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, k, ggml_reshape_2d(ctx, rows, k->ne[0], n), cells));
+    }
+}
 
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,

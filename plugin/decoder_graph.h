@@ -63,6 +63,13 @@ struct GraphInputs {
     ggml_tensor * embd_mask = nullptr;  // F32 [1, n_tokens]
 };
 
+// Adds to gf the rotation of the keys in `cells` (I32 [n]) of every layer by
+// `shift` (I32 [n], positions), in place in the cache: a context shift moves
+// those cells' positions, and RoPE composes, so the keys become those of the
+// new positions up to rounding. Each layer rotates as its forward pass does.
+void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+                           const KvCache & kv, ggml_tensor * cells, ggml_tensor * shift);
+
 // Adds the forward pass over this rank's shard to gf; returns the logits
 // tensor [vocabulary slice, n_outputs], or with embeddings the final-normed
 // hidden states [n_embd, n_outputs] (the same on every rank). reduce: nullptr

@@ -115,7 +115,7 @@ class TensorParallelEngine final : public Engine {
         if (!cells_->place(batch, cells, &why)) throw Error("KV cache full: " + why);
         step.batch = batch;
         step.placement = placement_digest(cells);
-        step.removes.swap(pending_removes_);
+        step.edits.swap(pending_edits_);
         const std::vector<int32_t> rows = output_rows(batch);
         output_index_.assign(batch.size(), -1);
         for (size_t i = 0; i < rows.size(); ++i) {
@@ -139,12 +139,12 @@ class TensorParallelEngine final : public Engine {
         }
         Step step;
         step.kind = Step::Kind::Read;
-        step.removes = pending_removes_;
+        step.edits = pending_edits_;
         step.read_seq = seq;
         step.read_n = n;
         std::vector<uint8_t> image(KvImageLayout::of(hp_, options_.kv_types, n).bytes());
         group_->read(step, image.data());
-        pending_removes_.clear();  // every rank has applied them
+        pending_edits_.clear();  // every rank has applied them
         return image;
     }
 
@@ -169,7 +169,7 @@ class TensorParallelEngine final : public Engine {
         step.kind = Step::Kind::Load;
         step.batch = std::move(batch);
         step.placement = placement_digest(cells);
-        step.removes.swap(pending_removes_);
+        step.edits.swap(pending_edits_);
         step.kv = image;
         std::vector<float> unused(output_rows(step.batch).size() * (size_t) row_width());
         try {
@@ -193,7 +193,12 @@ class TensorParallelEngine final : public Engine {
     // Applied here now, and by every rank with the next step.
     void seq_remove(int32_t seq, int32_t p0, int32_t p1) override {
         cells_->seq_remove(seq, p0, p1);
-        pending_removes_.push_back({seq, p0, p1});
+        pending_edits_.push_back({seq, p0, p1, 0});
+    }
+    void seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) override {
+        if (delta == 0) return;
+        cells_->seq_shift(seq, p0, p1, delta);
+        pending_edits_.push_back({seq, p0, p1, delta});
     }
     int32_t seq_pos_max(int32_t seq) const override { return cells_->seq_pos_max(seq); }
     int32_t n_free_cells() const override { return cells_->n_free(); }
@@ -388,7 +393,7 @@ class TensorParallelEngine final : public Engine {
     ShardPlan plan_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<KvCells> cells_;
-    std::vector<KvRemove> pending_removes_;
+    std::vector<KvEdit> pending_edits_;
     std::unique_ptr<RankGroup> group_;
     MpiRankGroup * processes_group_ = nullptr;  // group_, when it spans processes
     std::vector<float> logits_;

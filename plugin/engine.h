@@ -95,6 +95,10 @@ class Engine {
 
     // KV cache: drop positions [p0, p1) of a sequence (p1 < 0: to the end).
     virtual void seq_remove(int32_t seq, int32_t p0, int32_t p1) = 0;
+    // Context shift: moves positions [p0, p1) of a sequence by delta (p1 < 0:
+    // to the end; those that would fall below 0 are removed), rotating their
+    // keys to the new positions on every rank with the next step.
+    virtual void seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) = 0;
     virtual int32_t seq_pos_max(int32_t seq) const = 0;  // -1 when empty
     virtual int32_t n_free_cells() const = 0;
 

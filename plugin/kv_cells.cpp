@@ -126,6 +126,25 @@ void KvCells::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
     update_used_end(r);
 }
 
+std::vector<int64_t> KvCells::seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    std::vector<int64_t> moved;
+    if (seq < 0 || seq >= n_seq_max_ || delta == 0) return moved;
+    if (p1 < 0) p1 = INT32_MAX;
+    const int32_t r = region_of(seq);
+    for (int32_t c = region_begin(r); c < region_begin(r) + region_; ++c) {
+        Cell & cell = cells_[c];
+        if (cell.pos < 0 || cell.seq != seq || cell.pos < p0 || cell.pos >= p1) continue;
+        if ((int64_t) cell.pos + delta < 0) {
+            cell = Cell{};
+            continue;
+        }
+        cell.pos += delta;
+        moved.push_back(c);
+    }
+    update_used_end(r);
+    return moved;
+}
+
 int32_t KvCells::seq_pos_max(int32_t seq) const {
     if (seq < 0 || seq >= n_seq_max_) return -1;
     const int32_t r = region_of(seq);

@@ -72,6 +72,10 @@ class KvCells {
     void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask, int32_t n_swa = 0) const;
 
     void seq_remove(int32_t seq, int32_t p0, int32_t p1);
+    // Moves positions [p0, p1) of a sequence by delta (those that would fall
+    // below 0 are removed); returns the cells moved, whose keys the caller
+    // rotates by delta.
+    std::vector<int64_t> seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
     int32_t seq_pos_max(int32_t seq) const;
     // The cells holding positions [0, n) of a sequence, in position order;
     // false when one of them is not cached.

@@ -72,8 +72,46 @@ void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void *) {
     static_cast<Rank *>(user)->timed_allreduce(static_cast<double *>(data), n);
 }
 
+void Rank::apply_edits(const std::vector<KvEdit> & edits) {
+    for (const KvEdit & e : edits) {
+        if (e.delta == 0) {
+            kv_->seq_remove(e.seq, e.p0, e.p1);
+        } else {
+            rotate_keys(kv_->seq_shift(e.seq, e.p0, e.p1, e.delta), e.delta);
+        }
+    }
+}
+
+// A graph of its own (shifts are rare), so the decode graph stays as it is.
+void Rank::rotate_keys(const std::vector<int64_t> & cells, int32_t delta) {
+    if (cells.empty()) return;
+    const int64_t n = (int64_t) cells.size();
+    const size_t n_nodes = 8 * (size_t) hp_.n_layer + 16;
+    ggml_init_params params = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr,
+                               /*no_alloc =*/true};
+    ggml_context_ptr ctx(ggml_init(params));
+    if (!ctx) throw Error("out of memory building a key rotation");
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx.get(), n_nodes, false);
+    ggml_tensor * idx = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);  // get_rows takes I32
+    ggml_tensor * shift = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);
+    ggml_set_input(idx);
+    ggml_set_input(shift);
+    build_key_shift_graph(ctx.get(), gf, hp_, *weights_, *kv_, idx, shift);
+    ggml_gallocr_ptr alloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+    if (!ggml_gallocr_alloc_graph(alloc.get(), gf)) {
+        throw Error("out of memory rotating keys on rank " + std::to_string(config_.rank));
+    }
+    const std::vector<int32_t> rows(cells.begin(), cells.end());
+    ggml_backend_tensor_set(idx, rows.data(), 0, (size_t) n * sizeof(int32_t));
+    const std::vector<int32_t> deltas((size_t) n, delta);
+    ggml_backend_tensor_set(shift, deltas.data(), 0, (size_t) n * sizeof(int32_t));
+    if (ggml_backend_graph_compute(backend_.get(), gf) != GGML_STATUS_SUCCESS) {
+        throw Error("rotating keys failed on rank " + std::to_string(config_.rank));
+    }
+}
+
 std::vector<int64_t> Rank::place(const Step & step) {
-    for (const KvRemove & r : step.removes) kv_->seq_remove(r.seq, r.p0, r.p1);
+    apply_edits(step.edits);
     std::vector<int64_t> cells;
     std::string why;
     const std::string who = "rank " + std::to_string(config_.rank);
@@ -148,7 +186,7 @@ void Rank::load(const Step & step, const std::vector<int64_t> & cells) {
 }
 
 void Rank::read(const Step & step, uint8_t * image) {
-    for (const KvRemove & r : step.removes) kv_->seq_remove(r.seq, r.p0, r.p1);
+    apply_edits(step.edits);
     std::vector<int64_t> cells;
     if (!kv_->cells_of(step.read_seq, step.read_n, cells)) {
         throw Error("rank " + std::to_string(config_.rank) + ": positions [0, " + std::to_string(step.read_n) +

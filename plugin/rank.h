@@ -78,6 +78,9 @@ class Rank {
     void compute();
     void copy_logits(float * logits, int32_t n_vocab) const;
     std::vector<int64_t> place(const Step & step);
+    // A step's KV edits: removals, and shifts whose keys are rotated.
+    void apply_edits(const std::vector<KvEdit> & edits);
+    void rotate_keys(const std::vector<int64_t> & cells, int32_t delta);
     // A Load step's image into the cells the batch was placed in.
     void load(const Step & step, const std::vector<int64_t> & cells);
     // Copies this rank's heads between the cache and an image, either way.

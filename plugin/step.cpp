@@ -63,7 +63,7 @@ std::vector<uint8_t> Step::encode() const {
     Writer w;
     w.put(kMagic);
     w.put((int32_t) kind);
-    w.put_array(removes);
+    w.put_array(edits);
     w.put_array(batch.tokens);
     w.put_array(batch.pos);
     w.put_array(batch.seq);
@@ -84,7 +84,7 @@ Step Step::decode(const std::vector<uint8_t> & bytes) {
         throw Error("malformed step message: kind " + std::to_string(kind));
     }
     s.kind = (Kind) kind;
-    s.removes = r.get_array<KvRemove>();
+    s.edits = r.get_array<KvEdit>();
     s.batch.tokens = r.get_array<int32_t>();
     s.batch.pos = r.get_array<int32_t>();
     s.batch.seq = r.get_array<int32_t>();

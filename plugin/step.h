@@ -1,6 +1,6 @@
 #pragma once
-// One decode step as every rank receives it: the KV-cache removals since the
-// last step, then the batch. Rank 0 decides a step on its own copy of the
+// One decode step as every rank receives it: the KV-cache edits (removals,
+// position shifts) since the last step, then the batch. Rank 0 decides a step on its own copy of the
 // cells' bookkeeping; every rank applies it to its own KV slice, places the
 // batch itself (same state, same algorithm, same cells) and checks its
 // placement against rank 0's digest. A step encodes to bytes, so threads and
@@ -13,10 +13,14 @@
 
 namespace llama_tp {
 
-struct KvRemove {
+// Positions [p0, p1) of a sequence: removed (delta 0), or moved by delta
+// with their keys rotated to match (a context shift; those that would land
+// below 0 are removed).
+struct KvEdit {
     int32_t seq = 0;
     int32_t p0 = 0;
     int32_t p1 = -1;  // < 0: to the end
+    int32_t delta = 0;
 };
 
 // Decode: place the batch and run the model over it. Load: place the batch
@@ -26,7 +30,7 @@ struct KvRemove {
 struct Step {
     enum class Kind : int32_t { Decode = 1, Shutdown = 2, Load = 3, Read = 4 };
     Kind kind = Kind::Decode;
-    std::vector<KvRemove> removes;  // applied in order before the batch is placed
+    std::vector<KvEdit> edits;  // applied in order before the batch is placed
     Batch batch;
     uint64_t placement = 0;   // placement_digest() of the cells rank 0 chose for the batch
     std::vector<uint8_t> kv;  // Load

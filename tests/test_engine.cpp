@@ -3,6 +3,7 @@
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 #include "plugin/hparams.h"
+#include "plugin/kv_image.h"
 #include "plugin/shard_plan.h"
 #include "plugin/sampler.h"
 #include "plugin/tokenizer.h"
@@ -166,6 +167,80 @@ TEST(Engine, RemovingATailAndRedecodingGivesTheSameLogits) {
     for (size_t i = p.size() - 3; i < p.size(); ++i) tail.add(p[i], (int) i, 2, i + 1 == p.size());
     e->decode(tail);
     EXPECT_LT(max_abs_diff(first, row(*e, tail.size() - 1)), 1e-4f);
+}
+
+// A context shift rotates the moved keys. Layer 0's keys depend on their
+// token and position alone, so after dropping the first k tokens and moving
+// the rest back by k they must be those of the remaining tokens decoded at
+// the new positions, to within the rounding of one rotation.
+void decode_at(Engine & e, const std::vector<int32_t> & p, int seq, int first) {
+    Batch b;
+    for (size_t i = 0; i < p.size(); ++i) b.add(p[i], first + (int) i, seq, i + 1 == p.size());
+    e.decode(b);
+}
+
+// Layer 0's keys of cells [first, first + n) of a sequence read as an image.
+std::vector<float> layer0_keys(Engine & e, int seq, int n_cached, int first, int n) {
+    const std::vector<uint8_t> image = e.read_sequence(seq, n_cached);
+    const KvImageLayout l =
+        KvImageLayout::of(read_hparams(GgufFile(e.options().model_path)), e.options().kv_types, n_cached);
+    const auto * h = reinterpret_cast<const ggml_fp16_t *>(image.data() + l.offset(0, false, first, 0));
+    std::vector<float> out((size_t) n * l.k_row_bytes() / sizeof(ggml_fp16_t));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = ggml_fp16_to_fp32(h[i]);
+    return out;
+}
+
+void check_shift(int tp) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_ctx = 512;
+    o.n_seq_max = 4;
+    o.n_threads = 2;
+    o.tp = tp;
+    auto e = Engine::load(o);
+    const auto p = e->tokenizer().tokenize("The sun was shining and the sky was blue over the hill", true, false);
+    const int n = (int) p.size(), k = 5;
+    const std::vector<int32_t> rest(p.begin() + k, p.end());
+
+    decode_at(*e, p, 0, 0);
+    e->seq_remove(0, 0, k);
+    e->seq_shift(0, k, -1, -k);
+    EXPECT_EQ(e->seq_pos_max(0), n - k - 1);
+    decode_at(*e, rest, 1, 0);  // the remaining tokens at their new positions
+    decode_at(*e, p, 2, 0);     // unshifted
+    const std::vector<float> shifted = layer0_keys(*e, 0, n - k, 0, n - k);
+    const std::vector<float> fresh = layer0_keys(*e, 1, n - k, 0, n - k);
+    const std::vector<float> unrotated = layer0_keys(*e, 2, n, k, n - k);
+    // A few F16 steps at the largest key's magnitude.
+    float largest = 0.0f;
+    for (float x : fresh) largest = std::max(largest, std::fabs(x));
+    const float ulp = std::ldexp(1.0f, std::ilogb(largest) - 10);
+    const float err = max_abs_diff(shifted, fresh);
+    EXPECT_LE(err, 4 * ulp) << "tp " << tp;
+    EXPECT_GT(max_abs_diff(unrotated, fresh), 20 * std::max(err, ulp)) << "tp " << tp;
+
+    // There and back: the keys come back to within rounding.
+    e->seq_shift(2, 0, -1, 100);
+    e->seq_shift(2, 0, -1, -100);
+    decode_at(*e, {p.back()}, 2, n);  // a step carries the edits to the ranks
+    EXPECT_LE(max_abs_diff(layer0_keys(*e, 2, n, k, n - k), unrotated), 4 * ulp) << "tp " << tp;
+}
+
+TEST(Engine, AContextShiftRotatesTheMovedKeys) {
+    check_shift(1);
+    check_shift(2);
+}
+
+TEST(Engine, AShiftBelowPositionZeroRemovesTheCells) {
+    auto e = load_test_model();
+    Batch b;
+    for (int i = 0; i < 10; ++i) b.add(1 + i, i, 0, i == 9);
+    e->decode(b);
+    const int32_t free = e->n_free_cells();
+    e->seq_remove(0, 0, 4);
+    e->seq_shift(0, 4, -1, -6);  // positions 4 and 5 would go below 0
+    EXPECT_EQ(e->seq_pos_max(0), 3);
+    EXPECT_EQ(e->n_free_cells(), free + 6);
 }
 
 TEST(Engine, BadBatchesAreErrorsAndLeaveTheCacheAlone) {

@@ -8,7 +8,7 @@ namespace {
 
 Step sample_step() {
     Step s;
-    s.removes = {{1, 4, -1}, {3, 0, 2}};
+    s.edits = {{1, 4, -1}, {3, 0, 2}};
     s.batch.add(17, 4, 1, false);
     s.batch.add(18, 5, 1, true);
     s.batch.add(99, 0, 3, true);
@@ -20,10 +20,10 @@ TEST(Step, EncodesAndDecodesEveryField) {
     const Step s = sample_step();
     const Step d = Step::decode(s.encode());
     EXPECT_EQ(d.kind, Step::Kind::Decode);
-    ASSERT_EQ(d.removes.size(), 2u);
-    EXPECT_EQ(d.removes[1].seq, 3);
-    EXPECT_EQ(d.removes[1].p1, 2);
-    EXPECT_EQ(d.removes[0].p1, -1);
+    ASSERT_EQ(d.edits.size(), 2u);
+    EXPECT_EQ(d.edits[1].seq, 3);
+    EXPECT_EQ(d.edits[1].p1, 2);
+    EXPECT_EQ(d.edits[0].p1, -1);
     EXPECT_EQ(d.batch.tokens, s.batch.tokens);
     EXPECT_EQ(d.batch.pos, s.batch.pos);
     EXPECT_EQ(d.batch.seq, s.batch.seq);
