@@ -431,8 +431,8 @@ void parse_infill(const json & body, GenerationRequest & r) {
 
 // llama-server's request fields that would change the answer and that this
 // server does not implement: a 400 naming them, rather than an answer that
-// silently differs. (Fields upstream also ignores without a draft model or
-// a context shift, such as speculative.* and n_keep, pass.)
+// silently differs. (Fields upstream also ignores without a draft model,
+// such as speculative.*, pass.)
 void refuse_unimplemented(const json & body) {
     struct Unimplemented {
         const char * name;
@@ -629,6 +629,8 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     max_tokens = get_int(body, "max_tokens", 1, kMax, max_tokens);
     max_tokens = get_int(body, "max_completion_tokens", 1, kMax, max_tokens);
     r.max_tokens = (int32_t) max_tokens;
+    r.n_keep = (int32_t) get_int(body, "n_keep", -1, kMax, -2);
+    r.n_discard = (int32_t) get_int(body, "n_discard", 0, kMax, 0);
 
     parse_stop(body, r);
 

@@ -61,6 +61,8 @@ struct GenerationRequest {
     bool add_generation_prompt = true;
 
     int32_t max_tokens = -1;  // -1: server default / until the context is full
+    int32_t n_keep = -2;      // context shift: prompt tokens kept (-1: all; -2: the server's --keep)
+    int32_t n_discard = 0;    // context shift: tokens dropped (0: half of those after n_keep)
     std::vector<std::string> stop;
     bool ignore_eos = false;
     bool cache_prompt = true;  // false: decode the whole prompt, reuse nothing cached

@@ -311,6 +311,24 @@ void Scheduler::drop_cancelled() {
     }
 }
 
+// llama-server's context shift: keep the first n_keep tokens (the whole
+// prompt for -1, plus BOS), drop n_discard after them (half of the rest by
+// default, always leaving one), and move what follows back; the engine
+// rotates the moved keys.
+void Scheduler::shift_context(Slot & slot) {
+    const Task & task = *slot.task;
+    const int32_t n_past = (int32_t) slot.kv_tokens.size();
+    int32_t n_keep = task.n_keep < 0 ? (int32_t) task.prompt.size() : task.n_keep;
+    if (engine_.tokenizer().add_bos()) n_keep += 1;
+    n_keep = std::max(0, std::min(n_ctx_slot_ - 4, n_keep));
+    const int32_t n_left = n_past - n_keep;
+    const int32_t n_discard = std::clamp(task.n_discard ? task.n_discard : n_left / 2, 0, std::max(0, n_left - 1));
+    SRV_WRN("slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d", slot.id, n_keep, n_left, n_discard);
+    engine_.seq_remove(slot.id, n_keep, n_keep + n_discard);
+    engine_.seq_shift(slot.id, n_keep + n_discard, n_past, -n_discard);
+    slot.kv_tokens.erase(slot.kv_tokens.begin() + n_keep, slot.kv_tokens.begin() + n_keep + n_discard);
+}
+
 void Scheduler::build_batch() {
     batch_.clear();
     int32_t budget = n_batch_;
@@ -324,6 +342,7 @@ void Scheduler::build_batch() {
         if (slot->state != Slot::State::Generating || budget == 0) {
             continue;
         }
+        if (slot->task->context_shift && slot->n_past() + 1 >= n_ctx_slot_) shift_context(*slot);
         slot->logits_row = batch_.size();
         batch_.add(slot->pending, slot->n_past(), slot->id, true);
         slot->inflight.push_back(slot->pending);
@@ -536,7 +555,8 @@ void Scheduler::sample(Slot & slot) {
         finish(slot, StopKind::Eos);
     } else if (slot.stream.stopped()) {
         finish(slot, StopKind::Word);
-    } else if (slot.n_decoded >= task.n_predict || slot.n_past() >= n_ctx_slot_ || over_time(slot, now)) {
+    } else if (slot.n_decoded >= task.n_predict || (!task.context_shift && slot.n_past() >= n_ctx_slot_) ||
+               over_time(slot, now)) {
         finish(slot, StopKind::Limit);
     } else {
         slot.pending = token;

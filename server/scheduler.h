@@ -102,6 +102,8 @@ class Scheduler {
     void admit();  // queued tasks -> idle slots
     void drop_cancelled();
     void build_batch();
+    // A generating slot whose context is full makes room (Task::context_shift).
+    void shift_context(Slot & slot);
     void decode_and_sample();
     void sample(Slot & slot);
     void report_progress(Slot & slot);

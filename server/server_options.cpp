@@ -283,6 +283,8 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
         o.reasoning_budget = p.sampling.reasoning_budget_tokens;
     }
     o.reasoning_budget_message = p.sampling.reasoning_budget_message;
+    o.context_shift = p.ctx_shift;
+    o.n_keep = p.n_keep;
     o.verbose = p.verbosity >= 4;
     if (!p.use_jinja) o.warnings.push_back("--no-jinja has no effect: chat templates are always rendered with Jinja");
     if (!p.cont_batching) o.warnings.push_back("--no-cont-batching has no effect: batching is always continuous");

@@ -115,7 +115,14 @@ struct Task {
     int32_t t_max_predict_ms = 0;           // generation time limit once a line is complete (0: none)
     bool timings_per_token = false;         // Text events carry the timings so far
     bool return_progress = false;           // Progress events while the prompt is decoded
-    bool embedding = false;                 // no generation: the Done event carries the pooled hidden states
+    // A slot whose context fills while generating drops n_discard tokens
+    // after its first n_keep and moves the rest back, as llama-server's
+    // --context-shift does (n_keep -1: the whole prompt; n_discard 0: half
+    // of what follows n_keep).
+    bool context_shift = false;
+    int32_t n_keep = 0;
+    int32_t n_discard = 0;
+    bool embedding = false;  // no generation: the Done event carries the pooled hidden states
     Pooling pooling = Pooling::Mean;
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();

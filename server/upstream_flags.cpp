@@ -68,6 +68,8 @@ const std::map<std::string, std::string> & honoured() {
         {"-rea", ""},
         {"--reasoning-budget", "0: no thinking; N > 0: the end tag forced after N tokens of thinking"},
         {"--reasoning-budget-message", ""},
+        {"--context-shift", "a full slot drops half its tokens after --keep and goes on generating"},
+        {"--keep", "the prompt tokens a context shift keeps (-1: all)"},
         {"--reasoning-preserve", "as the template's preserve_reasoning variable"},
         {"--chat-template-kwargs", ""},
         {"--prefill-assistant", ""},

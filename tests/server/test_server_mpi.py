@@ -268,3 +268,25 @@ def test_embeddings_across_two_processes(model):
         assert group.stop() == 0, group.log_text()
     assert len(got) == len(expected) == 256
     assert got == expected  # split-invariant sums: the same numbers however the ranks are placed
+
+
+def test_context_shift_across_two_processes(model):
+    """Every process rotates its own keys: the text past several shifts is
+    the one two thread ranks write (split-invariant sums, the same bits)."""
+    args = ("-np", "1", "-c", "128", "--context-shift", "--split-invariant")
+    body = {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "ignore_eos": True}
+    single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
+    try:
+        expected = single.post("/v1/completions", body).json()["choices"][0]["text"]
+        assert single.log_text().count("context shift") >= 2
+    finally:
+        assert single.stop() == 0
+    group = MpiServer(*args, "-t", "1", model=model)
+    try:
+        r = group.post("/v1/completions", body)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 200
+        got = r.json()["choices"][0]["text"]
+    finally:
+        assert group.stop() == 0, group.log_text()
+    assert got == expected
