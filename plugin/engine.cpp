@@ -86,8 +86,9 @@ class TensorParallelEngine final : public Engine {
         auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
         if (n_processes > 1) {
             log_ranks(setup, *processes, local->reports());
-            auto group =
-                std::make_unique<MpiRankGroup>(*processes, std::move(local), process_vocab(n_processes), row_width());
+            auto group = std::make_unique<MpiRankGroup>(
+                *processes, std::move(local), process_vocab(n_processes), row_width(), process_kv_heads(n_processes),
+                [this](int32_t n) { return KvImageLayout::of(hp_, options_.kv_types, n); });
             processes_group_ = group.get();
             group_ = std::move(group);
         } else {
@@ -289,6 +290,17 @@ class TensorParallelEngine final : public Engine {
 
     // The output-head rows each process's ranks hold together; with
     // embeddings process 0 holds whole rows and the others send none.
+    // The KV heads each process's ranks hold together (replicated heads may
+    // appear in two processes: they hold the same numbers).
+    std::vector<ShardRange> process_kv_heads(int n_processes) const {
+        std::vector<ShardRange> out;
+        for (int p = 0; p < n_processes; ++p) {
+            out.push_back(
+                {plan_.ranks[p * options_.tp].kv_heads.begin, plan_.ranks[(p + 1) * options_.tp - 1].kv_heads.end});
+        }
+        return out;
+    }
+
     std::vector<ShardRange> process_vocab(int n_processes) const {
         std::vector<ShardRange> out;
         if (options_.embeddings) {

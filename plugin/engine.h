@@ -105,7 +105,7 @@ class Engine {
     // A sequence's cached keys and values, positions [0, n), as one image in
     // the whole model's head layout (plugin/kv_image.h), which any --tp / -ts
     // of the same model and cache types loads back. Throws llama_tp::Error
-    // when a position is not cached, or for ranks in several processes.
+    // when a position is not cached.
     virtual std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) = 0;
     // Replaces a sequence's cache with tokens at positions [0, tokens.size())
     // whose keys and values come from image instead of a forward pass. Throws

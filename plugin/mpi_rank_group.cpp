@@ -72,10 +72,13 @@ void MpiRankGroup::agree(ProcessGroup & processes, const std::string & setup) {
 }
 
 MpiRankGroup::MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> local, std::vector<ShardRange> vocab,
-                           int32_t n_vocab)
+                           int32_t n_vocab, std::vector<ShardRange> kv_heads,
+                           std::function<KvImageLayout(int32_t)> image_layout)
     : processes_(processes),
       local_(std::move(local)),
       vocab_(std::move(vocab)),
+      kv_heads_(std::move(kv_heads)),
+      image_layout_(std::move(image_layout)),
       n_vocab_(n_vocab),
       n_local_(local_->n_ranks()),
       n_ranks_(local_->n_ranks() * processes.size()),
@@ -169,9 +172,44 @@ void MpiRankGroup::run(const Step & step, float * logits) {
     }
 }
 
-void MpiRankGroup::read(const Step &, uint8_t *) {
-    throw Error("reading a sequence's KV cells is not available across processes yet (ranks in " +
-                std::to_string(processes_.size()) + " processes)");
+void MpiRankGroup::read(const Step & step, uint8_t * image) {
+    const std::string failed = failure();
+    if (!failed.empty()) throw Error("the rank group has failed: " + failed);
+    try {
+        std::vector<uint8_t> bytes = step.encode();
+        processes_.broadcast(bytes);
+        local_->read(step, image);
+        std::vector<std::vector<uint8_t>> parts;
+        processes_.gather({}, &parts);
+        const KvImageLayout l = image_layout_(step.read_n);
+        for (int p = 1; p < processes_.size(); ++p) {
+            if (parts[p].size() != l.bytes()) {
+                throw Error("process " + std::to_string(p) + " sent " + std::to_string(parts[p].size()) +
+                            " bytes of KV cells, not " + std::to_string(l.bytes()));
+            }
+            // Its heads of every cell of every layer, keys and values.
+            const ShardRange & h = kv_heads_[p];
+            for (int32_t il = 0; il < l.n_layer; ++il) {
+                for (const bool values : {false, true}) {
+                    const size_t n = (values ? l.v_head_bytes : l.k_head_bytes) * (size_t) h.size();
+                    for (int32_t c = 0; c < l.n_cells; ++c) {
+                        const size_t at = l.offset(il, values, c, (int32_t) h.begin);
+                        std::memcpy(image + at, parts[p].data() + at, n);
+                    }
+                }
+            }
+        }
+    } catch (const std::exception & e) {
+        std::lock_guard<std::mutex> lock(failure_mutex_);
+        if (failure_.empty()) failure_ = e.what();
+        throw;
+    }
+}
+
+void MpiRankGroup::follow_read(const Step & step) {
+    std::vector<uint8_t> image(image_layout_(step.read_n).bytes());
+    local_->read(step, image.data());
+    processes_.gather(image, nullptr);
 }
 
 void MpiRankGroup::follow() {
@@ -182,6 +220,10 @@ void MpiRankGroup::follow() {
         if (step.kind == Step::Kind::Shutdown) {
             processes_.end_together();
             return;
+        }
+        if (step.kind == Step::Kind::Read) {
+            follow_read(step);
+            continue;
         }
         const size_t n_rows = output_rows(step.batch).size();
         rows_.resize(n_rows * (size_t) n_vocab_);

@@ -6,8 +6,11 @@
 // follow: receive a step, run it, send their slice, until a shutdown step.
 
 #include "ggml-ext/process_group.h"
+#include "plugin/kv_image.h"
 #include "plugin/rank_group.h"
 #include "ggml-ext/shard_range.h"
+
+#include <functional>
 
 #include <memory>
 #include <mutex>
@@ -19,9 +22,10 @@ namespace llama_tp {
 class MpiRankGroup final : public RankGroup {
   public:
     // local: this process's ranks; vocab: the rows of the output head they
-    // hold together (every process's, in process order, on process 0).
+    // hold together, kv_heads their KV heads (every process's, in process
+    // order); image_layout: a KV image's layout for n cells.
     MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> local, std::vector<ShardRange> vocab,
-                 int32_t n_vocab);
+                 int32_t n_vocab, std::vector<ShardRange> kv_heads, std::function<KvImageLayout(int32_t)> image_layout);
     // Process 0 ends the group's follow() loops.
     ~MpiRankGroup() override;
 
@@ -32,7 +36,7 @@ class MpiRankGroup final : public RankGroup {
 
     int n_ranks() const override { return n_ranks_; }
     void run(const Step & step, float * logits) override;
-    // Not across processes yet: throws llama_tp::Error, changing nothing.
+    // Every process reads its ranks' heads; process 0 joins them into image.
     void read(const Step & step, uint8_t * image) override;  // process 0
     // The followers' loop; returns after the shutdown step. Throws
     // llama_tp::Error when a step fails here.
@@ -51,10 +55,14 @@ class MpiRankGroup final : public RankGroup {
     std::vector<uint8_t> pack(const std::vector<float> & rows, size_t n_rows) const;
     void unpack(int process, const std::vector<uint8_t> & part, size_t n_rows, float * logits);
     void gather_reports();
+    // A follower's part of a Read step: its ranks' heads of the image.
+    void follow_read(const Step & step);
 
     ProcessGroup & processes_;
     std::unique_ptr<RankGroup> local_;
-    std::vector<ShardRange> vocab_;  // per process
+    std::vector<ShardRange> vocab_;     // per process
+    std::vector<ShardRange> kv_heads_;  // per process
+    std::function<KvImageLayout(int32_t)> image_layout_;
     int32_t n_vocab_;
     int n_local_;
     int n_ranks_;

@@ -230,7 +230,7 @@ void Scheduler::apply(SlotAction & a) {
             try {
                 a.kv = engine_.read_sequence(slot.id, (int32_t) a.tokens.size());
             } catch (const Error & e) {
-                a.status = 501;
+                a.status = 500;
                 a.message = e.what();
             }
             return;

@@ -225,7 +225,7 @@ def test_a_process_with_another_model_is_refused(model, tmp_path):
     assert "model:" in r.stderr and "header digest" in r.stderr, r.stderr
 
 
-def test_slot_saved_by_one_process_restores_into_two(model, tmp_path):
+def test_slots_move_between_one_process_and_two(model, tmp_path):
     args = ("-np", "1", "-c", "512", "--split-invariant", "--slot-save-path", str(tmp_path))
     body = {"prompt": "Once upon a time", "n_predict": 8, "temperature": 0, "ignore_eos": True}
     single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
@@ -240,15 +240,28 @@ def test_slot_saved_by_one_process_restores_into_two(model, tmp_path):
     try:
         r = group.post("/slots/0?action=restore", {"filename": "s.bin"})
         assert r.status_code == 200, r.text
+        # Saved back from the group (every process's heads joined on process
+        # 0): the same bytes.
+        r = group.post("/slots/0?action=save", {"filename": "t.bin"})
+        assert r.status_code == 200, r.text
         got = group.post("/completion", follow).json()
         assert got["content"] == expected["content"]
         assert got["tokens_cached"] == expected["tokens_cached"] > 0
-        # Saving would need every process's cells: refused, and the group serves on.
-        r = group.post("/slots/0?action=save", {"filename": "t.bin"})
-        assert r.status_code == 501 and "across processes" in r.json()["error"]["message"], r.text
-        assert group.post("/completion", body).status_code == 200
+        # A slot the group itself decoded, saved and restored into one process.
+        group.post("/completion", dict(body, id_slot=0))
+        assert group.post("/slots/0?action=save", {"filename": "u.bin"}).status_code == 200
+        continued = group.post("/completion", dict(follow, prompt=body["prompt"] + first)).json()
     finally:
         assert group.stop() == 0, group.log_text()
+    assert (tmp_path / "t.bin").read_bytes() == (tmp_path / "s.bin").read_bytes()
+    single = ServerProcess(*args, "-t", "2", model=model)
+    try:
+        assert single.post("/slots/0?action=restore", {"filename": "u.bin"}).status_code == 200
+        again = single.post("/completion", dict(follow, prompt=body["prompt"] + first)).json()
+        assert again["content"] == continued["content"]
+        assert again["tokens_cached"] == continued["tokens_cached"] > 0
+    finally:
+        assert single.stop() == 0
 
 
 def test_embeddings_across_two_processes(model):
