@@ -173,6 +173,7 @@ void GgufFile::index_tensors(const Part & part) {
             throw Error("model file '" + part.path + "': tensor '" + name + "' is also in '" +
                         tensors_[by_name_[name]].part->path + "'");
         }
+        by_desc_.emplace(t, tensors_.size());
         tensors_.push_back(Tensor{t, &part, offset});
     }
 }
@@ -314,7 +315,10 @@ uint64_t GgufFile::header_digest() const {
 }
 
 void GgufFile::read_tensor(const ggml_tensor * desc, uint64_t at, void * dst, size_t n) const {
-    const Tensor & t = tensors_[by_name_.at(ggml_get_name(desc))];
+    const auto it = by_desc_.find(desc);
+    if (it == by_desc_.end())
+        throw Error("model file '" + path() + "': no tensor '" + ggml_get_name(desc) + "' to read");
+    const Tensor & t = tensors_[it->second];
     t.part->read(t.offset + at, dst, n);
 }
 

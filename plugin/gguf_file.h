@@ -67,6 +67,7 @@ class GgufFile {
     std::vector<std::unique_ptr<Part>> parts_;
     std::vector<Tensor> tensors_;
     std::unordered_map<std::string, size_t> by_name_;
+    std::unordered_map<const ggml_tensor *, size_t> by_desc_;  // reads name their tensor by description
 };
 
 }  // namespace llama_tp
