@@ -98,6 +98,25 @@ std::vector<bool> read_swa_layers(const GgufFile & file, const std::string & a, 
     return layers;
 }
 
+// The sliding window (window 0: none), which layers slide, and their RoPE:
+// base_swa where the file gives none, the other layers' frequency scale or none.
+struct SlidingWindowDefaults {
+    int64_t window;  // -1: the file must give it
+    int64_t period;
+    double base_swa;
+    bool scaled;
+};
+
+void read_sliding_window(const GgufFile & file, const std::string & a, HParams & hp, SlidingWindowDefaults d) {
+    const std::string key = a + ".attention.sliding_window";
+    hp.n_swa = (int32_t) (d.window < 0 ? file.get_int(key) : file.get_int(key, d.window));
+    if (hp.n_swa < 0 || (d.window < 0 && hp.n_swa == 0)) require_positive(file, "attention.sliding_window", hp.n_swa);
+    if (hp.n_swa == 0) return;
+    hp.swa_layers = read_swa_layers(file, a, hp, d.period);
+    hp.rope_freq_base_swa = (float) file.get_float(a + ".rope.freq_base_swa", d.base_swa);
+    hp.rope_freq_scale_swa = d.scaled ? hp.rope_freq_scale : 1.0f;
+}
+
 // Gemma 2 and 3, as upstream reads them: sliding-window layers (gemma3: 5 of
 // every 6 and a RoPE base of their own, gemma2: every other and a window of
 // 4096 unless the file says), the query scale (the 27B models, 46 and 62
@@ -105,13 +124,9 @@ std::vector<bool> read_swa_layers(const GgufFile & file, const std::string & a, 
 // 50 on attention scores and 30 on logits).
 void read_gemma(const GgufFile & file, const std::string & a, HParams & hp) {
     const bool v2 = hp.arch == Arch::Gemma2;
-    hp.n_swa = (int32_t) file.get_int(a + ".attention.sliding_window", v2 ? 4096 : 0);
-    if (hp.n_swa < 0) require_positive(file, "attention.sliding_window", hp.n_swa);
-    if (hp.n_swa > 0) {
-        hp.swa_layers = read_swa_layers(file, a, hp, v2 ? 2 : 6);
-        hp.rope_freq_base_swa = (float) file.get_float(a + ".rope.freq_base_swa", v2 ? hp.rope_freq_base : 10000.0);
-        hp.rope_freq_scale_swa = v2 ? hp.rope_freq_scale : 1.0f;
-    }
+    read_sliding_window(
+        file, a, hp,
+        v2 ? SlidingWindowDefaults{4096, 2, hp.rope_freq_base, true} : SlidingWindowDefaults{0, 6, 10000.0, false});
     const bool is_27b = hp.n_layer == (v2 ? 46 : 62);
     hp.query_scale = 1.0f / std::sqrt((float) (is_27b ? hp.n_embd / hp.n_head : hp.head_dim));
     hp.final_logit_softcap = (float) file.get_float(a + ".final_logit_softcapping", v2 ? 30.0 : 0.0);
@@ -159,14 +174,8 @@ HParams read_hparams(const GgufFile & file) {
     read_rope(file, a, hp);
     if (hp.arch == Arch::Phi3) hp.query_scale = 1.0f / std::sqrt((float) hp.head_dim);
     if (hp.is_gemma()) read_gemma(file, a, hp);
-    if (hp.is_gpt_oss()) {
-        // Every other layer slides (the first does), rotating as the others do.
-        hp.n_swa = (int32_t) file.get_int(a + ".attention.sliding_window");
-        require_positive(file, "attention.sliding_window", hp.n_swa);
-        hp.swa_layers = read_swa_layers(file, a, hp, 2);
-        hp.rope_freq_base_swa = (float) file.get_float(a + ".rope.freq_base_swa", hp.rope_freq_base);
-        hp.rope_freq_scale_swa = hp.rope_freq_scale;
-    }
+    // gpt-oss: every other layer slides (the first does), rotating as the others do.
+    if (hp.is_gpt_oss()) read_sliding_window(file, a, hp, {-1, 2, hp.rope_freq_base, true});
     return hp;
 }
 

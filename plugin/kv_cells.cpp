@@ -100,17 +100,19 @@ std::vector<AttentionRun> KvCells::attention_runs(const Batch & batch) const {
     return runs;
 }
 
-void KvCells::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask, int32_t n_swa) const {
+void KvCells::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask, ggml_fp16_t * mask_swa,
+                        int32_t n_swa) const {
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f);
     const ggml_fp16_t ninf = ggml_fp32_to_fp16(-INFINITY);
     for (int32_t i = 0; i < run.size(); ++i) {
         const int32_t seq = batch.seq[run.t0 + i], pos = batch.pos[run.t0 + i];
         const Cell * cells = cells_.data() + run.cell0 + (size_t) (i / run.n_tokens) * run.stride;
         ggml_fp16_t * row = mask + (size_t) i * run.window;
+        ggml_fp16_t * row_swa = mask_swa ? mask_swa + (size_t) i * run.window : nullptr;
         for (int32_t c = 0; c < run.window; ++c) {
-            const bool seen = cells[c].pos >= 0 && cells[c].seq == seq && cells[c].pos <= pos &&
-                              (n_swa == 0 || pos - cells[c].pos < n_swa);
+            const bool seen = cells[c].pos >= 0 && cells[c].seq == seq && cells[c].pos <= pos;
             row[c] = seen ? zero : ninf;
+            if (row_swa) row_swa[c] = seen && pos - cells[c].pos < n_swa ? zero : ninf;
         }
     }
 }

@@ -67,9 +67,10 @@ class KvCells {
     std::vector<AttentionRun> attention_runs(const Batch & batch) const;
     // mask[(j * run.n_tokens + t) * run.window + c] = 0 where token t of
     // stream j may attend to cell c of that stream's window, -inf elsewhere;
-    // with n_swa > 0 also -inf for cells n_swa or more positions back
-    // (sliding-window layers).
-    void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask, int32_t n_swa = 0) const;
+    // mask_swa, when given, the same with -inf also for cells n_swa or more
+    // positions back (sliding-window layers), in the same pass.
+    void fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16_t * mask, ggml_fp16_t * mask_swa = nullptr,
+                   int32_t n_swa = 0) const;
 
     void seq_remove(int32_t seq, int32_t p0, int32_t p1);
     // Moves positions [p0, p1) of a sequence by delta (those that would fall

@@ -153,18 +153,16 @@ std::string MpiRankGroup::failure() const {
     return local_->failure();
 }
 
-void MpiRankGroup::run(const Step & step, float * logits) {
+void MpiRankGroup::drive(const Step & step, const std::function<void()> & here, const Join & join) {
     const std::string failed = failure();
     if (!failed.empty()) throw Error("the rank group has failed: " + failed);
     try {
         std::vector<uint8_t> bytes = step.encode();
         processes_.broadcast(bytes);
-        const size_t n_rows = output_rows(step.batch).size();
-        local_->run(step, logits);
-        // Process 0's own slices are in place already.
+        here();
         std::vector<std::vector<uint8_t>> parts;
         processes_.gather({}, &parts);
-        for (int p = 1; p < processes_.size(); ++p) unpack(p, parts[p], n_rows, logits);
+        for (int p = 1; p < processes_.size(); ++p) join(p, parts[p]);
     } catch (const std::exception & e) {
         std::lock_guard<std::mutex> lock(failure_mutex_);
         if (failure_.empty()) failure_ = e.what();
@@ -172,19 +170,21 @@ void MpiRankGroup::run(const Step & step, float * logits) {
     }
 }
 
+void MpiRankGroup::run(const Step & step, float * logits) {
+    const size_t n_rows = output_rows(step.batch).size();
+    // Process 0's own slices are in place already.
+    drive(
+        step, [&] { local_->run(step, logits); },
+        [&](int p, const std::vector<uint8_t> & part) { unpack(p, part, n_rows, logits); });
+}
+
 void MpiRankGroup::read(const Step & step, uint8_t * image) {
-    const std::string failed = failure();
-    if (!failed.empty()) throw Error("the rank group has failed: " + failed);
-    try {
-        std::vector<uint8_t> bytes = step.encode();
-        processes_.broadcast(bytes);
-        local_->read(step, image);
-        std::vector<std::vector<uint8_t>> parts;
-        processes_.gather({}, &parts);
-        const KvImageLayout l = image_layout_(step.read_n);
-        for (int p = 1; p < processes_.size(); ++p) {
-            if (parts[p].size() != l.bytes()) {
-                throw Error("process " + std::to_string(p) + " sent " + std::to_string(parts[p].size()) +
+    const KvImageLayout l = image_layout_(step.read_n);
+    drive(
+        step, [&] { local_->read(step, image); },
+        [&](int p, const std::vector<uint8_t> & part) {
+            if (part.size() != l.bytes()) {
+                throw Error("process " + std::to_string(p) + " sent " + std::to_string(part.size()) +
                             " bytes of KV cells, not " + std::to_string(l.bytes()));
             }
             // Its heads of every cell of every layer, keys and values.
@@ -194,16 +194,11 @@ void MpiRankGroup::read(const Step & step, uint8_t * image) {
                     const size_t n = (values ? l.v_head_bytes : l.k_head_bytes) * (size_t) h.size();
                     for (int32_t c = 0; c < l.n_cells; ++c) {
                         const size_t at = l.offset(il, values, c, (int32_t) h.begin);
-                        std::memcpy(image + at, parts[p].data() + at, n);
+                        std::memcpy(image + at, part.data() + at, n);
                     }
                 }
             }
-        }
-    } catch (const std::exception & e) {
-        std::lock_guard<std::mutex> lock(failure_mutex_);
-        if (failure_.empty()) failure_ = e.what();
-        throw;
-    }
+        });
 }
 
 void MpiRankGroup::follow_read(const Step & step) {

@@ -55,6 +55,11 @@ class MpiRankGroup final : public RankGroup {
     std::vector<uint8_t> pack(const std::vector<float> & rows, size_t n_rows) const;
     void unpack(int process, const std::vector<uint8_t> & part, size_t n_rows, float * logits);
     void gather_reports();
+    // Process 0's side of a step: refused once the group has failed; the
+    // step goes to every process, `here` runs this process's part, and each
+    // other process's reply goes to `join` (a failure is kept for good).
+    using Join = std::function<void(int process, const std::vector<uint8_t> & part)>;
+    void drive(const Step & step, const std::function<void()> & here, const Join & join);
     // A follower's part of a Read step: its ranks' heads of the image.
     void follow_read(const Step & step);
 

@@ -142,8 +142,8 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         mask_swa_.resize(hp_.n_swa > 0 ? shape.mask_size() : 0);
         size_t offset = 0;
         for (const AttentionRun & r : shape.runs) {
-            kv_->fill_mask(batch, r, mask_.data() + offset);
-            if (hp_.n_swa > 0) kv_->fill_mask(batch, r, mask_swa_.data() + offset, hp_.n_swa);
+            kv_->fill_mask(batch, r, mask_.data() + offset, hp_.n_swa > 0 ? mask_swa_.data() + offset : nullptr,
+                           hp_.n_swa);
             offset += (size_t) r.window * r.size();
         }
         prepare(batch, cells, out_rows, shape);

@@ -264,21 +264,25 @@ def test_slots_move_between_one_process_and_two(model, tmp_path):
         assert single.stop() == 0
 
 
+def served(server, ask):
+    """ask(server), then the server stops cleanly."""
+    try:
+        return ask(server)
+    finally:
+        assert server.stop() == 0, server.log_text()
+
+
 def test_embeddings_across_two_processes(model):
     args = ("-np", "1", "-c", "512", "--embeddings", "--split-invariant")
     body = {"content": "Once upon a time", "embd_normalize": -1}
-    single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
-    try:
-        expected = single.post("/embedding", body).json()[0]["embedding"][0]
-    finally:
-        assert single.stop() == 0
-    group = MpiServer(*args, "-t", "1", model=model)
-    try:
-        r = group.post("/embedding", body)
+
+    def embedding(server):
+        r = server.post("/embedding", body)
         assert r.status_code == 200, r.text
-        got = r.json()[0]["embedding"][0]
-    finally:
-        assert group.stop() == 0, group.log_text()
+        return r.json()[0]["embedding"][0]
+
+    expected = served(ServerProcess(*args, "--tp", "2", "-t", "2", model=model), embedding)
+    got = served(MpiServer(*args, "-t", "1", model=model), embedding)
     assert len(got) == len(expected) == 256
     assert got == expected  # split-invariant sums: the same numbers however the ranks are placed
 
@@ -288,18 +292,13 @@ def test_context_shift_across_two_processes(model):
     the one two thread ranks write (split-invariant sums, the same bits)."""
     args = ("-np", "1", "-c", "128", "--context-shift", "--split-invariant")
     body = {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "ignore_eos": True}
-    single = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
-    try:
-        expected = single.post("/v1/completions", body).json()["choices"][0]["text"]
-        assert single.log_text().count("context shift") >= 2
-    finally:
-        assert single.stop() == 0
-    group = MpiServer(*args, "-t", "1", model=model)
-    try:
-        r = group.post("/v1/completions", body)
+
+    def text(server):
+        r = server.post("/v1/completions", body)
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] == 200
-        got = r.json()["choices"][0]["text"]
-    finally:
-        assert group.stop() == 0, group.log_text()
-    assert got == expected
+        assert server.log_text().count("context shift") >= 2
+        return r.json()["choices"][0]["text"]
+
+    expected = served(ServerProcess(*args, "--tp", "2", "-t", "2", model=model), text)
+    assert served(MpiServer(*args, "-t", "1", model=model), text) == expected
