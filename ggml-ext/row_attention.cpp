@@ -6,81 +6,105 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__) && defined(__FMA__))
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
-#endif
-
-// GCC 12's AVX-512 intrinsics pass an undefined register as the unused
-// merge source and then warn about it where they are inlined.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace {
 
-#if defined(__AVX512F__)
-__m512 load_f16x16(const ggml_fp16_t * p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
-}
+constexpr ggml_fp16_t kHidden = 0xFC00;  // F16 -inf
 
-float sum_f32x16(__m512 v) {
-    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // + the other 256 bits
-    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // + the neighbouring 128 bits
-    __m128 h = _mm512_castps512_ps128(v);
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-#endif
-
-// F16 -> F32, n elements (exact).
-void to_f32(const ggml_fp16_t * x, float * y, int64_t n) {
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, load_f16x16(x + i));
-#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-    for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + i))));
+// One register of float lanes and the operations the kernel needs of it. A
+// block of W cells is scored in one register, so no horizontal sum is paid
+// per cell. 256-bit lanes on every x86 CPU with AVX2, AVX-512 ones included.
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+struct Lanes {
+    using F = __m256;
+    static constexpr int W = 8;
+    static F zero() { return _mm256_setzero_ps(); }
+    static F set1(float x) { return _mm256_set1_ps(x); }
+    static F load(const float * p) { return _mm256_loadu_ps(p); }
+    static F load(const ggml_fp16_t * p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
     }
-#endif
-    for (; i < n; ++i) y[i] = ggml_fp16_to_fp32(x[i]);
-}
-
-// sum_i a[i] * b[i]
-float dot(const float * a, const float * b, int64_t n) {
-    int64_t i = 0;
-    float s = 0.0f;
-#if defined(__AVX512F__)
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    s = sum_f32x16(acc);
-#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-    __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    s = _mm_cvtss_f32(h);
-#endif
-    for (; i < n; ++i) s += a[i] * b[i];
-    return s;
-}
-
-// out[i] += p * v[i]
-void axpy(float * out, float p, const float * v, int64_t n) {
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512 pv = _mm512_set1_ps(p);
-    for (; i + 16 <= n; i += 16) {
-        _mm512_storeu_ps(out + i, _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(out + i)));
+    static void store(float * p, F x) { _mm256_storeu_ps(p, x); }
+    static F add(F a, F b) { return _mm256_add_ps(a, b); }
+    static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+    static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+    static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+    static F max(F a, F b) { return _mm256_max_ps(a, b); }
+    static F round(F x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    static F pow2(F n) {
+        const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
     }
-#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-    const __m256 pv = _mm256_set1_ps(p);
-    for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
+    static uint32_t visible(F mask) {
+        return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(mask, set1(-INFINITY), _CMP_NEQ_OQ)));
     }
+    static F hide(F x, F mask, float other) {
+        return _mm256_blendv_ps(x, set1(other), _mm256_cmp_ps(mask, set1(-INFINITY), _CMP_EQ_OQ));
+    }
+    static float hmax(F x) {
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    }
+    static float hsum(F x) {
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    }
+    static F sums(F (&a)[W]) {
+        const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+        return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    }
+};
+#else
+struct Lanes {
+    using F = float;
+    static constexpr int W = 1;
+    static F zero() { return 0.0f; }
+    static F set1(float x) { return x; }
+    static F load(const float * p) { return *p; }
+    static F load(const ggml_fp16_t * p) { return ggml_fp16_to_fp32(*p); }
+    static void store(float * p, F x) { *p = x; }
+    static F add(F a, F b) { return a + b; }
+    static F sub(F a, F b) { return a - b; }
+    static F mul(F a, F b) { return a * b; }
+    static F fma(F a, F b, F c) { return std::fma(a, b, c); }
+    static F max(F a, F b) { return std::max(a, b); }
+    static uint32_t visible(F mask) { return mask != -INFINITY ? 1u : 0u; }
+    static F hide(F x, F mask, float other) { return mask == -INFINITY ? other : x; }
+    static float hmax(F x) { return x; }
+    static float hsum(F x) { return x; }
+    static F sums(F (&a)[W]) { return a[0]; }
+};
 #endif
-    for (; i < n; ++i) out[i] += p * v[i];
+
+using F = Lanes::F;
+constexpr int64_t W = Lanes::W;
+
+// e^x for x <= 0, lane by lane: Cephes' single-precision polynomial after
+// reducing by ln 2 (a few ulp); below -87 it is e^-87, about 1e-38.
+F exp_nonpositive(F x) {
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+    using L = Lanes;
+    x = L::max(x, L::set1(-87.0f));
+    const F n = L::round(L::mul(x, L::set1(1.44269504088896341f)));
+    F r = L::fma(n, L::set1(-0.693359375f), x);
+    r = L::fma(n, L::set1(2.12194440e-4f), r);
+    F p = L::set1(1.9875691500e-4f);
+    p = L::fma(p, r, L::set1(1.3981999507e-3f));
+    p = L::fma(p, r, L::set1(8.3334519073e-3f));
+    p = L::fma(p, r, L::set1(4.1665795894e-2f));
+    p = L::fma(p, r, L::set1(1.6666665459e-1f));
+    p = L::fma(p, r, L::set1(5.0000001201e-1f));
+    p = L::fma(p, L::mul(r, r), L::add(r, L::set1(1.0f)));
+    return L::mul(p, L::pow2(n));
+#else
+    return std::exp(x);
+#endif
 }
 
 template <typename T>
@@ -89,21 +113,90 @@ const T * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3) {
                                        i3 * t->nb[3]);
 }
 
-constexpr ggml_fp16_t kHidden = 0xFC00;  // F16 -inf
-
-// Whether any of the token rows' masks sees cell c (a cell no row sees is not loaded).
-bool any_row_sees(const ggml_fp16_t * const * mask, int64_t n_tokens, int64_t c) {
-    bool any = false;
-    for (int64_t t = 0; t < n_tokens; ++t) any |= mask[t][c] != kHidden;
-    return any;
+inline float to_float(float x) {
+    return x;
 }
+inline float to_float(ggml_fp16_t x) {
+    return ggml_fp16_to_fp32(x);
+}
+
+// The mask of cells c0 .. c0 + W - 1 of one row; cells past n_kv are hidden.
+F mask_lanes(const ggml_fp16_t * row, int64_t c0, int64_t n_kv) {
+    if (c0 + W <= n_kv) return Lanes::load(row + c0);
+    ggml_fp16_t padded[W];
+    for (int64_t j = 0; j < W; ++j) padded[j] = c0 + j < n_kv ? row[c0 + j] : kHidden;
+    return Lanes::load(padded);
+}
+
+// The scores of W cells for one query: lane j is q . keys[j], each summed
+// the same way (W-wide partial sums, then the lanes, then a scalar tail).
+template <typename T>
+F block_scores(const float * q, const T * const * keys, int64_t D) {
+    F acc[W];
+    for (int64_t j = 0; j < W; ++j) acc[j] = Lanes::zero();
+    int64_t d = 0;
+    for (; d + W <= D; d += W) {
+        const F qd = Lanes::load(q + d);
+        for (int64_t j = 0; j < W; ++j) acc[j] = Lanes::fma(qd, Lanes::load(keys[j] + d), acc[j]);
+    }
+    F s = Lanes::sums(acc);
+    if (d == D) return s;
+    float lanes[W], tail[W];
+    Lanes::store(lanes, s);
+    for (int64_t j = 0; j < W; ++j) {
+        float t = 0.0f;
+        for (int64_t i = d; i < D; ++i) t += q[i] * to_float(keys[j][i]);
+        tail[j] = lanes[j] + t;
+    }
+    return Lanes::load(tail);
+}
+
+// out[i] += sum over the visible cells j, in order, of p[j] * values[j][i];
+// N registers of out at a time stay in registers across the cells.
+template <int N, typename T>
+int64_t add_values(float * out, const float * p, uint32_t visible, const T * const * values, int64_t d, int64_t D) {
+    for (; d + N * W <= D; d += N * W) {
+        F acc[N];
+        for (int i = 0; i < N; ++i) acc[i] = Lanes::load(out + d + i * W);
+        for (uint32_t bits = visible; bits != 0; bits &= bits - 1) {
+            const int j = __builtin_ctz(bits);
+            const F pj = Lanes::set1(p[j]);
+            for (int i = 0; i < N; ++i) acc[i] = Lanes::fma(pj, Lanes::load(values[j] + d + i * W), acc[i]);
+        }
+        for (int i = 0; i < N; ++i) Lanes::store(out + d + i * W, acc[i]);
+    }
+    return d;
+}
+
+template <typename T>
+void add_block_values(float * out, const float * p, uint32_t visible, const T * const * values, int64_t D) {
+    int64_t d = add_values<8>(out, p, visible, values, 0, D);
+    d = add_values<4>(out, p, visible, values, d, D);
+    d = add_values<1>(out, p, visible, values, d, D);
+    for (; d < D; ++d) {
+        for (uint32_t bits = visible; bits != 0; bits &= bits - 1) {
+            const int j = __builtin_ctz(bits);
+            out[d] = std::fma(p[j], to_float(values[j][d]), out[d]);
+        }
+    }
+}
+
 constexpr int64_t kTokens = 4;     // query tokens sharing each key and value load
 constexpr int64_t kMaxGroup = 16;  // query heads of one KV head sharing them too
 constexpr int64_t kRows = kTokens * kMaxGroup;
 
 struct Scratch {
+    int64_t stride;  // scores per row: n_kv rounded up to whole blocks
     std::vector<float> q, scores, out, kf, vf;
-    Scratch(int64_t D, int64_t n_kv, int64_t rows) : q(rows * D), scores(rows * n_kv), out(rows * D), kf(D), vf(D) {}
+    std::vector<ggml_fp16_t> zero;  // the rows of cells past n_kv
+    Scratch(int64_t D, int64_t n_kv, int64_t rows)
+        : stride((n_kv + W - 1) / W * W),
+          q(rows * D),
+          scores(rows * stride),
+          out(rows * D),
+          kf(W * D),
+          vf(W * D),
+          zero(D, 0) {}
 };
 
 // One work item: query tokens t0 .. t0 + nt - 1 of the query heads
@@ -112,10 +205,36 @@ struct Item {
     int64_t t0, nt, h0, nh, s;
 };
 
+// The rows of block c0 of a K or V head: read in place as F16 when one row
+// reads them, else converted once to F32 for all rows (the same values, so
+// the same results).
+struct BlockRows {
+    const ggml_fp16_t * f16[W];
+    const float * f32[W];
+    bool converted;
+};
+
+BlockRows block_rows(const ggml_tensor * t, int64_t c0, int64_t n_kv, int64_t hk, int64_t s, bool convert,
+                     float * scratch, const ggml_fp16_t * zero) {
+    const int64_t D = t->ne[0];
+    BlockRows b{};
+    b.converted = convert;
+    for (int64_t j = 0; j < W; ++j) {
+        b.f16[j] = c0 + j < n_kv ? at<ggml_fp16_t>(t, c0 + j, hk, s) : zero;
+        if (!convert) continue;
+        float * y = scratch + j * D;
+        int64_t i = 0;
+        for (; i + W <= D; i += W) Lanes::store(y + i, Lanes::load(b.f16[j] + i));
+        for (; i < D; ++i) y[i] = ggml_fp16_to_fp32(b.f16[j][i]);
+        b.f32[j] = y;
+    }
+    return b;
+}
+
 // The item's rows (token, head): scores of the visible cells, softmax and
-// the weighted sum of their values, in F32. The rows share each key and
-// value conversion; every row's arithmetic is the same as if it were alone
-// (the same operations on the same numbers, in the same order).
+// the weighted sum of their values, in F32, block of W cells by block. Every
+// row's arithmetic depends only on its own query, mask and cells, never on
+// the rows it shares the item with.
 void attend_rows(const ggml_tensor * dst, const Item & it, float scale, float softcap, Scratch & w) {
     const ggml_tensor * tq = dst->src[0];
     const ggml_tensor * tk = dst->src[1];
@@ -125,53 +244,84 @@ void attend_rows(const ggml_tensor * dst, const Item & it, float scale, float so
     const int64_t D = tq->ne[0], n_kv = tk->ne[1], s = it.s;
     const int64_t hk = it.h0 / (tq->ne[2] / tk->ne[2]);
     const int64_t nr = it.nt * it.nh;  // row r: token it.t0 + r / nh, head it.h0 + r % nh
+    const bool convert = nr > 1;
 
     const ggml_fp16_t * token_mask[kTokens];
     for (int64_t t = 0; t < it.nt; ++t) token_mask[t] = at<ggml_fp16_t>(tm, it.t0 + t, 0, s);
-    const ggml_fp16_t * mask[kRows];
-    float max[kRows], sum[kRows];
+    F max_lanes[kRows];
     for (int64_t r = 0; r < nr; ++r) {
         const float * qr = at<float>(tq, it.t0 + r / it.nh, it.h0 + r % it.nh, s);
         // A soft-cap divides the scaled score: folded into the query's scale.
         const float q_scale = softcap != 0.0f ? scale / softcap : scale;
         for (int64_t i = 0; i < D; ++i) w.q[r * D + i] = qr[i] * q_scale;
-        mask[r] = token_mask[r / it.nh];
-        // A sink takes part in the maximum and adds its share to the sum.
-        max[r] = sinks ? sinks[it.h0 + r % it.nh] : -INFINITY;
-        sum[r] = 0.0f;
+        max_lanes[r] = Lanes::set1(-INFINITY);
     }
 
-    for (int64_t c = 0; c < n_kv; ++c) {
-        if (!any_row_sees(token_mask, it.nt, c)) continue;
-        to_f32(at<ggml_fp16_t>(tk, c, hk, s), w.kf.data(), D);
+    F mask[kTokens];
+    uint32_t visible[kTokens];
+    auto block_mask = [&](int64_t c0) {
+        uint32_t any = 0;
+        for (int64_t t = 0; t < it.nt; ++t) {
+            mask[t] = mask_lanes(token_mask[t], c0, n_kv);
+            visible[t] = Lanes::visible(mask[t]);
+            any |= visible[t];
+        }
+        return any != 0;
+    };
+
+    for (int64_t c0 = 0; c0 < n_kv; c0 += W) {
+        if (!block_mask(c0)) continue;
+        const BlockRows keys = block_rows(tk, c0, n_kv, hk, s, convert, w.kf.data(), w.zero.data());
         for (int64_t r = 0; r < nr; ++r) {
-            float & score = w.scores[r * n_kv + c];
-            if (mask[r][c] == kHidden) {
-                score = -INFINITY;
-                continue;
+            const int64_t t = r / it.nh;
+            if (visible[t] == 0) continue;
+            const float * q = w.q.data() + r * D;
+            F score = keys.converted ? block_scores(q, keys.f32, D) : block_scores(q, keys.f16, D);
+            if (softcap != 0.0f) {
+                float lanes[W];
+                Lanes::store(lanes, score);
+                for (float & x : lanes) x = softcap * std::tanh(x);
+                score = Lanes::load(lanes);
             }
-            score = dot(w.q.data() + r * D, w.kf.data(), D);
-            if (softcap != 0.0f) score = softcap * std::tanh(score);
-            score += ggml_fp16_to_fp32(mask[r][c]);
-            if (score > max[r]) max[r] = score;
+            score = Lanes::hide(Lanes::add(score, mask[t]), mask[t], -INFINITY);
+            Lanes::store(w.scores.data() + r * w.stride + c0, score);
+            max_lanes[r] = Lanes::max(max_lanes[r], score);
         }
     }
 
-    std::memset(w.out.data(), 0, nr * D * sizeof(float));
-    for (int64_t c = 0; c < n_kv; ++c) {
-        if (!any_row_sees(token_mask, it.nt, c)) continue;
-        to_f32(at<ggml_fp16_t>(tv, c, hk, s), w.vf.data(), D);
+    float max[kRows];
+    F sum_lanes[kRows];
+    for (int64_t r = 0; r < nr; ++r) {
+        // A sink takes part in the maximum and adds its share to the sum.
+        max[r] = Lanes::hmax(max_lanes[r]);
+        if (sinks) max[r] = std::max(max[r], sinks[it.h0 + r % it.nh]);
+        sum_lanes[r] = Lanes::zero();
+    }
+    std::fill(w.out.begin(), w.out.begin() + nr * D, 0.0f);
+    for (int64_t c0 = 0; c0 < n_kv; c0 += W) {
+        if (!block_mask(c0)) continue;
+        const BlockRows values = block_rows(tv, c0, n_kv, hk, s, convert, w.vf.data(), w.zero.data());
         for (int64_t r = 0; r < nr; ++r) {
-            if (mask[r][c] == kHidden) continue;
-            const float p = std::exp(w.scores[r * n_kv + c] - max[r]);
-            sum[r] += p;
-            axpy(w.out.data() + r * D, p, w.vf.data(), D);
+            const int64_t t = r / it.nh;
+            if (visible[t] == 0) continue;
+            const F x = Lanes::sub(Lanes::load(w.scores.data() + r * w.stride + c0), Lanes::set1(max[r]));
+            const F p = Lanes::hide(exp_nonpositive(x), mask[t], 0.0f);
+            sum_lanes[r] = Lanes::add(sum_lanes[r], p);
+            float pl[W];
+            Lanes::store(pl, p);
+            float * out = w.out.data() + r * D;
+            if (values.converted) {
+                add_block_values(out, pl, visible[t], values.f32, D);
+            } else {
+                add_block_values(out, pl, visible[t], values.f16, D);
+            }
         }
     }
 
     for (int64_t r = 0; r < nr; ++r) {
-        if (sinks) sum[r] += std::exp(sinks[it.h0 + r % it.nh] - max[r]);
-        const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+        float sum = Lanes::hsum(sum_lanes[r]);
+        if (sinks) sum += std::exp(sinks[it.h0 + r % it.nh] - max[r]);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int64_t t = it.t0 + r / it.nh, h = it.h0 + r % it.nh;
         float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + h * dst->nb[1] + t * dst->nb[2] +
                                               s * dst->nb[3]);

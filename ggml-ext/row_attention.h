@@ -1,8 +1,8 @@
 #pragma once
 // Attention computed row by row: for every query token, head and stream,
 // the scores of its visible cells, a softmax and the weighted sum of their
-// F16 values, in F32 and vectorised for every head size that is a multiple
-// of 16. The same inputs as ggml_flash_attn_ext. Each row's result depends
+// F16 values, in F32, eight cells at a time (head sizes that are not a
+// multiple of 8 add a scalar tail). The same inputs as ggml_flash_attn_ext. Each row's result depends
 // only on its own query, mask row and cells, so it is the same whichever
 // other rows share the batch. (ggml's CPU kernel runs scalar code for F16
 // rows shorter than its SIMD step, 128 on CPUs with AVX512-FP16: there a

@@ -112,10 +112,16 @@ TEST_P(RowAttention, MatchesFlashAttention) {
 }
 
 // Each row's result is the same bits whichever tokens, heads and threads
-// share its work item: 7 tokens of 8 query heads over 2 KV heads, in one
-// call on 1 to 8 threads, against every token alone on one thread.
-TEST(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
-    constexpr int64_t D = 64, n_head = 8, n_head_kv = 2, n_kv = 130, T = 7;
+// share its work item: 7 tokens of 8 query heads, in one call on 1 to 8
+// threads, against every token alone on one thread. Over 2 KV heads every
+// item has several rows; over 8, a token alone is one row, which reads its
+// keys and values in place instead of through the converted copies. 130
+// cells end in a partial block.
+class RowAttentionBatch : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
+    constexpr int64_t D = 64, n_head = 8, n_kv = 130, T = 7;
+    const int64_t n_head_kv = GetParam();
     ggml_init_params params = {64u << 20, nullptr, false};
     ggml_context * ctx = ggml_init(params);
     ASSERT_NE(ctx, nullptr);
@@ -162,6 +168,8 @@ TEST(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
     }
     ggml_free(ctx);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvHeads, RowAttentionBatch, ::testing::Values(2, 8));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RowAttention,
                          ::testing::Values(Shape{64, 12, 12, 256, 3, 300, 1, 2},       // head size 64, decode streams

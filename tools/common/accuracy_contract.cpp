@@ -5,11 +5,41 @@
 namespace llama_tp {
 namespace {
 
-// Float activations: a reassociated sum moves probabilities by rounding only.
-AccuracyBounds float_sums(std::string clause) {
+// Bits per value of the coarser of the cache's key and value types.
+int coarsest_bits(const KvTypes & t) {
+    auto bits = [](ggml_type type) {
+        switch (type) {
+            case GGML_TYPE_F32:
+                return 32;
+            case GGML_TYPE_F16:
+            case GGML_TYPE_BF16:
+                return 16;
+            case GGML_TYPE_Q8_0:
+                return 8;
+            case GGML_TYPE_Q5_0:
+            case GGML_TYPE_Q5_1:
+                return 5;
+            default:
+                return 4;
+        }
+    };
+    return std::min(bits(t.k), bits(t.v));
+}
+
+// Float activations: a reassociated sum moves probabilities by rounding
+// only. A 16-bit cache rounds every key and value it stores, and a last-bit
+// difference flips one of those steps: stories260K at --tp 2 to 4 measured
+// max |dp| 6.6e-4 to 1.04e-3 with an F16 cache (the host's vector width and
+// the attention kernel's order of addition decide where), 1.7e-6 with an F32
+// cache. The bound with a 16-bit cache is twice the worst of those.
+AccuracyBounds float_sums(std::string clause, const KvTypes & kv) {
     AccuracyBounds b;
     b.clause = std::move(clause);
     b.max_abs_dp = 1e-3;
+    if (coarsest_bits(kv) < 32) {
+        b.clause += ", 16-bit cache";
+        b.max_abs_dp = 2e-3;
+    }
     b.max_mean_kl = 1e-4;
     return b;
 }
@@ -32,8 +62,11 @@ AccuracyBounds quantized_sums(const ModelInfo & model) {
     return b;
 }
 
-AccuracyBounds reassociated(const ModelInfo & model) {
-    return model.quantized ? quantized_sums(model) : float_sums("float sums, float");
+// A cache of 8 bits or fewer quantizes the keys and values as a quantized
+// model quantizes every matrix input.
+AccuracyBounds reassociated(const ModelInfo & model, const KvTypes & kv) {
+    if (model.quantized || coarsest_bits(kv) < 16) return quantized_sums(model);
+    return float_sums("float sums, float", kv);
 }
 
 // A cache stored with fewer bits rounds every key and value it holds. With 8
@@ -42,22 +75,7 @@ AccuracyBounds reassociated(const ModelInfo & model) {
 // bits what it costs depends on the model (generated qwen3 q4_0: 0.78), so
 // it is reported only. Flips are reported.
 AccuracyBounds kv_cache_cost(const KvTypes & t) {
-    auto bits = [](ggml_type type) {
-        switch (type) {
-            case GGML_TYPE_F32:
-            case GGML_TYPE_F16:
-            case GGML_TYPE_BF16:
-                return 16;
-            case GGML_TYPE_Q8_0:
-                return 8;
-            case GGML_TYPE_Q5_0:
-            case GGML_TYPE_Q5_1:
-                return 5;
-            default:
-                return 4;
-        }
-    };
-    const int coarsest = std::min(bits(t.k), bits(t.v));
+    const int coarsest = coarsest_bits(t);
     AccuracyBounds b;
     b.clause = std::string("KV cache k ") + kv_type_name(t.k) + ", v " + kv_type_name(t.v) + " against F16";
     b.max_mean_kl = coarsest >= 8 ? 5e-2 : -1.0;
@@ -75,7 +93,7 @@ AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model)
         // Same kernels in the same order as upstream: identical but for the
         // order of the exact sums' rounding, which adds like a split does.
         if (run.split_invariant) {
-            AccuracyBounds b = reassociated(model);
+            AccuracyBounds b = reassociated(model, run.kv_types);
             b.clause = "split-invariant sums against upstream (" + b.clause + ")";
             return b;
         }
@@ -85,7 +103,7 @@ AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model)
         return b;
     }
     if (run.split_invariant) {
-        if (!model.split_tiled) return float_sums("split-invariant sums, slices off the 16-row tiles");
+        if (!model.split_tiled) return float_sums("split-invariant sums, slices off the 16-row tiles", run.kv_types);
         AccuracyBounds b;
         b.clause = "split-invariant sums";
         b.max_abs_dp = 0.0;
@@ -99,7 +117,7 @@ AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model)
         b.greedy = false;
         return b;
     }
-    return reassociated(model);
+    return reassociated(model, run.kv_types);
 }
 
 }  // namespace llama_tp
