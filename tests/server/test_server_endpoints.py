@@ -117,11 +117,15 @@ def test_chat_prompt_uses_fallback_template(server):
 
 
 def test_greedy_is_deterministic(server):
-    a = complete(server, max_tokens=24)
-    b = complete(server, max_tokens=24)
+    # A prompt the slot holds whole is answered after decoding its last token
+    # again, alone, which ggml's matrix kernels may round differently from
+    # the prompt's batch (llama-server documents the same of cache_prompt):
+    # the cache is off here, and each answer is computed from its prompt.
+    a = complete(server, max_tokens=24, cache_prompt=False)
+    b = complete(server, max_tokens=24, cache_prompt=False)
     assert a["choices"][0]["text"] == b["choices"][0]["text"]
-    c = chat(server, max_tokens=16)
-    d = chat(server, max_tokens=16)
+    c = chat(server, max_tokens=16, cache_prompt=False)
+    d = chat(server, max_tokens=16, cache_prompt=False)
     assert c["choices"][0]["message"]["content"] == d["choices"][0]["message"]["content"]
 
 
