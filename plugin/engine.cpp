@@ -55,6 +55,14 @@ class TensorParallelEngine final : public Engine {
         const int n_processes = processes ? processes->size() : 1;
         if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file));
         hp_ = read_hparams(file);
+        if (options_.rope.any()) {
+            apply_rope_overrides(hp_, options_.rope);
+            std::fprintf(stderr,
+                         "llama-tp: RoPE as asked: freq base %g, freq scale %g, YaRN ext factor %g, attn factor %g, "
+                         "beta fast %g, slow %g, original context %d\n",
+                         hp_.rope_freq_base, hp_.rope_freq_scale, hp_.yarn_ext_factor, hp_.yarn_attn_factor,
+                         hp_.yarn_beta_fast, hp_.yarn_beta_slow, hp_.rope_n_ctx_orig);
+        }
         tokenizer_ = std::make_unique<Tokenizer>(options_.model_path);
         if (tokenizer_->n_vocab() != hp_.n_vocab) {
             throw Error("model file '" + options_.model_path + "': vocabulary has " +
@@ -328,6 +336,17 @@ class TensorParallelEngine final : public Engine {
     }
 
     // What every process of a group must agree on before it loads anything.
+    // The RoPE overrides, for the processes of a launch to agree on.
+    std::string rope_text() const {
+        const RopeOverrides & r = options_.rope;
+        if (!r.any()) return "rope: the model's\n";
+        char text[256];
+        std::snprintf(text, sizeof text, "rope: scaling %d, base %g, scale %g, orig %d, yarn %g %g %g %g\n",
+                      r.scaling ? (int) *r.scaling : -1, r.freq_base, r.freq_scale, r.yarn_orig_ctx, r.yarn_ext_factor,
+                      r.yarn_attn_factor, r.yarn_beta_fast, r.yarn_beta_slow);
+        return text;
+    }
+
     std::string setup_text(const GgufFile & file) const {
         char digest[32];
         std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) file.header_digest());
@@ -341,7 +360,7 @@ class TensorParallelEngine final : public Engine {
                "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
                " sequences, " + (options_.kv_unified ? "unified" : "per sequence") + ", k " +
                kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v) + "\n" +
-               "batch: " + std::to_string(options_.n_batch) + "\n" +
+               "batch: " + std::to_string(options_.n_batch) + "\n" + rope_text() +
                "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n";
     }
 

@@ -38,6 +38,8 @@ struct EngineOptions {
     // Outputs are the final-normed hidden states (embedding(), n_embd floats
     // a row) instead of logits.
     bool embeddings = false;
+    // RoPE settings that replace the model's (llama-server's --rope-* and --yarn-*).
+    RopeOverrides rope;
     int32_t n_batch = 512;  // most tokens one decode() call accepts
     int32_t n_threads = 0;  // 0: all cores
     bool progress = true;   // load progress on stderr for large files

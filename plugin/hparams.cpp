@@ -33,31 +33,28 @@ void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
     // The Qwen, Phi-3 and Gemma families rotate the two halves of each head (NeoX style).
     hp.rope_type = hp.arch == Arch::Llama ? GGML_ROPE_TYPE_NORMAL : GGML_ROPE_TYPE_NEOX;
     hp.n_rot = (int32_t) file.get_int(a + ".rope.dimension_count", hp.head_dim);
-    hp.rope_freq_base = (float) file.get_float(a + ".rope.freq_base", 10000.0);
-    hp.rope_n_ctx_orig = (int32_t) file.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train);
+    hp.rope_freq_base_train = (float) file.get_float(a + ".rope.freq_base", 10000.0);
+    hp.n_ctx_orig_train = (int32_t) file.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train);
     const std::string scaling = file.get_string(a + ".rope.scaling.type", "none");
-    double factor = file.get_float(a + ".rope.scaling.factor", 0.0);
-    if (factor <= 0.0) factor = 1.0;
     if (scaling == "none") {
-        hp.rope_freq_scale = 1.0f;
+        hp.rope_scaling_train = RopeScaling::None;
     } else if (scaling == "linear") {
-        hp.rope_freq_scale = (float) (1.0 / factor);
+        hp.rope_scaling_train = RopeScaling::Linear;
     } else if (scaling == "yarn") {
-        hp.rope_freq_scale = (float) (1.0 / factor);
-        hp.yarn_ext_factor = 1.0f;
-        hp.yarn_attn_factor = (float) file.get_float(a + ".rope.scaling.attn_factor", 1.0);
-        hp.yarn_beta_fast = (float) file.get_float(a + ".rope.scaling.yarn_beta_fast", 32.0);
-        hp.yarn_beta_slow = (float) file.get_float(a + ".rope.scaling.yarn_beta_slow", 1.0);
+        hp.rope_scaling_train = RopeScaling::Yarn;
     } else {
         throw Error("model file '" + file.path() + "': RoPE scaling type '" + scaling + "' is not supported");
     }
+    const float factor = (float) file.get_float(a + ".rope.scaling.factor", 0.0);
+    hp.rope_freq_scale_train = factor == 0.0f ? 1.0f : 1.0f / factor;
     // A factor on every rotation's magnitude whatever the scaling (LongRoPE
-    // models carry one, with no scaling type); upstream multiplies it in.
-    if (scaling != "yarn") hp.yarn_attn_factor *= (float) file.get_float(a + ".rope.scaling.attn_factor", 1.0);
+    // models carry one, with no scaling type).
+    hp.rope_attn_factor = (float) file.get_float(a + ".rope.scaling.attn_factor", 1.0);
     if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
         throw Error("model file '" + file.path() + "': rope.dimension_count " + std::to_string(hp.n_rot) +
                     " does not fit head size " + std::to_string(hp.head_dim));
     }
+    apply_rope_overrides(hp, RopeOverrides{});
 }
 
 // qwen3moe and gpt-oss always have experts, of their own width; llama has
@@ -177,6 +174,27 @@ HParams read_hparams(const GgufFile & file) {
     // gpt-oss: every other layer slides (the first does), rotating as the others do.
     if (hp.is_gpt_oss()) read_sliding_window(file, a, hp, {-1, 2, hp.rope_freq_base, true});
     return hp;
+}
+
+void apply_rope_overrides(HParams & hp, const RopeOverrides & o) {
+    const RopeScaling scaling = o.scaling.value_or(hp.rope_scaling_train);
+    hp.rope_freq_base = o.freq_base != 0.0f ? o.freq_base : hp.rope_freq_base_train;
+    hp.rope_freq_scale = o.freq_scale != 0.0f ? o.freq_scale : hp.rope_freq_scale_train;
+    if (scaling == RopeScaling::None) hp.rope_freq_scale = 1.0f;
+    hp.rope_n_ctx_orig = o.yarn_orig_ctx != 0 ? o.yarn_orig_ctx : hp.n_ctx_orig_train;
+    hp.yarn_beta_fast = o.yarn_beta_fast >= 0.0f ? o.yarn_beta_fast : 32.0f;
+    hp.yarn_beta_slow = o.yarn_beta_slow >= 0.0f ? o.yarn_beta_slow : 1.0f;
+    hp.yarn_ext_factor = o.yarn_ext_factor >= 0.0f ? o.yarn_ext_factor : scaling == RopeScaling::Yarn ? 1.0f : 0.0f;
+    hp.yarn_attn_factor = o.yarn_attn_factor >= 0.0f ? o.yarn_attn_factor : 1.0f;
+    if (hp.yarn_ext_factor != 0.0f) {
+        // ggml's rope multiplies by 1 + 0.1 ln(1 / scale) where it
+        // extrapolates; this factor is the magnitude YaRN asks for divided by
+        // that, in upstream's float steps so that the products match its.
+        const float factor = 1.0f / hp.rope_freq_scale;
+        hp.yarn_attn_factor = factor <= 1.0f ? 1.0f : 0.1f * std::log(factor) + 1.0f;
+        hp.yarn_attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+    }
+    hp.yarn_attn_factor *= hp.rope_attn_factor;
 }
 
 }  // namespace llama_tp

@@ -2,6 +2,7 @@
 // A decoder's shape and numeric settings, read from GGUF metadata.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,26 @@ namespace llama_tp {
 class GgufFile;
 
 enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma2, Gemma3, GptOss };
+
+enum class RopeScaling { None, Linear, Yarn };
+
+// RoPE settings a user may override (llama-server's --rope-scaling,
+// --rope-scale / --rope-freq-scale, --rope-freq-base and --yarn-*). Unset
+// fields keep the model's values, as upstream's llama_context_params do.
+struct RopeOverrides {
+    std::optional<RopeScaling> scaling;
+    float freq_base = 0.0f;          // 0: the model's
+    float freq_scale = 0.0f;         // 0: the model's
+    int32_t yarn_orig_ctx = 0;       // 0: the model's
+    float yarn_ext_factor = -1.0f;   // < 0: 1 with YaRN scaling, else 0
+    float yarn_attn_factor = -1.0f;  // < 0: 1
+    float yarn_beta_fast = -1.0f;    // < 0: 32
+    float yarn_beta_slow = -1.0f;    // < 0: 1
+    bool any() const {
+        return scaling || freq_base != 0.0f || freq_scale != 0.0f || yarn_orig_ctx != 0 || yarn_ext_factor >= 0.0f ||
+               yarn_attn_factor >= 0.0f || yarn_beta_fast >= 0.0f || yarn_beta_slow >= 0.0f;
+    }
+};
 
 struct HParams {
     Arch arch = Arch::Llama;
@@ -60,9 +81,16 @@ struct HParams {
     float rope_freq_scale_swa = 1.0f;
     bool is_swa(int il) const { return n_swa > 0 && swa_layers[il]; }
 
-    // RoPE
+    // RoPE as the file gives it.
     int32_t rope_type = 0;  // ggml rope mode
     int32_t n_rot = 0;
+    RopeScaling rope_scaling_train = RopeScaling::None;
+    float rope_freq_base_train = 10000.0f;
+    float rope_freq_scale_train = 1.0f;
+    float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor: multiplies every rotation
+    int32_t n_ctx_orig_train = 0;   // rope.scaling.original_context_length (LongRoPE picks its factors by it)
+    // RoPE as the graph applies it: the file's values with a user's
+    // overrides (apply_rope_overrides()).
     float rope_freq_base = 10000.0f;
     float rope_freq_scale = 1.0f;
     float yarn_ext_factor = 0.0f;
@@ -78,5 +106,13 @@ struct HParams {
 // Throws llama_tp::Error naming the file and key for a missing or
 // inconsistent value, or an architecture this runtime does not build.
 HParams read_hparams(const GgufFile & file);
+
+// Derives the RoPE values the graph applies from the file's and the
+// overrides, by upstream's rules (llama_context's): no scaling forces a
+// frequency scale of 1; YaRN extrapolates (ext factor 1) unless told, and its
+// attention factor cancels the magnitude ggml's rope adds. The
+// sliding-window layers keep their own base and scale, and the training
+// context stays the file's (upstream sizes a default context by it too).
+void apply_rope_overrides(HParams & hp, const RopeOverrides & o);
 
 }  // namespace llama_tp

@@ -228,7 +228,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
 
 ggml_tensor * ModelWeights::rope_factors(int32_t n_ctx_seq, const HParams & hp) const {
     if (rope_freqs || !rope_long) return rope_freqs;
-    return GGML_PAD(n_ctx_seq, 256) > hp.rope_n_ctx_orig ? rope_long : rope_short;
+    return GGML_PAD(n_ctx_seq, 256) > hp.n_ctx_orig_train ? rope_long : rope_short;
 }
 
 // The file tensor, checked against the shape the architecture gives it.

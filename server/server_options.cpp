@@ -240,6 +240,32 @@ std::string nearest_flag(const std::string & word, const UpstreamFlags & upstrea
     return best_d <= std::max<size_t>(2, word.size() / 3) ? best : std::string();
 }
 
+// --rope-* and --yarn-*: libcommon's unset values are the engine's.
+RopeOverrides rope_overrides(const common_params & p) {
+    RopeOverrides r;
+    switch (p.rope_scaling_type) {
+        case LLAMA_ROPE_SCALING_TYPE_NONE:
+            r.scaling = RopeScaling::None;
+            break;
+        case LLAMA_ROPE_SCALING_TYPE_LINEAR:
+            r.scaling = RopeScaling::Linear;
+            break;
+        case LLAMA_ROPE_SCALING_TYPE_YARN:
+            r.scaling = RopeScaling::Yarn;
+            break;
+        default:
+            break;  // unspecified: the model's (the flag takes none, linear or yarn only)
+    }
+    r.freq_base = p.rope_freq_base;
+    r.freq_scale = p.rope_freq_scale;
+    r.yarn_orig_ctx = p.yarn_orig_ctx;
+    r.yarn_ext_factor = p.yarn_ext_factor;
+    r.yarn_attn_factor = p.yarn_attn_factor;
+    r.yarn_beta_fast = p.yarn_beta_fast;
+    r.yarn_beta_slow = p.yarn_beta_slow;
+    return r;
+}
+
 // The llama-server options llama-tp-server honours, from libcommon's params.
 void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     const common_params & p = up.params();
@@ -251,6 +277,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.kv_unified = p.kv_unified;
     o.engine.kv_types.k = p.cache_type_k;
     o.engine.kv_types.v = p.cache_type_v;
+    o.engine.rope = rope_overrides(p);
     o.n_parallel = p.n_parallel;
     o.n_predict = p.n_predict;
     if (!p.model_alias.empty()) o.alias = *p.model_alias.begin();

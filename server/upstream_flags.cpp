@@ -95,6 +95,15 @@ const std::map<std::string, std::string> & honoured() {
         {"--grammar-file", "the default of requests that give no grammar or format"},
         {"-j", "the default of requests that give no grammar or format"},
         {"-jf", "the default of requests that give no grammar or format"},
+        {"--rope-scaling", "replaces the model's RoPE scaling (none, linear, yarn)"},
+        {"--rope-scale", ""},
+        {"--rope-freq-base", "the global layers' base; sliding-window layers keep their own"},
+        {"--rope-freq-scale", "the global layers' scale; sliding-window layers keep their own"},
+        {"--yarn-orig-ctx", ""},
+        {"--yarn-ext-factor", ""},
+        {"--yarn-attn-factor", "with YaRN extrapolation the magnitude follows the scale, as upstream"},
+        {"--yarn-beta-slow", ""},
+        {"--yarn-beta-fast", ""},
     };
     return table;
 }

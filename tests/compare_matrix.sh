@@ -108,6 +108,14 @@ if [[ $arch == llama || $arch == qwen3 ]]; then
     done
 fi
 if [[ $arch == llama ]]; then
+    # llama-server's RoPE overrides, given to both sides: YaRN at 4x over an
+    # original context of 16 positions, another base. Both run the same graph,
+    # so nothing may differ.
+    check "llama q8_0 yarn x4 base 50000 vs upstream" -m "$model" --reference upstream --no-split-invariant \
+        --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 16 --rope-freq-base 50000 --prompts 3 --n-tokens 12 \
+        --max-abs-dp 0
+    check "llama q8_0 linear x2 vs upstream" -m "$model" --reference upstream --no-split-invariant \
+        --rope-scaling linear --rope-freq-scale 0.5 --prompts 3 --n-tokens 12 --max-abs-dp 0
     check "stories260K tp2 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 2 --bf16-wire --prompts 6 --n-tokens 24
     check "stories260K tp4 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 4 --bf16-wire --prompts 6 --n-tokens 24
 fi

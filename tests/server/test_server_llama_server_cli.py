@@ -175,6 +175,20 @@ def test_honoured_values_take_effect():
         assert s.stop() == 0
 
 
+def test_rope_overrides_reach_the_engine():
+    s = ServerProcess("--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "128",
+                      "--rope-freq-base", "20000")
+    try:
+        r = s.post("/v1/completions", {"prompt": "Once upon", "max_tokens": 3, "temperature": 0})
+        assert r.status_code == 200, r.text
+        log = s.log_text()
+        assert "RoPE as asked: freq base 20000, freq scale 0.25, YaRN ext factor 1, attn factor 1" in log, log
+        assert "original context 128" in log
+        assert "has no effect" not in log
+    finally:
+        assert s.stop() == 0
+
+
 def test_defaults_four_slots_and_a_fitted_context():
     s = ServerProcess()
     try:

@@ -25,6 +25,7 @@ struct EngineFlags {
     bool bf16 = false;
     std::optional<bool> split_invariant;  // unset: the engine decides (EngineOptions)
     KvTypes kv_types;
+    RopeOverrides rope;
     std::map<int, std::string> model_path_of_process;
     // The processes of an MPI launch (see join_launched_processes), owned by main.
     ProcessGroup * processes = nullptr;
@@ -43,7 +44,10 @@ struct EngineFlags {
         "  --model-path-rank R=PATH  under mpirun: process R reads the model at PATH\n"
         "  -ctk, --cache-type-k T    KV cache type of keys: f16 (default), bf16, f32, q8_0, q4_0,\n"
         "                            q4_1, q5_0, q5_1, iq4_nl\n"
-        "  -ctv, --cache-type-v T    the same for values\n";
+        "  -ctv, --cache-type-v T    the same for values\n"
+        "  --rope-scaling T, --rope-scale N, --rope-freq-base N, --rope-freq-scale N,\n"
+        "  --yarn-orig-ctx N, --yarn-ext-factor N, --yarn-attn-factor N, --yarn-beta-slow N,\n"
+        "  --yarn-beta-fast N        RoPE overrides, as llama-server's (none, linear, yarn)\n";
 
     // Consumes flag f (and its value) if it is one of these; false otherwise.
     bool take(const std::string & f, ArgReader & a) {
@@ -70,6 +74,7 @@ struct EngineFlags {
             } catch (const Error & e) {
                 a.fail(f + ": " + e.what());
             }
+        } else if (take_rope(f, a)) {
         } else if (f == "--model-path-rank") {
             const std::string v = a.value(f);
             const size_t eq = v.find('=');
@@ -79,6 +84,43 @@ struct EngineFlags {
             model_path_of_process[(int) p] = v.substr(eq + 1);
         } else
             return false;
+        return true;
+    }
+
+    // The RoPE overrides; false if f is none of them.
+    bool take_rope(const std::string & f, ArgReader & a) {
+        if (f == "--rope-scaling") {
+            const std::string v = a.value(f);
+            if (v == "none") {
+                rope.scaling = RopeScaling::None;
+            } else if (v == "linear") {
+                rope.scaling = RopeScaling::Linear;
+            } else if (v == "yarn") {
+                rope.scaling = RopeScaling::Yarn;
+            } else {
+                a.fail(f + " takes none, linear or yarn, not '" + v + "'");
+            }
+        } else if (f == "--rope-scale") {
+            const double scale = a.real(f);
+            if (scale <= 0.0) a.fail(f + " must be positive");
+            rope.freq_scale = (float) (1.0 / scale);
+        } else if (f == "--rope-freq-base") {
+            rope.freq_base = (float) a.real(f);
+        } else if (f == "--rope-freq-scale") {
+            rope.freq_scale = (float) a.real(f);
+        } else if (f == "--yarn-orig-ctx") {
+            rope.yarn_orig_ctx = (int32_t) a.integer(f, 0, 1 << 30);
+        } else if (f == "--yarn-ext-factor") {
+            rope.yarn_ext_factor = (float) a.real(f);
+        } else if (f == "--yarn-attn-factor") {
+            rope.yarn_attn_factor = (float) a.real(f);
+        } else if (f == "--yarn-beta-slow") {
+            rope.yarn_beta_slow = (float) a.real(f);
+        } else if (f == "--yarn-beta-fast") {
+            rope.yarn_beta_fast = (float) a.real(f);
+        } else {
+            return false;
+        }
         return true;
     }
 
@@ -103,6 +145,7 @@ struct EngineFlags {
         eo.split_invariant = split_invariant;
         if (!split_invariant && bf16) eo.split_invariant = false;
         eo.kv_types = kv_types;
+        eo.rope = rope;
         if (degree > 1 || eo.processes) {
             eo.tensor_split = split;
             eo.allreduce = allreduce;

@@ -28,6 +28,18 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
     cp.kv_unified = o.kv_unified;
     cp.type_k = o.kv_types.k;
     cp.type_v = o.kv_types.v;
+    if (o.rope.scaling) {
+        cp.rope_scaling_type = *o.rope.scaling == RopeScaling::None     ? LLAMA_ROPE_SCALING_TYPE_NONE
+                               : *o.rope.scaling == RopeScaling::Linear ? LLAMA_ROPE_SCALING_TYPE_LINEAR
+                                                                        : LLAMA_ROPE_SCALING_TYPE_YARN;
+    }
+    cp.rope_freq_base = o.rope.freq_base;
+    cp.rope_freq_scale = o.rope.freq_scale;
+    cp.yarn_orig_ctx = (uint32_t) o.rope.yarn_orig_ctx;
+    cp.yarn_ext_factor = o.rope.yarn_ext_factor;
+    cp.yarn_attn_factor = o.rope.yarn_attn_factor;
+    cp.yarn_beta_fast = o.rope.yarn_beta_fast;
+    cp.yarn_beta_slow = o.rope.yarn_beta_slow;
     // Upstream stores a quantized V only with flash attention (as llama-server's -fa auto does).
     if (!o.kv_types.both_f16()) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     ctx_ = llama_init_from_model(model_, cp);

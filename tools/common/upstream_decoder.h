@@ -26,6 +26,7 @@ struct UpstreamOptions {
     int32_t n_threads = 0;  // 0: all cores
     bool use_mmap = false;  // upstream decodes fastest from ordinary memory
     KvTypes kv_types;       // cache element types (-ctk / -ctv)
+    RopeOverrides rope;     // --rope-* / --yarn-*, as llama_context_params take them
 };
 
 class UpstreamDecoder {

@@ -228,6 +228,7 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
         uo.n_batch = n_ctx;
         uo.n_seq_max = (int32_t) prompts.size();
         uo.kv_types = o.engine.kv_types;
+        uo.rope = o.engine.rope;
         UpstreamDecoder ref(uo);
         return reference_traces(ref, prompts, o.n_tokens, n_vocab);
     }
