@@ -138,6 +138,24 @@ void choose_default_context(ServerOptions & opts, ProcessGroup * processes) {
     opts.engine.n_ctx = n_ctx;
 }
 
+// The cells one slot may use: its share of the cache, at most
+// --kv-unified-per-slot; a cap above the share says it cannot bind.
+int32_t slot_context(int32_t n_ctx, const ServerOptions & opts) {
+    const int32_t share = n_ctx / opts.n_parallel;
+    const int32_t cap = opts.slot_context_cap;
+    if (cap > 0 && cap < share) {
+        SRV_INF("context: each slot capped at %d of its %d cells (--kv-unified-per-slot)", cap, share);
+        return cap;
+    }
+    if (cap > share) {
+        SRV_WRN(
+            "--kv-unified-per-slot %d exceeds a slot's %d cells and has no effect (raise -c, or leave it out "
+            "to size the cache to slots x the cap)",
+            cap, share);
+    }
+    return share;
+}
+
 // A process other than the first of an MPI launch: no HTTP. It ends with the
 // shutdown step of process 0, or on a signal (mpirun taking the job down).
 int follow_process_zero(const ServerOptions & opts, const ProcessGroup & processes, const sigset_t & signals) {
@@ -219,7 +237,12 @@ int main(int argc, char ** argv) {
     opts.engine.processes = processes.get();
     const auto own_path = opts.model_path_of_process.find(processes ? processes->rank() : 0);
     if (own_path != opts.model_path_of_process.end()) opts.engine.model_path = own_path->second;
-    if (!opts.context_given) {
+    if (!opts.context_given && opts.slot_context_cap > 0) {
+        // As llama-server: the cache is sized to the slots' cap.
+        opts.engine.n_ctx = opts.n_parallel * opts.slot_context_cap;
+        SRV_INF("context: %d slots x %d cells = %d (--kv-unified-per-slot; -c sets the total)", opts.n_parallel,
+                opts.slot_context_cap, opts.engine.n_ctx);
+    } else if (!opts.context_given) {
         try {
             choose_default_context(opts, processes.get());
         } catch (const Error & e) {
@@ -271,7 +294,7 @@ int main(int argc, char ** argv) {
     }
 
     const int32_t n_ctx = engine->options().n_ctx > 0 ? engine->options().n_ctx : engine->info().n_ctx_train;
-    const int32_t n_ctx_slot = n_ctx / opts.n_parallel;
+    const int32_t n_ctx_slot = slot_context(n_ctx, opts);
     if (n_ctx_slot < 2) {
         return fail_startup("context of " + std::to_string(n_ctx) + " tokens is too small for " +
                             std::to_string(opts.n_parallel) + " slots");

@@ -272,6 +272,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.model_path = p.model.path;
     o.engine.n_ctx = p.n_ctx;
     o.context_given = up.was_given("-c");
+    o.slot_context_cap = std::max(0, p.kv_unified_per_slot);
     o.engine.n_batch = p.n_batch;
     o.engine.n_threads = p.cpuparams.n_threads > 0 ? p.cpuparams.n_threads : 0;
     o.engine.kv_unified = p.kv_unified;

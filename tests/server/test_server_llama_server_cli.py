@@ -175,6 +175,33 @@ def test_honoured_values_take_effect():
         assert s.stop() == 0
 
 
+def test_slot_context_cap():
+    # Without -c the cache is sized to the slots' cap, as llama-server does.
+    s = ServerProcess("-np", "2", "--kv-unified-per-slot", "300")
+    try:
+        p = s.get("/props").json()
+        assert p["n_ctx"] == 600 and p["n_ctx_slot"] == 300, p
+    finally:
+        assert s.stop() == 0
+    # With -c each slot's share is capped; a prompt past the cap is refused.
+    s = ServerProcess("-c", "2048", "-np", "2", "--kv-unified-per-slot", "64")
+    try:
+        p = s.get("/props").json()
+        assert p["n_ctx"] == 2048 and p["n_ctx_slot"] == 64, p
+        r = s.post("/v1/completions", {"prompt": "Once upon a time " * 20, "max_tokens": 2})
+        assert r.status_code == 400 and "context" in r.text, r.text
+        assert "capped at 64 of its 1024 cells" in s.log_text()
+    finally:
+        assert s.stop() == 0
+    # A cap above the share cannot bind, and says so.
+    s = ServerProcess("-c", "512", "-np", "2", "--kv-unified-per-slot", "4096")
+    try:
+        assert s.get("/props").json()["n_ctx_slot"] == 256
+        assert "--kv-unified-per-slot 4096 exceeds a slot's 256 cells" in s.log_text()
+    finally:
+        assert s.stop() == 0
+
+
 def test_rope_overrides_reach_the_engine():
     s = ServerProcess("--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "128",
                       "--rope-freq-base", "20000")
