@@ -209,6 +209,12 @@ class TensorParallelEngine final : public Engine {
         cells_->seq_shift(seq, p0, p1, delta);
         pending_edits_.push_back({seq, p0, p1, delta});
     }
+    bool seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1) override {
+        std::vector<std::pair<int64_t, int64_t>> copied;
+        if (!cells_->seq_copy(src, seq, p0, p1, copied)) return false;
+        pending_edits_.push_back({seq, p0, p1, 0, src});
+        return true;
+    }
     int32_t seq_pos_max(int32_t seq) const override { return cells_->seq_pos_max(seq); }
     int32_t n_free_cells() const override { return cells_->n_free(); }
     const Tokenizer & tokenizer() const override { return *tokenizer_; }

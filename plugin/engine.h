@@ -101,6 +101,11 @@ class Engine {
     // to the end; those that would fall below 0 are removed), rotating their
     // keys to the new positions on every rank with the next step.
     virtual void seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) = 0;
+    // Copies positions [p0, p1) of sequence src into sequence seq (p1 < 0: to
+    // the end), on every rank with the next step: seq then continues from
+    // src's keys and values without computing them. False, changing
+    // nothing, when seq lacks the free cells.
+    virtual bool seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1) = 0;
     virtual int32_t seq_pos_max(int32_t seq) const = 0;  // -1 when empty
     virtual int32_t n_free_cells() const = 0;
 

@@ -147,6 +147,31 @@ std::vector<int64_t> KvCells::seq_shift(int32_t seq, int32_t p0, int32_t p1, int
     return moved;
 }
 
+bool KvCells::seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1,
+                       std::vector<std::pair<int64_t, int64_t>> & copied) {
+    copied.clear();
+    if (src < 0 || src >= n_seq_max_ || seq < 0 || seq >= n_seq_max_ || src == seq) return false;
+    if (p1 < 0) p1 = INT32_MAX;
+    const int32_t from = region_of(src), to = region_of(seq);
+    int32_t free_cell = region_begin(to);
+    const int32_t to_end = region_begin(to) + region_;
+    for (int32_t c = region_begin(from); c < region_begin(from) + region_; ++c) {
+        const Cell cell = cells_[c];
+        if (cell.pos < 0 || cell.seq != src || cell.pos < p0 || cell.pos >= p1) continue;
+        while (free_cell < to_end && cells_[free_cell].pos >= 0) ++free_cell;
+        if (free_cell == to_end) {
+            for (const auto & pair : copied) cells_[pair.second] = Cell{};
+            copied.clear();
+            update_used_end(to);
+            return false;
+        }
+        cells_[free_cell] = Cell{cell.pos, seq};
+        copied.emplace_back(c, free_cell);
+        used_end_[to] = std::max(used_end_[to], free_cell + 1);
+    }
+    return true;
+}
+
 int32_t KvCells::seq_pos_max(int32_t seq) const {
     if (seq < 0 || seq >= n_seq_max_) return -1;
     const int32_t r = region_of(seq);

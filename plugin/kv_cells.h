@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml.h"
@@ -77,6 +78,11 @@ class KvCells {
     // below 0 are removed); returns the cells moved, whose keys the caller
     // rotates by delta.
     std::vector<int64_t> seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+    // Copies the cells of positions [p0, p1) of sequence src into the lowest
+    // free cells that seq may use, in src's cell order (so attention adds them
+    // in the same order). Returns the (from, to) cell pairs, or false (changing
+    // nothing) when seq has too few free cells.
+    bool seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1, std::vector<std::pair<int64_t, int64_t>> & copied);
     int32_t seq_pos_max(int32_t seq) const;
     // The cells holding positions [0, n) of a sequence, in position order;
     // false when one of them is not cached.

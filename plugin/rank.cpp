@@ -74,10 +74,35 @@ void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void *) {
 
 void Rank::apply_edits(const std::vector<KvEdit> & edits) {
     for (const KvEdit & e : edits) {
-        if (e.delta == 0) {
+        if (e.src >= 0) {
+            std::vector<std::pair<int64_t, int64_t>> copied;
+            if (!kv_->seq_copy(e.src, e.seq, e.p0, e.p1, copied)) {
+                throw Error("rank " + std::to_string(config_.rank) +
+                            ": KV cache differs from rank 0's: no room to copy "
+                            "sequence " +
+                            std::to_string(e.src) + " into " + std::to_string(e.seq));
+            }
+            copy_cells(copied);
+        } else if (e.delta == 0) {
             kv_->seq_remove(e.seq, e.p0, e.p1);
         } else {
             rotate_keys(kv_->seq_shift(e.seq, e.p0, e.p1, e.delta), e.delta);
+        }
+    }
+}
+
+// Every layer's key and value rows of each (from, to) pair, through host
+// memory (any backend's buffers).
+void Rank::copy_cells(const std::vector<std::pair<int64_t, int64_t>> & copied) {
+    std::vector<uint8_t> row;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        for (ggml_tensor * t : {kv_->k(il), kv_->v(il)}) {
+            const size_t bytes = t->nb[1];
+            row.resize(bytes);
+            for (const auto & [from, to] : copied) {
+                ggml_backend_tensor_get(t, row.data(), (size_t) from * bytes, bytes);
+                ggml_backend_tensor_set(t, row.data(), (size_t) to * bytes, bytes);
+            }
         }
     }
 }

@@ -80,6 +80,7 @@ class Rank {
     std::vector<int64_t> place(const Step & step);
     // A step's KV edits: removals, and shifts whose keys are rotated.
     void apply_edits(const std::vector<KvEdit> & edits);
+    void copy_cells(const std::vector<std::pair<int64_t, int64_t>> & copied);
     void rotate_keys(const std::vector<int64_t> & cells, int32_t delta);
     // A Load step's image into the cells the batch was placed in.
     void load(const Step & step, const std::vector<int64_t> & cells);

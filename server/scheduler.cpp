@@ -291,12 +291,44 @@ void Scheduler::admit() {
             ++it;  // its slot is busy: it waits, later tasks may go first
             continue;
         }
-        best->begin(std::move(task), engine_);
+        const PrefixDonor donor = prefix_donor(*task, *best, best_prefix);
+        if (donor.wait) {
+            ++it;  // another slot is computing most of this prompt: copy it when done
+            continue;
+        }
+        best->begin(std::move(task), engine_, donor.slot);
         it = queue_.erase(it);
         busy_++;
         SRV_DBG("slot %d: task %llu, prompt %zu tokens (%d cached), n_predict %d", best->id,
                 (unsigned long long) best->task->id, best->task->prompt.size(), best->n_cached, best->task->n_predict);
     }
+}
+
+// The slot whose cache holds the longest prefix of the task's prompt, when
+// longer than the one the chosen slot holds; or wait, when a slot still
+// computing its prompt shares at least half of this one and 16 tokens more
+// than any cache holds now (the choices of an n > 1 request, prompts with one
+// long system message).
+Scheduler::PrefixDonor Scheduler::prefix_donor(const Task & task, const Slot & chosen, size_t own) const {
+    PrefixDonor donor;
+    size_t best = own;
+    for (const auto & slot : slots_) {
+        if (slot.get() == &chosen) continue;
+        const size_t p = slot->common_prefix(task.prompt);
+        if (p > best) {
+            best = p;
+            donor.slot = slot.get();
+        }
+    }
+    if (!task.cache_prompt) return PrefixDonor{};
+    for (const auto & slot : slots_) {
+        if (slot->state != Slot::State::Prompt || slot.get() == &chosen) continue;
+        const auto & other = slot->task->prompt;
+        size_t q = 0;
+        while (q < other.size() && q < task.prompt.size() && other[q] == task.prompt[q]) ++q;
+        if (2 * q >= task.prompt.size() && q >= best + 16) donor.wait = true;
+    }
+    return donor;
 }
 
 void Scheduler::drop_cancelled() {

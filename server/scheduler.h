@@ -100,6 +100,11 @@ class Scheduler {
   private:
     void run();
     void admit();  // queued tasks -> idle slots
+    struct PrefixDonor {
+        const Slot * slot = nullptr;  // copy the prompt's prefix from this slot's cache
+        bool wait = false;            // leave the task queued for now
+    };
+    PrefixDonor prefix_donor(const Task & task, const Slot & chosen, size_t own) const;
     void drop_cancelled();
     void build_batch();
     // A generating slot whose context is full makes room (Task::context_shift).

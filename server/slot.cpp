@@ -1,5 +1,7 @@
 #include "server/slot.h"
 
+#include <algorithm>
+
 namespace llama_tp::server {
 
 size_t Slot::common_prefix(const std::vector<int32_t> & tokens) const {
@@ -10,15 +12,20 @@ size_t Slot::common_prefix(const std::vector<int32_t> & tokens) const {
     return n;
 }
 
-void Slot::begin(std::unique_ptr<Task> t, Engine & engine) {
+void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     task = std::move(t);
-    size_t keep = task->cache_prompt ? common_prefix(task->prompt) : 0;
-    if (keep >= task->prompt.size()) {
-        keep = task->prompt.empty() ? 0 : task->prompt.size() - 1;
-    }
+    const size_t most = task->prompt.empty() ? 0 : task->prompt.size() - 1;
+    size_t keep = task->cache_prompt ? std::min(common_prefix(task->prompt), most) : 0;
     if (keep < kv_tokens.size()) {
         engine.seq_remove(id, (int32_t) keep, -1);
         kv_tokens.resize(keep);
+    }
+    if (donor && task->cache_prompt) {
+        const size_t n = std::min(donor->common_prefix(task->prompt), most);
+        if (n > keep && engine.seq_copy(donor->id, id, (int32_t) keep, (int32_t) n)) {
+            kv_tokens.insert(kv_tokens.end(), task->prompt.begin() + (long) keep, task->prompt.begin() + (long) n);
+            keep = n;
+        }
     }
     n_prompt_done = keep;
     n_cached = (int32_t) keep;

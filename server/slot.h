@@ -53,8 +53,10 @@ class Slot {
 
     // Takes a task: keeps the longest reusable cache prefix (always leaving at
     // least the last prompt token to decode, for its logits; none when the task
-    // asks not to reuse the cache) and drops the rest.
-    void begin(std::unique_ptr<Task> t, Engine & engine);
+    // asks not to reuse the cache) and drops the rest. With a donor, another
+    // slot whose cache holds a longer prefix of the prompt, the cells of that
+    // longer part are copied from it instead of computed.
+    void begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor = nullptr);
 
     // After a successful decode: the in-flight tokens are now in the cache.
     void commit() {

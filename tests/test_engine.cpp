@@ -169,6 +169,66 @@ TEST(Engine, RemovingATailAndRedecodingGivesTheSameLogits) {
     EXPECT_LT(max_abs_diff(first, row(*e, tail.size() - 1)), 1e-4f);
 }
 
+// A prompt copied from another sequence continues as if computed there: the
+// copied cells hold the same keys and values in the same order, so the last
+// prompt token decoded after the copy gives the same bits as after the same
+// prompt decoded in place (and its last token decoded again alone).
+void check_copied_prompt(int tp) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_ctx = 512;
+    o.n_seq_max = 4;
+    o.n_threads = 2;
+    o.tp = tp;
+    auto e = Engine::load(o);
+    const auto p = e->tokenizer().tokenize("Once upon a time there was a little dog named", true, false);
+    const int n = (int) p.size();
+    auto last_alone = [&](int seq) {
+        Batch tail;
+        tail.add(p[n - 1], n - 1, seq, true);
+        e->decode(tail);
+        return row(*e, 0);
+    };
+    Batch b;
+    for (int i = 0; i < n; ++i) b.add(p[i], i, 0, false);
+    for (int i = 0; i < n; ++i) b.add(p[i], i, 2, false);
+    e->decode(b);
+    e->seq_remove(2, n - 1, -1);
+    const std::vector<float> in_place = last_alone(2);
+    ASSERT_TRUE(e->seq_copy(0, 1, 0, n - 1));
+    EXPECT_EQ(e->seq_pos_max(1), n - 2);
+    const std::vector<float> copied = last_alone(1);
+    EXPECT_EQ(in_place, copied);
+    EXPECT_EQ(e->seq_pos_max(0), n - 1);  // the source keeps its cells
+}
+
+TEST(Engine, ACopiedPromptContinuesAsIfComputedInPlace) {
+    check_copied_prompt(1);
+}
+
+TEST(TensorParallelEngine, EveryRankCopiesItsCellsOfAPrompt) {
+    check_copied_prompt(2);
+}
+
+TEST(Engine, ACopyThatDoesNotFitChangesNothing) {
+    auto e = load_test_model(4, 512);  // 128 cells a sequence
+    Batch b;
+    for (int i = 0; i < 100; ++i) b.add(1 + i, i, 0, i == 99);
+    for (int i = 0; i < 60; ++i) b.add(1 + i, i, 3, i == 59);
+    e->decode(b);
+    const int free_before = e->n_free_cells();
+    EXPECT_FALSE(e->seq_copy(0, 3, 0, -1));
+    EXPECT_EQ(e->seq_pos_max(3), 59);
+    EXPECT_EQ(e->n_free_cells(), free_before);
+    EXPECT_FALSE(e->seq_copy(0, 0, 0, -1));  // onto itself
+    EXPECT_TRUE(e->seq_copy(0, 3, 60, -1));  // positions 60..99 join 0..59
+    EXPECT_EQ(e->seq_pos_max(3), 99);
+    Batch next;
+    next.add(7, 100, 3, true);
+    e->decode(next);  // every rank applied the copy before placing this
+    EXPECT_EQ(e->seq_pos_max(3), 100);
+}
+
 // A context shift rotates the moved keys. Layer 0's keys depend on their
 // token and position alone, so after dropping the first k tokens and moving
 // the rest back by k they must be those of the remaining tokens decoded at

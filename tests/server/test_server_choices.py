@@ -3,7 +3,7 @@ whole and streamed, each choice sampled on its own."""
 
 import json
 
-from server_harness import assert_error
+from server_harness import ServerProcess, assert_error
 
 PROMPT = "Once upon a time"
 
@@ -63,3 +63,46 @@ def test_native_n_cmpl_answers_an_array(server):
 def test_n_is_not_a_messages_field(server):
     r = server.post("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "n": 2})
     assert_error(r, 400, param="n")
+
+
+def prompt_tokens_decoded(s):
+    text = s.get("/metrics").text
+    return float(next(l.split()[1] for l in text.splitlines() if l.startswith("llamacpp:prompt_tokens_total")))
+
+
+def test_choices_compute_the_prompt_once():
+    # The first choice computes the prompt; the others wait for it, copy its
+    # cells and decode only the last prompt token for their own logits.
+    s = ServerProcess("-np", "4", "-c", "2048", "--metrics")
+    try:
+        prompt = "Once upon a time there was a little dog who liked to run in the park every day. " * 3
+        n = len(s.post("/tokenize", {"content": prompt, "add_special": True}).json()["tokens"])
+        before = prompt_tokens_decoded(s)
+        r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 4, "n": 3, "temperature": 1.0, "seed": 3,
+                                       "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["choices"]) == 3
+        assert prompt_tokens_decoded(s) - before == n + 2
+        # Without the prompt cache every choice computes its prompt.
+        before = prompt_tokens_decoded(s)
+        r = s.post("/v1/completions", {"prompt": "A " + prompt, "max_tokens": 2, "n": 2, "cache_prompt": False})
+        assert r.status_code == 200, r.text
+        assert prompt_tokens_decoded(s) - before >= 2 * n
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_prompt_another_slot_holds_is_copied_from_it():
+    s = ServerProcess("-np", "2", "-c", "2048", "--metrics")
+    try:
+        prompt = "The sun was shining and the birds were singing in the tall green trees. " * 3
+        first = s.post("/completion", {"prompt": prompt, "n_predict": 4, "id_slot": 0, "temperature": 0})
+        assert first.status_code == 200, first.text
+        before = prompt_tokens_decoded(s)
+        # Slot 1 has never seen it: it copies slot 0's cells.
+        again = s.post("/completion", {"prompt": prompt, "n_predict": 4, "id_slot": 1, "temperature": 0})
+        assert again.status_code == 200, again.text
+        assert prompt_tokens_decoded(s) - before == 1
+        assert again.json()["tokens_cached"] >= first.json()["tokens_evaluated"] - 1
+    finally:
+        assert s.stop() == 0
