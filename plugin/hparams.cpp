@@ -36,15 +36,9 @@ void read_rope(const GgufFile & file, const std::string & a, HParams & hp) {
     hp.rope_freq_base_train = (float) file.get_float(a + ".rope.freq_base", 10000.0);
     hp.n_ctx_orig_train = (int32_t) file.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train);
     const std::string scaling = file.get_string(a + ".rope.scaling.type", "none");
-    if (scaling == "none") {
-        hp.rope_scaling_train = RopeScaling::None;
-    } else if (scaling == "linear") {
-        hp.rope_scaling_train = RopeScaling::Linear;
-    } else if (scaling == "yarn") {
-        hp.rope_scaling_train = RopeScaling::Yarn;
-    } else {
-        throw Error("model file '" + file.path() + "': RoPE scaling type '" + scaling + "' is not supported");
-    }
+    const std::optional<RopeScaling> type = rope_scaling_from_name(scaling);
+    if (!type) throw Error("model file '" + file.path() + "': RoPE scaling type '" + scaling + "' is not supported");
+    hp.rope_scaling_train = *type;
     const float factor = (float) file.get_float(a + ".rope.scaling.factor", 0.0);
     hp.rope_freq_scale_train = factor == 0.0f ? 1.0f : 1.0f / factor;
     // A factor on every rotation's magnitude whatever the scaling (LongRoPE
@@ -174,6 +168,13 @@ HParams read_hparams(const GgufFile & file) {
     // gpt-oss: every other layer slides (the first does), rotating as the others do.
     if (hp.is_gpt_oss()) read_sliding_window(file, a, hp, {-1, 2, hp.rope_freq_base, true});
     return hp;
+}
+
+std::optional<RopeScaling> rope_scaling_from_name(const std::string & name) {
+    if (name == "none") return RopeScaling::None;
+    if (name == "linear") return RopeScaling::Linear;
+    if (name == "yarn") return RopeScaling::Yarn;
+    return std::nullopt;
 }
 
 void apply_rope_overrides(HParams & hp, const RopeOverrides & o) {

@@ -14,6 +14,9 @@ enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma2, Gemma3, GptOss };
 
 enum class RopeScaling { None, Linear, Yarn };
 
+// By its GGUF and llama-server name (none, linear, yarn); nullopt otherwise.
+std::optional<RopeScaling> rope_scaling_from_name(const std::string & name);
+
 // RoPE settings a user may override (llama-server's --rope-scaling,
 // --rope-scale / --rope-freq-scale, --rope-freq-base and --yarn-*). Unset
 // fields keep the model's values, as upstream's llama_context_params do.

@@ -16,12 +16,13 @@
 namespace llama_tp {
 namespace {
 
-std::unique_ptr<Engine> load_test_model(int n_seq = 4, int n_ctx = 512) {
+std::unique_ptr<Engine> load_test_model(int n_seq = 4, int n_ctx = 512, int tp = 1) {
     EngineOptions o;
     o.model_path = LLAMA_TP_TEST_MODEL;
     o.n_seq_max = n_seq;
     o.n_ctx = n_ctx;
     o.n_threads = 2;
+    o.tp = tp;
     return Engine::load(o);
 }
 
@@ -174,13 +175,7 @@ TEST(Engine, RemovingATailAndRedecodingGivesTheSameLogits) {
 // prompt token decoded after the copy gives the same bits as after the same
 // prompt decoded in place (and its last token decoded again alone).
 void check_copied_prompt(int tp) {
-    EngineOptions o;
-    o.model_path = LLAMA_TP_TEST_MODEL;
-    o.n_ctx = 512;
-    o.n_seq_max = 4;
-    o.n_threads = 2;
-    o.tp = tp;
-    auto e = Engine::load(o);
+    auto e = load_test_model(4, 512, tp);
     const auto p = e->tokenizer().tokenize("Once upon a time there was a little dog named", true, false);
     const int n = (int) p.size();
     auto last_alone = [&](int seq) {
@@ -251,13 +246,7 @@ std::vector<float> layer0_keys(Engine & e, int seq, int n_cached, int first, int
 }
 
 void check_shift(int tp) {
-    EngineOptions o;
-    o.model_path = LLAMA_TP_TEST_MODEL;
-    o.n_ctx = 512;
-    o.n_seq_max = 4;
-    o.n_threads = 2;
-    o.tp = tp;
-    auto e = Engine::load(o);
+    auto e = load_test_model(4, 512, tp);
     const auto p = e->tokenizer().tokenize("The sun was shining and the sky was blue over the hill", true, false);
     const int n = (int) p.size(), k = 5;
     const std::vector<int32_t> rest(p.begin() + k, p.end());

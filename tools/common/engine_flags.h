@@ -91,15 +91,8 @@ struct EngineFlags {
     bool take_rope(const std::string & f, ArgReader & a) {
         if (f == "--rope-scaling") {
             const std::string v = a.value(f);
-            if (v == "none") {
-                rope.scaling = RopeScaling::None;
-            } else if (v == "linear") {
-                rope.scaling = RopeScaling::Linear;
-            } else if (v == "yarn") {
-                rope.scaling = RopeScaling::Yarn;
-            } else {
-                a.fail(f + " takes none, linear or yarn, not '" + v + "'");
-            }
+            rope.scaling = rope_scaling_from_name(v);
+            if (!rope.scaling) a.fail(f + " takes none, linear or yarn, not '" + v + "'");
         } else if (f == "--rope-scale") {
             const double scale = a.real(f);
             if (scale <= 0.0) a.fail(f + " must be positive");
