@@ -249,8 +249,10 @@ class TensorParallelEngine final : public Engine {
             options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency() / sharing);
         }
         if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
-        check_kv_type(options_.kv_types.k, hp_.head_dim, "the K");
-        check_kv_type(options_.kv_types.v, hp_.head_dim, "the V");
+        for (const LayerShape & s : hp_.layers) {
+            check_kv_type(options_.kv_types.k, s.head_dim, "the K");
+            check_kv_type(options_.kv_types.v, s.head_dim, "the V");
+        }
         if (options_.split_invariant == true && options_.allreduce_bf16) {
             throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
         }
@@ -306,11 +308,14 @@ class TensorParallelEngine final : public Engine {
     // embeddings process 0 holds whole rows and the others send none.
     // The KV heads each process's ranks hold together (replicated heads may
     // appear in two processes: they hold the same numbers).
-    std::vector<ShardRange> process_kv_heads(int n_processes) const {
-        std::vector<ShardRange> out;
+    std::vector<std::vector<ShardRange>> process_kv_heads(int n_processes) const {
+        std::vector<std::vector<ShardRange>> out(n_processes);
         for (int p = 0; p < n_processes; ++p) {
-            out.push_back(
-                {plan_.ranks[p * options_.tp].kv_heads.begin, plan_.ranks[(p + 1) * options_.tp - 1].kv_heads.end});
+            const RankShard & first = plan_.ranks[p * options_.tp];
+            const RankShard & last = plan_.ranks[(p + 1) * options_.tp - 1];
+            for (int il = 0; il < hp_.n_layer; ++il) {
+                out[p].push_back({first.layers[il].kv_heads.begin, last.layers[il].kv_heads.end});
+            }
         }
         return out;
     }
@@ -331,12 +336,14 @@ class TensorParallelEngine final : public Engine {
     void log_ranks(const RankSetup & setup, const ProcessGroup & processes, const std::vector<RankReport> & reports) {
         for (int i = 0; i < setup.n_local; ++i) {
             const RankShard & s = plan_.ranks[setup.first_rank + i];
+            // Layer 0's dense FFN, or its experts' width.
+            const ShardRange & ffn = s.layers[0].ff.width.size() ? s.layers[0].ff.width : s.layers[0].ff_exp.width;
             std::fprintf(stderr,
                          "llama-tp: rank %d of %d on %s: device %s, heads [%lld, %lld) (kv %lld), ffn [%lld, %lld), "
                          "vocab [%lld, %lld), %.1f MiB, allreduce mpi\n",
                          setup.first_rank + i, setup.n_ranks, processes.host().c_str(),
                          ggml_backend_dev_name(setup.device), (long long) s.q_heads.begin, (long long) s.q_heads.end,
-                         (long long) s.kv_heads.size(), (long long) s.ff.begin, (long long) s.ff.end,
+                         (long long) s.layers[0].kv_heads.size(), (long long) ffn.begin, (long long) ffn.end,
                          (long long) s.vocab.begin, (long long) s.vocab.end, reports[i].memory_bytes / 1048576.0);
         }
     }
@@ -410,7 +417,7 @@ class TensorParallelEngine final : public Engine {
         info_.n_embd = hp_.n_embd;
         info_.n_layer = hp_.n_layer;
         info_.n_head = hp_.n_head;
-        info_.n_head_kv = hp_.n_head_kv;
+        for (int il = 0; il < hp_.n_layer_kv(); ++il) info_.n_embd_kv += hp_.n_embd_kv(il);
         info_.moe = hp_.is_moe();
         info_.quantized = has_quantized_layer_matrix(file);
         // Per rank figures summed; mirrored tensors count once per rank.

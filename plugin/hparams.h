@@ -10,7 +10,7 @@ namespace llama_tp {
 
 class GgufFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma2, Gemma3, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma2, Gemma3, Gemma4, GptOss };
 
 enum class RopeScaling { None, Linear, Yarn };
 
@@ -35,6 +35,19 @@ struct RopeOverrides {
     }
 };
 
+// One layer's attention and FFN shape. Most models give every layer the same;
+// Gemma 4's sliding-window and global layers differ in head size, KV heads
+// and rotated dimensions, and its KV-sharing layers may have a wider FFN.
+struct LayerShape {
+    int32_t n_head_kv = 0;
+    int32_t head_dim = 0;  // per head, keys and values alike
+    int32_t n_rot = 0;     // dimensions of a head RoPE rotates
+    int32_t n_ff = 0;      // the dense FFN's width (1 for models with experts only)
+    bool operator==(const LayerShape & o) const {
+        return n_head_kv == o.n_head_kv && head_dim == o.head_dim && n_rot == o.n_rot && n_ff == o.n_ff;
+    }
+};
+
 struct HParams {
     Arch arch = Arch::Llama;
     std::string arch_name;
@@ -43,9 +56,7 @@ struct HParams {
     int32_t n_embd = 0;
     int32_t n_layer = 0;
     int32_t n_head = 0;
-    int32_t n_head_kv = 0;
-    int32_t head_dim = 0;  // per head, keys and values alike
-    int32_t n_ff = 0;
+    std::vector<LayerShape> layers;  // one per layer
     float rms_eps = 1e-5f;
 
     // Mixture of experts (qwen3moe, and llama with experts: Mixtral): every
@@ -57,11 +68,25 @@ struct HParams {
     float expert_weights_scale = 0.0f;  // 0 or 1: none
 
     bool has_qkv_bias() const { return arch == Arch::Qwen2 || arch == Arch::GptOss; }
-    bool has_qk_norm() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Gemma3; }
+    bool has_qk_norm() const {
+        return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Gemma3 || arch == Arch::Gemma4;
+    }
     bool is_moe() const { return n_expert > 0; }
-    // Gemma 2 and 3: token embeddings scaled by sqrt(n_embd), RMS norms
+    // Gemma 4's expert layers keep a dense FFN beside the experts.
+    bool has_dense_ffn() const { return !is_moe() || arch == Arch::Gemma4; }
+    // Gemma 2, 3 and 4: token embeddings scaled by sqrt(n_embd), RMS norms
     // after attention and after the FFN too, and a GELU-gated FFN.
-    bool is_gemma() const { return arch == Arch::Gemma2 || arch == Arch::Gemma3; }
+    bool is_gemma() const { return arch == Arch::Gemma2 || arch == Arch::Gemma3 || arch == Arch::Gemma4; }
+
+    // Gemma 4: the last n_kv_shared layers store no keys and values of their
+    // own but attend over those of the last earlier layer of their kind
+    // (sliding or global), as upstream shares them.
+    int32_t n_kv_shared = 0;
+    int32_t n_layer_kv() const { return n_layer - n_kv_shared; }
+    int kv_layer(int il) const { return il < n_layer_kv() ? il : n_layer_kv() - (is_swa(il) ? 2 : 1); }
+    // Gemma 4 (E2B, E4B): every layer adds a projection of a per-layer token
+    // embedding of this width (0: none).
+    int32_t n_embd_per_layer = 0;
     // gpt-oss: biases on the attention output, the router and every expert
     // matrix; attention sinks; the router's top-k logits softmaxed; the
     // experts' clamped SwiGLU (alpha 1.702, limit 7).
@@ -86,7 +111,6 @@ struct HParams {
 
     // RoPE as the file gives it.
     int32_t rope_type = 0;  // ggml rope mode
-    int32_t n_rot = 0;
     RopeScaling rope_scaling_train = RopeScaling::None;
     float rope_freq_base_train = 10000.0f;
     float rope_freq_scale_train = 1.0f;
@@ -102,8 +126,11 @@ struct HParams {
     float yarn_beta_slow = 1.0f;
     int32_t rope_n_ctx_orig = 0;
 
-    int32_t n_embd_q() const { return n_head * head_dim; }
-    int32_t n_embd_kv() const { return n_head_kv * head_dim; }
+    const LayerShape & layer(int il) const { return layers[il]; }
+    int32_t n_embd_q(int il) const { return n_head * layers[il].head_dim; }
+    int32_t n_embd_kv(int il) const { return layers[il].n_head_kv * layers[il].head_dim; }
+    // Every layer shaped as `shape` (models whose files give one shape).
+    void set_uniform_layers(const LayerShape & shape) { layers.assign(n_layer, shape); }
 };
 
 // Throws llama_tp::Error naming the file and key for a missing or

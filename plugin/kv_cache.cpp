@@ -37,14 +37,15 @@ void check_kv_type(ggml_type type, int32_t head_dim, const char * which) {
     }
 }
 
-KvCache::KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified, KvTypes types,
-                 ggml_backend_buffer_type_t buft)
+KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, int32_t n_cells, int32_t n_seq_max,
+                 bool unified, KvTypes types, ggml_backend_buffer_type_t buft)
     : KvCells(n_cells, n_seq_max, unified), types_(types) {
     ggml_init_params params = {2 * (size_t) hp.n_layer * ggml_tensor_overhead(), nullptr, true};
     ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("out of memory creating the KV cache context");
-    const int64_t row = (int64_t) n_head_kv * hp.head_dim;
-    for (int il = 0; il < hp.n_layer; ++il) {
+    for (int il = 0; il < hp.n_layer; ++il) source_.push_back(hp.kv_layer(il));
+    for (int il = 0; il < hp.n_layer_kv(); ++il) {
+        const int64_t row = (int64_t) n_head_kv[il] * hp.layer(il).head_dim;
         ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), types.k, row, (int64_t) this->n_cells());
         ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), types.v, row, (int64_t) this->n_cells());
         ggml_format_name(k, "cache_k_l%d", il);

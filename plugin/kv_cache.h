@@ -1,6 +1,8 @@
 #pragma once
-// The key/value cache: per layer one K and one V tensor of n_cells rows, and
-// the cells' bookkeeping (KvCells: which sequence and position each holds).
+// The key/value cache: per layer one K and one V tensor of n_cells rows (a
+// layer that shares an earlier layer's cache, HParams::kv_layer, has that
+// layer's), and the cells' bookkeeping (KvCells: which sequence and position
+// each holds).
 
 #include "plugin/hparams.h"
 #include "plugin/kv_cells.h"
@@ -33,21 +35,23 @@ void check_kv_type(ggml_type type, int32_t head_dim, const char * which);
 
 class KvCache : public KvCells {
   public:
-    // n_head_kv: the KV heads this cache stores (a rank's share under tensor parallelism).
-    KvCache(const HParams & hp, int32_t n_head_kv, int32_t n_cells, int32_t n_seq_max, bool unified, KvTypes types,
-            ggml_backend_buffer_type_t buft);
+    // n_head_kv: per layer, the KV heads this cache stores (a rank's share
+    // under tensor parallelism).
+    KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, int32_t n_cells, int32_t n_seq_max,
+            bool unified, KvTypes types, ggml_backend_buffer_type_t buft);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
-    ggml_tensor * k(int il) const { return k_[il]; }
-    ggml_tensor * v(int il) const { return v_[il]; }
+    ggml_tensor * k(int il) const { return k_[source_[il]]; }
+    ggml_tensor * v(int il) const { return v_[source_[il]]; }
     size_t bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
     const KvTypes & types() const { return types_; }
 
   private:
     ggml_context_ptr ctx_;
     ggml_backend_buffer_ptr buffer_;
-    std::vector<ggml_tensor *> k_, v_;
+    std::vector<ggml_tensor *> k_, v_;  // per layer with a cache of its own
+    std::vector<int> source_;           // per layer: whose cache it reads
     KvTypes types_;
 };
 

@@ -6,11 +6,16 @@ namespace llama_tp {
 
 KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32_t n_cells) {
     KvImageLayout l;
-    l.n_layer = hp.n_layer;
-    l.n_head_kv = hp.n_head_kv;
-    l.k_head_bytes = ggml_row_size(types.k, hp.head_dim);
-    l.v_head_bytes = ggml_row_size(types.v, hp.head_dim);
     l.n_cells = n_cells;
+    for (int il = 0; il < hp.n_layer_kv(); ++il) {
+        Layer layer;
+        layer.n_head_kv = hp.layer(il).n_head_kv;
+        layer.k_head_bytes = ggml_row_size(types.k, hp.layer(il).head_dim);
+        layer.v_head_bytes = ggml_row_size(types.v, hp.layer(il).head_dim);
+        layer.at = l.total;
+        l.total += (layer.k_row_bytes() + layer.v_row_bytes()) * (size_t) n_cells;
+        l.layers.push_back(layer);
+    }
     return l;
 }
 

@@ -72,7 +72,7 @@ void MpiRankGroup::agree(ProcessGroup & processes, const std::string & setup) {
 }
 
 MpiRankGroup::MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> local, std::vector<ShardRange> vocab,
-                           int32_t n_vocab, std::vector<ShardRange> kv_heads,
+                           int32_t n_vocab, std::vector<std::vector<ShardRange>> kv_heads,
                            std::function<KvImageLayout(int32_t)> image_layout)
     : processes_(processes),
       local_(std::move(local)),
@@ -188,10 +188,10 @@ void MpiRankGroup::read(const Step & step, uint8_t * image) {
                             " bytes of KV cells, not " + std::to_string(l.bytes()));
             }
             // Its heads of every cell of every layer, keys and values.
-            const ShardRange & h = kv_heads_[p];
-            for (int32_t il = 0; il < l.n_layer; ++il) {
+            for (int32_t il = 0; il < l.n_layer(); ++il) {
+                const ShardRange & h = kv_heads_[p][il];
                 for (const bool values : {false, true}) {
-                    const size_t n = (values ? l.v_head_bytes : l.k_head_bytes) * (size_t) h.size();
+                    const size_t n = l.layers[il].head_bytes(values) * (size_t) h.size();
                     for (int32_t c = 0; c < l.n_cells; ++c) {
                         const size_t at = l.offset(il, values, c, (int32_t) h.begin);
                         std::memcpy(image + at, part.data() + at, n);

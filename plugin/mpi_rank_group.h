@@ -22,10 +22,12 @@ namespace llama_tp {
 class MpiRankGroup final : public RankGroup {
   public:
     // local: this process's ranks; vocab: the rows of the output head they
-    // hold together, kv_heads their KV heads (every process's, in process
-    // order); image_layout: a KV image's layout for n cells.
+    // hold together, kv_heads their KV heads of every layer (every
+    // process's, in process order); image_layout: a KV image's layout for n
+    // cells.
     MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> local, std::vector<ShardRange> vocab,
-                 int32_t n_vocab, std::vector<ShardRange> kv_heads, std::function<KvImageLayout(int32_t)> image_layout);
+                 int32_t n_vocab, std::vector<std::vector<ShardRange>> kv_heads,
+                 std::function<KvImageLayout(int32_t)> image_layout);
     // Process 0 ends the group's follow() loops.
     ~MpiRankGroup() override;
 
@@ -65,8 +67,8 @@ class MpiRankGroup final : public RankGroup {
 
     ProcessGroup & processes_;
     std::unique_ptr<RankGroup> local_;
-    std::vector<ShardRange> vocab_;     // per process
-    std::vector<ShardRange> kv_heads_;  // per process
+    std::vector<ShardRange> vocab_;                  // per process
+    std::vector<std::vector<ShardRange>> kv_heads_;  // per process, per layer
     std::function<KvImageLayout(int32_t)> image_layout_;
     int32_t n_vocab_;
     int n_local_;

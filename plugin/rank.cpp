@@ -18,7 +18,12 @@ namespace {
 // Graph nodes: a fixed budget for the layers plus a few per attention run,
 // and per piece of a row-parallel matrix, and layer.
 size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankShard * shard) {
-    const size_t pieces = shard ? shard->o_pieces.size() + shard->ff_pieces.size() : 2;
+    size_t pieces = 3;
+    if (shard) {
+        for (const LayerShard & l : shard->layers) {
+            pieces = std::max(pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
+        }
+    }
     return 8192 + (size_t) hp.n_layer * (shape.runs.size() + pieces) * 8;
 }
 
@@ -42,7 +47,10 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     if (!threadpool_) throw Error("could not create a thread pool for rank " + std::to_string(config.rank));
     ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
     ggml_backend_cpu_set_n_threads(backend_.get(), config.n_threads);
-    const int32_t n_kv = config.shard ? (int32_t) config.shard->kv_heads.size() : hp.n_head_kv;
+    std::vector<int32_t> n_kv;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        n_kv.push_back(config.shard ? (int32_t) config.shard->layers[il].kv_heads.size() : hp.layer(il).n_head_kv);
+    }
     kv_ = std::make_unique<KvCache>(hp, n_kv, config.n_ctx, config.n_seq_max, config.kv_unified, config.kv_types,
                                     ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
@@ -95,7 +103,7 @@ void Rank::apply_edits(const std::vector<KvEdit> & edits) {
 // memory (any backend's buffers).
 void Rank::copy_cells(const std::vector<std::pair<int64_t, int64_t>> & copied) {
     std::vector<uint8_t> row;
-    for (int il = 0; il < hp_.n_layer; ++il) {
+    for (int il = 0; il < hp_.n_layer_kv(); ++il) {
         for (ggml_tensor * t : {kv_->k(il), kv_->v(il)}) {
             const size_t bytes = t->nb[1];
             row.resize(bytes);
@@ -182,12 +190,13 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
 
 void Rank::copy_heads(const std::vector<int64_t> & cells, uint8_t * image, bool to_image) {
     const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size());
-    const int32_t h0 = config_.shard ? (int32_t) config_.shard->kv_heads.begin : 0;
-    const int32_t n_heads = config_.shard ? (int32_t) config_.shard->kv_heads.size() : hp_.n_head_kv;
-    for (int il = 0; il < hp_.n_layer; ++il) {
+    for (int il = 0; il < hp_.n_layer_kv(); ++il) {
+        const ShardRange heads =
+            config_.shard ? config_.shard->layers[il].kv_heads : ShardRange{0, hp_.layer(il).n_head_kv};
+        const int32_t h0 = (int32_t) heads.begin;
         for (const bool values : {false, true}) {
             ggml_tensor * t = values ? kv_->v(il) : kv_->k(il);
-            const size_t size = (values ? layout.v_head_bytes : layout.k_head_bytes) * (size_t) n_heads;
+            const size_t size = layout.layers[il].head_bytes(values) * (size_t) heads.size();
             for (size_t i = 0; i < cells.size(); ++i) {
                 uint8_t * at = image + layout.offset(il, values, (int32_t) i, h0);
                 const size_t cell = (size_t) cells[i] * t->nb[1];

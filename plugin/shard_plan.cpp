@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iterator>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "ggml.h"
@@ -20,11 +21,12 @@ int64_t block_of(const GgufFile & file, const std::string & name) {
     return t ? ggml_blck_size(t->type) : 1;
 }
 
-// The largest block of any layer's copy of a tensor.
-int64_t block_of_layers(const GgufFile & file, const HParams & hp, const std::string & suffix) {
+// The largest block of the copies of a tensor in the layers `il` picks.
+template <typename Pick>
+int64_t block_of_layers(const GgufFile & file, const HParams & hp, const std::string & suffix, const Pick & pick) {
     int64_t b = 1;
     for (int il = 0; il < hp.n_layer; ++il) {
-        b = std::lcm(b, block_of(file, "blk." + std::to_string(il) + "." + suffix));
+        if (pick(il)) b = std::lcm(b, block_of(file, "blk." + std::to_string(il) + "." + suffix));
     }
     return b;
 }
@@ -47,59 +49,94 @@ std::string grid_string(const std::vector<int64_t> & grid) {
 
 constexpr int64_t kRowTile = ShardPlan::kRowTile;
 
-// The query-head and FFN-width ranges of a split into weights.size() ranks.
-struct AxisSplit {
-    std::vector<ShardRange> q, ff;
+// One axis a split divides: the query heads, or an FFN width (the dense
+// FFN's of the layers that have that width, or the experts').
+struct Axis {
+    int64_t extent;
+    int64_t unit;  // boundaries fall on multiples of it
+    std::string what;
+    std::vector<ShardRange> split(const std::vector<float> & weights) const {
+        return plan_or_explain(extent, unit, weights, what);
+    }
 };
 
-AxisSplit split_axes(const GgufFile & file, const HParams & hp, const std::vector<float> & weights) {
-    const int64_t n_ranks = (int64_t) weights.size();
-    const int64_t group = hp.n_head / hp.n_head_kv;
+Axis head_axis(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
     // Column slices of attn_output start at head boundaries, which must also
-    // be quantization-block boundaries.
-    const int64_t blk_o = block_of_layers(file, hp, "attn_output.weight");
-    const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) hp.head_dim);
-    const int64_t head_unit = std::lcm(hp.n_head_kv >= n_ranks ? group : 1, heads_per_block);
-    AxisSplit s;
-    s.q = plan_or_explain(hp.n_head, head_unit, weights,
-                          "attention heads (" + std::to_string(hp.n_head) + " heads in units of " +
-                              std::to_string(head_unit) + " for blk.*.attn_q.weight / attn_output.weight)");
-    // Dense FFN: its width; MoE: every expert's width (each rank holds every expert).
-    const std::string down = hp.is_moe() ? "ffn_down_exps.weight" : "ffn_down.weight";
-    const int64_t width = hp.is_moe() ? hp.n_ff_exp : hp.n_ff;
-    // Slices of whole 16-row tiles where the width allows (quantization blocks
-    // are already): ggml's kernels then treat a slice of gate/up as they treat
-    // the whole matrix, which split-invariant sums rely on.
-    const int64_t blk = block_of_layers(file, hp, down), tiled = std::lcm(blk, kRowTile);
-    const int64_t blk_down = width % tiled == 0 && width / tiled >= n_ranks ? tiled : blk;
-    s.ff = plan_or_explain(width, blk_down, weights,
-                           "the FFN width (" + std::to_string(width) + " in blocks of " + std::to_string(blk_down) +
-                               " for blk.*." + down + ")");
-    return s;
+    // be quantization-block boundaries; a rank holds whole KV groups of every
+    // layer whose KV heads go round.
+    int64_t unit = 1;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerShape & s = hp.layer(il);
+        const int64_t blk_o = block_of(file, "blk." + std::to_string(il) + ".attn_output.weight");
+        const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) s.head_dim);
+        const int64_t group = hp.n_head / s.n_head_kv;
+        unit = std::lcm(unit, std::lcm(s.n_head_kv >= n_ranks ? group : 1, heads_per_block));
+    }
+    return {hp.n_head, unit,
+            "attention heads (" + std::to_string(hp.n_head) + " heads in units of " + std::to_string(unit) +
+                " for blk.*.attn_q.weight / attn_output.weight)"};
+}
+
+// An FFN width of `width` whose down projections are `down`: slices of whole
+// 16-row tiles where the width allows (quantization blocks are already), so
+// that ggml's kernels treat a slice of gate/up as they treat the whole matrix,
+// which split-invariant sums rely on.
+template <typename Pick>
+Axis ffn_axis(const GgufFile & file, const HParams & hp, int64_t width, const std::string & down, int64_t n_ranks,
+              const Pick & pick) {
+    const int64_t blk = block_of_layers(file, hp, down, pick), tiled = std::lcm(blk, kRowTile);
+    const int64_t unit = width % tiled == 0 && width / tiled >= n_ranks ? tiled : blk;
+    return {width, unit,
+            "the FFN width (" + std::to_string(width) + " in blocks of " + std::to_string(unit) + " for blk.*." + down +
+                ")"};
+}
+
+// Every axis a model's split divides, for n_ranks ranks.
+struct Axes {
+    Axis heads;
+    std::vector<Axis> ff;          // one per distinct dense FFN width
+    std::vector<int> ff_of_layer;  // index into ff (-1: no dense FFN)
+    std::optional<Axis> ff_exp;    // the experts' width
+};
+
+Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
+    Axes a{head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt};
+    if (hp.has_dense_ffn()) {
+        std::vector<int64_t> widths;
+        for (int il = 0; il < hp.n_layer; ++il) {
+            const int64_t w = hp.layer(il).n_ff;
+            auto at = std::find(widths.begin(), widths.end(), w);
+            a.ff_of_layer[il] = (int) (at - widths.begin());
+            if (at == widths.end()) widths.push_back(w);
+        }
+        for (const int64_t w : widths) {
+            a.ff.push_back(
+                ffn_axis(file, hp, w, "ffn_down.weight", n_ranks, [&](int il) { return hp.layer(il).n_ff == w; }));
+        }
+    }
+    if (hp.is_moe()) {
+        a.ff_exp = ffn_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, [](int) { return true; });
+    }
+    return a;
 }
 
 // The degrees whose even splits make the reduction grid.
 constexpr int kGridDegrees[] = {2, 3, 4, 8};
 
 // Grid boundaries of one axis: its ends and every boundary of the model's
-// even splits into kGridDegrees ranks (those it can take).
-struct ReductionGrid {
-    std::vector<int64_t> q, ff;
-};
-
-ReductionGrid reduction_grid(const GgufFile & file, const HParams & hp) {
-    const int64_t width = hp.is_moe() ? hp.n_ff_exp : hp.n_ff;
-    std::set<int64_t> q{0, hp.n_head}, ff{0, width};
+// even splits into kGridDegrees ranks (those it can take). The axis is
+// rebuilt per degree: its unit may depend on the number of ranks.
+template <typename AxisOf>
+std::vector<int64_t> reduction_grid(int64_t extent, const AxisOf & axis_of) {
+    std::set<int64_t> grid{0, extent};
     for (int degree : kGridDegrees) {
         try {
-            const AxisSplit s = split_axes(file, hp, std::vector<float>(degree, 1.0f));
-            for (const ShardRange & r : s.q) q.insert(r.begin);
-            for (const ShardRange & r : s.ff) ff.insert(r.begin);
+            for (const ShardRange & r : axis_of(degree).split(std::vector<float>(degree, 1.0f))) grid.insert(r.begin);
         } catch (const Error &) {
             // A degree the model cannot take adds no boundaries.
         }
     }
-    return {{q.begin(), q.end()}, {ff.begin(), ff.end()}};
+    return {grid.begin(), grid.end()};
 }
 
 // Moves every boundary between ranks to the nearest grid boundary (the lower
@@ -131,6 +168,46 @@ std::vector<ShardRange> pieces_of(const ShardRange & range, const std::vector<in
     return pieces;
 }
 
+// An axis's ranges for every rank, each with its pieces: with split-invariant
+// sums the boundaries snapped to the reduction grid and the pieces its cells.
+struct SplitAxis {
+    std::vector<ShardRange> ranges;
+    std::vector<std::vector<ShardRange>> pieces;
+};
+
+template <typename AxisOf>
+SplitAxis split_axis(const AxisOf & axis_of, const std::vector<float> & weights, bool split_invariant,
+                     const std::string & what) {
+    const Axis axis = axis_of((int64_t) weights.size());
+    SplitAxis s{axis.split(weights), {}};
+    if (!split_invariant) {
+        for (const ShardRange & r : s.ranges) s.pieces.push_back({r});
+        return s;
+    }
+    const std::vector<int64_t> grid = reduction_grid(axis.extent, axis_of);
+    snap_to_grid(s.ranges, grid, what);
+    for (const ShardRange & r : s.ranges) s.pieces.push_back(pieces_of(r, grid));
+    return s;
+}
+
+// The KV heads layer il's query heads q read. Attention maps local query
+// head i to local KV head i / (local ratio): right when the rank holds whole
+// groups, or part of a single group.
+ShardRange kv_heads_of(const HParams & hp, int il, const ShardRange & q, int rank, int n_ranks) {
+    const int64_t n_head_kv = hp.layer(il).n_head_kv, group = hp.n_head / n_head_kv;
+    const ShardRange kv{q.begin / group, (q.end + group - 1) / group};
+    const bool whole_groups = q.begin % group == 0 && q.size() == kv.size() * group;
+    if (kv.size() != 1 && !whole_groups) {
+        throw Error("cannot split attention across " + std::to_string(n_ranks) + " ranks: rank " +
+                    std::to_string(rank) + " would hold query heads [" + std::to_string(q.begin) + ", " +
+                    std::to_string(q.end) + ") that do not map evenly onto KV heads (" + std::to_string(hp.n_head) +
+                    " query heads, " + std::to_string(n_head_kv) + " KV heads in layer " + std::to_string(il) +
+                    "); choose a tensor-parallel degree that divides " + std::to_string(n_head_kv) + " or " +
+                    std::to_string(hp.n_head));
+    }
+    return kv;
+}
+
 }  // namespace
 
 ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights_in,
@@ -145,12 +222,18 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
     ShardPlan p;
     p.n_ranks = n_ranks;
     p.ranks.resize(n_ranks);
-    AxisSplit split = split_axes(file, hp, weights);
-    ReductionGrid grid;
-    if (split_invariant) {
-        grid = reduction_grid(file, hp);
-        snap_to_grid(split.q, grid.q, "the attention heads");
-        snap_to_grid(split.ff, grid.ff, "the FFN width");
+    const Axes axes = model_axes(file, hp, n_ranks);
+    const SplitAxis heads = split_axis([&](int64_t n) { return model_axes(file, hp, n).heads; }, weights,
+                                       split_invariant, "the attention heads");
+    std::vector<SplitAxis> ff;
+    for (size_t i = 0; i < axes.ff.size(); ++i) {
+        ff.push_back(split_axis([&](int64_t n) { return model_axes(file, hp, n).ff[i]; }, weights, split_invariant,
+                                "the FFN width"));
+    }
+    std::optional<SplitAxis> ff_exp;
+    if (axes.ff_exp) {
+        ff_exp = split_axis([&](int64_t n) { return *model_axes(file, hp, n).ff_exp; }, weights, split_invariant,
+                            "the experts' FFN width");
     }
     // Vocabulary slices start at multiples of 64 rows where the vocabulary
     // allows: ggml's matrix kernels then run the same tiles over each slice as
@@ -158,27 +241,21 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
     // rows differently).
     const int64_t vocab_unit = std::gcd(hp.n_vocab, 4 * kRowTile);
     const auto vocab = plan_or_explain(hp.n_vocab, vocab_unit, weights, "the output head vocabulary");
-    const int64_t group = hp.n_head / hp.n_head_kv;
     for (int r = 0; r < n_ranks; ++r) {
         RankShard & s = p.ranks[r];
-        const ShardRange & q = split.q[r];
-        s.q_heads = q;
-        s.kv_heads = {q.begin / group, (q.end + group - 1) / group};
-        // Attention maps local query head i to local KV head i / (local ratio):
-        // right when the rank holds whole groups, or part of a single group.
-        const bool whole_groups = q.begin % group == 0 && q.size() == s.kv_heads.size() * group;
-        if (s.kv_heads.size() != 1 && !whole_groups) {
-            throw Error("cannot split attention across " + std::to_string(n_ranks) + " ranks: rank " +
-                        std::to_string(r) + " would hold query heads [" + std::to_string(q.begin) + ", " +
-                        std::to_string(q.end) + ") that do not map evenly onto KV heads (" + std::to_string(hp.n_head) +
-                        " query heads, " + std::to_string(hp.n_head_kv) +
-                        " KV heads); choose a tensor-parallel degree that divides " + std::to_string(hp.n_head_kv) +
-                        " or " + std::to_string(hp.n_head));
-        }
-        s.ff = split.ff[r];
+        s.q_heads = heads.ranges[r];
+        s.o_pieces = heads.pieces[r];
         s.vocab = vocab[r];
-        s.o_pieces = split_invariant ? pieces_of(s.q_heads, grid.q) : std::vector<ShardRange>{s.q_heads};
-        s.ff_pieces = split_invariant ? pieces_of(s.ff, grid.ff) : std::vector<ShardRange>{s.ff};
+        s.layers.resize(hp.n_layer);
+        for (int il = 0; il < hp.n_layer; ++il) {
+            LayerShard & l = s.layers[il];
+            l.kv_heads = kv_heads_of(hp, il, s.q_heads, r, n_ranks);
+            if (axes.ff_of_layer[il] >= 0) {
+                const SplitAxis & f = ff[axes.ff_of_layer[il]];
+                l.ff = {f.ranges[r], f.pieces[r]};
+            }
+            if (ff_exp) l.ff_exp = {ff_exp->ranges[r], ff_exp->pieces[r]};
+        }
     }
     return p;
 }
@@ -187,9 +264,14 @@ bool ShardPlan::tiled(const HParams & hp) const {
     auto on_tiles = [](int64_t rows) { return rows % kRowTile == 0; };
     for (int r = 1; r < n_ranks; ++r) {
         const RankShard & s = ranks[r];
-        if (!on_tiles(s.q_heads.begin * hp.head_dim) || !on_tiles(s.kv_heads.begin * hp.head_dim) ||
-            !on_tiles(s.ff.begin) || !on_tiles(s.vocab.begin)) {
-            return false;
+        if (!on_tiles(s.vocab.begin)) return false;
+        for (int il = 0; il < hp.n_layer; ++il) {
+            const LayerShard & l = s.layers[il];
+            const int64_t hd = hp.layer(il).head_dim;
+            if (!on_tiles(s.q_heads.begin * hd) || !on_tiles(l.kv_heads.begin * hd) || !on_tiles(l.ff.width.begin) ||
+                !on_tiles(l.ff_exp.width.begin)) {
+                return false;
+            }
         }
     }
     return true;
@@ -199,8 +281,10 @@ std::string ShardPlan::describe() const {
     std::string out;
     for (int r = 0; r < n_ranks; ++r) {
         const RankShard & s = ranks[r];
+        const LayerShard & l = s.layers.front();
         out += "rank " + std::to_string(r) + ": heads " + std::to_string(s.q_heads.size()) + " (kv " +
-               std::to_string(s.kv_heads.size()) + "), ffn " + std::to_string(s.ff.size()) + ", vocab " +
+               std::to_string(l.kv_heads.size()) + "), ffn " +
+               std::to_string(l.ff.width.size() ? l.ff.width.size() : l.ff_exp.width.size()) + ", vocab " +
                std::to_string(s.vocab.size()) + (r + 1 < n_ranks ? "; " : "");
     }
     return out;

@@ -13,16 +13,28 @@ namespace llama_tp {
 
 class GgufFile;
 
+// One FFN's share of a rank: its width, and with split-invariant sums the
+// cells of the reduction grid it holds (one piece, the whole range, without).
+struct FfnShard {
+    ShardRange width;                // rows of gate/up, columns of down
+    std::vector<ShardRange> pieces;  // in FFN columns, covering width
+};
+
+// What a rank holds of one layer.
+struct LayerShard {
+    ShardRange kv_heads;  // the KV heads its query heads read (replicated when the layer's n_head_kv < ranks)
+    FfnShard ff;          // the dense FFN (empty where the layer has experts only)
+    FfnShard ff_exp;      // every expert's width (each rank holds every expert; empty without experts)
+};
+
 struct RankShard {
-    ShardRange q_heads;   // query heads of this rank
-    ShardRange kv_heads;  // the KV heads those query heads read (replicated when n_head_kv < ranks)
-    ShardRange ff;        // FFN width (rows of gate/up, columns of down)
-    ShardRange vocab;     // rows of the output head
-    // The row-parallel matrices (attn_output, ffn_down) in pieces of columns
-    // whose products are summed separately: the rank's whole range, or with
-    // split-invariant sums the cells of the reduction grid it holds.
-    std::vector<ShardRange> o_pieces;   // in query heads, covering q_heads
-    std::vector<ShardRange> ff_pieces;  // in FFN columns, covering ff
+    ShardRange q_heads;  // query heads of this rank, in every layer
+    ShardRange vocab;    // rows of the output head
+    // attn_output in pieces of query heads whose products are summed
+    // separately: the rank's whole range, or with split-invariant sums the
+    // cells of the reduction grid it holds.
+    std::vector<ShardRange> o_pieces;
+    std::vector<LayerShard> layers;
 };
 
 struct ShardPlan {

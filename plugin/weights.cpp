@@ -76,7 +76,7 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         if (!one_pass(file.find_tensor(p + "attn_output.weight"), false) ||
-            !one_pass(file.find_tensor(p + "ffn_down.weight"), hp.is_moe())) {
+            (hp.has_dense_ffn() && !one_pass(file.find_tensor(p + "ffn_down.weight"), false)) || hp.is_moe()) {
             return false;
         }
     }
@@ -91,13 +91,17 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     // Split-invariant sums may keep every cell of a row-parallel matrix in a
     // tensor of its own, and a fused matrix is several tensors (phi3: QKV
     // three, gate/up two), so a layer may declare this many beyond its file's.
-    const size_t n_pieces = shard ? shard->o_pieces.size() + shard->ff_pieces.size() : 0;
+    size_t n_pieces = 0;
+    if (shard) {
+        for (const LayerShard & l : shard->layers) {
+            n_pieces = std::max(n_pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
+        }
+    }
     const size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * (n_pieces + 3);
     host_ctx_.reset(new_meta_context(n_max));
     repack_ctx_.reset(new_meta_context(n_max));
 
-    const int64_t E = hp.n_embd, V = hp.n_vocab, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
-    const int64_t hd = hp.head_dim;
+    const int64_t E = hp.n_embd, V = hp.n_vocab;
     auto rows = [](const ShardRange & r, int64_t unit) {
         return TensorSlice{TensorSlice::Rows, r.begin * unit, r.end * unit};
     };
@@ -109,30 +113,23 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         return s.axis == TensorSlice::Whole ? TensorSlice{TensorSlice::Rows, offset, offset + size}
                                             : TensorSlice{TensorSlice::Rows, offset + s.begin, offset + s.end};
     };
-    const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
-    const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
-    const TensorSlice kv_rows = shard ? rows(shard->kv_heads, hd) : TensorSlice{};
-    const TensorSlice kv_cols = shard ? cols(shard->kv_heads, hd) : TensorSlice{};
-    const TensorSlice ff_rows = shard ? rows(shard->ff, 1) : TensorSlice{};
     const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
-    const TensorSlice ff_cols = shard ? cols(shard->ff, 1) : TensorSlice{};
     const TensorSlice q_cols_heads = shard ? cols(shard->q_heads, 1) : TensorSlice{};
-    // The cells of the row-parallel matrices, in columns from this rank's first.
-    auto bounds = [](const std::vector<ShardRange> & pieces, int64_t unit) {
-        std::vector<int64_t> out{0};
-        for (const ShardRange & r : pieces) out.push_back((r.end - pieces.front().begin) * unit);
-        return out;
-    };
-    const int64_t ff_width = hp.is_moe() ? hp.n_ff_exp : F;
-    o_cell_bounds = shard ? bounds(shard->o_pieces, hd) : std::vector<int64_t>{0, Q};
-    ff_cell_bounds = shard ? bounds(shard->ff_pieces, 1) : std::vector<int64_t>{0, ff_width};
     // With split-invariant sums a row-parallel matrix is multiplied in one
     // pass over its cells where ggml-ext has a kernel for its type (then it
     // keeps ggml's plain layout), else one product per cell, each cell a
     // tensor of its own that ggml's kernels take as they take any matrix.
-    auto row_parallel = [&](const std::string & name, const std::vector<int64_t> & shape, TensorSlice whole,
-                            const std::vector<ShardRange> * cells, int64_t unit, bool experts) {
+    // cells: the rank's pieces (nullptr: the whole matrix, one cell of width).
+    auto row_parallel = [&](const std::string & name, const std::vector<int64_t> & shape,
+                            const std::vector<ShardRange> * cells, int64_t unit, int64_t width, bool experts) {
         RowParallelWeight w;
+        w.cell_bounds = {0};
+        if (cells) {
+            for (const ShardRange & r : *cells) w.cell_bounds.push_back((r.end - cells->front().begin) * unit);
+        } else {
+            w.cell_bounds.push_back(width);
+        }
+        const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
         w.one_pass = split_invariant && one_pass(file.find_tensor(name), experts);
         if (!split_invariant || w.one_pass) {
             w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));
@@ -142,8 +139,6 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         for (const ShardRange & r : *cells) w.pieces.push_back(declare(file, name, shape, true, cols(r, unit)));
         return w;
     };
-    const std::vector<ShardRange> * o_cells = shard ? &shard->o_pieces : nullptr;
-    const std::vector<ShardRange> * ff_cells = shard ? &shard->ff_pieces : nullptr;
 
     // Under tensor parallelism the embedding table is split by vocabulary like
     // the output head (a tied head then is the same shard): each rank looks up
@@ -154,15 +149,36 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
     if (file.find_tensor("output.weight") && hp.arch != Arch::Gemma2) {
         output = declare(file, "output.weight", {E, V}, true, vocab_rows);
     }
-    rope_freqs = declare(file, "rope_freqs.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
-    rope_long = declare(file, "rope_factors_long.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
-    rope_short = declare(file, "rope_factors_short.weight", {hp.n_rot / 2}, false, {}, /*required =*/false);
+    // One set of frequency factors, for the layers that do not slide (all of
+    // them in most models).
+    int il_full = 0;
+    while (il_full + 1 < hp.n_layer && hp.is_swa(il_full)) ++il_full;
+    const int64_t n_factors = hp.layer(il_full).n_rot / 2;
+    rope_freqs = declare(file, "rope_freqs.weight", {n_factors}, false, {}, /*required =*/false);
+    rope_long = declare(file, "rope_factors_long.weight", {n_factors}, false, {}, /*required =*/false);
+    rope_short = declare(file, "rope_factors_short.weight", {n_factors}, false, {}, /*required =*/false);
     if (!rope_long != !rope_short) {
         throw Error("model file '" + file.path() + "': LongRoPE needs both rope_factors_long and rope_factors_short");
+    }
+    const int64_t PL = hp.n_embd_per_layer;
+    if (PL > 0) {
+        per_layer_tok_embd = declare(file, "per_layer_token_embd.weight", {PL * hp.n_layer, V}, false, vocab_rows);
+        per_layer_model_proj = declare(file, "per_layer_model_proj.weight", {E, PL * hp.n_layer}, true);
+        per_layer_proj_norm = declare(file, "per_layer_proj_norm.weight", {PL}, false);
     }
     layers.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
+        const LayerShard * ls = shard ? &shard->layers[il] : nullptr;
+        const int64_t hd = hp.layer(il).head_dim, F = hp.layer(il).n_ff;
+        const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
+        const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
+        const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
+        const TensorSlice kv_rows = ls ? rows(ls->kv_heads, hd) : TensorSlice{};
+        const TensorSlice kv_cols = ls ? cols(ls->kv_heads, hd) : TensorSlice{};
+        const TensorSlice ff_rows = ls ? rows(ls->ff.width, 1) : TensorSlice{};
+        const TensorSlice fx_rows = ls ? rows(ls->ff_exp.width, 1) : TensorSlice{};
+        const TensorSlice fx_cols = ls ? cols(ls->ff_exp.width, 1) : TensorSlice{};
         LayerWeights & l = layers[il];
         l.attn_norm = declare(file, p + "attn_norm.weight", {E}, false);
         if (file.find_tensor(p + "attn_qkv.weight")) {
@@ -171,11 +187,15 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.wqkv = declare_rows(file, p + "attn_qkv.weight", {E, Q + 2 * KV},
                                   {part(q_rows, 0, Q), part(kv_rows, Q, KV), part(kv_rows, Q + KV, KV)});
         } else {
+            // gemma4: layers that share an earlier layer's cache project no
+            // keys or values; the others may have no V (values are the keys).
+            const bool own_kv = il < hp.n_layer_kv();
+            const bool v_optional = hp.arch == Arch::Gemma4;
             l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
-            l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
-            l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows);
+            if (own_kv) l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
+            if (own_kv) l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows, !v_optional);
         }
-        l.wo = row_parallel(p + "attn_output.weight", {Q, E}, q_cols, o_cells, hd, false);
+        l.wo = row_parallel(p + "attn_output.weight", {Q, E}, shard ? &shard->o_pieces : nullptr, hd, Q, false);
         if (hp.has_qkv_bias()) {
             // A bias is one row: its slice is a column range.
             l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
@@ -188,7 +208,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         }
         if (hp.has_qk_norm()) {
             l.q_norm = declare(file, p + "attn_q_norm.weight", {hd}, false);
-            l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
+            if (l.wk || l.wqkv) l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
         }
         // gpt-oss calls its FFN's input norm post_attention_norm.
         l.ffn_norm =
@@ -197,30 +217,53 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             l.attn_post_norm = declare(file, p + "post_attention_norm.weight", {E}, false);
             l.ffn_post_norm = declare(file, p + "post_ffw_norm.weight", {E}, false);
         }
+        if (hp.arch == Arch::Gemma4) {
+            l.out_scale = declare(file, p + "layer_output_scale.weight", {1}, false, {}, /*required =*/false);
+        }
+        if (PL > 0) {
+            l.per_layer_gate = declare(file, p + "inp_gate.weight", {E, PL}, true);
+            l.per_layer_proj = declare(file, p + "proj.weight", {PL, E}, true);
+            l.per_layer_norm = declare(file, p + "post_norm.weight", {E}, false);
+        }
         if (hp.is_moe()) {
             const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
             l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
-            l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, ff_rows);
-            l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, ff_rows);
-            l.ffn_down_exps = row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ff_cols, ff_cells, 1, true);
+            if (file.find_tensor(p + "ffn_gate_up_exps.weight")) {
+                l.ffn_gate_up_exps = declare_rows(file, p + "ffn_gate_up_exps.weight", {E, 2 * FX, X},
+                                                  {part(fx_rows, 0, FX), part(fx_rows, FX, FX)});
+            } else {
+                l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, fx_rows);
+                l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, fx_rows);
+            }
+            l.ffn_down_exps =
+                row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ls ? &ls->ff_exp.pieces : nullptr, 1, FX, true);
             if (hp.is_gpt_oss()) {
                 l.ffn_router_b = declare(file, p + "ffn_gate_inp.bias", {X}, false);
-                l.ffn_gate_exps_b = declare(file, p + "ffn_gate_exps.bias", {FX, X}, false, ff_cols);
-                l.ffn_up_exps_b = declare(file, p + "ffn_up_exps.bias", {FX, X}, false, ff_cols);
-                if (!shard || shard->ff.begin == 0) {
+                l.ffn_gate_exps_b = declare(file, p + "ffn_gate_exps.bias", {FX, X}, false, fx_cols);
+                l.ffn_up_exps_b = declare(file, p + "ffn_up_exps.bias", {FX, X}, false, fx_cols);
+                if (!ls || ls->ff_exp.width.begin == 0) {
                     l.ffn_down_exps_b = declare(file, p + "ffn_down_exps.bias", {E, X}, false);
                 }
             }
-        } else if (hp.arch == Arch::Phi3) {
+            if (hp.arch == Arch::Gemma4) {
+                l.ffn_router_scale = declare(file, p + "ffn_gate_inp.scale", {E}, false);
+                l.ffn_down_exps_scale = declare(file, p + "ffn_down_exps.scale", {X}, false, {}, /*required =*/false);
+                l.ffn_post_norm_1 = declare(file, p + "post_ffw_norm_1.weight", {E}, false);
+                l.ffn_pre_norm_2 = declare(file, p + "pre_ffw_norm_2.weight", {E}, false);
+                l.ffn_post_norm_2 = declare(file, p + "post_ffw_norm_2.weight", {E}, false);
+            }
+        }
+        if (!hp.has_dense_ffn()) continue;
+        const std::vector<ShardRange> * ff_cells = ls ? &ls->ff.pieces : nullptr;
+        if (hp.arch == Arch::Phi3) {
             // Fused gate and up (gate first): the rank's width of each, stacked.
             l.ffn_gate_up =
                 declare_rows(file, p + "ffn_up.weight", {E, 2 * F}, {part(ff_rows, 0, F), part(ff_rows, F, F)});
-            l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cols, ff_cells, 1, false);
         } else {
             l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
             l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
-            l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cols, ff_cells, 1, false);
         }
+        l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cells, 1, F, false);
     }
     allocate_and_read(file, progress);
     if (!output) output = tok_embd;
@@ -270,14 +313,14 @@ ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & n
 ggml_tensor * ModelWeights::declare_rows(const GgufFile & file, const std::string & name,
                                          const std::vector<int64_t> & shape, const std::vector<TensorSlice> & parts) {
     const ggml_tensor * desc = find_checked(file, name, shape, true);
-    int64_t ne[GGML_MAX_DIMS] = {desc->ne[0], 0, 1, 1};
+    int64_t ne[GGML_MAX_DIMS] = {desc->ne[0], 0, desc->ne[2], desc->ne[3]};
     std::vector<Part> sources;
     for (const TensorSlice & slice : parts) {
         GGML_ASSERT(slice.axis == TensorSlice::Rows);
         ne[1] += slice.end - slice.begin;
         sources.push_back({name, slice});
     }
-    return add_tensor(name, desc->type, 2, ne, true, std::move(sources));
+    return add_tensor(name, desc->type, (int) shape.size(), ne, true, std::move(sources));
 }
 
 ggml_tensor * ModelWeights::add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne,
@@ -317,15 +360,32 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     }
 }
 
-// Reads a tensor's parts from the file, one after the other: rows are one
-// contiguous range (per 2D slab), a column slice is one range per row.
+// Reads a tensor's parts from the file: row ranges slab by 2D slab (per
+// expert for stacked experts), each part's rows of a slab in turn, so that a
+// fused matrix keeps its parts within every expert; a whole tensor at once; a
+// column slice one range per row.
 void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const std::vector<Part> & parts,
                                std::vector<uint8_t> & staging) const {
     const size_t n = ggml_nbytes(t);
     const bool host = ggml_backend_buffer_is_host(t->buffer);
     uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : (staging.resize(n), staging.data());
-    for (const Part & part : parts) dst += read_part(file, t, part, dst);
+    if (parts.front().slice.axis == TensorSlice::Rows) {
+        for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
+            for (const Part & part : parts) dst += read_rows(file, part, s, dst);
+        }
+    } else {
+        for (const Part & part : parts) dst += read_part(file, t, part, dst);
+    }
     if (!host) ggml_backend_tensor_set(t, staging.data(), 0, n);
+}
+
+size_t ModelWeights::read_rows(const GgufFile & file, const Part & part, int64_t slab, uint8_t * dst) const {
+    GGML_ASSERT(part.slice.axis == TensorSlice::Rows);
+    const ggml_tensor * desc = file.find_tensor(part.name);
+    const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
+    const size_t n = (size_t) (part.slice.end - part.slice.begin) * file_row;
+    file.read_tensor(desc, (size_t) slab * desc->ne[1] * file_row + part.slice.begin * file_row, dst, n);
+    return n;
 }
 
 size_t ModelWeights::read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const {
@@ -335,15 +395,8 @@ size_t ModelWeights::read_part(const GgufFile & file, const ggml_tensor * t, con
         case TensorSlice::Whole:
             file.read_tensor(desc, 0, dst, ggml_nbytes(desc));
             return ggml_nbytes(desc);
-        case TensorSlice::Rows: {
-            // One contiguous range per 2D slab (per expert for stacked experts).
-            const size_t local_slab = (size_t) (part.slice.end - part.slice.begin) * file_row;
-            const size_t file_slab = (size_t) desc->ne[1] * file_row;
-            for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
-                file.read_tensor(desc, s * file_slab + part.slice.begin * file_row, dst + s * local_slab, local_slab);
-            }
-            return local_slab * t->ne[2] * t->ne[3];
-        }
+        case TensorSlice::Rows:
+            return 0;  // read_rows
         case TensorSlice::Columns: {
             const size_t skip = ggml_row_size(desc->type, part.slice.begin);
             const size_t local_row = ggml_row_size(desc->type, t->ne[0]);

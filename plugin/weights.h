@@ -31,17 +31,20 @@ struct TensorSlice {
 
 // A row-parallel matrix (attn_output, ffn_down): the rank's columns in one
 // tensor; with split-invariant sums, unless one_pass, one tensor per cell of
-// the reduction grid (RankShard::o_pieces, ff_pieces).
+// the reduction grid (RankShard::o_pieces, FfnShard::pieces).
 struct RowParallelWeight {
     std::vector<ggml_tensor *> pieces;
     bool one_pass = false;  // split-invariant, every cell in one ggml_ext_exact_matmul
+    // The cells as column offsets in this rank's columns: 0 first, the
+    // width last (one cell without split-invariant sums).
+    std::vector<int64_t> cell_bounds;
 };
 
 struct LayerWeights {
     ggml_tensor * attn_norm = nullptr;
     ggml_tensor * wq = nullptr;
     ggml_tensor * wk = nullptr;
-    ggml_tensor * wv = nullptr;
+    ggml_tensor * wv = nullptr;    // gemma4: nullptr where values are the keys' projection (or none are stored)
     ggml_tensor * wqkv = nullptr;  // phi3: the rank's Q, K and V rows stacked, instead of wq, wk, wv
     RowParallelWeight wo;
     ggml_tensor * bo = nullptr;          // gpt-oss: attn_output's bias, mirrored, added after the sum
@@ -69,6 +72,22 @@ struct LayerWeights {
     ggml_tensor * ffn_gate_exps_b = nullptr;
     ggml_tensor * ffn_up_exps_b = nullptr;
     ggml_tensor * ffn_down_exps_b = nullptr;
+    // gemma4's expert layers: the router's input scale, the experts' gate
+    // and up fused (the rank's gate rows, then its up rows, per expert), a
+    // scale per expert on the down projection, and norms around the dense
+    // FFN's output (post_ffw_norm_1) and the experts' input and output.
+    ggml_tensor * ffn_router_scale = nullptr;
+    ggml_tensor * ffn_gate_up_exps = nullptr;
+    ggml_tensor * ffn_down_exps_scale = nullptr;
+    ggml_tensor * ffn_post_norm_1 = nullptr;
+    ggml_tensor * ffn_pre_norm_2 = nullptr;
+    ggml_tensor * ffn_post_norm_2 = nullptr;
+    // gemma4: the per-layer embedding's gate and projection (mirrored), its
+    // norm, and a scale on the layer's output.
+    ggml_tensor * per_layer_gate = nullptr;
+    ggml_tensor * per_layer_proj = nullptr;
+    ggml_tensor * per_layer_norm = nullptr;
+    ggml_tensor * out_scale = nullptr;
 };
 
 class ModelWeights {
@@ -90,10 +109,12 @@ class ModelWeights {
     ggml_tensor * rope_freqs = nullptr;
     ggml_tensor * rope_long = nullptr;   // LongRoPE (phi3): factors beyond the original context
     ggml_tensor * rope_short = nullptr;  // and within it
+    // gemma4 (E2B, E4B): per-layer token embeddings, split by vocabulary as
+    // token_embd is, and the projection of the hidden state added to them.
+    ggml_tensor * per_layer_tok_embd = nullptr;
+    ggml_tensor * per_layer_model_proj = nullptr;
+    ggml_tensor * per_layer_proj_norm = nullptr;
     std::vector<LayerWeights> layers;
-    // The cells of the row-parallel matrices as column offsets in this rank's
-    // columns: 0 first, the width last (one cell without split-invariant sums).
-    std::vector<int64_t> o_cell_bounds, ff_cell_bounds;
 
     // Whether split-invariant sums multiply every row-parallel matrix of the
     // model in one pass (RowParallelWeight::one_pass): dense layers whose
@@ -120,7 +141,8 @@ class ModelWeights {
     ggml_tensor * declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape, bool matrix,
                           TensorSlice slice = {}, bool required = true);
     // A matrix of row ranges of one file matrix, stacked in order (a fused
-    // matrix of which a rank holds several ranges).
+    // matrix of which a rank holds several ranges); stacked experts stack
+    // them within every expert.
     ggml_tensor * declare_rows(const GgufFile & file, const std::string & name, const std::vector<int64_t> & shape,
                                const std::vector<TensorSlice> & parts);
     ggml_tensor * add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne, bool matrix,
@@ -128,8 +150,10 @@ class ModelWeights {
     void allocate_and_read(const GgufFile & file, bool progress);
     void read_tensor(const GgufFile & file, ggml_tensor * t, const std::vector<Part> & parts,
                      std::vector<uint8_t> & staging) const;
-    // Reads one part to dst; returns its bytes.
+    // Reads one part (a whole tensor or a column slice) to dst; returns its bytes.
     size_t read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const;
+    // Reads one row-range part's rows of one 2D slab to dst; returns their bytes.
+    size_t read_rows(const GgufFile & file, const Part & part, int64_t slab, uint8_t * dst) const;
 
     std::vector<std::pair<ggml_tensor *, std::vector<Part>>> sources_;
     ggml_backend_dev_t device_;

@@ -49,7 +49,7 @@ KvFootprint kv_footprint(const std::string & model_path) {
     KvFootprint kv;
     kv.n_ctx_train = hp.n_ctx_train;
     // F16 keys and values.
-    kv.bytes_per_cell = (uint64_t) hp.n_layer * 2u * (uint64_t) hp.n_embd_kv() * 2u;
+    for (int il = 0; il < hp.n_layer_kv(); ++il) kv.bytes_per_cell += 2u * (uint64_t) hp.n_embd_kv(il) * 2u;
     kv.weight_bytes = file.file_size();
     return kv;
 }

@@ -32,6 +32,9 @@ case $arch in
     gemma2) shape+=(--n-head-kv 6 --n-swa 8) ;;
     # A window of 8 positions on layer 0, layer 1 global, capped logits.
     gemma3) shape+=(--n-head-kv 6 --n-swa 8 --swa-pattern 2 --logit-softcap 60) ;;
+    # Layer 0 slides (12 KV heads of 32), layer 1 is global (6 KV heads of 48
+    # whose values are their keys, a quarter of each rotated).
+    gemma4) shape+=(--n-head-kv 12 --head-dim-global 48 --n-swa 8 --swa-pattern 2) ;;
     # Windows of 8 positions on even layers, sinks, biases, MXFP4 experts.
     gpt-oss) shape+=(--n-head-kv 6 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024 --n-swa 8) ;;
     qwen2|qwen3) shape+=(--n-head-kv 6 --tied-output) ;;
@@ -128,6 +131,27 @@ if [[ $arch == llama ]]; then
     check "llama kv2 tp4 (replicated KV heads) vs tp1" -m "$work/llama-kv2.gguf" --reference tp1 --tp 4 --prompts 3
     check "llama kv2 tp4 (replicated KV heads) split-invariant vs tp1" -m "$work/llama-kv2.gguf" --reference tp1 \
         --tp 4 --split-invariant --prompts 3
+fi
+if [[ $arch == gemma4 ]]; then
+    # E2B-style: per-layer embeddings, the last two layers sharing the first
+    # two's KV cache with an FFN twice as wide; 26B-style: experts beside the
+    # dense FFN, gate and up fused.
+    "$make_model" --arch gemma4 --type q8_0 --seed 7 "${shape[@]}" --n-layer 4 \
+        --n-embd-per-layer 64 --n-kv-shared 2 -o "$work/gemma4-ple.gguf" >/dev/null 2>&1
+    "$make_model" --arch gemma4 --type q4_k --seed 7 "${shape[@]}" --n-expert 4 --n-expert-used 2 --n-ff-exp 1024 \
+        -o "$work/gemma4-moe.gguf" >/dev/null 2>&1
+    for variant in ple moe; do
+        model="$work/gemma4-$variant.gguf"
+        check "gemma4 $variant vs upstream" -m "$model" --reference upstream --no-split-invariant --prompts 3 \
+            --n-tokens 12
+        for split in "--tp 2" "--tp 3" "--tp 4"; do
+            # shellcheck disable=SC2086
+            check "gemma4 $variant $split split-invariant vs tp1" -m "$model" --reference tp1 $split \
+                --split-invariant --prompts 3 --n-tokens 12
+        done
+        check "gemma4 $variant tp2 float sums vs tp1" -m "$model" --reference tp1 --tp 2 --no-split-invariant \
+            --prompts 3 --n-tokens 12
+    done
 fi
 if [[ $arch == phi3 ]]; then
     # LongRoPE's short factors: contexts within the original one. Six layers

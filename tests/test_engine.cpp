@@ -42,7 +42,7 @@ TEST(Engine, ReportsModelInfo) {
     EXPECT_EQ(e->info().architecture, "llama");
     EXPECT_EQ(e->info().n_vocab, 512);
     EXPECT_EQ(e->info().n_layer, 5);
-    EXPECT_EQ(e->info().n_head_kv, 4);
+    EXPECT_EQ(e->info().n_embd_kv, 5 * 4 * 8);  // 5 layers of 4 KV heads of 8
     EXPECT_GT(e->info().n_params, 200000);
 }
 
@@ -240,7 +240,7 @@ std::vector<float> layer0_keys(Engine & e, int seq, int n_cached, int first, int
     const KvImageLayout l =
         KvImageLayout::of(read_hparams(GgufFile(e.options().model_path)), e.options().kv_types, n_cached);
     const auto * h = reinterpret_cast<const ggml_fp16_t *>(image.data() + l.offset(0, false, first, 0));
-    std::vector<float> out((size_t) n * l.k_row_bytes() / sizeof(ggml_fp16_t));
+    std::vector<float> out((size_t) n * l.layers[0].k_row_bytes() / sizeof(ggml_fp16_t));
     for (size_t i = 0; i < out.size(); ++i) out[i] = ggml_fp16_to_fp32(h[i]);
     return out;
 }
@@ -489,9 +489,9 @@ TEST(ShardPlan, SplitInvariantPiecesAreCellsOfOneGridForEverySplit) {
     const HParams hp = read_hparams(file);
     const ShardPlan one = ShardPlan::plan(file, hp, 1, {}, true);
     const std::vector<ShardRange> & o_grid = one.ranks[0].o_pieces;
-    const std::vector<ShardRange> & ff_grid = one.ranks[0].ff_pieces;
+    const std::vector<ShardRange> & ff_grid = one.ranks[0].layers[0].ff.pieces;
     expect_tiles(o_grid, {0, hp.n_head});
-    expect_tiles(ff_grid, {0, hp.n_ff});
+    expect_tiles(ff_grid, {0, hp.layer(0).n_ff});
     EXPECT_GT(ff_grid.size(), 4u);  // the boundaries of the 2-, 3-, 4- and 8-way splits
 
     const std::vector<std::vector<float>> splits = {{1, 1}, {1, 1, 1}, {1, 1, 1, 1}, {3, 1}, {5, 2, 1}};
@@ -500,16 +500,20 @@ TEST(ShardPlan, SplitInvariantPiecesAreCellsOfOneGridForEverySplit) {
         const ShardPlan p = ShardPlan::plan(file, hp, (int) weights.size(), weights, true);
         for (const RankShard & r : p.ranks) {
             expect_tiles(r.o_pieces, r.q_heads);
-            expect_tiles(r.ff_pieces, r.ff);
+            for (const LayerShard & l : r.layers) {
+                expect_tiles(l.ff.pieces, l.ff.width);
+                for (const ShardRange & piece : l.ff.pieces) EXPECT_TRUE(is_cell_of(piece, ff_grid));
+            }
             for (const ShardRange & piece : r.o_pieces) EXPECT_TRUE(is_cell_of(piece, o_grid));
-            for (const ShardRange & piece : r.ff_pieces) EXPECT_TRUE(is_cell_of(piece, ff_grid));
         }
         const ShardPlan plain = ShardPlan::plan(file, hp, (int) weights.size(), weights, false);
         for (const RankShard & r : plain.ranks) {
             ASSERT_EQ(r.o_pieces.size(), 1u);
-            ASSERT_EQ(r.ff_pieces.size(), 1u);
-            EXPECT_EQ(r.ff_pieces[0].begin, r.ff.begin);
-            EXPECT_EQ(r.ff_pieces[0].end, r.ff.end);
+            for (const LayerShard & l : r.layers) {
+                ASSERT_EQ(l.ff.pieces.size(), 1u);
+                EXPECT_EQ(l.ff.pieces[0].begin, l.ff.width.begin);
+                EXPECT_EQ(l.ff.pieces[0].end, l.ff.width.end);
+            }
         }
     }
 }

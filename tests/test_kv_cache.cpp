@@ -16,14 +16,13 @@ HParams tiny_hparams() {
     HParams hp;
     hp.n_layer = 2;
     hp.n_head = 4;
-    hp.n_head_kv = 2;
-    hp.head_dim = 8;
+    hp.set_uniform_layers({/*n_head_kv =*/2, /*head_dim =*/8, /*n_rot =*/8, /*n_ff =*/16});
     return hp;
 }
 
 class KvCacheTest : public ::testing::Test {
   protected:
-    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/true, KvTypes{}, ggml_backend_cpu_buffer_type()};
+    KvCache kv{tiny_hparams(), {2, 2}, 600, 3, /*unified=*/true, KvTypes{}, ggml_backend_cpu_buffer_type()};
 };
 
 TEST_F(KvCacheTest, PlacesTokensInFreeCellsAndTracksPositions) {
@@ -105,7 +104,7 @@ TEST_F(KvCacheTest, MaskSeparatesSequencesAndIsCausal) {
 class PerSequenceKvCacheTest : public ::testing::Test {
   protected:
     // Three regions of 200 cells.
-    KvCache kv{tiny_hparams(), 2, 600, 3, /*unified=*/false, KvTypes{}, ggml_backend_cpu_buffer_type()};
+    KvCache kv{tiny_hparams(), {2, 2}, 600, 3, /*unified=*/false, KvTypes{}, ggml_backend_cpu_buffer_type()};
 };
 
 TEST_F(PerSequenceKvCacheTest, EachSequencePlacesInItsOwnRegion) {
@@ -205,8 +204,8 @@ TEST(KvCacheTypes, NamesTypesAndBlockSizes) {
     EXPECT_THROW(check_kv_type(GGML_TYPE_Q2_K, 256, "K"), Error);
     HParams hp;
     hp.n_layer = 2;
-    hp.head_dim = 32;
-    KvCache kv{hp, 2, 64, 1, false, KvTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, ggml_backend_cpu_buffer_type()};
+    hp.set_uniform_layers({2, 32, 32, 64});
+    KvCache kv{hp, {2, 2}, 64, 1, false, KvTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, ggml_backend_cpu_buffer_type()};
     EXPECT_EQ(kv.k(1)->type, GGML_TYPE_Q8_0);
     EXPECT_EQ(kv.v(0)->type, GGML_TYPE_Q4_0);
     EXPECT_FALSE(kv.types().both_f16());
@@ -228,7 +227,8 @@ TEST_F(PerSequenceKvCacheTest, UngroupedBatchFallsBackToOneRunOverEverything) {
 }
 
 TEST(KvCacheLayout, RefusesMoreSequencesThanCells) {
-    EXPECT_THROW(KvCache(tiny_hparams(), 2, 2, 3, false, KvTypes{}, ggml_backend_cpu_buffer_type()), std::exception);
+    EXPECT_THROW(KvCache(tiny_hparams(), {2, 2}, 2, 3, false, KvTypes{}, ggml_backend_cpu_buffer_type()),
+                 std::exception);
 }
 
 }  // namespace

@@ -65,11 +65,11 @@ expect_error() {
 }
 
 echo "== upstream loads every architecture and type"
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gpt-oss; do
-    # gemma2's default logit cap of 30 flattens random logits below the
-    # peakedness check; the accuracy matrix runs it.
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss; do
+    # gemma2's and gemma4's default logit cap of 30 flattens random logits
+    # below the peakedness check; the accuracy matrix runs it.
     capped=()
-    [[ $arch == gemma2 ]] && capped=(--logit-softcap 100)
+    [[ $arch == gemma2 || $arch == gemma4 ]] && capped=(--logit-softcap 100)
     for type in f32 f16 q8_0 q4_0 q4_k; do
         # The qwen vocabulary has 151936 tokens: tying the output head halves
         # the file for the wide types and covers the tied path.
@@ -95,6 +95,15 @@ for type in f16 q8_0 q4_k; do
     rm -f "$work/model.gguf"
 done
 
+# gemma4 as its releases come: experts beside the dense FFN (26B-A4B), and
+# per-layer embeddings with layers sharing an earlier layer's KV cache (E2B).
+generate "$work/model.gguf" --arch gemma4 --type q8_0 --n-expert 4 --n-ff-exp 256 --logit-softcap 100 &&
+    check_loads "$work/model.gguf" gemma4
+rm -f "$work/model.gguf"
+generate "$work/model.gguf" --arch gemma4 --type q4_k --n-layer 4 --swa-pattern 2 --n-embd-per-layer 64 \
+    --n-kv-shared 2 --logit-softcap 100 && check_loads "$work/model.gguf" gemma4
+rm -f "$work/model.gguf"
+
 echo "== small preset"
 generate "$work/model.gguf" --arch llama --preset small --type q4_k && check_loads "$work/model.gguf" llama
 rm -f "$work/model.gguf"
@@ -108,7 +117,7 @@ rm -f "$work/model.gguf"
 echo "== determinism"
 # The 32000-token vocabulary keeps these quick; it also covers --vocab.
 spm_vocab=$(dirname "$make_model")/../share/llama-tp/ggml-vocab-llama-spm.gguf
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gpt-oss; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss; do
     check_determinism --arch "$arch" --type q8_0 --vocab "$spm_vocab"
 done
 for type in f32 f16 q4_0 q4_k; do
@@ -153,10 +162,13 @@ expect_error 2 "must be positive" --rope-theta 0 -o "$out"
 expect_error 2 "needs a number" --rope-theta x -o "$out"
 expect_error 2 "must be between" --n-layer 100000 -o "$out"
 expect_error 2 "must be even" --head-dim 63 --n-head 4 -o "$out"
-expect_error 2 "apply to llama, qwen3moe and gpt-oss" --arch qwen3 --n-expert 4 -o "$out"
+expect_error 2 "apply to llama, qwen3moe, gemma4 and gpt-oss" --arch qwen3 --n-expert 4 -o "$out"
 expect_error 2 "applies to phi3" --n-ctx-orig 512 -o "$out"
-expect_error 2 "apply to gemma2, gemma3 and gpt-oss" --n-swa 64 -o "$out"
-expect_error 2 "applies to gemma2 and gemma3 only" --arch gpt-oss --logit-softcap 30 -o "$out"
+expect_error 2 "apply to gemma2, gemma3, gemma4 and gpt-oss" --n-swa 64 -o "$out"
+expect_error 2 "applies to gemma2, gemma3 and gemma4 only" --arch gpt-oss --logit-softcap 30 -o "$out"
+expect_error 2 "apply to gemma4 only" --arch gemma3 --n-kv-shared 2 -o "$out"
+expect_error 2 "the last global and the one before it sliding" --arch gemma4 --n-layer 4 --swa-pattern 4 \
+    --n-kv-shared 2 -o "$out"
 expect_error 2 "must be between 1 and 4096" --arch phi3 --n-ctx-orig 8192 -o "$out"
 expect_error 2 "phi3 needs" --arch phi3 --head-dim 128 -o "$out"
 expect_error 2 "llama experts are --n-ff wide" --n-expert 4 --n-ff-exp 512 -o "$out"

@@ -206,8 +206,7 @@ int run(const Options & o) {
     // token) once for all its sequences, plus each sequence's KV cache: its
     // prompt and on average half of what the run adds (F16 K and V).
     const double embd_bytes = (double) mi.n_vocab * mi.n_embd * (double) mi.weight_bytes / (double) mi.n_params;
-    const double kv_bytes =
-        2.0 * 2.0 * mi.n_layer * (double) (mi.n_head_kv * (mi.n_embd / mi.n_head)) * (o.depth + o.n_gen / 2.0);
+    const double kv_bytes = 2.0 * 2.0 * (double) mi.n_embd_kv * (o.depth + o.n_gen / 2.0);
     const double bytes_per_token = ((double) mi.weight_bytes - embd_bytes) / o.n_parallel + kv_bytes;
     const double tg = median(f.ours_tg);
     const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;

@@ -78,9 +78,15 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
                  spec.display_name().c_str(), (long long) s.n_embd, (long long) s.n_layer, (long long) s.n_head,
                  (long long) s.n_head_kv, (long long) s.head_dim, (long long) s.n_ff, (long long) s.n_ctx, s.rope_theta,
                  s.tied_output ? " tied-output" : "");
-    if (spec.arch == Arch::gemma2 || spec.arch == Arch::gemma3 || spec.arch == Arch::gpt_oss) {
+    if (spec.arch == Arch::gemma2 || spec.arch == Arch::gemma3 || spec.arch == Arch::gemma4 ||
+        spec.arch == Arch::gpt_oss) {
         std::fprintf(stderr, " n_swa=%lld swa_pattern=%lld", (long long) s.n_swa, (long long) s.swa_pattern);
         if (s.logit_softcap > 0.0) std::fprintf(stderr, " logit_softcap=%g", s.logit_softcap);
+    }
+    if (spec.arch == Arch::gemma4) {
+        std::fprintf(stderr, " head_dim_global=%lld n_head_kv_global=%lld n_embd_per_layer=%lld n_kv_shared=%lld",
+                     (long long) s.head_dim_global, (long long) s.n_head_kv_global, (long long) s.n_embd_per_layer,
+                     (long long) s.n_kv_shared);
     }
     if (spec.arch == Arch::phi3) {
         std::fprintf(stderr, " n_ctx_orig=%lld (LongRoPE)", (long long) s.n_ctx_orig);

@@ -34,12 +34,27 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "gpt-oss"};
+const char * const kArchNames[] = {"llama",  "qwen2",  "qwen3",   "qwen3moe", "phi3",
+                                   "gemma2", "gemma3", "gpt-oss", "gemma4"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
 
 bool is_gemma(Arch arch) {
-    return arch == Arch::gemma2 || arch == Arch::gemma3;
+    return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::gemma4;
+}
+
+// gemma4's layers: sliding ones as the shape says, global ones with their own
+// head size and KV heads; those sharing an earlier layer's cache store none.
+struct LayerDims {
+    int64_t head_dim, n_head_kv, n_ff;
+    bool swa, own_kv;
+};
+
+LayerDims layer_dims(Arch arch, const Shape & s, int64_t il) {
+    if (arch != Arch::gemma4) return {s.head_dim, s.n_head_kv, s.n_ff, false, true};
+    const bool swa = is_swa_layer(s, il), own_kv = il < s.n_layer - s.n_kv_shared;
+    return {swa ? s.head_dim : s.head_dim_global, swa ? s.n_head_kv : s.n_head_kv_global, own_kv ? s.n_ff : 2 * s.n_ff,
+            swa, own_kv};
 }
 
 void require(bool condition, const std::string & message) {
@@ -95,6 +110,20 @@ void validate_shape(Arch arch, const Shape & s) {
     }
     if (is_gemma(arch) || s.swa_pattern != 0) {
         require_in_range(s.swa_pattern, "--swa-pattern", 512);
+    }
+    if (arch == Arch::gemma4) {
+        require_in_range(s.head_dim_global, "--head-dim-global");
+        require_in_range(s.n_head_kv_global, "--n-head-kv-global", s.n_head);
+        require(s.n_head % s.n_head_kv_global == 0 && s.head_dim_global % 8 == 0,
+                "--n-head-kv-global must divide --n-head and --head-dim-global be a multiple of 8");
+        require(s.n_kv_shared >= 0 && s.n_embd_per_layer >= 0, "--n-kv-shared and --n-embd-per-layer must be >= 0");
+        if (s.n_kv_shared > 0) {
+            // Shared layers read the last own layer of their kind: global at n - 1, sliding at n - 2.
+            const int64_t n = s.n_layer - s.n_kv_shared;
+            require(n >= 2 && !is_swa_layer(s, n - 1) && is_swa_layer(s, n - 2),
+                    "--n-kv-shared must leave at least 2 layers with a cache, the last global and the one before "
+                    "it sliding");
+        }
     }
 }
 
@@ -167,6 +196,10 @@ class TensorPlanner {
         add(name, std::move(ne), GGML_TYPE_F32, 0.0f, kBiasStddev);
     }
     void sink(const std::string & name, int64_t n) { add(name, {n}, GGML_TYPE_F32, 0.0f, 1.0f); }
+    void constant(const std::string & name, std::vector<float> values) {
+        add(name, {(int64_t) values.size()}, GGML_TYPE_F32, 0.0f, 0.0f);
+        plans_.back().values = std::move(values);
+    }
     // Router weights stay f32 whatever the type, as upstream's converter keeps them.
     void router(const std::string & name, std::vector<int64_t> ne) {
         const float stddev = 1.0f / std::sqrt(static_cast<float>(ne[0]));
@@ -214,7 +247,51 @@ std::string layer_tensor(int64_t layer, const char * name) {
     return "blk." + std::to_string(layer) + "." + name;
 }
 
+// gemma4's attention: Q and K normed by head, V only where the layer slides
+// (global layers' values are their keys), no K or V where the layer shares
+// an earlier layer's cache.
+void plan_gemma4_attention(TensorPlanner & planner, const Shape & s, int64_t il) {
+    const LayerDims d = layer_dims(Arch::gemma4, s, il);
+    const int64_t n_q = s.n_head * d.head_dim, n_kv = d.n_head_kv * d.head_dim;
+    planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
+    planner.matrix(layer_tensor(il, "attn_q.weight"), {s.n_embd, n_q});
+    if (d.own_kv) planner.matrix(layer_tensor(il, "attn_k.weight"), {s.n_embd, n_kv});
+    if (d.own_kv && d.swa) planner.matrix(layer_tensor(il, "attn_v.weight"), {s.n_embd, n_kv});
+    planner.matrix(layer_tensor(il, "attn_output.weight"), {n_q, s.n_embd});
+    planner.norm(layer_tensor(il, "attn_q_norm.weight"), d.head_dim);
+    if (d.own_kv) planner.norm(layer_tensor(il, "attn_k_norm.weight"), d.head_dim);
+    planner.norm(layer_tensor(il, "post_attention_norm.weight"), s.n_embd);
+    planner.norm(layer_tensor(il, "layer_output_scale.weight"), 1);
+}
+
+// gemma4's FFN: GELU-gated, as wide as the layer says; with experts a dense
+// FFN beside them, the experts' gate and up fused, each part normed.
+void plan_gemma4_feed_forward(TensorPlanner & planner, const Shape & s, int64_t il) {
+    const LayerDims d = layer_dims(Arch::gemma4, s, il);
+    planner.norm(layer_tensor(il, "ffn_norm.weight"), s.n_embd);
+    planner.matrix(layer_tensor(il, "ffn_gate.weight"), {s.n_embd, d.n_ff});
+    planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, d.n_ff});
+    planner.matrix(layer_tensor(il, "ffn_down.weight"), {d.n_ff, s.n_embd});
+    planner.norm(layer_tensor(il, "post_ffw_norm.weight"), s.n_embd);
+    if (has_experts(s)) {
+        planner.router(layer_tensor(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert});
+        planner.norm(layer_tensor(il, "ffn_gate_inp.scale"), s.n_embd);
+        planner.matrix(layer_tensor(il, "ffn_gate_up_exps.weight"), {s.n_embd, 2 * s.n_ff_exp, s.n_expert});
+        planner.matrix(layer_tensor(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert});
+        planner.norm(layer_tensor(il, "ffn_down_exps.scale"), s.n_expert);
+        planner.norm(layer_tensor(il, "post_ffw_norm_1.weight"), s.n_embd);
+        planner.norm(layer_tensor(il, "pre_ffw_norm_2.weight"), s.n_embd);
+        planner.norm(layer_tensor(il, "post_ffw_norm_2.weight"), s.n_embd);
+    }
+    if (s.n_embd_per_layer > 0) {
+        planner.matrix(layer_tensor(il, "inp_gate.weight"), {s.n_embd, s.n_embd_per_layer});
+        planner.matrix(layer_tensor(il, "proj.weight"), {s.n_embd_per_layer, s.n_embd});
+        planner.norm(layer_tensor(il, "post_norm.weight"), s.n_embd);
+    }
+}
+
 void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
+    if (arch == Arch::gemma4) return plan_gemma4_attention(planner, s, il);
     const int64_t n_q = s.n_head * s.head_dim;
     const int64_t n_kv = s.n_head_kv * s.head_dim;
     planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
@@ -248,6 +325,7 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
 }
 
 void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
+    if (arch == Arch::gemma4) return plan_gemma4_feed_forward(planner, s, il);
     // gpt-oss names its FFN's input norm post_attention_norm.
     planner.norm(layer_tensor(il, arch == Arch::gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
     if (arch == Arch::phi3) {
@@ -286,15 +364,20 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
         throw UsageError("--n-ctx-orig applies to phi3 (LongRoPE) only, not " + name);
     }
     if (!is_gemma(arch) && o.logit_softcap) {
-        throw UsageError("--logit-softcap applies to gemma2 and gemma3 only, not " + name);
+        throw UsageError("--logit-softcap applies to gemma2, gemma3 and gemma4 only, not " + name);
     }
     if (!is_gemma(arch) && arch != Arch::gpt_oss && (o.n_swa || o.swa_pattern)) {
-        throw UsageError("--n-swa and --swa-pattern apply to gemma2, gemma3 and gpt-oss, not " + name);
+        throw UsageError("--n-swa and --swa-pattern apply to gemma2, gemma3, gemma4 and gpt-oss, not " + name);
     }
-    const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss;
+    if (arch != Arch::gemma4 && (o.head_dim_global || o.n_head_kv_global || o.n_embd_per_layer || o.n_kv_shared)) {
+        throw UsageError(
+            "--head-dim-global, --n-head-kv-global, --n-embd-per-layer and --n-kv-shared apply to gemma4 only, not " +
+            name);
+    }
+    const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::gemma4;
     if (!moe && arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
-        throw UsageError("--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe and gpt-oss, not " +
-                         name);
+        throw UsageError(
+            "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, gemma4 and gpt-oss, not " + name);
     }
     if (arch == Arch::llama && o.n_ff_exp) {
         throw UsageError("llama experts are --n-ff wide: --n-ff-exp applies to qwen3moe and gpt-oss only");
@@ -306,6 +389,41 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
 
 std::string arch_key(Arch arch, const char * suffix) {
     return std::string(arch_name(arch)) + "." + suffix;
+}
+
+// gemma4's per-layer shapes and sharing, under the keys its converter writes:
+// arrays where layers differ (head_count_kv, feed_forward_length, the
+// sliding-window flags), the global layers' head size as key_length and the
+// sliding ones' as key_length_swa.
+void set_gemma4_metadata(gguf_context * gguf, const Shape & s) {
+    const auto key = [](const char * suffix) { return arch_key(Arch::gemma4, suffix); };
+    const auto set_u32 = [&](const char * suffix, int64_t v) {
+        gguf_set_val_u32(gguf, key(suffix).c_str(), static_cast<uint32_t>(v));
+    };
+    std::vector<int32_t> kv_heads, ff;
+    std::vector<int8_t> swa;
+    for (int64_t il = 0; il < s.n_layer; ++il) {
+        const LayerDims d = layer_dims(Arch::gemma4, s, il);
+        kv_heads.push_back((int32_t) d.n_head_kv);
+        ff.push_back((int32_t) d.n_ff);
+        swa.push_back(d.swa ? 1 : 0);
+    }
+    gguf_set_arr_data(gguf, key("attention.head_count_kv").c_str(), GGUF_TYPE_INT32, kv_heads.data(), kv_heads.size());
+    if (s.n_kv_shared > 0) {
+        gguf_set_arr_data(gguf, key("feed_forward_length").c_str(), GGUF_TYPE_INT32, ff.data(), ff.size());
+    }
+    gguf_set_arr_data(gguf, key("attention.sliding_window_pattern").c_str(), GGUF_TYPE_BOOL, swa.data(), swa.size());
+    set_u32("attention.key_length", s.head_dim_global);
+    set_u32("attention.value_length", s.head_dim_global);
+    set_u32("attention.key_length_swa", s.head_dim);
+    set_u32("attention.value_length_swa", s.head_dim);
+    set_u32("rope.dimension_count", s.head_dim_global);
+    set_u32("rope.dimension_count_swa", s.head_dim);
+    gguf_set_val_f32(gguf, key("rope.freq_base_swa").c_str(), 10000.0f);
+    set_u32("attention.sliding_window", s.n_swa);
+    set_u32("attention.shared_kv_layers", s.n_kv_shared);
+    set_u32("embedding_length_per_layer_input", s.n_embd_per_layer);
+    gguf_set_val_f32(gguf, key("final_logit_softcapping").c_str(), static_cast<float>(s.logit_softcap));
 }
 
 }  // namespace
@@ -333,11 +451,16 @@ bool has_experts(const Shape & s) {
     return s.n_expert > 0;
 }
 
+bool is_swa_layer(const Shape & s, int64_t il) {
+    return s.n_swa > 0 && s.swa_pattern > 0 && il % s.swa_pattern < s.swa_pattern - 1;
+}
+
 const char * default_vocab_file(Arch arch) {
     switch (arch) {
         case Arch::llama:
         case Arch::gemma2:
         case Arch::gemma3:  // SentencePiece, as Gemma's own (not in the pinned tree)
+        case Arch::gemma4:  // SentencePiece too; Gemma 4's own 262144 tokens would dwarf a test model
             return "ggml-vocab-llama-spm.gguf";
         case Arch::phi3:
             return "ggml-vocab-phi-3.gguf";
@@ -354,7 +477,8 @@ const char * default_chat_template_file(Arch arch) {
 
 bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
-           swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output;
+           swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || head_dim_global ||
+           n_head_kv_global || n_embd_per_layer || n_kv_shared;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -384,6 +508,11 @@ Shape preset_shape(Arch arch, Preset preset) {
     if (arch == Arch::gemma3) {
         s.n_swa = 512;
         s.swa_pattern = 6;
+    }
+    if (arch == Arch::gemma4) {
+        s.n_swa = 512;
+        s.swa_pattern = 4;
+        s.logit_softcap = 30.0;
     }
     if (arch == Arch::gemma2) {
         s.n_swa = 4096;
@@ -427,7 +556,8 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.n_expert_used = o.n_expert_used.value_or(std::min<int64_t>(2, s.n_expert));
         s.n_ff_exp = s.n_ff;
     }
-    s.tied_output = o.tied_output || arch == Arch::gemma2;  // gemma2's head is always its embedding table
+    // gemma2's head is always its embedding table, and Gemma 4's releases tie theirs.
+    s.tied_output = o.tied_output || arch == Arch::gemma2 || arch == Arch::gemma4;
     if (o.head_dim) {
         s.head_dim = *o.head_dim;
     } else {
@@ -438,6 +568,17 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     }
     if (arch != Arch::phi3) {
         s.n_ctx_orig = s.n_ctx;  // no LongRoPE: written nowhere
+    }
+    if (arch == Arch::gemma4) {
+        // As the releases: global layers' heads twice as large, half as many KV heads.
+        s.head_dim_global = o.head_dim_global.value_or(2 * s.head_dim);
+        s.n_head_kv_global = o.n_head_kv_global.value_or(std::max<int64_t>(1, s.n_head_kv / 2));
+        s.n_embd_per_layer = o.n_embd_per_layer.value_or(0);
+        if (s.n_expert > 0) {
+            s.n_expert_used = o.n_expert_used.value_or(std::min<int64_t>(2, s.n_expert));
+            s.n_ff_exp = o.n_ff_exp.value_or(s.n_ff / 2);
+        }
+        s.n_kv_shared = o.n_kv_shared.value_or(0);
     }
     validate_shape(arch, s);
     return s;
@@ -473,6 +614,24 @@ std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type
         // within the original context and beyond it.
         planner.norm("rope_factors_long.weight", s.head_dim / 2, 4.0f);
         planner.norm("rope_factors_short.weight", s.head_dim / 2, 1.0f);
+    }
+    if (arch == Arch::gemma4) {
+        // Proportional RoPE on the global layers, as the converter writes it:
+        // a quarter of each head rotates, the other frequencies are sent to
+        // nothing by a factor of 1e30.
+        // Written where some layer is global: upstream loads it with the first.
+        const int64_t n = s.head_dim_global / 2, n_rotated = s.head_dim_global / 8;
+        std::vector<float> factors(n, 1e30f);
+        std::fill(factors.begin(), factors.begin() + n_rotated, 1.0f);
+        bool any_global = false;
+        for (int64_t il = 0; il < s.n_layer; ++il) any_global |= !is_swa_layer(s, il);
+        if (any_global) planner.constant("rope_freqs.weight", std::move(factors));
+        if (s.n_embd_per_layer > 0) {
+            const int64_t n_pl = s.n_embd_per_layer * s.n_layer;
+            planner.embedding("per_layer_token_embd.weight", {n_pl, n_vocab}, 1.0f);
+            planner.matrix("per_layer_model_proj.weight", {s.n_embd, n_pl});
+            planner.norm("per_layer_proj_norm.weight", s.n_embd_per_layer);
+        }
     }
     for (int64_t il = 0; il < s.n_layer; ++il) {
         plan_attention(planner, arch, s, il);
@@ -521,7 +680,7 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
             set_u32("attention.sliding_window_pattern", s.swa_pattern);
         }
     }
-    if (is_gemma(arch)) {
+    if (arch == Arch::gemma2 || arch == Arch::gemma3) {
         set_u32("attention.sliding_window", s.n_swa);
         set_u32("attention.sliding_window_pattern", s.swa_pattern);
         if (arch == Arch::gemma3) {
@@ -542,11 +701,12 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         set_u32("rope.scaling.original_context_length", s.n_ctx_orig);
         gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.attn_factor").c_str(), static_cast<float>(attn_factor));
     }
+    if (arch == Arch::gemma4) set_gemma4_metadata(gguf, s);
     if (has_experts(s)) {
         set_u32("expert_count", s.n_expert);
         set_u32("expert_used_count", s.n_expert_used);
         // llama's experts are feed_forward_length wide; upstream's converter writes no width of their own.
-        if (arch == Arch::qwen3moe || arch == Arch::gpt_oss) {
+        if (arch != Arch::llama) {
             set_u32("expert_feed_forward_length", s.n_ff_exp);
         }
     }

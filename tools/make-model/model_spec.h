@@ -27,7 +27,7 @@ class IoError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt_oss };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt_oss, gemma4 };
 enum class Preset { tiny, small, b1 };
 enum class WeightType { f32, f16, q8_0, q4_0, q4_k, mxfp4 };
 
@@ -62,6 +62,14 @@ struct Shape {
     int64_t swa_pattern = 0;     // every swa_pattern-th layer is global (0: the architecture's default)
     double logit_softcap = 0.0;  // gemma3: final logit soft-cap (0: none)
     bool tied_output = false;
+    // gemma4: global (not sliding) layers' head size and KV heads (their
+    // values are their keys), per-layer token embeddings' width (0: none),
+    // and the last layers that share an earlier layer's KV cache (their FFN
+    // twice as wide).
+    int64_t head_dim_global = 0;
+    int64_t n_head_kv_global = 0;
+    int64_t n_embd_per_layer = 0;
+    int64_t n_kv_shared = 0;
 };
 
 // Command-line overrides of single shape fields.
@@ -71,6 +79,7 @@ struct ShapeOverrides {
     std::optional<int64_t> n_expert, n_expert_used, n_ff_exp;
     std::optional<int64_t> n_swa, swa_pattern;
     std::optional<double> logit_softcap;
+    std::optional<int64_t> head_dim_global, n_head_kv_global, n_embd_per_layer, n_kv_shared;
     bool tied_output = false;
 
     bool any() const;
@@ -78,6 +87,8 @@ struct ShapeOverrides {
 
 // Mixture-of-experts layers: qwen3moe, or llama with --n-expert (Mixtral).
 bool has_experts(const Shape & shape);
+// Whether layer il slides: all but every swa_pattern-th (gemma2/3/4, gpt-oss).
+bool is_swa_layer(const Shape & shape, int64_t il);
 
 Shape preset_shape(Arch arch, Preset preset);
 // Applies overrides, fills in head_dim, and checks the result; throws UsageError.
@@ -89,7 +100,8 @@ struct TensorPlan {
     ggml_type type = GGML_TYPE_F32;
     float mean = 0.0f;
     float stddev = 0.0f;
-    std::string fallback;  // why the requested type was not usable; empty when it was
+    std::string fallback;       // why the requested type was not usable; empty when it was
+    std::vector<float> values;  // the exact values (gemma4's rope_freqs); empty: drawn
 
     int64_t n_elements() const;
     int64_t row_length() const { return ne[0]; }

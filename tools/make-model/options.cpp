@@ -119,6 +119,10 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--n-ff-exp", size_field(&ShapeOverrides::n_ff_exp)},
         {"--n-swa", size_field(&ShapeOverrides::n_swa)},
         {"--swa-pattern", size_field(&ShapeOverrides::swa_pattern)},
+        {"--head-dim-global", size_field(&ShapeOverrides::head_dim_global)},
+        {"--n-head-kv-global", size_field(&ShapeOverrides::n_head_kv_global)},
+        {"--n-embd-per-layer", size_field(&ShapeOverrides::n_embd_per_layer)},
+        {"--n-kv-shared", size_field(&ShapeOverrides::n_kv_shared)},
         {"--logit-softcap", [](ParseState & s, const std::string & f,
                                const std::string & v) { s.overrides.logit_softcap = parse_positive_real(f, v); }},
         {"--rope-theta", [](ParseState & s, const std::string & f,
@@ -190,7 +194,7 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gpt-oss   architecture (default llama)
+  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss   architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
                                       the MoE router stay f32; under q4_0/q4_k/mxfp4
@@ -215,14 +219,23 @@ shape overrides (positive integers unless noted):
   --rope-theta X (positive real)
   --n-ctx-orig N                      phi3: LongRoPE's original context (default --n-ctx;
                                       upstream uses the long factors above it)
-  --n-swa N --swa-pattern P           gemma2, gemma3, gpt-oss: sliding window of N
-                                      positions (default 4096, 512, 128) on all layers
-                                      but every P-th (default 2, 6, 2)
-  --logit-softcap X                   gemma2, gemma3: final logit soft-cap (default 30,
-                                      none); gemma2's attention is capped at 50
-  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, gpt-oss; llama takes --n-expert and
-                                      --n-expert-used, default 2, for Mixtral-style
-                                      experts --n-ff wide)
+  --n-swa N --swa-pattern P           gemma2, gemma3, gemma4, gpt-oss: sliding window of N
+                                      positions (default 4096, 512, 512, 128) on all
+                                      layers but every P-th (default 2, 6, 4, 2)
+  --logit-softcap X                   gemma2, gemma3, gemma4: final logit soft-cap
+                                      (default 30, none, 30); gemma2's attention is
+                                      capped at 50
+  --head-dim-global N --n-head-kv-global N   gemma4: the global layers' head size and
+                                      KV heads (default twice --head-dim, half
+                                      --n-head-kv); their values are their keys
+  --n-embd-per-layer N                gemma4: per-layer token embeddings of width N
+  --n-kv-shared N                     gemma4: the last N layers share the cache of the
+                                      last earlier layer of their kind, their FFN twice
+                                      as wide
+  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, gpt-oss; gemma4 beside its dense
+                                      FFN, default 2 used, --n-ff / 2 wide; llama takes
+                                      --n-expert and --n-expert-used, default 2, for
+                                      Mixtral-style experts --n-ff wide)
   --tied-output                       no output.weight: the head reuses token_embd
 
 The vocabulary size always comes from the vocabulary file.

@@ -41,8 +41,9 @@ void encode_stream(const TensorPlan & plan, const StreamLayout & layout, uint64_
     const int64_t n_rows = layout.rows_in(stream);
     const int64_t n_values = n_rows * layout.row_length;
     NormalSampler normal(derive_seed(tensor_seed, static_cast<uint64_t>(stream)));
+    const int64_t first = layout.first_row(stream) * layout.row_length;
     for (int64_t i = 0; i < n_values; ++i) {
-        scratch[i] = plan.mean + plan.stddev * normal.next();
+        scratch[i] = plan.values.empty() ? plan.mean + plan.stddev * normal.next() : plan.values[first + i];
     }
     const size_t written = ggml_quantize_chunk(plan.type, scratch.data(), dst, 0, n_rows, layout.row_length, nullptr);
     GGML_ASSERT(written == static_cast<size_t>(n_rows) * layout.row_bytes);
