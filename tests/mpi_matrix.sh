@@ -16,6 +16,9 @@ case $arch in
     qwen3moe) shape+=(--tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
     # Biases on the experts' down projection: only the rank holding the first cell adds them.
     gpt-oss) shape+=(--n-expert 4 --n-expert-used 2 --n-ff-exp 1024 --n-swa 8) ;;
+    # Global layers with their own head size, per-layer embeddings, the last two layers sharing KV.
+    gemma4) shape+=(--n-head-kv 12 --head-dim-global 48 --n-swa 8 --swa-pattern 2 --n-layer 4
+                    --n-embd-per-layer 64 --n-kv-shared 2) ;;
 esac
 # Waiting ranks test their requests with backoff; Open MPI's own waits
 # (start-up) yield as well, so that 4 processes share 2 cores.
