@@ -22,7 +22,7 @@ namespace {
 ggml_tensor * rope_layer(ggml_context * ctx, ggml_tensor * x, ggml_tensor * positions, const HParams & hp,
                          const ModelWeights & w, const KvCache & kv, int il) {
     const bool swa = hp.is_swa(il);
-    ggml_tensor * factors = swa && hp.arch == Arch::Gemma4 ? nullptr : w.rope_factors(kv.n_cells_per_seq(), hp);
+    ggml_tensor * factors = swa && hp.arch == Arch::Gemma4 ? nullptr : w.rope_factors(kv.all().n_cells_per_seq(), hp);
     return ggml_rope_ext(ctx, x, positions, factors, hp.layer(il).n_rot, hp.rope_type, hp.rope_n_ctx_orig,
                          swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
                          swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
@@ -115,11 +115,12 @@ struct Builder {
     }
 
     // Writes this batch's keys or values ([head_dim, heads, tokens], the
-    // heads of a token contiguous) into the cache. Views of the cache are
-    // taken of the write's result so that they order after it.
-    ggml_tensor * store(ggml_tensor * cache, ggml_tensor * cur) const {
+    // heads of a token contiguous) into layer il's cache, in its pool's cells.
+    // Views of the cache are taken of the write's result so that they order
+    // after it.
+    ggml_tensor * store(int il, ggml_tensor * cache, ggml_tensor * cur) const {
         return ggml_set_rows(ctx, cache, ggml_view_2d(ctx, cur, cache->ne[0], shape.n_tokens, cur->nb[2], 0),
-                             in.kv_cells);
+                             kv.windowed(il) ? in.kv_cells_swa : in.kv_cells);
     }
 
     // Q, K and V of the rank's heads: [head_dim, heads, tokens] each, from
@@ -169,7 +170,7 @@ struct Builder {
         const float scale = hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) hd);
         ggml_tensor * out = nullptr;
         // Row attention reads F16 caches only.
-        if (!kv.unified() && kv.types().both_f16()) {
+        if (!kv.all().unified() && kv.types().both_f16()) {
             out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run), cache_view(il, v, run), mask, sinks, scale,
                                          hp.attn_logit_softcap);
         } else {
@@ -194,7 +195,7 @@ struct Builder {
             // Gemma 4 norms its values too, without a weight.
             if (hp.arch == Arch::Gemma4) v = ggml_rms_norm(ctx, v, hp.rms_eps);
             k = rope(k, il);
-            stored.push_back({store(kv.k(il), k), store(kv.v(il), v)});
+            stored.push_back({store(il, kv.k(il), k), store(il, kv.v(il), v)});
         } else {
             q = project_heads(cur, l.wq, l.bq, head_dim(il), n_q(il));
         }
@@ -204,7 +205,7 @@ struct Builder {
         const auto [k_stored, v_stored] = stored[hp.kv_layer(il)];
         ggml_tensor * attn = nullptr;
         size_t mask_offset = 0;
-        for (const AttentionRun & run : shape.runs) {
+        for (const AttentionRun & run : hp.is_swa(il) ? shape.swa_runs() : shape.runs) {
             ggml_tensor * part =
                 attend(il, q, k_stored, v_stored, run, hp.is_swa(il) ? in.kq_mask_swa : in.kq_mask, mask_offset);
             attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
@@ -346,9 +347,12 @@ struct Builder {
 }  // namespace
 
 void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
-                           const KvCache & kv, ggml_tensor * cells, ggml_tensor * shift) {
-    const int64_t n = cells->ne[0];
+                           const KvCache & kv, KeyShift all, KeyShift window) {
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
+        const KeyShift & pool = kv.windowed(il) ? window : all;
+        if (!pool.cells) continue;
+        ggml_tensor *cells = pool.cells, *shift = pool.shift;
+        const int64_t n = cells->ne[0];
         ggml_tensor * k = kv.k(il);
         // Gathered to F32 (any cache type), rotated, written back in the cache's type.
         ggml_tensor * rows = ggml_get_rows(ctx, k, cells);
@@ -365,12 +369,18 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     const int64_t T = shape.n_tokens;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
-    in.kq_mask = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) shape.mask_size());
+    in.kq_mask = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) GraphShape::mask_size(shape.runs));
     in.out_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, shape.n_outputs);
     for (ggml_tensor * t : {in.positions, in.kv_cells, in.kq_mask, in.out_rows}) ggml_set_input(t);
+    in.kv_cells_swa = nullptr;
+    in.kq_mask_swa = nullptr;
     if (hp.n_swa > 0) {
-        in.kq_mask_swa = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) shape.mask_size());
+        in.kq_mask_swa = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) GraphShape::mask_size(shape.swa_runs()));
         ggml_set_input(in.kq_mask_swa);
+    }
+    if (kv.window()) {
+        in.kv_cells_swa = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
+        ggml_set_input(in.kv_cells_swa);
     }
 
     Builder b{ctx, hp, w, kv, shape, in, reduce, split_invariant, {}};

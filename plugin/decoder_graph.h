@@ -39,12 +39,15 @@ struct Collective {
 struct GraphShape {
     int32_t n_tokens = 0;
     int32_t n_outputs = 0;
-    std::vector<AttentionRun> runs;  // cover the tokens in order
+    std::vector<AttentionRun> runs;         // cover the tokens in order
+    std::vector<AttentionRun> window_runs;  // the same over the window pool (empty: none)
     bool operator==(const GraphShape & o) const {
-        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && runs == o.runs;
+        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && runs == o.runs && window_runs == o.window_runs;
     }
+    // The runs of sliding-window layers.
+    const std::vector<AttentionRun> & swa_runs() const { return window_runs.empty() ? runs : window_runs; }
     // Mask elements of all runs together.
-    size_t mask_size() const {
+    static size_t mask_size(const std::vector<AttentionRun> & runs) {
         size_t n = 0;
         for (const AttentionRun & r : runs) n += (size_t) r.window * r.size();
         return n;
@@ -53,24 +56,32 @@ struct GraphShape {
 
 // Tensors the caller fills before each compute.
 struct GraphInputs {
-    ggml_tensor * tokens = nullptr;       // I32 [n_tokens] (single rank)
-    ggml_tensor * positions = nullptr;    // I32 [n_tokens]
-    ggml_tensor * kv_cells = nullptr;     // I64 [n_tokens]: cache row each token is written to
-    ggml_tensor * kq_mask = nullptr;      // F16: each run's [window, n_tokens] in turn
-    ggml_tensor * kq_mask_swa = nullptr;  // the same for sliding-window layers (HParams::n_swa > 0)
-    ggml_tensor * out_rows = nullptr;     // I32 [n_outputs]: batch rows whose logits are wanted
+    ggml_tensor * tokens = nullptr;        // I32 [n_tokens] (single rank)
+    ggml_tensor * positions = nullptr;     // I32 [n_tokens]
+    ggml_tensor * kv_cells = nullptr;      // I64 [n_tokens]: cache row each token is written to
+    ggml_tensor * kv_cells_swa = nullptr;  // the same in the window pool (if there is one)
+    ggml_tensor * kq_mask = nullptr;       // F16: each run's [window, n_tokens] in turn
+    ggml_tensor * kq_mask_swa = nullptr;   // the same for sliding-window layers (HParams::n_swa > 0)
+    ggml_tensor * out_rows = nullptr;      // I32 [n_outputs]: batch rows whose logits are wanted
     // Tensor parallel only: each token's row in this rank's embedding slice
     // (0 when outside it) and 1/0 for inside/outside.
     ggml_tensor * embd_rows = nullptr;  // I32 [n_tokens]
     ggml_tensor * embd_mask = nullptr;  // F32 [1, n_tokens]
 };
 
-// Adds to gf the rotation of the keys in `cells` (I32 [n]) of every layer by
-// `shift` (I32 [n], positions), in place in the cache: a context shift moves
-// those cells' positions, and RoPE composes, so the keys become those of the
-// new positions up to rounding. Each layer rotates as its forward pass does.
+// Cells of one pool to rotate (I32 [n]) and by how many positions (I32 [n]);
+// null: none.
+struct KeyShift {
+    ggml_tensor * cells = nullptr;
+    ggml_tensor * shift = nullptr;
+};
+
+// Adds to gf the rotation of the keys of every layer in its pool's cells, in
+// place in the cache: a context shift moves those cells' positions, and RoPE
+// composes, so the keys become those of the new positions up to rounding.
+// Each layer rotates as its forward pass does.
 void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
-                           const KvCache & kv, ggml_tensor * cells, ggml_tensor * shift);
+                           const KvCache & kv, KeyShift all, KeyShift window);
 
 // Adds the forward pass over this rank's shard to gf; returns the logits
 // tensor [vocabulary slice, n_outputs], or with embeddings the final-normed

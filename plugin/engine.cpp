@@ -74,12 +74,16 @@ class TensorParallelEngine final : public Engine {
         const int tp = options_.tp, n_ranks = tp * n_processes;
         const bool sharded = n_ranks > 1 || options_.exact_sums();
         if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
-        cells_ = std::make_unique<KvCells>(options_.n_ctx, options_.n_seq_max, options_.kv_unified);
+        kv_sizes_ = KvPoolSizes::of(hp_, options_.n_ctx, options_.n_seq_max, options_.kv_unified, options_.n_batch,
+                                    options_.swa_full);
+        cells_ = std::make_unique<KvPools>(kv_sizes_);
+        log_window_pool();
         RankSetup setup;
         setup.file = &file;
         setup.hp = &hp_;
         setup.plan = sharded ? &plan_ : nullptr;
         setup.options = &options_;
+        setup.kv_sizes = kv_sizes_;
         setup.first_rank = processes ? processes->rank() * tp : 0;
         setup.n_local = tp;
         setup.n_ranks = n_ranks;
@@ -96,7 +100,7 @@ class TensorParallelEngine final : public Engine {
             log_ranks(setup, *processes, local->reports());
             auto group = std::make_unique<MpiRankGroup>(
                 *processes, std::move(local), process_vocab(n_processes), row_width(), process_kv_heads(n_processes),
-                [this](int32_t n) { return KvImageLayout::of(hp_, options_.kv_types, n); });
+                [this](int32_t n) { return KvImageLayout::of(hp_, options_.kv_types, n, kv_sizes_.window_keep); });
             processes_group_ = group.get();
             group_ = std::move(group);
         } else {
@@ -119,11 +123,11 @@ class TensorParallelEngine final : public Engine {
         if (follower()) throw Error("only process 0 of the group decodes");
         validate_batch(batch);
         Step step;
-        std::vector<int64_t> cells;
+        KvPlacement placement;
         std::string why;
-        if (!cells_->place(batch, cells, &why)) throw Error("KV cache full: " + why);
+        if (!cells_->place(batch, placement, &why)) throw Error("KV cache full: " + why);
         step.batch = batch;
-        step.placement = placement_digest(cells);
+        step.placement = placement.digest();
         step.edits.swap(pending_edits_);
         const std::vector<int32_t> rows = output_rows(batch);
         output_index_.assign(batch.size(), -1);
@@ -134,15 +138,15 @@ class TensorParallelEngine final : public Engine {
         try {
             group_->run(step, logits_.data());
         } catch (...) {
-            cells_->unplace(cells);
+            cells_->unplace(placement);
             throw;
         }
     }
 
     std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) override {
         if (follower()) throw Error("only process 0 of the group reads sequences");
-        std::vector<int64_t> cells;
-        if (!cells_->cells_of(seq, n, cells)) {
+        std::vector<int64_t> cells, window_cells;
+        if (!cells_->cells_of(seq, n, cells, window_cells)) {
             throw Error("positions [0, " + std::to_string(n) + ") of sequence " + std::to_string(seq) +
                         " are not all cached");
         }
@@ -151,7 +155,7 @@ class TensorParallelEngine final : public Engine {
         step.edits = pending_edits_;
         step.read_seq = seq;
         step.read_n = n;
-        std::vector<uint8_t> image(KvImageLayout::of(hp_, options_.kv_types, n).bytes());
+        std::vector<uint8_t> image(image_layout(n).bytes());
         group_->read(step, image.data());
         pending_edits_.clear();  // every rank has applied them
         return image;
@@ -161,30 +165,41 @@ class TensorParallelEngine final : public Engine {
         if (follower()) throw Error("only process 0 of the group writes sequences");
         if (seq < 0 || seq >= options_.n_seq_max) throw Error("sequence " + std::to_string(seq) + " out of range");
         const int32_t n = (int32_t) tokens.size();
-        const size_t expected = KvImageLayout::of(hp_, options_.kv_types, n).bytes();
+        const size_t expected = image_layout(n).bytes();
         if (image.size() != expected) {
+            // The one image that fits the other kind of sliding-window cache says so.
+            const int32_t other_keep = kv_sizes_.windowed() ? -1 : std::max(0, hp_.n_swa - 1);
+            const bool other =
+                hp_.n_swa > 0 && image.size() == KvImageLayout::of(hp_, options_.kv_types, n, other_keep).bytes();
             throw Error("a KV image of " + std::to_string(image.size()) + " bytes for " + std::to_string(n) +
-                        " cells, not " + std::to_string(expected));
+                        " cells, not " + std::to_string(expected) +
+                        (!other                 ? ""
+                         : kv_sizes_.windowed() ? " (it holds every cell of the sliding-window layers: saved "
+                                                  "with --swa-full, which this engine was not started with)"
+                                                : " (it holds only the window of the sliding-window layers: "
+                                                  "saved without --swa-full, which this engine was started with)"));
         }
         seq_remove(seq, 0, -1);
         if (n == 0) return;  // the removal goes with the next step
         Batch batch;
         for (int32_t i = 0; i < n; ++i) batch.add(tokens[i], i, seq, false);
         validate_batch_tokens(batch);
-        std::vector<int64_t> cells;
+        KvPlacement placement;
         std::string why;
-        if (!cells_->place(batch, cells, &why)) throw Error("no room for " + std::to_string(n) + " cells: " + why);
+        if (!cells_->place(batch, placement, &why, /*load =*/true)) {
+            throw Error("no room for " + std::to_string(n) + " cells: " + why);
+        }
         Step step;
         step.kind = Step::Kind::Load;
         step.batch = std::move(batch);
-        step.placement = placement_digest(cells);
+        step.placement = placement.digest();
         step.edits.swap(pending_edits_);
         step.kv = image;
         std::vector<float> unused(output_rows(step.batch).size() * (size_t) row_width());
         try {
             group_->run(step, unused.data());
         } catch (...) {
-            cells_->unplace(cells);
+            cells_->unplace(placement);
             throw;
         }
     }
@@ -210,12 +225,13 @@ class TensorParallelEngine final : public Engine {
         pending_edits_.push_back({seq, p0, p1, delta});
     }
     bool seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1) override {
-        std::vector<std::pair<int64_t, int64_t>> copied;
+        KvCopy copied;
         if (!cells_->seq_copy(src, seq, p0, p1, copied)) return false;
         pending_edits_.push_back({seq, p0, p1, 0, src});
         return true;
     }
     int32_t seq_pos_max(int32_t seq) const override { return cells_->seq_pos_max(seq); }
+    bool seq_resumable(int32_t seq, int32_t n) const override { return cells_->resumable(seq, n); }
     int32_t n_free_cells() const override { return cells_->n_free(); }
     const Tokenizer & tokenizer() const override { return *tokenizer_; }
     const ModelInfo & info() const override { return info_; }
@@ -230,6 +246,18 @@ class TensorParallelEngine final : public Engine {
 
   private:
     int32_t row_width() const { return options_.embeddings ? hp_.n_embd : hp_.n_vocab; }
+
+    KvImageLayout image_layout(int32_t n) const {
+        return KvImageLayout::of(hp_, options_.kv_types, n, kv_sizes_.window_keep);
+    }
+
+    void log_window_pool() const {
+        if (!kv_sizes_.windowed() || follower()) return;
+        std::fprintf(stderr,
+                     "llama-tp: sliding-window layers keep %d cells (window %d, batch %d, %d sequences), not %d "
+                     "(--swa-full keeps them all)\n",
+                     kv_sizes_.window_cells, hp_.n_swa, options_.n_batch, options_.n_seq_max, options_.n_ctx);
+    }
 
     const float * output_row(int32_t batch_row) const {
         if (batch_row < 0 || batch_row >= (int32_t) output_index_.size() || output_index_[batch_row] < 0) {
@@ -371,10 +399,10 @@ class TensorParallelEngine final : public Engine {
                (options_.allreduce_bf16 ? ", bf16 wire" : ", f32 wire") + "\n" + "split-invariant: " +
                (options_.split_invariant ? (*options_.split_invariant ? "yes" : "no") : "where free") + "\n" +
                "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
-               " sequences, " + (options_.kv_unified ? "unified" : "per sequence") + ", k " +
-               kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v) + "\n" +
-               "batch: " + std::to_string(options_.n_batch) + "\n" + rope_text() +
-               "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n";
+               " sequences, " + (options_.kv_unified ? "unified" : "per sequence") +
+               (options_.swa_full ? ", swa full" : "") + ", k " + kv_type_name(options_.kv_types.k) + ", v " +
+               kv_type_name(options_.kv_types.v) + "\n" + "batch: " + std::to_string(options_.n_batch) + "\n" +
+               rope_text() + "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n";
     }
 
     void validate_batch(const Batch & batch) const {
@@ -436,7 +464,8 @@ class TensorParallelEngine final : public Engine {
     ModelInfo info_;
     ShardPlan plan_;
     std::unique_ptr<Tokenizer> tokenizer_;
-    std::unique_ptr<KvCells> cells_;
+    KvPoolSizes kv_sizes_;
+    std::unique_ptr<KvPools> cells_;
     std::vector<KvEdit> pending_edits_;
     std::unique_ptr<RankGroup> group_;
     MpiRankGroup * processes_group_ = nullptr;  // group_, when it spans processes

@@ -41,6 +41,9 @@ struct EngineOptions {
     // RoPE settings that replace the model's (llama-server's --rope-* and --yarn-*).
     RopeOverrides rope;
     int32_t n_batch = 512;  // most tokens one decode() call accepts
+    // Sliding-window layers keep every cell of the context (llama-server's
+    // --swa-full) instead of their window and a batch (KvPoolSizes).
+    bool swa_full = false;
     int32_t n_threads = 0;  // 0: all cores
     bool progress = true;   // load progress on stderr for large files
 
@@ -107,6 +110,11 @@ class Engine {
     // nothing, when seq lacks the free cells.
     virtual bool seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1) = 0;
     virtual int32_t seq_pos_max(int32_t seq) const = 0;  // -1 when empty
+    // Whether a sequence cached up to at least n can continue at position n
+    // after its later positions are removed: sliding-window layers keep
+    // only their window's last positions, so a shorter prefix may have lost
+    // the ones it reads (then the prompt is computed again).
+    virtual bool seq_resumable(int32_t seq, int32_t n) const = 0;
     virtual int32_t n_free_cells() const = 0;
 
     // A sequence's cached keys and values, positions [0, n), as one image in

@@ -37,17 +37,19 @@ void check_kv_type(ggml_type type, int32_t head_dim, const char * which) {
     }
 }
 
-KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, int32_t n_cells, int32_t n_seq_max,
-                 bool unified, KvTypes types, ggml_backend_buffer_type_t buft)
-    : KvCells(n_cells, n_seq_max, unified), types_(types) {
+KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, const KvPoolSizes & sizes, KvTypes types,
+                 ggml_backend_buffer_type_t buft)
+    : KvPools(sizes), types_(types) {
     ggml_init_params params = {2 * (size_t) hp.n_layer * ggml_tensor_overhead(), nullptr, true};
     ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("out of memory creating the KV cache context");
     for (int il = 0; il < hp.n_layer; ++il) source_.push_back(hp.kv_layer(il));
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         const int64_t row = (int64_t) n_head_kv[il] * hp.layer(il).head_dim;
-        ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), types.k, row, (int64_t) this->n_cells());
-        ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), types.v, row, (int64_t) this->n_cells());
+        windowed_.push_back(sizes.windowed() && hp.is_swa(il));
+        const int64_t rows = windowed_.back() ? window()->n_cells() : all().n_cells();
+        ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), types.k, row, rows);
+        ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), types.v, row, rows);
         ggml_format_name(k, "cache_k_l%d", il);
         ggml_format_name(v, "cache_v_l%d", il);
         k_.push_back(k);
@@ -55,10 +57,35 @@ KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, int
     }
     buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), buft));
     if (!buffer_) {
-        throw Error("out of memory allocating a KV cache of " + std::to_string(n_cells) + " cells");
+        throw Error("out of memory allocating a KV cache of " + std::to_string(sizes.n_cells) + " cells");
     }
     // Free cells are masked out, but 0 * NaN garbage must never reach a sum.
     ggml_backend_buffer_clear(buffer_.get(), 0);
+}
+
+void KvCache::move(const std::vector<KvMove> & moves) {
+    if (moves.empty()) return;
+    std::vector<uint8_t> rows;
+    for (size_t il = 0; il < k_.size(); ++il) {
+        if (!windowed_[il]) continue;
+        for (ggml_tensor * t : {k_[il], v_[il]}) {
+            const size_t row = t->nb[1];
+            // Runs of consecutive moves by the same distance, each read whole
+            // before it is written: a run lands below its own rows and every
+            // later run's.
+            for (size_t i = 0; i < moves.size();) {
+                size_t n = 1;
+                while (i + n < moves.size() && moves[i + n].from == moves[i].from + (int64_t) n &&
+                       moves[i + n].to == moves[i].to + (int64_t) n) {
+                    ++n;
+                }
+                rows.resize(n * row);
+                ggml_backend_tensor_get(t, rows.data(), (size_t) moves[i].from * row, n * row);
+                ggml_backend_tensor_set(t, rows.data(), (size_t) moves[i].to * row, n * row);
+                i += n;
+            }
+        }
+    }
 }
 
 }  // namespace llama_tp

@@ -1,11 +1,12 @@
 #pragma once
-// The key/value cache: per layer one K and one V tensor of n_cells rows (a
+// The key/value cache: per layer one K and one V tensor with a row per cell
+// of its pool (sliding-window layers: the window pool where there is one; a
 // layer that shares an earlier layer's cache, HParams::kv_layer, has that
-// layer's), and the cells' bookkeeping (KvCells: which sequence and position
+// layer's), and the cells' bookkeeping (KvPools: which sequence and position
 // each holds).
 
 #include "plugin/hparams.h"
-#include "plugin/kv_cells.h"
+#include "plugin/kv_pools.h"
 
 #include <cstdint>
 #include <string>
@@ -33,17 +34,21 @@ const char * kv_type_name(ggml_type type);
 // Throws llama_tp::Error when a head of head_dim elements is not whole blocks of the type.
 void check_kv_type(ggml_type type, int32_t head_dim, const char * which);
 
-class KvCache : public KvCells {
+class KvCache : public KvPools {
   public:
     // n_head_kv: per layer, the KV heads this cache stores (a rank's share
     // under tensor parallelism).
-    KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, int32_t n_cells, int32_t n_seq_max,
-            bool unified, KvTypes types, ggml_backend_buffer_type_t buft);
+    KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, const KvPoolSizes & sizes, KvTypes types,
+            ggml_backend_buffer_type_t buft);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
     ggml_tensor * k(int il) const { return k_[source_[il]]; }
     ggml_tensor * v(int il) const { return v_[source_[il]]; }
+    // Whether layer il's cells are the window pool's.
+    bool windowed(int il) const { return windowed_[source_[il]]; }
+    // Moves the window pool's rows as a placement or copy packed them.
+    void move(const std::vector<KvMove> & moves);
     size_t bytes() const { return ggml_backend_buffer_get_size(buffer_.get()); }
     const KvTypes & types() const { return types_; }
 
@@ -52,6 +57,7 @@ class KvCache : public KvCells {
     ggml_backend_buffer_ptr buffer_;
     std::vector<ggml_tensor *> k_, v_;  // per layer with a cache of its own
     std::vector<int> source_;           // per layer: whose cache it reads
+    std::vector<bool> windowed_;        // per layer with a cache of its own
     KvTypes types_;
 };
 

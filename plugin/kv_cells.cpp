@@ -7,7 +7,8 @@
 
 namespace llama_tp {
 
-KvCells::KvCells(int32_t n_cells, int32_t n_seq_max, bool unified) : n_seq_max_(n_seq_max), unified_(unified) {
+KvCells::KvCells(int32_t n_cells, int32_t n_seq_max, bool unified, int32_t keep)
+    : n_seq_max_(n_seq_max), unified_(unified), keep_(keep) {
     if (n_seq_max < 1) throw Error("the KV cache needs room for at least one sequence");
     region_ = unified_ ? n_cells : n_cells / n_seq_max;
     if (region_ < 1) {
@@ -23,7 +24,8 @@ int32_t KvCells::n_free() const {
     return (int32_t) std::count_if(cells_.begin(), cells_.end(), [](const Cell & c) { return c.pos < 0; });
 }
 
-bool KvCells::place(const Batch & batch, std::vector<int64_t> & cells, std::string * why) {
+bool KvCells::place(const Batch & batch, std::vector<int64_t> & cells, std::string * why, std::vector<KvMove> * moved) {
+    if (windowed()) return place_window(batch, cells, why, moved);
     cells.clear();
     // Lowest free cells first, so that windows stay small.
     std::vector<int32_t> cursor(used_end_.size());
@@ -107,11 +109,11 @@ void KvCells::fill_mask(const Batch & batch, const AttentionRun & run, ggml_fp16
     for (int32_t i = 0; i < run.size(); ++i) {
         const int32_t seq = batch.seq[run.t0 + i], pos = batch.pos[run.t0 + i];
         const Cell * cells = cells_.data() + run.cell0 + (size_t) (i / run.n_tokens) * run.stride;
-        ggml_fp16_t * row = mask + (size_t) i * run.window;
+        ggml_fp16_t * row = mask ? mask + (size_t) i * run.window : nullptr;
         ggml_fp16_t * row_swa = mask_swa ? mask_swa + (size_t) i * run.window : nullptr;
         for (int32_t c = 0; c < run.window; ++c) {
             const bool seen = cells[c].pos >= 0 && cells[c].seq == seq && cells[c].pos <= pos;
-            row[c] = seen ? zero : ninf;
+            if (row) row[c] = seen ? zero : ninf;
             if (row_swa) row_swa[c] = seen && pos - cells[c].pos < n_swa ? zero : ninf;
         }
     }
@@ -148,9 +150,27 @@ std::vector<int64_t> KvCells::seq_shift(int32_t seq, int32_t p0, int32_t p1, int
 }
 
 bool KvCells::seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1,
-                       std::vector<std::pair<int64_t, int64_t>> & copied) {
+                       std::vector<std::pair<int64_t, int64_t>> & copied, std::vector<KvMove> * moved) {
     copied.clear();
     if (src < 0 || src >= n_seq_max_ || seq < 0 || seq >= n_seq_max_ || src == seq) return false;
+    if (windowed()) {
+        if (p1 < 0) p1 = seq_pos_max(src) + 1;
+        if (!copy_fits(src, seq, p0, p1)) return false;
+        std::vector<int32_t> next(n_seq_max_, -1);
+        next[seq] = p1;
+        const int32_t to = region_of(seq);
+        std::vector<int32_t> from;
+        window_copy_cells(src, p0, p1, from);
+        pack(to, (int32_t) from.size(), first_needed(next), moved);
+        window_copy_cells(src, p0, p1, from);  // packing may have moved them (one shared pool)
+        int32_t cursor = used_end_[to];
+        for (int32_t c : from) {
+            cells_[cursor] = Cell{cells_[c].pos, seq};
+            copied.emplace_back(c, cursor++);
+        }
+        used_end_[to] = cursor;
+        return true;
+    }
     if (p1 < 0) p1 = INT32_MAX;
     const int32_t from = region_of(src), to = region_of(seq);
     int32_t free_cell = region_begin(to);
@@ -172,6 +192,121 @@ bool KvCells::seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1,
     return true;
 }
 
+bool KvCells::copy_fits(int32_t src, int32_t seq, int32_t p0, int32_t p1) const {
+    if (src < 0 || src >= n_seq_max_ || seq < 0 || seq >= n_seq_max_ || src == seq) return false;
+    const int32_t to = region_of(seq);
+    if (!windowed()) {
+        if (p1 < 0) p1 = INT32_MAX;
+        int32_t need = 0, free = 0;
+        for (int32_t c = region_begin(region_of(src)); c < region_begin(region_of(src)) + region_; ++c) {
+            need += cells_[c].pos >= 0 && cells_[c].seq == src && cells_[c].pos >= p0 && cells_[c].pos < p1;
+        }
+        for (int32_t c = region_begin(to); c < region_begin(to) + region_; ++c) free += cells_[c].pos < 0;
+        return need <= free;
+    }
+    if (p1 < 0) p1 = seq_pos_max(src) + 1;
+    std::vector<int32_t> from;
+    if (!window_copy_cells(src, p0, p1, from)) return false;
+    const int32_t need = (int32_t) from.size();
+    if (region_begin(to) + region_ - used_end_[to] >= need) return true;
+    std::vector<int32_t> next(n_seq_max_, -1);
+    next[seq] = p1;
+    return room_after_packing(to, kept_cells(to, first_needed(next))) >= need;
+}
+
+bool KvCells::window_copy_cells(int32_t src, int32_t p0, int32_t p1, std::vector<int32_t> & from) const {
+    from.clear();
+    const int32_t lo = std::max(p0, p1 - keep_);
+    if (p1 <= lo) return true;
+    std::vector<uint8_t> seen((size_t) (p1 - lo), 0);
+    const int32_t r = region_of(src);
+    for (int32_t c = region_begin(r); c < region_begin(r) + region_; ++c) {
+        const Cell & cell = cells_[c];
+        if (cell.pos < lo || cell.seq != src || cell.pos >= p1 || seen[cell.pos - lo]) continue;
+        seen[cell.pos - lo] = 1;
+        from.push_back(c);
+    }
+    return (int32_t) from.size() == p1 - lo;
+}
+
+bool KvCells::resumable(int32_t seq, int32_t n) const {
+    if (!windowed() || n <= 0) return true;
+    std::vector<int64_t> cells;
+    return cells_of(seq, n, cells);
+}
+
+std::vector<int32_t> KvCells::first_needed(std::vector<int32_t> next) const {
+    std::vector<int32_t> last(n_seq_max_, -1);
+    for (const Cell & c : cells_) {
+        if (c.pos >= 0) last[c.seq] = std::max(last[c.seq], c.pos);
+    }
+    for (int32_t s = 0; s < n_seq_max_; ++s) next[s] = (next[s] >= 0 ? next[s] : last[s] + 1) - keep_;
+    return next;
+}
+
+std::vector<int32_t> KvCells::kept_cells(int32_t region, const std::vector<int32_t> & first) const {
+    std::vector<int32_t> kept;
+    for (int32_t c = region_begin(region); c < used_end_[region]; ++c) {
+        if (cells_[c].pos >= 0 && cells_[c].pos >= first[cells_[c].seq]) kept.push_back(c);
+    }
+    return kept;
+}
+
+int32_t KvCells::room_after_packing(int32_t region, const std::vector<int32_t> & kept) const {
+    if (kept.empty()) return region_;
+    const int32_t offset = (kept[0] - region_begin(region)) % kWindowGranularity;
+    return region_ - offset - (int32_t) kept.size();
+}
+
+void KvCells::pack(int32_t region, int32_t need, const std::vector<int32_t> & first, std::vector<KvMove> * moved) {
+    const int32_t begin = region_begin(region);
+    if (begin + region_ - used_end_[region] >= need) return;
+    const std::vector<int32_t> kept = kept_cells(region, first);
+    const int32_t base = kept.empty() ? begin : begin + (kept[0] - begin) % kWindowGranularity;
+    std::vector<Cell> values;
+    for (int32_t c : kept) values.push_back(cells_[c]);
+    std::fill(cells_.begin() + begin, cells_.begin() + begin + region_, Cell{});
+    // Ascending, each cell to a row at or below its own: safe one by one.
+    for (size_t i = 0; i < kept.size(); ++i) {
+        const int32_t to = base + (int32_t) i;
+        cells_[to] = values[i];
+        if (moved && to != kept[i]) moved->push_back({kept[i], to});
+    }
+    update_used_end(region);
+}
+
+bool KvCells::place_window(const Batch & batch, std::vector<int64_t> & cells, std::string * why,
+                           std::vector<KvMove> * moved) {
+    cells.clear();
+    std::vector<int32_t> need(used_end_.size(), 0), next(n_seq_max_, -1);
+    for (int i = 0; i < batch.size(); ++i) {
+        need[region_of(batch.seq[i])]++;
+        int32_t & n = next[batch.seq[i]];
+        n = n < 0 ? batch.pos[i] : std::min(n, batch.pos[i]);
+    }
+    const std::vector<int32_t> first = first_needed(next);
+    for (int32_t r = 0; r < (int32_t) need.size(); ++r) {
+        if (need[r] == 0 || region_begin(r) + region_ - used_end_[r] >= need[r]) continue;
+        if (room_after_packing(r, kept_cells(r, first)) >= need[r]) continue;
+        if (why) {
+            *why = "the batch needs " + std::to_string(need[r]) + " cells of the sliding-window cache, which keeps " +
+                   std::to_string(region_) + (unified_ ? "" : " per sequence") + " (window " +
+                   std::to_string(keep_ + 1) + ")";
+        }
+        return false;
+    }
+    for (int32_t r = 0; r < (int32_t) need.size(); ++r) {
+        if (need[r] > 0) pack(r, need[r], first, moved);
+    }
+    for (int i = 0; i < batch.size(); ++i) {
+        const int32_t r = region_of(batch.seq[i]);
+        const int32_t c = used_end_[r]++;
+        cells_[c] = Cell{batch.pos[i], batch.seq[i]};
+        cells.push_back(c);
+    }
+    return true;
+}
+
 int32_t KvCells::seq_pos_max(int32_t seq) const {
     if (seq < 0 || seq >= n_seq_max_) return -1;
     const int32_t r = region_of(seq);
@@ -183,12 +318,13 @@ int32_t KvCells::seq_pos_max(int32_t seq) const {
 }
 
 bool KvCells::cells_of(int32_t seq, int32_t n, std::vector<int64_t> & cells) const {
-    cells.assign((size_t) std::max(0, n), -1);
+    const int32_t lo = windowed() ? std::max(0, n - keep_) : 0;
+    cells.assign((size_t) std::max(0, n - lo), -1);
     if (seq < 0 || seq >= n_seq_max_) return n <= 0;
     const int32_t r = region_of(seq);
     for (int32_t c = region_begin(r); c < region_begin(r) + region_; ++c) {
         const Cell & cell = cells_[c];
-        if (cell.pos >= 0 && cell.seq == seq && cell.pos < n) cells[cell.pos] = c;
+        if (cell.pos >= lo && cell.seq == seq && cell.pos < n) cells[cell.pos - lo] = c;
     }
     for (int64_t c : cells) {
         if (c < 0) return false;

@@ -1,19 +1,23 @@
 #include "plugin/kv_image.h"
 
+#include <algorithm>
+
 #include "ggml.h"
 
 namespace llama_tp {
 
-KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32_t n_cells) {
+KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32_t n_cells, int32_t window_keep) {
     KvImageLayout l;
     l.n_cells = n_cells;
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         Layer layer;
         layer.n_head_kv = hp.layer(il).n_head_kv;
+        layer.windowed = window_keep >= 0 && hp.is_swa(il);
+        layer.n_cells = layer.windowed ? std::min(n_cells, window_keep) : n_cells;
         layer.k_head_bytes = ggml_row_size(types.k, hp.layer(il).head_dim);
         layer.v_head_bytes = ggml_row_size(types.v, hp.layer(il).head_dim);
         layer.at = l.total;
-        l.total += (layer.k_row_bytes() + layer.v_row_bytes()) * (size_t) n_cells;
+        l.total += (layer.k_row_bytes() + layer.v_row_bytes()) * (size_t) layer.n_cells;
         l.layers.push_back(layer);
     }
     return l;

@@ -1,7 +1,8 @@
 #pragma once
 // A sequence's cached keys and values as one image in the whole model's
 // layout, whatever the split: for every layer with a cache of its own the K rows of its cells in
-// position order, then the V rows, each row holding every KV head. A rank
+// position order, then the V rows, each row holding every KV head. Layers
+// with a window pool (KvPoolSizes) hold only the window's last positions. A rank
 // writes or reads only its own heads' bytes, so an image taken at one --tp /
 // -ts loads into any other.
 
@@ -17,6 +18,8 @@ struct KvImageLayout {
     // One layer's part: per cell its K row, and (after every cell's K) its V row.
     struct Layer {
         int32_t n_head_kv = 0;
+        int32_t n_cells = 0;  // the image's cells, or the window's last ones
+        bool windowed = false;
         size_t k_head_bytes = 0;  // one head of one cell's keys
         size_t v_head_bytes = 0;
         size_t at = 0;  // where the layer begins in the image
@@ -28,15 +31,16 @@ struct KvImageLayout {
     int32_t n_cells = 0;
     size_t total = 0;
 
-    static KvImageLayout of(const HParams & hp, const KvTypes & types, int32_t n_cells);
+    // window_keep: KvPoolSizes::window_keep.
+    static KvImageLayout of(const HParams & hp, const KvTypes & types, int32_t n_cells, int32_t window_keep);
 
     int32_t n_layer() const { return (int32_t) layers.size(); }
     size_t bytes() const { return total; }
-    // Where cell i's keys (or values) of head h in layer il begin.
+    // Where cell i (of the layer's cells) keys (or values) of head h in layer il begin.
     size_t offset(int32_t il, bool values, int32_t i, int32_t h) const {
         const Layer & l = layers[il];
         size_t at = l.at;
-        if (values) at += l.k_row_bytes() * (size_t) n_cells;
+        if (values) at += l.k_row_bytes() * (size_t) l.n_cells;
         const size_t row = values ? l.v_row_bytes() : l.k_row_bytes();
         return at + row * (size_t) i + l.head_bytes(values) * (size_t) h;
     }

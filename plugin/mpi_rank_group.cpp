@@ -192,7 +192,7 @@ void MpiRankGroup::read(const Step & step, uint8_t * image) {
                 const ShardRange & h = kv_heads_[p][il];
                 for (const bool values : {false, true}) {
                     const size_t n = l.layers[il].head_bytes(values) * (size_t) h.size();
-                    for (int32_t c = 0; c < l.n_cells; ++c) {
+                    for (int32_t c = 0; c < l.layers[il].n_cells; ++c) {
                         const size_t at = l.offset(il, values, c, (int32_t) h.begin);
                         std::memcpy(image + at, part.data() + at, n);
                     }

@@ -24,7 +24,7 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
             pieces = std::max(pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
         }
     }
-    return 8192 + (size_t) hp.n_layer * (shape.runs.size() + pieces) * 8;
+    return 8192 + (size_t) hp.n_layer * (std::max(shape.runs.size(), shape.window_runs.size()) + pieces) * 8;
 }
 
 }  // namespace
@@ -51,8 +51,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     for (int il = 0; il < hp.n_layer; ++il) {
         n_kv.push_back(config.shard ? (int32_t) config.shard->layers[il].kv_heads.size() : hp.layer(il).n_head_kv);
     }
-    kv_ = std::make_unique<KvCache>(hp, n_kv, config.n_ctx, config.n_seq_max, config.kv_unified, config.kv_types,
-                                    ggml_backend_dev_buffer_type(device));
+    kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     executor_ = std::make_unique<MetaExecutor>(backend_.get());
 }
@@ -83,7 +82,7 @@ void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void *) {
 void Rank::apply_edits(const std::vector<KvEdit> & edits) {
     for (const KvEdit & e : edits) {
         if (e.src >= 0) {
-            std::vector<std::pair<int64_t, int64_t>> copied;
+            KvCopy copied;
             if (!kv_->seq_copy(e.src, e.seq, e.p0, e.p1, copied)) {
                 throw Error("rank " + std::to_string(config_.rank) +
                             ": KV cache differs from rank 0's: no room to copy "
@@ -99,15 +98,16 @@ void Rank::apply_edits(const std::vector<KvEdit> & edits) {
     }
 }
 
-// Every layer's key and value rows of each (from, to) pair, through host
-// memory (any backend's buffers).
-void Rank::copy_cells(const std::vector<std::pair<int64_t, int64_t>> & copied) {
+// Every layer's key and value rows of each (from, to) pair of its pool,
+// through host memory (any backend's buffers).
+void Rank::copy_cells(const KvCopy & copied) {
+    kv_->move(copied.moves);
     std::vector<uint8_t> row;
     for (int il = 0; il < hp_.n_layer_kv(); ++il) {
         for (ggml_tensor * t : {kv_->k(il), kv_->v(il)}) {
             const size_t bytes = t->nb[1];
             row.resize(bytes);
-            for (const auto & [from, to] : copied) {
+            for (const auto & [from, to] : kv_->windowed(il) ? copied.window_cells : copied.cells) {
                 ggml_backend_tensor_get(t, row.data(), (size_t) from * bytes, bytes);
                 ggml_backend_tensor_set(t, row.data(), (size_t) to * bytes, bytes);
             }
@@ -116,53 +116,68 @@ void Rank::copy_cells(const std::vector<std::pair<int64_t, int64_t>> & copied) {
 }
 
 // A graph of its own (shifts are rare), so the decode graph stays as it is.
-void Rank::rotate_keys(const std::vector<int64_t> & cells, int32_t delta) {
-    if (cells.empty()) return;
-    const int64_t n = (int64_t) cells.size();
+void Rank::rotate_keys(const KvShifted & shifted, int32_t delta) {
+    if (shifted.cells.empty() && shifted.window_cells.empty()) return;
     const size_t n_nodes = 8 * (size_t) hp_.n_layer + 16;
     ggml_init_params params = {ggml_tensor_overhead() * n_nodes + ggml_graph_overhead_custom(n_nodes, false), nullptr,
                                /*no_alloc =*/true};
     ggml_context_ptr ctx(ggml_init(params));
     if (!ctx) throw Error("out of memory building a key rotation");
     ggml_cgraph * gf = ggml_new_graph_custom(ctx.get(), n_nodes, false);
-    ggml_tensor * idx = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);  // get_rows takes I32
-    ggml_tensor * shift = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);
-    ggml_set_input(idx);
-    ggml_set_input(shift);
-    build_key_shift_graph(ctx.get(), gf, hp_, *weights_, *kv_, idx, shift);
+    // Per pool: the rows to rotate (get_rows takes I32) and by how much.
+    struct Rows {
+        const std::vector<int64_t> & cells;
+        ggml_tensor *idx = nullptr, *shift = nullptr;
+    };
+    Rows pools[2] = {{shifted.cells}, {shifted.window_cells}};
+    for (Rows & p : pools) {
+        if (p.cells.empty()) continue;
+        p.idx = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, (int64_t) p.cells.size());
+        p.shift = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, (int64_t) p.cells.size());
+        ggml_set_input(p.idx);
+        ggml_set_input(p.shift);
+    }
+    build_key_shift_graph(ctx.get(), gf, hp_, *weights_, *kv_, KeyShift{pools[0].idx, pools[0].shift},
+                          KeyShift{pools[1].idx, pools[1].shift});
     ggml_gallocr_ptr alloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     if (!ggml_gallocr_alloc_graph(alloc.get(), gf)) {
         throw Error("out of memory rotating keys on rank " + std::to_string(config_.rank));
     }
-    const std::vector<int32_t> rows(cells.begin(), cells.end());
-    ggml_backend_tensor_set(idx, rows.data(), 0, (size_t) n * sizeof(int32_t));
-    const std::vector<int32_t> deltas((size_t) n, delta);
-    ggml_backend_tensor_set(shift, deltas.data(), 0, (size_t) n * sizeof(int32_t));
+    for (const Rows & p : pools) {
+        if (!p.idx) continue;
+        const std::vector<int32_t> rows(p.cells.begin(), p.cells.end());
+        ggml_backend_tensor_set(p.idx, rows.data(), 0, rows.size() * sizeof(int32_t));
+        const std::vector<int32_t> deltas(rows.size(), delta);
+        ggml_backend_tensor_set(p.shift, deltas.data(), 0, rows.size() * sizeof(int32_t));
+    }
     if (ggml_backend_graph_compute(backend_.get(), gf) != GGML_STATUS_SUCCESS) {
         throw Error("rotating keys failed on rank " + std::to_string(config_.rank));
     }
 }
 
-std::vector<int64_t> Rank::place(const Step & step) {
+KvPlacement Rank::place(const Step & step) {
     apply_edits(step.edits);
-    std::vector<int64_t> cells;
+    KvPlacement placement;
     std::string why;
     const std::string who = "rank " + std::to_string(config_.rank);
-    if (!kv_->place(step.batch, cells, &why)) throw Error(who + ": KV cache differs from rank 0's: " + why);
-    if (placement_digest(cells) != step.placement) {
-        kv_->unplace(cells);
+    if (!kv_->place(step.batch, placement, &why, step.kind == Step::Kind::Load)) {
+        throw Error(who + ": KV cache differs from rank 0's: " + why);
+    }
+    kv_->move(placement.moves);
+    if (placement.digest() != step.placement) {
+        kv_->unplace(placement);
         throw Error(who + ": KV cache differs from rank 0's: the batch went to other cells");
     }
-    return cells;
+    return placement;
 }
 
 void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
-    const std::vector<int64_t> cells = place(step);
+    const KvPlacement placement = place(step);
     if (step.kind == Step::Kind::Load) {
         try {
-            load(step, cells);
+            load(step, placement);
         } catch (...) {
-            kv_->unplace(cells);
+            kv_->unplace(placement);
             throw;
         }
         return;
@@ -170,36 +185,53 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
     try {
         const Batch & batch = step.batch;
         const std::vector<int32_t> out_rows = output_rows(batch);
-        const GraphShape shape{batch.size(), (int32_t) out_rows.size(), kv_->attention_runs(batch)};
-        mask_.resize(shape.mask_size());
-        mask_swa_.resize(hp_.n_swa > 0 ? shape.mask_size() : 0);
-        size_t offset = 0;
-        for (const AttentionRun & r : shape.runs) {
-            kv_->fill_mask(batch, r, mask_.data() + offset, hp_.n_swa > 0 ? mask_swa_.data() + offset : nullptr,
-                           hp_.n_swa);
-            offset += (size_t) r.window * r.size();
-        }
-        prepare(batch, cells, out_rows, shape);
+        GraphShape shape{batch.size(), (int32_t) out_rows.size(), kv_->all().attention_runs(batch), {}};
+        if (kv_->window()) shape.window_runs = kv_->window()->attention_runs(batch);
+        fill_masks(batch, shape);
+        prepare(batch, placement, out_rows, shape);
         compute();
         copy_logits(logits, n_vocab);
     } catch (...) {
-        kv_->unplace(cells);
+        kv_->unplace(placement);
         throw;
     }
 }
 
-void Rank::copy_heads(const std::vector<int64_t> & cells, uint8_t * image, bool to_image) {
-    const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size());
+// Sliding-window layers read a mask of their own: over the window pool's
+// runs, or over the full pool's with the window applied, in the same pass.
+void Rank::fill_masks(const Batch & batch, const GraphShape & shape) {
+    const KvCells * window = kv_->window();
+    mask_.resize(GraphShape::mask_size(shape.runs));
+    mask_swa_.resize(hp_.n_swa > 0 ? GraphShape::mask_size(shape.swa_runs()) : 0);
+    const bool swa_in_pass = hp_.n_swa > 0 && !window;
+    size_t offset = 0;
+    for (const AttentionRun & r : shape.runs) {
+        kv_->all().fill_mask(batch, r, mask_.data() + offset, swa_in_pass ? mask_swa_.data() + offset : nullptr,
+                             hp_.n_swa);
+        offset += (size_t) r.window * r.size();
+    }
+    if (!window) return;
+    offset = 0;
+    for (const AttentionRun & r : shape.window_runs) {
+        window->fill_mask(batch, r, nullptr, mask_swa_.data() + offset, hp_.n_swa);
+        offset += (size_t) r.window * r.size();
+    }
+}
+
+void Rank::copy_heads(const std::vector<int64_t> & cells, const std::vector<int64_t> & window_cells, uint8_t * image,
+                      bool to_image) {
+    const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size(), kv_->sizes().window_keep);
     for (int il = 0; il < hp_.n_layer_kv(); ++il) {
+        const std::vector<int64_t> & own = kv_->windowed(il) ? window_cells : cells;
         const ShardRange heads =
             config_.shard ? config_.shard->layers[il].kv_heads : ShardRange{0, hp_.layer(il).n_head_kv};
         const int32_t h0 = (int32_t) heads.begin;
         for (const bool values : {false, true}) {
             ggml_tensor * t = values ? kv_->v(il) : kv_->k(il);
             const size_t size = layout.layers[il].head_bytes(values) * (size_t) heads.size();
-            for (size_t i = 0; i < cells.size(); ++i) {
+            for (size_t i = 0; i < own.size(); ++i) {
                 uint8_t * at = image + layout.offset(il, values, (int32_t) i, h0);
-                const size_t cell = (size_t) cells[i] * t->nb[1];
+                const size_t cell = (size_t) own[i] * t->nb[1];
                 if (to_image) {
                     ggml_backend_tensor_get(t, at, cell, size);
                 } else {
@@ -210,26 +242,27 @@ void Rank::copy_heads(const std::vector<int64_t> & cells, uint8_t * image, bool 
     }
 }
 
-void Rank::load(const Step & step, const std::vector<int64_t> & cells) {
-    const size_t expected = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size()).bytes();
+void Rank::load(const Step & step, const KvPlacement & placement) {
+    const int32_t n = (int32_t) placement.cells.size();
+    const size_t expected = KvImageLayout::of(hp_, kv_->types(), n, kv_->sizes().window_keep).bytes();
     if (step.kv.size() != expected) {
         throw Error("rank " + std::to_string(config_.rank) + ": a KV image of " + std::to_string(step.kv.size()) +
-                    " bytes for " + std::to_string(cells.size()) + " cells, not " + std::to_string(expected));
+                    " bytes for " + std::to_string(n) + " cells, not " + std::to_string(expected));
     }
-    copy_heads(cells, const_cast<uint8_t *>(step.kv.data()), false);
+    copy_heads(placement.cells, placement.window_cells, const_cast<uint8_t *>(step.kv.data()), false);
 }
 
 void Rank::read(const Step & step, uint8_t * image) {
     apply_edits(step.edits);
-    std::vector<int64_t> cells;
-    if (!kv_->cells_of(step.read_seq, step.read_n, cells)) {
+    std::vector<int64_t> cells, window_cells;
+    if (!kv_->cells_of(step.read_seq, step.read_n, cells, window_cells)) {
         throw Error("rank " + std::to_string(config_.rank) + ": positions [0, " + std::to_string(step.read_n) +
                     ") of sequence " + std::to_string(step.read_seq) + " are not all cached");
     }
-    copy_heads(cells, image, true);
+    copy_heads(cells, window_cells, image, true);
 }
 
-void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
+void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std::vector<int32_t> & out_rows,
                    const GraphShape & shape) {
     if (!graph_ || !(shape_ == shape)) {
         graph_ctx_.reset();
@@ -253,7 +286,10 @@ void Rank::prepare(const Batch & batch, const std::vector<int64_t> & cells, cons
     const int n = batch.size();
     if (inputs_.tokens) ggml_backend_tensor_set(inputs_.tokens, batch.tokens.data(), 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(inputs_.positions, batch.pos.data(), 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(inputs_.kv_cells, cells.data(), 0, n * sizeof(int64_t));
+    ggml_backend_tensor_set(inputs_.kv_cells, placement.cells.data(), 0, n * sizeof(int64_t));
+    if (inputs_.kv_cells_swa) {
+        ggml_backend_tensor_set(inputs_.kv_cells_swa, placement.window_cells.data(), 0, n * sizeof(int64_t));
+    }
     ggml_backend_tensor_set(inputs_.kq_mask, mask_.data(), 0, mask_.size() * sizeof(ggml_fp16_t));
     if (inputs_.kq_mask_swa) {
         ggml_backend_tensor_set(inputs_.kq_mask_swa, mask_swa_.data(), 0, mask_swa_.size() * sizeof(ggml_fp16_t));

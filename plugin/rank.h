@@ -35,9 +35,7 @@ struct RankConfig {
     bool split_invariant = false;         // the shard's pieces are summed exactly (ShardPlan)
     AllReduceEngine * allreduce = nullptr;
     int32_t n_threads = 1;
-    int32_t n_ctx = 0;
-    int32_t n_seq_max = 1;
-    bool kv_unified = false;
+    KvPoolSizes kv_sizes;
     KvTypes kv_types;
     bool embeddings = false;  // outputs are hidden states (n_embd), not logits
     bool progress = false;
@@ -73,19 +71,22 @@ class Rank {
 
   private:
     // Builds (or reuses) the graph for this shape and fills its inputs.
-    void prepare(const Batch & batch, const std::vector<int64_t> & cells, const std::vector<int32_t> & out_rows,
+    void prepare(const Batch & batch, const KvPlacement & placement, const std::vector<int32_t> & out_rows,
                  const GraphShape & shape);
+    void fill_masks(const Batch & batch, const GraphShape & shape);
     void compute();
     void copy_logits(float * logits, int32_t n_vocab) const;
-    std::vector<int64_t> place(const Step & step);
+    KvPlacement place(const Step & step);
     // A step's KV edits: removals, and shifts whose keys are rotated.
     void apply_edits(const std::vector<KvEdit> & edits);
-    void copy_cells(const std::vector<std::pair<int64_t, int64_t>> & copied);
-    void rotate_keys(const std::vector<int64_t> & cells, int32_t delta);
+    void copy_cells(const KvCopy & copied);
+    void rotate_keys(const KvShifted & cells, int32_t delta);
     // A Load step's image into the cells the batch was placed in.
-    void load(const Step & step, const std::vector<int64_t> & cells);
-    // Copies this rank's heads between the cache and an image, either way.
-    void copy_heads(const std::vector<int64_t> & cells, uint8_t * image, bool to_image);
+    void load(const Step & step, const KvPlacement & placement);
+    // Copies this rank's heads between the cache and an image, either way:
+    // cells for the layers of the full pool, window_cells for the window pool's.
+    void copy_heads(const std::vector<int64_t> & cells, const std::vector<int64_t> & window_cells, uint8_t * image,
+                    bool to_image);
 
     static void allreduce_callback(void * user, void * data, size_t n, void * stream);
     static void allreduce_f64_callback(void * user, void * data, size_t n, void * stream);

@@ -24,9 +24,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.split_invariant = o.exact_sums();
             rc.allreduce = allreduce_.get();
             rc.n_threads = setup.n_threads;
-            rc.n_ctx = o.n_ctx;
-            rc.n_seq_max = o.n_seq_max;
-            rc.kv_unified = o.kv_unified;
+            rc.kv_sizes = setup.kv_sizes;
             rc.kv_types = o.kv_types;
             rc.embeddings = o.embeddings;
             rc.progress = o.progress && rc.rank == 0;

@@ -5,6 +5,7 @@
 // they are the global ranks [first_rank, first_rank + n_local).
 
 #include "ggml-ext/allreduce_engine.h"
+#include "plugin/kv_pools.h"
 #include "plugin/rank_group.h"
 
 #include <memory>
@@ -25,6 +26,7 @@ struct RankSetup {
     const HParams * hp = nullptr;
     const ShardPlan * plan = nullptr;  // nullptr: the whole model on one rank
     const EngineOptions * options = nullptr;
+    KvPoolSizes kv_sizes;  // of every rank's cache
     int first_rank = 0;
     int n_local = 1;        // ranks in this process
     int n_ranks = 1;        // ranks in the whole group

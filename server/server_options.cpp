@@ -276,6 +276,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.n_batch = p.n_batch;
     o.engine.n_threads = p.cpuparams.n_threads > 0 ? p.cpuparams.n_threads : 0;
     o.engine.kv_unified = p.kv_unified;
+    o.engine.swa_full = p.swa_full;
     o.engine.kv_types.k = p.cache_type_k;
     o.engine.kv_types.v = p.cache_type_v;
     o.engine.rope = rope_overrides(p);

@@ -16,6 +16,8 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     task = std::move(t);
     const size_t most = task->prompt.empty() ? 0 : task->prompt.size() - 1;
     size_t keep = task->cache_prompt ? std::min(common_prefix(task->prompt), most) : 0;
+    // Sliding-window layers may have dropped what a shorter prefix reads.
+    if (!engine.seq_resumable(id, (int32_t) keep)) keep = 0;
     if (keep < kv_tokens.size()) {
         engine.seq_remove(id, (int32_t) keep, -1);
         kv_tokens.resize(keep);

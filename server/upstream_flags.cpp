@@ -22,7 +22,7 @@ const std::map<std::string, std::string> & honoured() {
         {"-c", "total KV cells; each slot gets ctx-size / parallel (without -c: fitted to memory, see README)"},
         {"-np", "-1 (auto): 4 slots"},
         {"--kv-unified-per-slot", "caps each slot's context at N; without -c the cache holds slots x N cells"},
-        {"--swa-full", "sliding-window layers always keep every cell of the context here"},
+        {"--swa-full", "without it sliding-window layers keep their window and a batch, as upstream's"},
         {"-kvu", "one cell pool and ggml's attention; without it each slot owns its cells (faster)"},
         {"-t", "default here: all cores (shared by the processes of an MPI launch on one host)"},
         {"-b", "default here: 512"},

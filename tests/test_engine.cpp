@@ -238,7 +238,7 @@ void decode_at(Engine & e, const std::vector<int32_t> & p, int seq, int first) {
 std::vector<float> layer0_keys(Engine & e, int seq, int n_cached, int first, int n) {
     const std::vector<uint8_t> image = e.read_sequence(seq, n_cached);
     const KvImageLayout l =
-        KvImageLayout::of(read_hparams(GgufFile(e.options().model_path)), e.options().kv_types, n_cached);
+        KvImageLayout::of(read_hparams(GgufFile(e.options().model_path)), e.options().kv_types, n_cached, -1);
     const auto * h = reinterpret_cast<const ggml_fp16_t *>(image.data() + l.offset(0, false, first, 0));
     std::vector<float> out((size_t) n * l.layers[0].k_row_bytes() / sizeof(ggml_fp16_t));
     for (size_t i = 0; i < out.size(); ++i) out[i] = ggml_fp16_to_fp32(h[i]);

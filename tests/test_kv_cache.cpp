@@ -22,7 +22,7 @@ HParams tiny_hparams() {
 
 class KvCacheTest : public ::testing::Test {
   protected:
-    KvCache kv{tiny_hparams(), {2, 2}, 600, 3, /*unified=*/true, KvTypes{}, ggml_backend_cpu_buffer_type()};
+    KvCells kv{600, 3, /*unified=*/true};
 };
 
 TEST_F(KvCacheTest, PlacesTokensInFreeCellsAndTracksPositions) {
@@ -104,7 +104,7 @@ TEST_F(KvCacheTest, MaskSeparatesSequencesAndIsCausal) {
 class PerSequenceKvCacheTest : public ::testing::Test {
   protected:
     // Three regions of 200 cells.
-    KvCache kv{tiny_hparams(), {2, 2}, 600, 3, /*unified=*/false, KvTypes{}, ggml_backend_cpu_buffer_type()};
+    KvCells kv{600, 3, /*unified=*/false};
 };
 
 TEST_F(PerSequenceKvCacheTest, EachSequencePlacesInItsOwnRegion) {
@@ -189,6 +189,63 @@ TEST_F(PerSequenceKvCacheTest, SingleTokensOfConsecutiveSequencesShareOneRunOfSt
     EXPECT_EQ(kv.attention_runs(gap).size(), 2u);
 }
 
+// A window pool of 2 regions of 512 cells; each sequence keeps its last 7 positions.
+class WindowKvCellsTest : public ::testing::Test {
+  protected:
+    KvCells kv{1024, 2, /*unified=*/false, /*keep=*/7};
+    std::vector<int64_t> cells;
+    std::vector<KvMove> moved;
+
+    bool place(int seq, int p0, int n) {
+        Batch b;
+        for (int i = 0; i < n; ++i) b.add(1, p0 + i, seq, false);
+        return kv.place(b, cells, nullptr, &moved);
+    }
+};
+
+TEST_F(WindowKvCellsTest, AppendsThenPacksTheWindowKeepingLanes) {
+    ASSERT_TRUE(place(0, 0, 300));
+    ASSERT_TRUE(place(0, 300, 200));  // 500 cells used, nothing dropped yet
+    EXPECT_TRUE(moved.empty());
+    EXPECT_EQ(cells.front(), 300);
+    EXPECT_TRUE(kv.resumable(0, 100));  // every position still cached
+    ASSERT_TRUE(place(0, 500, 20));     // no room: positions 493.. kept, moved down by 256
+    ASSERT_EQ(moved.size(), 7u);
+    EXPECT_EQ(moved.front(), (KvMove{493, 237}));
+    EXPECT_EQ(moved.back(), (KvMove{499, 243}));
+    EXPECT_EQ(cells.front(), 244);
+    EXPECT_EQ(kv.seq_pos_max(0), 519);
+    EXPECT_FALSE(kv.resumable(0, 400));  // its window is gone
+    EXPECT_TRUE(kv.resumable(0, 520));
+    std::vector<int64_t> tail;
+    ASSERT_TRUE(kv.cells_of(0, 520, tail));
+    EXPECT_EQ(tail, (std::vector<int64_t>{257, 258, 259, 260, 261, 262, 263}));
+    EXPECT_EQ(kv.seq_pos_max(1), -1);  // the other region is untouched
+}
+
+TEST_F(WindowKvCellsTest, RefusesABatchLargerThanTheRoomWithoutChangingAnything) {
+    ASSERT_TRUE(place(1, 0, 500));
+    std::string why;
+    Batch b;
+    for (int i = 0; i < 506; ++i) b.add(1, 500 + i, 1, false);
+    EXPECT_FALSE(kv.place(b, cells, &why, &moved));
+    EXPECT_NE(why.find("sliding-window"), std::string::npos) << why;
+    EXPECT_TRUE(moved.empty());
+    EXPECT_TRUE(kv.resumable(1, 10));
+}
+
+TEST_F(WindowKvCellsTest, CopiesOnlyTheWindowBeforeTheEnd) {
+    ASSERT_TRUE(place(0, 0, 40));
+    std::vector<std::pair<int64_t, int64_t>> copied;
+    ASSERT_TRUE(kv.copy_fits(0, 1, 0, 30));
+    ASSERT_TRUE(kv.seq_copy(0, 1, 0, 30, copied, &moved));
+    ASSERT_EQ(copied.size(), 7u);
+    EXPECT_EQ(copied.front(), (std::pair<int64_t, int64_t>{23, 512}));
+    EXPECT_EQ(kv.seq_pos_max(1), 29);
+    EXPECT_TRUE(kv.resumable(1, 30));
+    EXPECT_FALSE(kv.resumable(1, 20));
+}
+
 TEST(KvCacheTypes, NamesTypesAndBlockSizes) {
     EXPECT_EQ(kv_type_from_name("q8_0"), GGML_TYPE_Q8_0);
     EXPECT_EQ(kv_type_from_name("f16"), GGML_TYPE_F16);
@@ -205,7 +262,8 @@ TEST(KvCacheTypes, NamesTypesAndBlockSizes) {
     HParams hp;
     hp.n_layer = 2;
     hp.set_uniform_layers({2, 32, 32, 64});
-    KvCache kv{hp, {2, 2}, 64, 1, false, KvTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, ggml_backend_cpu_buffer_type()};
+    KvCache kv{
+        hp, {2, 2}, KvPoolSizes{64, 1, false}, KvTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, ggml_backend_cpu_buffer_type()};
     EXPECT_EQ(kv.k(1)->type, GGML_TYPE_Q8_0);
     EXPECT_EQ(kv.v(0)->type, GGML_TYPE_Q4_0);
     EXPECT_FALSE(kv.types().both_f16());
@@ -227,7 +285,7 @@ TEST_F(PerSequenceKvCacheTest, UngroupedBatchFallsBackToOneRunOverEverything) {
 }
 
 TEST(KvCacheLayout, RefusesMoreSequencesThanCells) {
-    EXPECT_THROW(KvCache(tiny_hparams(), {2, 2}, 2, 3, false, KvTypes{}, ggml_backend_cpu_buffer_type()),
+    EXPECT_THROW(KvCache(tiny_hparams(), {2, 2}, KvPoolSizes{2, 3, false}, KvTypes{}, ggml_backend_cpu_buffer_type()),
                  std::exception);
 }
 

@@ -51,3 +51,29 @@ def test_gpt_oss_renders_harmony(models):
         assert chat.json()["choices"][0]["message"]["role"] == "assistant"
     finally:
         assert s.stop() == 0
+
+
+def test_sliding_window_cache_answers_as_the_full_one(models):
+    """With -b 16 the sliding-window layers keep 512 cells of a 2048-cell
+    context; a prompt of ~1000 tokens makes them move their cells down."""
+    words = " ".join(f"w{i % 97} tale{i % 13}" for i in range(400))
+    short = " ".join(words.split()[:40])
+    answers = {}
+    for mode in ("window", "--swa-full"):
+        args = ["-np", "1", "-c", "2048", "-b", "16", "-t", "2"] + ([mode] if mode != "window" else [])
+        s = ServerProcess(*args, model=models["gemma3"])
+        try:
+            body = {"prompt": words, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+            first = s.post("/v1/completions", body).json()
+            again = s.post("/v1/completions", body).json()
+            assert again["choices"][0]["text"] == first["choices"][0]["text"]
+            assert again["timings"]["prompt_n"] == 1  # the whole prompt but its last token reused
+            # A shorter prefix: the window layers no longer hold what it reads, so it is computed.
+            part = s.post("/v1/completions", {**body, "prompt": short}).json()
+            if mode == "window":
+                assert "sliding-window layers keep 512 cells" in s.log_text()
+                assert part["timings"]["prompt_n"] == part["usage"]["prompt_tokens"]
+            answers[mode] = (first["choices"][0]["text"], part["choices"][0]["text"])
+        finally:
+            assert s.stop() == 0
+    assert answers["window"] == answers["--swa-full"]
