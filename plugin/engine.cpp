@@ -174,10 +174,12 @@ class TensorParallelEngine final : public Engine {
             throw Error("a KV image of " + std::to_string(image.size()) + " bytes for " + std::to_string(n) +
                         " cells, not " + std::to_string(expected) +
                         (!other                 ? ""
-                         : kv_sizes_.windowed() ? " (it holds every cell of the sliding-window layers: saved "
-                                                  "with --swa-full, which this engine was not started with)"
-                                                : " (it holds only the window of the sliding-window layers: "
-                                                  "saved without --swa-full, which this engine was started with)"));
+                         : kv_sizes_.windowed() ? " (it holds every cell of the sliding-window layers, which "
+                                                  "keep only their window here: it was saved with --swa-full "
+                                                  "or a context no larger than their window and a batch)"
+                                                : " (it holds only the window of the sliding-window layers, "
+                                                  "which keep every cell here: --swa-full, or a context no "
+                                                  "larger than their window and a batch)"));
         }
         seq_remove(seq, 0, -1);
         if (n == 0) return;  // the removal goes with the next step

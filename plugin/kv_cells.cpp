@@ -156,14 +156,15 @@ bool KvCells::seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1,
     if (windowed()) {
         if (p1 < 0) p1 = seq_pos_max(src) + 1;
         if (!copy_fits(src, seq, p0, p1)) return false;
-        std::vector<int32_t> next(n_seq_max_, -1);
-        next[seq] = p1;
-        const int32_t to = region_of(seq);
+        const int32_t to = region_of(seq), lo = std::max({0, p0, p1 - keep_});
         std::vector<int32_t> from;
         window_copy_cells(src, p0, p1, from);
-        pack(to, (int32_t) from.size(), first_needed(next), moved);
+        const size_t need = from.size();
+        const int32_t gap = need > 0 ? lane_gap(to, lo) : 0;
+        pack(to, (int32_t) need + gap, copy_first_needed(src, seq, lo, p1), moved);
         window_copy_cells(src, p0, p1, from);  // packing may have moved them (one shared pool)
-        int32_t cursor = used_end_[to];
+        if (from.size() != need) throw Error("the sliding-window cache lost cells it was copying");
+        int32_t cursor = used_end_[to] + gap;
         for (int32_t c : from) {
             cells_[cursor] = Cell{cells_[c].pos, seq};
             copied.emplace_back(c, cursor++);
@@ -207,16 +208,28 @@ bool KvCells::copy_fits(int32_t src, int32_t seq, int32_t p0, int32_t p1) const 
     if (p1 < 0) p1 = seq_pos_max(src) + 1;
     std::vector<int32_t> from;
     if (!window_copy_cells(src, p0, p1, from)) return false;
-    const int32_t need = (int32_t) from.size();
-    if (region_begin(to) + region_ - used_end_[to] >= need) return true;
+    const int32_t need = (int32_t) from.size(), lo = std::max({0, p0, p1 - keep_});
+    const int32_t gap = need > 0 ? lane_gap(to, lo) : 0;
+    if (region_begin(to) + region_ - used_end_[to] >= need + gap) return true;
+    return room_after_packing(to, kept_cells(to, copy_first_needed(src, seq, lo, p1))) >= need;
+}
+
+std::vector<int32_t> KvCells::copy_first_needed(int32_t src, int32_t seq, int32_t lo, int32_t p1) const {
     std::vector<int32_t> next(n_seq_max_, -1);
     next[seq] = p1;
-    return room_after_packing(to, kept_cells(to, first_needed(next))) >= need;
+    std::vector<int32_t> first = first_needed(next);
+    first[src] = std::min(first[src], lo);  // the copy reads them after any packing
+    return first;
+}
+
+int32_t KvCells::lane_gap(int32_t region, int32_t pos) const {
+    if (unified_ || used_end_[region] != region_begin(region)) return 0;
+    return pos % kWindowGranularity;
 }
 
 bool KvCells::window_copy_cells(int32_t src, int32_t p0, int32_t p1, std::vector<int32_t> & from) const {
     from.clear();
-    const int32_t lo = std::max(p0, p1 - keep_);
+    const int32_t lo = std::max({0, p0, p1 - keep_});
     if (p1 <= lo) return true;
     std::vector<uint8_t> seen((size_t) (p1 - lo), 0);
     const int32_t r = region_of(src);
@@ -285,8 +298,12 @@ bool KvCells::place_window(const Batch & batch, std::vector<int64_t> & cells, st
         n = n < 0 ? batch.pos[i] : std::min(n, batch.pos[i]);
     }
     const std::vector<int32_t> first = first_needed(next);
+    std::vector<int32_t> gap(used_end_.size(), 0);
+    for (int32_t s = 0; s < n_seq_max_; ++s) {
+        if (next[s] >= 0) gap[region_of(s)] = lane_gap(region_of(s), next[s]);
+    }
     for (int32_t r = 0; r < (int32_t) need.size(); ++r) {
-        if (need[r] == 0 || region_begin(r) + region_ - used_end_[r] >= need[r]) continue;
+        if (need[r] == 0 || region_begin(r) + region_ - used_end_[r] >= need[r] + gap[r]) continue;
         if (room_after_packing(r, kept_cells(r, first)) >= need[r]) continue;
         if (why) {
             *why = "the batch needs " + std::to_string(need[r]) + " cells of the sliding-window cache, which keeps " +
@@ -296,8 +313,9 @@ bool KvCells::place_window(const Batch & batch, std::vector<int64_t> & cells, st
         return false;
     }
     for (int32_t r = 0; r < (int32_t) need.size(); ++r) {
-        if (need[r] > 0) pack(r, need[r], first, moved);
+        if (need[r] > 0) pack(r, need[r] + gap[r], first, moved);
     }
+    for (int32_t r = 0; r < (int32_t) need.size(); ++r) used_end_[r] += gap[r];
     for (int i = 0; i < batch.size(); ++i) {
         const int32_t r = region_of(batch.seq[i]);
         const int32_t c = used_end_[r]++;

@@ -153,6 +153,12 @@ class KvCells {
     void pack(int32_t region, int32_t need, const std::vector<int32_t> & first, std::vector<KvMove> * moved);
     bool place_window(const Batch & batch, std::vector<int64_t> & cells, std::string * why,
                       std::vector<KvMove> * moved);
+    // first_needed() when seq continues at p1 from a copy of src's [lo, p1),
+    // which must survive packing.
+    std::vector<int32_t> copy_first_needed(int32_t src, int32_t seq, int32_t lo, int32_t p1) const;
+    // Cells a sequence's empty region skips so that position pos lands at its
+    // offset within a block, as it does in the full pool (per-sequence layout).
+    int32_t lane_gap(int32_t region, int32_t pos) const;
     // The cells of src that a window copy of [p0, p1) takes, in cell order;
     // false when one of them is missing.
     bool window_copy_cells(int32_t src, int32_t p0, int32_t p1, std::vector<int32_t> & from) const;

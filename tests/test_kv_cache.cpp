@@ -240,10 +240,29 @@ TEST_F(WindowKvCellsTest, CopiesOnlyTheWindowBeforeTheEnd) {
     ASSERT_TRUE(kv.copy_fits(0, 1, 0, 30));
     ASSERT_TRUE(kv.seq_copy(0, 1, 0, 30, copied, &moved));
     ASSERT_EQ(copied.size(), 7u);
-    EXPECT_EQ(copied.front(), (std::pair<int64_t, int64_t>{23, 512}));
+    // Position 23 at offset 23 of the empty region, as in the original's.
+    EXPECT_EQ(copied.front(), (std::pair<int64_t, int64_t>{23, 512 + 23}));
     EXPECT_EQ(kv.seq_pos_max(1), 29);
     EXPECT_TRUE(kv.resumable(1, 30));
     EXPECT_FALSE(kv.resumable(1, 20));
+}
+
+TEST(WindowKvCells, ACopyInOneSharedPoolKeepsTheSourceCellsItReads) {
+    KvCells kv{512, 2, /*unified=*/true, /*keep=*/7};
+    Batch b;
+    for (int i = 0; i < 506; ++i) b.add(1, i, 0, false);
+    std::vector<int64_t> cells;
+    std::vector<KvMove> moved;
+    ASSERT_TRUE(kv.place(b, cells, nullptr, &moved));
+    // Positions 493..499 of sequence 0 for sequence 1: no room without
+    // packing, which must keep them although sequence 0 reads from 499 on.
+    std::vector<std::pair<int64_t, int64_t>> copied;
+    ASSERT_TRUE(kv.copy_fits(0, 1, 0, 500));
+    ASSERT_TRUE(kv.seq_copy(0, 1, 0, 500, copied, &moved));
+    EXPECT_EQ(copied.size(), 7u);
+    EXPECT_FALSE(moved.empty());
+    EXPECT_TRUE(kv.resumable(1, 500));
+    EXPECT_TRUE(kv.resumable(0, 506));
 }
 
 TEST(KvCacheTypes, NamesTypesAndBlockSizes) {
