@@ -29,16 +29,23 @@ Batch window_tail(const Batch & batch, int32_t keep) {
 
 }  // namespace
 
+int32_t KvPoolSizes::window_cells_per_sequence(const HParams & hp, int32_t n_batch) {
+    bool any_swa = false;
+    for (int il = 0; il < hp.n_layer_kv(); ++il) any_swa |= hp.is_swa(il);
+    if (hp.n_swa <= 0 || !any_swa) return 0;
+    // A batch, the window before it, and the offset within a block that
+    // packing keeps (< g).
+    const int32_t g = KvCells::kWindowGranularity;
+    return round_up(hp.n_swa - 1 + n_batch, g) + g;
+}
+
 KvPoolSizes KvPoolSizes::of(const HParams & hp, int32_t n_ctx, int32_t n_seq_max, bool unified, int32_t n_batch,
                             bool swa_full) {
     KvPoolSizes s{n_ctx, n_seq_max, unified};
-    bool any_swa = false;
-    for (int il = 0; il < hp.n_layer_kv(); ++il) any_swa |= hp.is_swa(il);
-    if (swa_full || hp.n_swa <= 0 || !any_swa) return s;
+    const int32_t per_sequence = window_cells_per_sequence(hp, n_batch);
+    if (swa_full || per_sequence == 0) return s;
     const int32_t keep = hp.n_swa - 1, g = KvCells::kWindowGranularity;
-    // A batch, the window before it, and the offset packing keeps (< g).
-    const int32_t cells =
-        unified ? round_up(n_seq_max * keep + n_batch, g) + g : n_seq_max * (round_up(keep + n_batch, g) + g);
+    const int32_t cells = unified ? round_up(n_seq_max * keep + n_batch, g) + g : n_seq_max * per_sequence;
     if (cells >= n_ctx) return s;
     s.window_keep = keep;
     s.window_cells = cells;

@@ -30,6 +30,9 @@ struct KvPoolSizes {
     // cell.
     static KvPoolSizes of(const HParams & hp, int32_t n_ctx, int32_t n_seq_max, bool unified, int32_t n_batch,
                           bool swa_full);
+    // The window pool's cells for one sequence (per-sequence layout); 0 when
+    // the model has no sliding-window layer with a cache of its own.
+    static int32_t window_cells_per_sequence(const HParams & hp, int32_t n_batch);
 };
 
 // Where a batch went: its cells in the full pool, in the window pool (of a

@@ -2,6 +2,7 @@
 
 #include "plugin/gguf_file.h"
 #include "plugin/hparams.h"
+#include "plugin/kv_pools.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -29,27 +30,36 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
     c.reason = "the model's training context per slot";
     if (available_bytes > 0 && kv.bytes_per_cell > 0) {
         const uint64_t free_after_weights = available_bytes > kv.weight_bytes ? available_bytes - kv.weight_bytes : 0;
-        const uint64_t budget = free_after_weights / 2;
-        const uint64_t fits = budget / (kv.bytes_per_cell * (uint64_t) n_slots);
+        const uint64_t budget = free_after_weights / 2, per_slot = budget / (uint64_t) n_slots;
+        const uint64_t fits =
+            per_slot > kv.window_bytes_per_slot ? (per_slot - kv.window_bytes_per_slot) / kv.bytes_per_cell : 0;
         if (fits < (uint64_t) train) {
             const int32_t floor_cells = std::min(train, kCellStep);
             c.per_slot = std::max<int32_t>(floor_cells, (int32_t) (fits / kCellStep * kCellStep));
             c.reason = "training context " + std::to_string(train) + " per slot limited so that the KV cache (" +
-                       gib(kv.bytes_per_cell * (uint64_t) c.per_slot * n_slots) + ") fits in half of the " +
-                       gib(free_after_weights) + " the weights leave free";
+                       gib((kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots) +
+                       ") fits in half of the " + gib(free_after_weights) + " the weights leave free";
         }
     }
     c.n_ctx = c.per_slot * n_slots;
     return c;
 }
 
-KvFootprint kv_footprint(const std::string & model_path) {
+KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full) {
     GgufFile file(model_path);
     const HParams hp = read_hparams(file);
     KvFootprint kv;
     kv.n_ctx_train = hp.n_ctx_train;
+    const int32_t window = swa_full ? 0 : KvPoolSizes::window_cells_per_sequence(hp, n_batch);
     // F16 keys and values.
-    for (int il = 0; il < hp.n_layer_kv(); ++il) kv.bytes_per_cell += 2u * (uint64_t) hp.n_embd_kv(il) * 2u;
+    for (int il = 0; il < hp.n_layer_kv(); ++il) {
+        const uint64_t bytes = 2u * (uint64_t) hp.n_embd_kv(il) * 2u;
+        if (window > 0 && hp.is_swa(il)) {
+            kv.window_bytes_per_slot += bytes * (uint64_t) window;
+        } else {
+            kv.bytes_per_cell += bytes;
+        }
+    }
     kv.weight_bytes = file.file_size();
     return kv;
 }

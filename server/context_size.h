@@ -11,8 +11,11 @@ namespace llama_tp::server {
 
 struct KvFootprint {
     int32_t n_ctx_train = 0;
-    uint64_t bytes_per_cell = 0;  // keys and values of every layer, all ranks together
+    uint64_t bytes_per_cell = 0;  // keys and values of the layers that keep every cell, all ranks together
     uint64_t weight_bytes = 0;
+    // The sliding-window layers' cache per slot where they keep only their
+    // window (KvPoolSizes), whatever the context; 0: they count in bytes_per_cell.
+    uint64_t window_bytes_per_slot = 0;
 };
 
 struct ContextChoice {
@@ -23,8 +26,9 @@ struct ContextChoice {
 
 ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t available_bytes);
 
-// Reads the model file's header (no tensor data).
-KvFootprint kv_footprint(const std::string & model_path);
+// Reads the model file's header (no tensor data). n_batch and swa_full: the
+// server's -b and --swa-full, which size the sliding-window layers' cache.
+KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full);
 
 // MemAvailable of /proc/meminfo; 0 when it cannot be read.
 uint64_t available_memory_bytes();

@@ -53,3 +53,18 @@ TEST(ContextSize, TooLittleMemoryStillGivesEverySlotSomeCells) {
     EXPECT_EQ(c.per_slot, 256);
     EXPECT_EQ(fit_context(eight_b(100), 2, 1 * GiB).per_slot, 100);
 }
+
+TEST(ContextSize, SlidingWindowLayersKeepingTheirWindowLeaveRoomForMore) {
+    // A Gemma 3 27B-shaped model: 62 layers of 16 KV heads of 128 (8 KiB a
+    // cell each), 52 of them sliding-window layers keeping 1792 cells a slot.
+    const uint64_t layer = 16ull * 128 * 2 * 2;
+    const KvFootprint every_cell{131072, 62 * layer, 16 * GiB};
+    const KvFootprint window{131072, 10 * layer, 16 * GiB, 52 * layer * 1792};
+    const ContextChoice full = fit_context(every_cell, 2, 32 * GiB);
+    const ContextChoice windowed = fit_context(window, 2, 32 * GiB);
+    EXPECT_GT(windowed.per_slot, 4 * full.per_slot);
+    // Within the 8 GiB budget, the windows included.
+    EXPECT_LE(((uint64_t) windowed.per_slot * window.bytes_per_cell + window.window_bytes_per_slot) * 2, 8 * GiB);
+    EXPECT_GT(((uint64_t) (windowed.per_slot + 256) * window.bytes_per_cell + window.window_bytes_per_slot) * 2,
+              8 * GiB);
+}

@@ -166,6 +166,7 @@ int run(const Options & o) {
         uo.n_seq_max = o.n_parallel;
         uo.kv_unified = o.n_parallel == 1;
         uo.kv_types = eo.kv_types;
+        uo.swa_full = eo.swa_full;  // as llama-server, which keeps the window unless told
         uo.rope = eo.rope;
         up = std::make_unique<UpstreamDecoder>(uo);
     }

@@ -1,7 +1,7 @@
 #pragma once
 // The flags every tool that loads a model shares, with the same names and
 // meaning as the server's: -m, -t, --tp, -ts, --allreduce, --bf16-wire,
-// --[no-]split-invariant.
+// --[no-]split-invariant, -ctk/-ctv, --swa-full, the RoPE overrides.
 
 #include "ggml-ext/process_group.h"
 #include "plugin/engine.h"
@@ -25,6 +25,7 @@ struct EngineFlags {
     bool bf16 = false;
     std::optional<bool> split_invariant;  // unset: the engine decides (EngineOptions)
     KvTypes kv_types;
+    bool swa_full = false;
     RopeOverrides rope;
     std::map<int, std::string> model_path_of_process;
     // The processes of an MPI launch (see join_launched_processes), owned by main.
@@ -45,6 +46,7 @@ struct EngineFlags {
         "  -ctk, --cache-type-k T    KV cache type of keys: f16 (default), bf16, f32, q8_0, q4_0,\n"
         "                            q4_1, q5_0, q5_1, iq4_nl\n"
         "  -ctv, --cache-type-v T    the same for values\n"
+        "  --swa-full                sliding-window layers keep every cell, not their window\n"
         "  --rope-scaling T, --rope-scale N, --rope-freq-base N, --rope-freq-scale N,\n"
         "  --yarn-orig-ctx N, --yarn-ext-factor N, --yarn-attn-factor N, --yarn-beta-slow N,\n"
         "  --yarn-beta-fast N        RoPE overrides, as llama-server's (none, linear, yarn)\n";
@@ -63,6 +65,8 @@ struct EngineFlags {
             allreduce = a.value(f);
         else if (f == "--bf16-wire")
             bf16 = true;
+        else if (f == "--swa-full")
+            swa_full = true;
         else if (f == "--split-invariant")
             split_invariant = true;
         else if (f == "--no-split-invariant")
@@ -138,6 +142,7 @@ struct EngineFlags {
         eo.split_invariant = split_invariant;
         if (!split_invariant && bf16) eo.split_invariant = false;
         eo.kv_types = kv_types;
+        eo.swa_full = swa_full;
         eo.rope = rope;
         if (degree > 1 || eo.processes) {
             eo.tensor_split = split;

@@ -26,6 +26,7 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
     cp.n_threads_batch = threads;
     cp.no_perf = true;
     cp.kv_unified = o.kv_unified;
+    cp.swa_full = o.swa_full;
     cp.type_k = o.kv_types.k;
     cp.type_v = o.kv_types.v;
     if (o.rope.scaling) {

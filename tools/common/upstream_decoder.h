@@ -26,7 +26,9 @@ struct UpstreamOptions {
     int32_t n_threads = 0;  // 0: all cores
     bool use_mmap = false;  // upstream decodes fastest from ordinary memory
     KvTypes kv_types;       // cache element types (-ctk / -ctv)
-    RopeOverrides rope;     // --rope-* / --yarn-*, as llama_context_params take them
+    // Sliding-window layers keep every cell (libllama's default; llama-server's is not to).
+    bool swa_full = true;
+    RopeOverrides rope;  // --rope-* / --yarn-*, as llama_context_params take them
 };
 
 class UpstreamDecoder {
