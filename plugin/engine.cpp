@@ -436,7 +436,30 @@ class TensorParallelEngine final : public Engine {
         }
     }
 
+    std::string kv_format_text(const GgufFile & file) const {
+        char text[384];
+        std::snprintf(text, sizeof text,
+                      "rope base %g, scale %g, sliding base %g, scale %g, yarn ext %g, attn %g, beta %g/%g, original "
+                      "context %d",
+                      hp_.rope_freq_base, hp_.rope_freq_scale, hp_.rope_freq_base_swa, hp_.rope_freq_scale_swa,
+                      hp_.yarn_ext_factor, hp_.yarn_attn_factor, hp_.yarn_beta_fast, hp_.yarn_beta_slow,
+                      hp_.rope_n_ctx_orig);
+        std::string s = text;
+        // LongRoPE picks its factors by the context per sequence (ModelWeights::rope_factors).
+        if (file.find_tensor("rope_factors_long.weight")) {
+            s += std::string(", LongRoPE ") +
+                 (GGML_PAD(cells_->all().n_cells_per_seq(), 256) > hp_.n_ctx_orig_train ? "long" : "short");
+        }
+        s += std::string("; k ") + kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v);
+        if (hp_.n_swa > 0) {
+            s += kv_sizes_.windowed() ? "; sliding-window layers keep their window of " + std::to_string(hp_.n_swa)
+                                      : std::string("; sliding-window layers keep every cell");
+        }
+        return s;
+    }
+
     void fill_info(const GgufFile & file) {
+        info_.kv_format = kv_format_text(file);
         info_.path = options_.model_path;
         info_.file_size = file.file_size();
         info_.header_digest = file.header_digest();

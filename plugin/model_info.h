@@ -30,6 +30,11 @@ struct ModelInfo {
     // Every boundary between ranks in every matrix falls on a 16-row tile of
     // ggml's kernels (what makes split-invariant sums bit-identical).
     bool split_tiled = true;
+    // What the cached keys and values depend on besides the model file: the
+    // RoPE they were rotated with, the cache types, whether sliding-window
+    // layers keep their window. Images (slot files) of equal texts load into
+    // each other.
+    std::string kv_format;
 };
 
 }  // namespace llama_tp

@@ -857,7 +857,8 @@ json slot_action(const ServerState & st, const Request & req) {
     if (action == "save") {
         a.kind = Scheduler::SlotAction::Kind::Save;
         a = run_slot_action(st, std::move(a));
-        SlotImage image{info.file_size, info.header_digest, types, std::move(a.tokens), std::move(a.kv)};
+        SlotImage image{info.file_size, info.header_digest,  types,
+                        info.kv_format, std::move(a.tokens), std::move(a.kv)};
         size_t written = 0;
         try {
             written = write_slot_file(path, image);
@@ -888,6 +889,11 @@ json slot_action(const ServerState & st, const Request & req) {
                               " / " + kv_type_name(image.kv_types.v) + " cache; this server stores " +
                               kv_type_name(types.k) + " / " + kv_type_name(types.v),
                           "filename", "invalid_value");
+    }
+    if (!image.kv_format.empty() && image.kv_format != info.kv_format) {
+        throw bad_request(
+            "slot file '" + filename + "' was saved with " + image.kv_format + "; this server has " + info.kv_format,
+            "filename", "invalid_value");
     }
     const size_t n_read = image.kv.size();
     a.kind = Scheduler::SlotAction::Kind::Restore;

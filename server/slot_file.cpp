@@ -10,7 +10,7 @@ namespace llama_tp::server {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'T', 'P', 'S', 'L', 'O', 'T', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2 added kv_format; 1 is still read
 
 uint64_t fnv1a(const uint8_t * data, size_t n) {
     uint64_t h = 1469598103934665603ull;
@@ -66,6 +66,8 @@ size_t write_slot_file(const std::string & path, const SlotImage & image) {
     o.put(image.model_digest);
     o.put((int32_t) image.kv_types.k);
     o.put((int32_t) image.kv_types.v);
+    o.put((uint64_t) image.kv_format.size());
+    o.put_bytes(image.kv_format.data(), image.kv_format.size());
     o.put((uint64_t) image.tokens.size());
     o.put_bytes(image.tokens.data(), image.tokens.size() * sizeof(int32_t));
     o.put((uint64_t) image.kv.size());
@@ -99,7 +101,7 @@ SlotImage read_slot_file(const std::string & path) {
     in.get_bytes(magic, sizeof magic);
     if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) throw SlotFileError("'" + path + "' is not a slot file");
     const uint32_t version = in.get<uint32_t>();
-    if (version != kVersion) {
+    if (version != kVersion && version != 1) {
         throw SlotFileError("slot file '" + path + "' has version " + std::to_string(version) + ", this server reads " +
                             std::to_string(kVersion));
     }
@@ -108,6 +110,12 @@ SlotImage read_slot_file(const std::string & path) {
     image.model_digest = in.get<uint64_t>();
     image.kv_types.k = (ggml_type) in.get<int32_t>();
     image.kv_types.v = (ggml_type) in.get<int32_t>();
+    if (version >= 2) {
+        const uint64_t n_format = in.get<uint64_t>();
+        if (n_format > in.left()) throw SlotFileError("slot file '" + path + "' is truncated");
+        image.kv_format.resize(n_format);
+        in.get_bytes(image.kv_format.data(), n_format);
+    }
     const uint64_t n_tokens = in.get<uint64_t>();
     if (n_tokens > in.left() / sizeof(int32_t)) throw SlotFileError("slot file '" + path + "' is truncated");
     image.tokens.resize(n_tokens);

@@ -3,8 +3,10 @@
 // its KV cells hold and the cells themselves, as an image in the whole
 // model's head layout (plugin/kv_image.h), so that any --tp / -ts of the same
 // model and cache types restores it. The file names the model (size and
-// header digest) and ends with a checksum; a file from another model, or a
-// truncated or corrupt one, is refused before anything is restored.
+// header digest) and what its cells depend on besides it (ModelInfo::kv_format:
+// RoPE as applied, cache types, sliding-window cells), and ends with a
+// checksum; a file from another model or format, or a truncated or corrupt
+// one, is refused before anything is restored.
 
 #include "plugin/kv_cache.h"
 
@@ -19,6 +21,7 @@ struct SlotImage {
     uint64_t model_size = 0;
     uint64_t model_digest = 0;
     KvTypes kv_types;
+    std::string kv_format;  // empty in files of version 1, which did not record it
     std::vector<int32_t> tokens;
     std::vector<uint8_t> kv;
 };

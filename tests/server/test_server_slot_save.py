@@ -1,7 +1,7 @@
 """Slot save / restore / erase (--slot-save-path, POST /slots/{id}?action=...):
 a slot saved at --tp 2 restores at --tp 1 and continues exactly as it would
 have; files of another model, of another cache type, or damaged ones are
-refused and leave the slot as it was."""
+refused (another RoPE included) and leave the slot as it was."""
 
 import pytest
 
@@ -105,6 +105,18 @@ def test_refusals_leave_the_slot_as_it_was(model, tmp_path):
         assert "f16 / f16 cache; this server stores q8_0 / f16" in r.json()["error"]["message"], r.json()
     finally:
         assert q.stop() == 0
+
+    # Keys rotated under another RoPE base would attend wrongly: refused, naming both.
+    rope = ServerProcess(*FLAGS, "-t", "1", "--rope-freq-base", "20000", "--slot-save-path", str(tmp_path),
+                         model=model)
+    try:
+        r = action(rope, "restore", "mine.bin")
+        assert_error(r, 400)
+        message = r.json()["error"]["message"]
+        assert "was saved with rope base 10000" in message and "this server has rope base 20000" in message, message
+        assert complete(rope, PROMPT)["tokens_cached"] == 0
+    finally:
+        assert rope.stop() == 0
 
 
 def test_slot_actions_need_a_save_path(model):
