@@ -181,9 +181,15 @@ void add_block_values(float * out, const float * p, uint32_t visible, const T * 
     }
 }
 
-constexpr int64_t kTokens = 4;     // query tokens sharing each key and value load
-constexpr int64_t kMaxGroup = 16;  // query heads of one KV head sharing them too
-constexpr int64_t kRows = kTokens * kMaxGroup;
+// An item's rows (query tokens times the heads of one KV head) share every
+// key and value conversion: up to kRows of them, at most kTokens tokens.
+constexpr int64_t kTokens = 32;
+constexpr int64_t kMaxGroup = 16;
+constexpr int64_t kRows = 64;
+
+int64_t tokens_per_item(int64_t heads) {
+    return std::max<int64_t>(1, std::min(kTokens, kRows / heads));
+}
 
 struct Scratch {
     int64_t stride;  // scores per row: n_kv rounded up to whole blocks
@@ -348,14 +354,17 @@ void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * tq = dst->src[0];
     const int64_t D = tq->ne[0], T = tq->ne[1], n_head = tq->ne[2], n_streams = tq->ne[3];
     const int64_t n_head_kv = dst->src[1]->ne[2], group = n_head / n_head_kv;
-    const int64_t n_blocks = (T + kTokens - 1) / kTokens;
-    const int64_t heads = heads_per_item(group, n_blocks * n_head_kv * n_streams, nth);
+    const int64_t most_heads = std::min(group, kMaxGroup);
+    const int64_t heads = heads_per_item(
+        group, (T + tokens_per_item(most_heads) - 1) / tokens_per_item(most_heads) * n_head_kv * n_streams, nth);
+    const int64_t tokens = tokens_per_item(heads);
+    const int64_t n_blocks = (T + tokens - 1) / tokens;
     const int64_t n_head_items = n_head / heads;
-    Scratch w(D, dst->src[1]->ne[1], std::min(kTokens, T) * heads);
+    Scratch w(D, dst->src[1]->ne[1], std::min(tokens, T) * heads);
     for (int64_t item = ith; item < n_blocks * n_head_items * n_streams; item += nth) {
         const int64_t b = item % n_blocks, hi = (item / n_blocks) % n_head_items, s = item / (n_blocks * n_head_items);
-        const int64_t t0 = b * kTokens;
-        attend_rows(dst, Item{t0, std::min(kTokens, T - t0), hi * heads, heads, s}, scale, softcap, w);
+        const int64_t t0 = b * tokens;
+        attend_rows(dst, Item{t0, std::min(tokens, T - t0), hi * heads, heads, s}, scale, softcap, w);
     }
 }
 
