@@ -140,6 +140,15 @@ if [[ $arch == gemma4 ]]; then
         --n-embd-per-layer 64 --n-kv-shared 2 -o "$work/gemma4-ple.gguf" >/dev/null 2>&1
     "$make_model" --arch gemma4 --type q4_k --seed 7 "${shape[@]}" --n-expert 4 --n-expert-used 2 --n-ff-exp 1024 \
         -o "$work/gemma4-moe.gguf" >/dev/null 2>&1
+    # Gemma 4's own vocabulary of 262144 tokens: its tokenizer, and the
+    # embeddings and output split by vocabulary.
+    "$make_model" --arch gemma4 --type q8_0 --seed 7 "${shape[@]}" \
+        --vocab "$(dirname "$make_model")/../share/llama-tp/ggml-vocab-gemma-4.gguf" -o "$work/gemma4-vocab.gguf" \
+        >/dev/null 2>&1
+    check "gemma4 vocab vs upstream" -m "$work/gemma4-vocab.gguf" --reference upstream --no-split-invariant \
+        --prompts 3 --n-tokens 12 --max-abs-dp 0
+    check "gemma4 vocab tp2 split-invariant vs tp1" -m "$work/gemma4-vocab.gguf" --reference tp1 --tp 2 \
+        --split-invariant --prompts 3 --n-tokens 12
     for variant in ple moe; do
         model="$work/gemma4-$variant.gguf"
         check "gemma4 $variant vs upstream" -m "$model" --reference upstream --no-split-invariant --prompts 3 \

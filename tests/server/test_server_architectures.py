@@ -4,7 +4,7 @@ by the server's template engine."""
 
 import pytest
 
-from server_harness import ServerProcess, generated_model
+from server_harness import ServerProcess, generated_model, server_bin
 
 # make-model arguments of each; Mixtral is llama with experts.
 ARCHS = {
@@ -77,3 +77,31 @@ def test_sliding_window_cache_answers_as_the_full_one(models):
         finally:
             assert s.stop() == 0
     assert answers["window"] == answers["--swa-full"]
+
+
+def test_gemma4_with_its_vocabulary_and_template(tmp_path):
+    """Gemma 4's own tokenizer (262144 tokens) and chat template, served
+    across two ranks that split the vocabulary."""
+    share = server_bin().parents[1] / "share" / "llama-tp"
+    model = generated_model(tmp_path / "gemma4.gguf", arch="gemma4", vocab="ggml-vocab-gemma-4.gguf",
+                            extra=["--n-swa", "8", "--swa-pattern", "2", "--head-dim-global", "64",
+                                   "--chat-template", str(share / "google-gemma-4-31B-it.jinja")])
+    s = ServerProcess("--tp", "2", "-np", "1", "-c", "1024", "-t", "2", model=model)
+    try:
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+        r = s.post("/apply-template", {"messages": messages})
+        assert r.status_code == 200, r.text
+        prompt = r.json()["prompt"]
+        assert "<|turn>user\nHi there<turn|>" in prompt, prompt
+        assert prompt.rstrip().endswith("<|turn>model"), prompt
+        # The turn markers are single tokens of this vocabulary.
+        tokens = s.post("/tokenize", {"content": "<|turn>user", "add_special": False, "parse_special": True})
+        assert tokens.status_code == 200, tokens.text
+        assert len(tokens.json()["tokens"]) == 2, tokens.json()
+        chat = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0})
+        assert chat.status_code == 200, chat.text
+        assert chat.json()["choices"][0]["message"]["role"] == "assistant"
+        rendered = s.post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True}).json()
+        assert chat.json()["usage"]["prompt_tokens"] == len(rendered["tokens"])
+    finally:
+        assert s.stop() == 0
