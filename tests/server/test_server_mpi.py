@@ -302,3 +302,28 @@ def test_context_shift_across_two_processes(model):
 
     expected = served(ServerProcess(*args, "--tp", "2", "-t", "2", model=model), text)
     assert served(MpiServer(*args, "-t", "1", model=model), text) == expected
+
+
+def test_sliding_window_cache_across_processes(tmp_path):
+    """A dense q8_0 Gemma 3 whose sliding-window layers keep 512 cells of
+    2048 (-b 16): two processes, the window moved down several times by a
+    long prompt, answer and save a slot as two ranks of one process do."""
+    model = generated_model(tmp_path / "gemma3.gguf", arch="gemma3", extra=["--n-swa", "8", "--swa-pattern", "2"])
+    words = " ".join(f"w{i % 97} tale{i % 13}" for i in range(400))
+    args = ("-np", "1", "-c", "2048", "-b", "16", "--split-invariant", "--slot-save-path", str(tmp_path))
+    body = {"prompt": words, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    answers = []
+    for server in (lambda: ServerProcess(*args, "--tp", "2", "-t", "2", model=model),
+                   lambda: MpiServer(*args, "-t", "1", model=model)):
+        s = server()
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            assert "sliding-window layers keep 512 cells" in s.log_text()
+            saved = s.post("/slots/0?action=save", {"filename": f"slot{len(answers)}.bin"})
+            assert saved.status_code == 200, saved.text
+            answers.append(r.json()["choices"][0]["text"])
+        finally:
+            assert s.stop() == 0
+    assert answers[0] == answers[1]
+    assert (tmp_path / "slot0.bin").read_bytes() == (tmp_path / "slot1.bin").read_bytes()
