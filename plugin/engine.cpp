@@ -165,21 +165,19 @@ class TensorParallelEngine final : public Engine {
         if (follower()) throw Error("only process 0 of the group writes sequences");
         if (seq < 0 || seq >= options_.n_seq_max) throw Error("sequence " + std::to_string(seq) + " out of range");
         const int32_t n = (int32_t) tokens.size();
-        const size_t expected = image_layout(n).bytes();
-        if (image.size() != expected) {
-            // The one image that fits the other kind of sliding-window cache says so.
-            const int32_t other_keep = kv_sizes_.windowed() ? -1 : std::max(0, hp_.n_swa - 1);
-            const bool other =
-                hp_.n_swa > 0 && image.size() == KvImageLayout::of(hp_, options_.kv_types, n, other_keep).bytes();
+        const KvImageLayout layout = image_layout(n);
+        const KvImageLayout every_cell = KvImageLayout::of(hp_, options_.kv_types, n, -1);
+        // An image of every cell loads into windows as its last cells.
+        const bool cut = kv_sizes_.windowed() && image.size() == every_cell.bytes() && image.size() != layout.bytes();
+        if (image.size() != layout.bytes() && !cut) {
+            const bool windows =
+                hp_.n_swa > 0 &&
+                image.size() == KvImageLayout::of(hp_, options_.kv_types, n, std::max(0, hp_.n_swa - 1)).bytes();
             throw Error("a KV image of " + std::to_string(image.size()) + " bytes for " + std::to_string(n) +
-                        " cells, not " + std::to_string(expected) +
-                        (!other                 ? ""
-                         : kv_sizes_.windowed() ? " (it holds every cell of the sliding-window layers, which "
-                                                  "keep only their window here: it was saved with --swa-full "
-                                                  "or a context no larger than their window and a batch)"
-                                                : " (it holds only the window of the sliding-window layers, "
-                                                  "which keep every cell here: --swa-full, or a context no "
-                                                  "larger than their window and a batch)"));
+                        " cells, not " + std::to_string(layout.bytes()) +
+                        (windows ? " (it holds only the window of the sliding-window layers, which keep every "
+                                   "cell here: --swa-full, or a context no larger than their window and a batch)"
+                                 : ""));
         }
         seq_remove(seq, 0, -1);
         if (n == 0) return;  // the removal goes with the next step
@@ -196,7 +194,7 @@ class TensorParallelEngine final : public Engine {
         step.batch = std::move(batch);
         step.placement = placement.digest();
         step.edits.swap(pending_edits_);
-        step.kv = image;
+        step.kv = cut ? KvImageLayout::cut_to_window(every_cell, layout, image) : image;
         std::vector<float> unused(output_rows(step.batch).size() * (size_t) row_width());
         try {
             group_->run(step, unused.data());
@@ -451,10 +449,6 @@ class TensorParallelEngine final : public Engine {
                  (GGML_PAD(cells_->all().n_cells_per_seq(), 256) > hp_.n_ctx_orig_train ? "long" : "short");
         }
         s += std::string("; k ") + kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v);
-        if (hp_.n_swa > 0) {
-            s += kv_sizes_.windowed() ? "; sliding-window layers keep their window of " + std::to_string(hp_.n_swa)
-                                      : std::string("; sliding-window layers keep every cell");
-        }
         return s;
     }
 

@@ -1,6 +1,7 @@
 #include "plugin/kv_image.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "ggml.h"
 
@@ -21,6 +22,22 @@ KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32
         l.layers.push_back(layer);
     }
     return l;
+}
+
+std::vector<uint8_t> KvImageLayout::cut_to_window(const KvImageLayout & full, const KvImageLayout & window,
+                                                  const std::vector<uint8_t> & image) {
+    std::vector<uint8_t> out(window.bytes());
+    for (int32_t il = 0; il < window.n_layer(); ++il) {
+        const Layer & from = full.layers[il];
+        const Layer & to = window.layers[il];
+        const size_t skip = (size_t) (from.n_cells - to.n_cells);  // the oldest cells
+        for (const bool values : {false, true}) {
+            const size_t row = values ? to.v_row_bytes() : to.k_row_bytes();
+            std::memcpy(out.data() + window.offset(il, values, 0, 0),
+                        image.data() + full.offset(il, values, (int32_t) skip, 0), row * (size_t) to.n_cells);
+        }
+    }
+    return out;
 }
 
 }  // namespace llama_tp

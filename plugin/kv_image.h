@@ -34,6 +34,12 @@ struct KvImageLayout {
     // window_keep: KvPoolSizes::window_keep.
     static KvImageLayout of(const HParams & hp, const KvTypes & types, int32_t n_cells, int32_t window_keep);
 
+    // An image of every cell (full, window_keep < 0) cut to what a window
+    // pool keeps (window: the same cells, window_keep >= 0): each windowed
+    // layer's last cells.
+    static std::vector<uint8_t> cut_to_window(const KvImageLayout & full, const KvImageLayout & window,
+                                              const std::vector<uint8_t> & image);
+
     int32_t n_layer() const { return (int32_t) layers.size(); }
     size_t bytes() const { return total; }
     // Where cell i (of the layer's cells) keys (or values) of head h in layer il begin.

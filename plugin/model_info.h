@@ -31,9 +31,9 @@ struct ModelInfo {
     // ggml's kernels (what makes split-invariant sums bit-identical).
     bool split_tiled = true;
     // What the cached keys and values depend on besides the model file: the
-    // RoPE they were rotated with, the cache types, whether sliding-window
-    // layers keep their window. Images (slot files) of equal texts load into
-    // each other.
+    // RoPE they were rotated with, the cache types. Images (slot files) of
+    // equal texts load into each other (an image of every cell into
+    // sliding-window layers that keep their window, not the other way).
     std::string kv_format;
 };
 
