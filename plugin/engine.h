@@ -124,8 +124,8 @@ class Engine {
     virtual std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) = 0;
     // Replaces a sequence's cache with tokens at positions [0, tokens.size())
     // whose keys and values come from image instead of a forward pass. Throws
-    // llama_tp::Error (the sequence is then empty) when it does not fit or
-    // the image has the wrong size.
+    // llama_tp::Error when the image has the wrong size (the sequence keeps
+    // what it held) or does not fit (the sequence is then empty).
     virtual void write_sequence(int32_t seq, const std::vector<int32_t> & tokens,
                                 const std::vector<uint8_t> & image) = 0;
 

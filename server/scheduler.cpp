@@ -241,10 +241,12 @@ void Scheduler::apply(SlotAction & a) {
                             " tokens; a slot here holds fewer than " + std::to_string(n_ctx_slot_);
                 return;
             }
-            slot.kv_tokens.clear();
             try {
                 engine_.write_sequence(slot.id, a.tokens, a.kv);
             } catch (const Error & e) {
+                // An image refused as it is leaves the slot's cells; one that
+                // did not fit leaves none.
+                if (engine_.seq_pos_max(slot.id) < 0) slot.kv_tokens.clear();
                 a.status = 400;
                 a.message = e.what();
                 return;

@@ -135,3 +135,33 @@ def test_save_path_must_be_a_directory(tmp_path):
     r = subprocess.run([str(server_bin()), "-m", str(model_path()), "--slot-save-path", str(tmp_path / "nope")],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "not a directory" in r.stderr, r.stderr
+
+
+def test_windows_restore_into_windows_and_every_cell_into_both(tmp_path):
+    """Sliding-window layers keeping their window (-b 16: 512 of 2048 cells)
+    save only the window; a server keeping every cell refuses that file and
+    keeps its slot, while its own file restores into the windowed server."""
+    model = generated_model(tmp_path / "gemma3.gguf", arch="gemma3", extra=["--n-swa", "8", "--swa-pattern", "2"])
+    words = " ".join(f"w{i % 97} tale{i % 13}" for i in range(300))
+    common = ("-np", "1", "-c", "2048", "-b", "16", "-t", "2", "--split-invariant", "--slot-save-path", str(tmp_path))
+    windowed = ServerProcess(*common, model=model)
+    full = ServerProcess(*common, "--swa-full", model=model)
+    try:
+        for s, name in ((windowed, "windows.bin"), (full, "every-cell.bin")):
+            complete(s, words)
+            assert action(s, "save", name).status_code == 200
+        assert (tmp_path / "windows.bin").stat().st_size < (tmp_path / "every-cell.bin").stat().st_size
+        r = action(full, "restore", "windows.bin")
+        assert_error(r, 400)
+        assert "--swa-full" in r.json()["error"]["message"], r.json()
+        assert complete(full, words)["tokens_cached"] > 0  # its own cells are still there
+        assert action(windowed, "erase").status_code == 200
+        restored = action(windowed, "restore", "every-cell.bin")
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["n_restored"] > len(words.split())
+        # (The prompt alone is recomputed: the restored window is that of the
+        # prompt and its answer, past where this prompt ends.)
+        assert complete(windowed, words)["content"] == complete(full, words)["content"]
+    finally:
+        assert windowed.stop() == 0
+        assert full.stop() == 0
