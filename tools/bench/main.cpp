@@ -5,6 +5,8 @@
 
 #include "plugin/engine.h"
 #include "plugin/error.h"
+#include "plugin/gguf_file.h"
+#include "plugin/hparams.h"
 #include "tools/common/args.h"
 #include "tools/common/engine_flags.h"
 #include "tools/common/memory_bandwidth.h"
@@ -205,9 +207,16 @@ int run(const Options & o) {
     const ModelInfo & mi = ours->info();
     // A decode step reads every weight but the embedding table (one row per
     // token) once for all its sequences, plus each sequence's KV cache: its
-    // prompt and on average half of what the run adds (F16 K and V).
+    // prompt and on average half of what the run adds (F16 K and V), of
+    // sliding-window layers only the window.
     const double embd_bytes = (double) mi.n_vocab * mi.n_embd * (double) mi.weight_bytes / (double) mi.n_params;
-    const double kv_bytes = 2.0 * 2.0 * (double) mi.n_embd_kv * (o.depth + o.n_gen / 2.0);
+    const double cells = o.depth + o.n_gen / 2.0;
+    const HParams hp = read_hparams(GgufFile(o.engine.model));
+    double kv_bytes = 0.0;
+    for (int il = 0; il < hp.n_layer_kv(); ++il) {
+        const double read = hp.is_swa(il) && hp.n_swa > 0 ? std::min(cells, (double) hp.n_swa) : cells;
+        kv_bytes += 2.0 * 2.0 * (double) hp.n_embd_kv(il) * read;
+    }
     const double bytes_per_token = ((double) mi.weight_bytes - embd_bytes) / o.n_parallel + kv_bytes;
     const double tg = median(f.ours_tg);
     const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;
