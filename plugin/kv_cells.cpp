@@ -297,14 +297,20 @@ bool KvCells::place_window(const Batch & batch, std::vector<int64_t> & cells, st
         int32_t & n = next[batch.seq[i]];
         n = n < 0 ? batch.pos[i] : std::min(n, batch.pos[i]);
     }
-    const std::vector<int32_t> first = first_needed(next);
     std::vector<int32_t> gap(used_end_.size(), 0);
     for (int32_t s = 0; s < n_seq_max_; ++s) {
         if (next[s] >= 0) gap[region_of(s)] = lane_gap(region_of(s), next[s]);
     }
+    std::vector<uint8_t> tight(need.size(), 0);  // regions that must pack first
+    bool any_tight = false;
     for (int32_t r = 0; r < (int32_t) need.size(); ++r) {
-        if (need[r] == 0 || region_begin(r) + region_ - used_end_[r] >= need[r] + gap[r]) continue;
-        if (room_after_packing(r, kept_cells(r, first)) >= need[r]) continue;
+        tight[r] = need[r] > 0 && region_begin(r) + region_ - used_end_[r] < need[r] + gap[r];
+        any_tight |= tight[r] != 0;
+    }
+    if (!any_tight) return append(batch, gap, cells);
+    const std::vector<int32_t> first = first_needed(next);
+    for (int32_t r = 0; r < (int32_t) need.size(); ++r) {
+        if (!tight[r] || room_after_packing(r, kept_cells(r, first)) >= need[r]) continue;
         if (why) {
             *why = "the batch needs " + std::to_string(need[r]) + " cells of the sliding-window cache, which keeps " +
                    std::to_string(region_) + (unified_ ? "" : " per sequence") + " (window " +
@@ -313,9 +319,13 @@ bool KvCells::place_window(const Batch & batch, std::vector<int64_t> & cells, st
         return false;
     }
     for (int32_t r = 0; r < (int32_t) need.size(); ++r) {
-        if (need[r] > 0) pack(r, need[r] + gap[r], first, moved);
+        if (tight[r]) pack(r, need[r] + gap[r], first, moved);
     }
-    for (int32_t r = 0; r < (int32_t) need.size(); ++r) used_end_[r] += gap[r];
+    return append(batch, gap, cells);
+}
+
+bool KvCells::append(const Batch & batch, const std::vector<int32_t> & gap, std::vector<int64_t> & cells) {
+    for (int32_t r = 0; r < (int32_t) gap.size(); ++r) used_end_[r] += gap[r];
     for (int i = 0; i < batch.size(); ++i) {
         const int32_t r = region_of(batch.seq[i]);
         const int32_t c = used_end_[r]++;

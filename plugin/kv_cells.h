@@ -153,6 +153,8 @@ class KvCells {
     void pack(int32_t region, int32_t need, const std::vector<int32_t> & first, std::vector<KvMove> * moved);
     bool place_window(const Batch & batch, std::vector<int64_t> & cells, std::string * why,
                       std::vector<KvMove> * moved);
+    // Appends the batch after each region's last used cell, gap[r] cells on.
+    bool append(const Batch & batch, const std::vector<int32_t> & gap, std::vector<int64_t> & cells);
     // first_needed() when seq continues at p1 from a copy of src's [lo, p1),
     // which must survive packing.
     std::vector<int32_t> copy_first_needed(int32_t src, int32_t seq, int32_t lo, int32_t p1) const;

@@ -15,6 +15,16 @@ ARCHS = {
 }
 
 
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+
+
+def rendered(server):
+    """The chat template's prompt for MESSAGES."""
+    r = server.post("/apply-template", {"messages": MESSAGES})
+    assert r.status_code == 200, r.text
+    return r.json()["prompt"]
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("archs")
@@ -40,13 +50,10 @@ def test_served_across_two_ranks(models, name):
 def test_gpt_oss_renders_harmony(models):
     s = ServerProcess("-np", "1", "-c", "1024", "-t", "2", model=models["gpt-oss"])
     try:
-        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
-        r = s.post("/apply-template", {"messages": messages})
-        assert r.status_code == 200, r.text
-        prompt = r.json()["prompt"]
+        prompt = rendered(s)
         assert "<|start|>user<|message|>Hi there<|end|>" in prompt, prompt
         assert prompt.endswith("<|start|>assistant"), prompt
-        chat = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 8})
+        chat = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 8})
         assert chat.status_code == 200, chat.text
         assert chat.json()["choices"][0]["message"]["role"] == "assistant"
     finally:
@@ -88,20 +95,17 @@ def test_gemma4_with_its_vocabulary_and_template(tmp_path):
                                    "--chat-template", str(share / "google-gemma-4-31B-it.jinja")])
     s = ServerProcess("--tp", "2", "-np", "1", "-c", "1024", "-t", "2", model=model)
     try:
-        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
-        r = s.post("/apply-template", {"messages": messages})
-        assert r.status_code == 200, r.text
-        prompt = r.json()["prompt"]
+        prompt = rendered(s)
         assert "<|turn>user\nHi there<turn|>" in prompt, prompt
         assert prompt.rstrip().endswith("<|turn>model"), prompt
         # The turn markers are single tokens of this vocabulary.
         tokens = s.post("/tokenize", {"content": "<|turn>user", "add_special": False, "parse_special": True})
         assert tokens.status_code == 200, tokens.text
         assert len(tokens.json()["tokens"]) == 2, tokens.json()
-        chat = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0})
+        chat = s.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 8, "temperature": 0})
         assert chat.status_code == 200, chat.text
         assert chat.json()["choices"][0]["message"]["role"] == "assistant"
-        rendered = s.post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True}).json()
-        assert chat.json()["usage"]["prompt_tokens"] == len(rendered["tokens"])
+        prompt_tokens = s.post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True}).json()
+        assert chat.json()["usage"]["prompt_tokens"] == len(prompt_tokens["tokens"])
     finally:
         assert s.stop() == 0
