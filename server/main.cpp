@@ -81,6 +81,15 @@ std::string file_name(const std::string & path) {
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The model's name in the API, as llama-server's: the first alias, else the
+// repository it was fetched from, else (ours) the file's name.
+std::string model_name(const ServerOptions & opts) {
+    if (!opts.alias.empty()) return opts.alias;
+    if (!opts.model_source.hf_repo.empty()) return opts.model_source.hf_repo;
+    if (!opts.model_source.docker_repo.empty()) return opts.model_source.docker_repo;
+    return file_name(opts.engine.model_path);
+}
+
 std::string human_count(int64_t n) {
     char buf[32];
     if (n >= 1000000000) {
@@ -227,6 +236,17 @@ int main(int argc, char ** argv) {
     }
     for (const auto & w : opts.warnings) SRV_WRN("%s", w.c_str());
 
+    // Before MPI starts: a process still downloading would miss the first
+    // collective's deadline, while MPI's own start waits for every process.
+    if (opts.model_source.remote()) {
+        try {
+            opts.engine.model_path = fetch_model(opts.model_source);
+        } catch (const Error & e) {
+            SRV_ERR("%s", e.what());
+            return 1;
+        }
+    }
+
     // MPI starts threads of its own: after the mask, so that they inherit it.
     std::unique_ptr<ProcessGroup> processes;
     try {
@@ -319,7 +339,7 @@ int main(int argc, char ** argv) {
     state.engine = engine.get();
     state.scheduler = &scheduler;
     state.chat = chat.get();
-    state.model_name = opts.alias.empty() ? file_name(opts.engine.model_path) : opts.alias;
+    state.model_name = model_name(opts);
     state.n_ctx = n_ctx;
     state.n_ctx_slot = n_ctx_slot;
     state.created =

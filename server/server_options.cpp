@@ -270,6 +270,13 @@ RopeOverrides rope_overrides(const common_params & p) {
 void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     const common_params & p = up.params();
     o.engine.model_path = p.model.path;
+    o.model_source.hf_repo = p.model.hf_repo;
+    o.model_source.hf_file = p.model.hf_file;
+    o.model_source.hf_token = p.hf_token;
+    o.model_source.url = p.model.url;
+    o.model_source.docker_repo = p.model.docker_repo;
+    o.model_source.path = p.model.path;
+    o.model_source.offline = p.offline;
     o.engine.n_ctx = p.n_ctx;
     o.context_given = up.was_given("-c");
     o.slot_context_cap = std::max(0, p.kv_unified_per_slot);
@@ -537,10 +544,10 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
     warn_about_no_effect(up, o);
     check_ranges(o);
 
-    if (o.engine.model_path.empty()) {
+    if (o.engine.model_path.empty() && !o.model_source.remote()) {
         throw UsageError(
-            "no model given: pass -m/--model FNAME (llama-tp-server serves a local GGUF file; it does not "
-            "download models (-hf, -mu) or run llama-server's router mode; see --help)");
+            "no model given: pass -m/--model FNAME, or -hf REPO[:QUANT] to download one (llama-tp-server "
+            "does not run llama-server's router mode; see --help)");
     }
     const bool tp_given = std::find(own_given.begin(), own_given.end(), "--tp") != own_given.end() ||
                           std::getenv("LLAMA_ARG_TP") != nullptr;

@@ -5,6 +5,7 @@
 #include "plugin/engine.h"
 #include "plugin/sampler.h"
 #include "server/log.h"
+#include "server/model_source.h"
 #include "server/task.h"
 
 #include <cstdint>
@@ -19,7 +20,8 @@ namespace llama_tp::server {
 constexpr int32_t kAutoSlots = 4;
 
 struct ServerOptions {
-    EngineOptions engine;  // model path, context, batch, threads, tp, split, allreduce
+    EngineOptions engine;      // model path, context, batch, threads, tp, split, allreduce
+    ModelSource model_source;  // -hf / -mu / -dr: fetched into engine.model_path before loading
 
     std::vector<std::string> hosts{"127.0.0.1"};  // one listener each (a .sock path: a UNIX socket)
     int port = 8080;

@@ -286,10 +286,12 @@ def test_bad_values_name_the_flag_or_variable():
         assert needle in r.stderr, (needle, r.stderr)
 
 
-def test_no_model_says_what_is_supported():
-    r = run("-hf", "ggml-org/gemma-3-4b-it-GGUF")
-    assert r.returncode == 2
-    assert "no model given" in r.stderr and "-hf" in r.stderr
+def test_a_download_that_cannot_reach_its_hub_names_the_repository(tmp_path):
+    # A closed port on loopback as the hub: nothing leaves the machine.
+    env = {"MODEL_ENDPOINT": f"http://127.0.0.1:{free_port()}/", "LLAMA_CACHE": str(tmp_path)}
+    r = run("-hf", "ggml-org/gemma-3-4b-it-GGUF", env=env)
+    assert r.returncode == 1
+    assert "-hf ggml-org/gemma-3-4b-it-GGUF: no GGUF model found" in r.stderr, r.stderr
 
 
 def test_flag_support_covers_every_llama_server_flag():

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from server_harness import ServerProcess, generated_model, server_bin
+from model_hub import ModelHub
+from server_harness import ServerProcess, free_port, generated_model, server_bin
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 GROUP_GONE_S = 10
@@ -56,9 +57,9 @@ def alive(pid):
 
 
 class MpiServer(ServerProcess):
-    def __init__(self, *extra_args, n=2, model=None):
+    def __init__(self, *extra_args, n=2, model=None, **kw):
         require_mpirun()
-        super().__init__(*extra_args, model=model, launcher=[*MPIRUN, "-n", str(n)])
+        super().__init__(*extra_args, model=model, launcher=[*MPIRUN, "-n", str(n)], **kw)
         self.ranks = launched_ranks(self.proc.pid)
         assert sorted(self.ranks) == list(range(n)), (self.ranks, self.log_text())
 
@@ -211,6 +212,26 @@ def test_each_process_may_read_the_model_at_its_own_path(model, tmp_path):
         assert r.status_code == 200, r.text
     finally:
         assert group.stop() == 0, group.log_text()
+
+
+def test_processes_of_one_host_download_a_model_once(model, tmp_path):
+    hub = ModelHub()
+    hub.repos["example/llama-GGUF"] = {"llama-Q8_0.gguf": Path(model).read_bytes()}
+    port = free_port()
+    try:
+        group = MpiServer("-c", "256", "-t", "1", port=port,
+                          leading_args=["-hf", "example/llama-GGUF", "--host", "127.0.0.1", "--port", str(port)],
+                          env={"MODEL_ENDPOINT": hub.endpoint, "LLAMA_CACHE": str(tmp_path)})
+        try:
+            r = group.post("/v1/completions", {"prompt": "Once", "max_tokens": 4, "temperature": 0})
+            assert r.status_code == 200, r.text
+        finally:
+            assert group.stop() == 0, group.log_text()
+    finally:
+        hub.close()
+    # Process 1 found the file process 0 fetched.
+    assert len(hub.downloads) == 1, (hub.downloads, group.log_text())
+    assert group.log_text().count("model: -hf example/llama-GGUF is ") == 2, group.log_text()
 
 
 def test_a_process_with_another_model_is_refused(model, tmp_path):

@@ -1,0 +1,138 @@
+"""-hf, -hff, -mu and --offline as llama-server takes them: the model is
+fetched from a hub on loopback (MODEL_ENDPOINT) into the cache (LLAMA_CACHE),
+served from there, and found there again without the network."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from model_hub import COMMIT, ModelHub
+from server_harness import ServerProcess, free_port, model_path, require_binary_and_model, server_bin
+
+REPO = "example/stories-GGUF"
+
+
+@pytest.fixture
+def hub():
+    h = ModelHub()
+    model = model_path().read_bytes()
+    # Only the Q8_0 file is a model: picking the wrong one fails to load.
+    h.repos[REPO] = {"stories-Q8_0.gguf": model, "stories-F16.gguf": b"not a model" * 64,
+                     "README.md": b"# stories\n"}
+    h.files["/files/stories.gguf"] = model
+    yield h
+    h.close()
+
+
+def environment(hub, cache):
+    return {"MODEL_ENDPOINT": hub.endpoint, "LLAMA_CACHE": str(cache), "HF_HUB_CACHE": str(cache / "hub")}
+
+
+def serve(env, *args):
+    port = free_port()
+    return ServerProcess("-t", "1", "-np", "1", "-c", "256", env=env,
+                         leading_args=["--host", "127.0.0.1", "--port", str(port), *args], port=port)
+
+
+def run(env, *args):
+    require_binary_and_model()
+    return subprocess.run([str(server_bin()), "--port", "0", "-t", "1", *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env})
+
+
+def completes(server):
+    r = server.post("/completion", {"prompt": "Once upon a time", "n_predict": 4, "temperature": 0})
+    assert r.status_code == 200, r.text
+    return r.json()["content"]
+
+
+def cached_models(cache):
+    return sorted(p.name for p in cache.rglob("*.gguf"))
+
+
+def test_hf_downloads_the_tag_then_serves_it_offline(hub, tmp_path):
+    env = environment(hub, tmp_path)
+    s = serve(env, "-hf", REPO + ":Q8_0")
+    try:
+        answer = completes(s)
+        # Named by its repository, as llama-server names it.
+        assert s.get("/v1/models").json()["data"][0]["id"] == REPO + ":Q8_0"
+    finally:
+        assert s.stop() == 0
+    log = s.log_text()
+    assert "model: -hf " + REPO + ":Q8_0 is " in log, log
+    assert hub.downloads == [f"/{REPO}/resolve/{COMMIT}/stories-Q8_0.gguf"]
+    assert "stories-Q8_0.gguf" in cached_models(tmp_path)
+
+    # Offline, the hub gone: the cache serves the same model.
+    hub.close()
+    s = serve(env, "-hf", REPO + ":Q8_0", "--offline")
+    try:
+        assert completes(s) == answer
+    finally:
+        assert s.stop() == 0
+
+
+def test_hf_default_tag_and_environment_variables(hub, tmp_path):
+    # No tag: Q4_K_M, else Q8_0, as llama-server; the repository from LLAMA_ARG_HF_REPO.
+    s = serve({**environment(hub, tmp_path), "LLAMA_ARG_HF_REPO": REPO})
+    try:
+        completes(s)
+    finally:
+        assert s.stop() == 0
+    assert len(hub.downloads) == 1 and hub.downloads[0].endswith("stories-Q8_0.gguf")
+
+
+def test_hf_file_picks_a_file(hub, tmp_path):
+    r = run(environment(hub, tmp_path), "-hf", REPO, "-hff", "stories-F16.gguf")
+    # The file is fetched, and the server then refuses it for what it is.
+    assert r.returncode == 1, r.stderr
+    assert "stories-F16.gguf" in r.stderr
+    assert "failed to load model" in r.stderr
+    r = run(environment(hub, tmp_path), "-hf", REPO, "-hff", "missing.gguf")
+    assert r.returncode == 1
+    assert "missing.gguf" in r.stderr and "-hf " + REPO in r.stderr
+
+
+def test_unknown_repository_and_empty_offline_cache(hub, tmp_path):
+    env = environment(hub, tmp_path)
+    r = run(env, "-hf", "example/no-such-repo")
+    assert r.returncode == 1
+    assert "example/no-such-repo" in r.stderr and "no GGUF model found" in r.stderr
+    r = run(env, "-hf", REPO, "--offline")
+    assert r.returncode == 1
+    assert "--offline" in r.stderr
+    assert hub.downloads == []
+    assert cached_models(tmp_path) == []
+
+
+def test_model_url_into_the_cache_or_to_the_model_path(hub, tmp_path):
+    env = environment(hub, tmp_path / "cache")
+    url = hub.endpoint + "files/stories.gguf"
+    s = serve(env, "-mu", url)
+    try:
+        completes(s)
+    finally:
+        assert s.stop() == 0
+    assert (tmp_path / "cache" / "stories.gguf").read_bytes() == model_path().read_bytes()
+
+    target = tmp_path / "models" / "saved.gguf"
+    s = serve(env, "-mu", url, "-m", str(target))
+    try:
+        completes(s)
+    finally:
+        assert s.stop() == 0
+    assert target.read_bytes() == model_path().read_bytes()
+    assert len(hub.downloads) == 2
+
+    r = run(env, "-mu", hub.endpoint + "files/missing.gguf")
+    assert r.returncode == 1
+    assert "-mu " + hub.endpoint + "files/missing.gguf" in r.stderr
+
+
+def test_no_model_at_all_names_both_ways():
+    r = run({}, "-np", "1")
+    assert r.returncode == 2
+    assert "-m/--model" in r.stderr and "-hf" in r.stderr
