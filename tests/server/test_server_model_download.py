@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from model_hub import COMMIT, ModelHub
-from server_harness import ServerProcess, free_port, model_path, require_binary_and_model, server_bin
+from server_harness import ServerProcess, free_port, generated_model, model_path, require_binary_and_model, server_bin
 
 REPO = "example/stories-GGUF"
 
@@ -83,6 +83,21 @@ def test_hf_default_tag_and_environment_variables(hub, tmp_path):
     finally:
         assert s.stop() == 0
     assert len(hub.downloads) == 1 and hub.downloads[0].endswith("stories-Q8_0.gguf")
+
+
+def test_hf_downloads_every_part_of_a_split_model(hub, tmp_path):
+    parts_dir = tmp_path / "parts"
+    parts_dir.mkdir()
+    generated_model(parts_dir / "split-Q8_0.gguf", extra=["--split-max-size", "1M"])
+    parts = sorted(parts_dir.glob("split-Q8_0-*-of-*.gguf"))
+    assert len(parts) >= 2, parts
+    hub.repos["example/split-GGUF"] = {p.name: p.read_bytes() for p in parts}
+    s = serve(environment(hub, tmp_path / "cache"), "-hf", "example/split-GGUF:Q8_0")
+    try:
+        completes(s)
+    finally:
+        assert s.stop() == 0
+    assert sorted(d.rsplit("/", 1)[1] for d in hub.downloads) == [p.name for p in parts]
 
 
 def test_hf_file_picks_a_file(hub, tmp_path):
