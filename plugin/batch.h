@@ -12,6 +12,9 @@ struct Batch {
     std::vector<int32_t> pos;
     std::vector<int32_t> seq;
     std::vector<uint8_t> want_logits;
+    // LoRA: n_adapters scales a token, token by token (the adapters in
+    // EngineOptions::loras order); empty: every adapter at its load scale.
+    std::vector<float> lora;
 
     void add(int32_t token, int32_t position, int32_t seq_id, bool logits) {
         tokens.push_back(token);
@@ -24,6 +27,7 @@ struct Batch {
         pos.clear();
         seq.clear();
         want_logits.clear();
+        lora.clear();
     }
     int size() const { return (int) tokens.size(); }
 };

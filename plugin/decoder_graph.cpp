@@ -94,6 +94,33 @@ struct Builder {
         return [this](ggml_tensor * w, ggml_tensor * x) { return ggml_mul_mat(ctx, w, x); };
     }
 
+    // y plus every active adapter's scale * B (A x) for the matrix base, as
+    // upstream adds them (after the product, before a bias). A column-
+    // parallel base's A is whole, so A x is too; a row-parallel one's A x is
+    // summed across ranks as x @ W is (exactly, with split-invariant sums),
+    // so every rank then adds the same B (A x). rows: the token rows y
+    // holds, when only some go on.
+    ggml_tensor * with_lora(ggml_tensor * y, const ggml_tensor * base, bool row_parallel_base, ggml_tensor * x,
+                            ggml_tensor * rows) const {
+        for (size_t a = 0; a < w.loras.size(); ++a) {
+            const LoraWeight * lw = (shape.lora_active >> a) & 1 ? w.lora(a, base) : nullptr;
+            if (!lw) continue;
+            ggml_tensor * t =
+                row_parallel_base ? row_parallel(lw->a, x, rows, matmul()) : ggml_mul_mat(ctx, lw->a.pieces.front(), x);
+            ggml_tensor * scale = in.lora_scales[lw->scale];
+            if (rows) scale = ggml_get_rows(ctx, scale, rows);
+            y = ggml_add(ctx, y, ggml_mul(ctx, ggml_mul_mat(ctx, lw->b, t), scale));
+        }
+        return y;
+    }
+    ggml_tensor * project(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * rows = nullptr) const {
+        return with_lora(ggml_mul_mat(ctx, weight, x), weight, false, x, rows);
+    }
+    // row_parallel's matrix product with the adapters' changes.
+    ggml_tensor * project(const RowParallelWeight & weight, ggml_tensor * x, ggml_tensor * rows) const {
+        return with_lora(row_parallel(weight, x, rows, matmul()), weight.pieces.front(), true, x, rows);
+    }
+
     // A rank's double sums reduced across the group and rounded once.
     ggml_tensor * exact_total(ggml_tensor * acc) const {
         if (reduce) acc = ggml_cluster_allreduce(ctx, acc, reduce->fn_f64, reduce->user);
@@ -109,7 +136,7 @@ struct Builder {
     // x @ w (+ b), split into heads.
     ggml_tensor * project_heads(ggml_tensor * x, ggml_tensor * weight, ggml_tensor * bias, int64_t hd,
                                 int64_t n_heads) const {
-        ggml_tensor * y = ggml_mul_mat(ctx, weight, x);
+        ggml_tensor * y = project(weight, x);
         if (bias) y = ggml_add(ctx, y, bias);
         return ggml_reshape_3d(ctx, y, hd, n_heads, shape.n_tokens);
     }
@@ -136,7 +163,7 @@ struct Builder {
             ggml_tensor * k = project_heads(cur, l.wk, l.bk, hd, nkv);
             return {project_heads(cur, l.wq, l.bq, hd, nq), k, l.wv ? project_heads(cur, l.wv, l.bv, hd, nkv) : k};
         }
-        ggml_tensor * qkv = ggml_mul_mat(ctx, l.wqkv, cur);
+        ggml_tensor * qkv = project(l.wqkv, cur);
         const size_t head = ggml_row_size(qkv->type, hd);
         auto heads = [&](int64_t n, int64_t first) {
             return ggml_view_3d(ctx, qkv, hd, n, shape.n_tokens, head, qkv->nb[1], first * head);
@@ -211,8 +238,7 @@ struct Builder {
             attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
             mask_offset += (size_t) run.window * run.size();
         }
-        ggml_tensor * out =
-            row_parallel(l.wo, ggml_reshape_2d(ctx, attn, head_dim(il) * n_q(il), shape.n_tokens), rows, matmul());
+        ggml_tensor * out = project(l.wo, ggml_reshape_2d(ctx, attn, head_dim(il) * n_q(il), shape.n_tokens), rows);
         return l.bo ? ggml_add(ctx, out, l.bo) : out;
     }
 
@@ -221,13 +247,13 @@ struct Builder {
     ggml_tensor * dense_ffn(const LayerWeights & l, ggml_tensor * cur) const {
         ggml_tensor * h = nullptr;
         if (l.ffn_gate_up) {
-            h = ggml_swiglu(ctx, ggml_mul_mat(ctx, l.ffn_gate_up, cur));  // the gate half, then the up half
+            h = ggml_swiglu(ctx, project(l.ffn_gate_up, cur));  // the gate half, then the up half
         } else {
-            ggml_tensor * gate = ggml_mul_mat(ctx, l.ffn_gate, cur);
-            ggml_tensor * up = ggml_mul_mat(ctx, l.ffn_up, cur);
+            ggml_tensor * gate = project(l.ffn_gate, cur);
+            ggml_tensor * up = project(l.ffn_up, cur);
             h = hp.is_gemma() ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
         }
-        return row_parallel(l.ffn_down, h, nullptr, matmul());
+        return project(l.ffn_down, h, nullptr);
     }
 
     // Mixture of experts: the router is mirrored, so every rank picks the same
@@ -383,6 +409,11 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         ggml_set_input(in.kv_cells_swa);
     }
 
+    in.lora_scales.clear();
+    for (size_t i = 0; i < w.lora_scales.size(); ++i) {
+        in.lora_scales.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T));
+        ggml_set_input(in.lora_scales.back());
+    }
     Builder b{ctx, hp, w, kv, shape, in, reduce, split_invariant, {}};
     if (reduce) {
         in.embd_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
@@ -414,7 +445,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     }
     ggml_tensor * hidden = b.norm(x, w.output_norm);
     if (rows_at_end) hidden = ggml_get_rows(ctx, hidden, in.out_rows);
-    ggml_tensor * out = embeddings ? hidden : ggml_mul_mat(ctx, w.output, hidden);
+    ggml_tensor * out = embeddings ? hidden : b.project(w.output, hidden, in.out_rows);
     if (!embeddings && hp.final_logit_softcap != 0.0f) {
         out = ggml_scale(ctx, out, 1.0f / hp.final_logit_softcap);
         out = ggml_scale(ctx, ggml_tanh(ctx, out), hp.final_logit_softcap);

@@ -41,8 +41,10 @@ struct GraphShape {
     int32_t n_outputs = 0;
     std::vector<AttentionRun> runs;         // cover the tokens in order
     std::vector<AttentionRun> window_runs;  // the same over the window pool (empty: none)
+    uint64_t lora_active = 0;               // bit i: adapter i changes some token of the batch
     bool operator==(const GraphShape & o) const {
-        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && runs == o.runs && window_runs == o.window_runs;
+        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && runs == o.runs && window_runs == o.window_runs &&
+               lora_active == o.lora_active;
     }
     // The runs of sliding-window layers.
     const std::vector<AttentionRun> & swa_runs() const { return window_runs.empty() ? runs : window_runs; }
@@ -67,6 +69,9 @@ struct GraphInputs {
     // (0 when outside it) and 1/0 for inside/outside.
     ggml_tensor * embd_rows = nullptr;  // I32 [n_tokens]
     ggml_tensor * embd_mask = nullptr;  // F32 [1, n_tokens]
+    // F32 [1, n_tokens] per ModelWeights::lora_scales entry: each token's
+    // scale of that adapter's pairs of that rank.
+    std::vector<ggml_tensor *> lora_scales;
 };
 
 // Cells of one pool to rotate (I32 [n]) and by how many positions (I32 [n]);

@@ -53,7 +53,7 @@ class TensorParallelEngine final : public Engine {
         GgufFile file(options_.model_path);
         ProcessGroup * processes = options_.processes;
         const int n_processes = processes ? processes->size() : 1;
-        if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file));
+        if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file) + adapters_text());
         hp_ = read_hparams(file);
         if (options_.rope.any()) {
             apply_rope_overrides(hp_, options_.rope);
@@ -89,6 +89,11 @@ class TensorParallelEngine final : public Engine {
         setup.n_ranks = n_ranks;
         setup.n_threads = std::max(1, options_.n_threads / tp);
         setup.device = cpu_device();
+        std::vector<std::unique_ptr<GgufFile>> adapters;
+        for (const LoraOptions & l : options_.loras) {
+            adapters.push_back(open_adapter(l.path));
+            setup.adapters.push_back(adapters.back().get());
+        }
         std::unique_ptr<AllReduceEngine> allreduce;
         if (n_processes > 1) {
             allreduce = process_allreduce(*processes);
@@ -127,6 +132,11 @@ class TensorParallelEngine final : public Engine {
         std::string why;
         if (!cells_->place(batch, placement, &why)) throw Error("KV cache full: " + why);
         step.batch = batch;
+        if (batch.lora.empty()) {
+            for (int i = 0; i < batch.size(); ++i) {
+                for (const LoraOptions & l : options_.loras) step.batch.lora.push_back(l.scale);
+            }
+        }
         step.placement = placement.digest();
         step.edits.swap(pending_edits_);
         const std::vector<int32_t> rows = output_rows(batch);
@@ -271,6 +281,7 @@ class TensorParallelEngine final : public Engine {
         if (options_.n_ctx <= 0) options_.n_ctx = hp_.n_ctx_train;
         if (options_.n_seq_max < 1) throw Error("the number of sequences must be at least 1");
         if (options_.n_batch < 1) throw Error("the batch size must be at least 1");
+        if (options_.loras.size() > 64) throw Error("at most 64 LoRA adapters");
         if (options_.n_threads <= 0) {
             // Processes of the group on one host share its cores.
             const int sharing = options_.processes ? options_.processes->local_size() : 1;
@@ -388,6 +399,27 @@ class TensorParallelEngine final : public Engine {
         return text;
     }
 
+    static std::unique_ptr<GgufFile> open_adapter(const std::string & path) {
+        try {
+            return std::make_unique<GgufFile>(path);
+        } catch (const Error & e) {
+            throw Error("LoRA adapter: " + std::string(e.what()));
+        }
+    }
+
+    // Every process must apply the same adapters.
+    std::string adapters_text() const {
+        std::string s;
+        for (const LoraOptions & l : options_.loras) {
+            const std::unique_ptr<GgufFile> f = open_adapter(l.path);
+            char digest[32];
+            std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) f->header_digest());
+            s += "lora: " + std::to_string(f->file_size()) + " bytes, header digest " + digest + ", scale " +
+                 std::to_string(l.scale) + "\n";
+        }
+        return s;
+    }
+
     std::string setup_text(const GgufFile & file) const {
         char digest[32];
         std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) file.header_digest());
@@ -408,6 +440,10 @@ class TensorParallelEngine final : public Engine {
     void validate_batch(const Batch & batch) const {
         const int n = batch.size();
         if (n == 0) throw Error("empty batch");
+        if (!batch.lora.empty() && batch.lora.size() != (size_t) n * options_.loras.size()) {
+            throw Error("batch has " + std::to_string(batch.lora.size()) + " LoRA scales for " + std::to_string(n) +
+                        " tokens and " + std::to_string(options_.loras.size()) + " adapters");
+        }
         if (n > options_.n_batch) {
             throw Error("batch of " + std::to_string(n) + " tokens exceeds the batch size " +
                         std::to_string(options_.n_batch));

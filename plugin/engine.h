@@ -23,6 +23,12 @@ struct CollectiveStats {
     double seconds = 0.0;
 };
 
+// A LoRA adapter GGUF and the scale its changes get where a batch gives none.
+struct LoraOptions {
+    std::string path;
+    float scale = 1.0f;
+};
+
 struct EngineOptions {
     std::string model_path;
     int32_t n_ctx = 4096;   // KV cells, shared by all sequences; 0: the model's training context
@@ -46,6 +52,9 @@ struct EngineOptions {
     bool swa_full = false;
     int32_t n_threads = 0;  // 0: all cores
     bool progress = true;   // load progress on stderr for large files
+    // LoRA adapters of the model (at most 64), split as the matrices they
+    // change; Batch::lora scales them token by token.
+    std::vector<LoraOptions> loras;
 
     // Tensor parallelism: tp ranks in this process (threads), times the
     // processes of an MPI launch (join_launched_processes(); nullptr: this

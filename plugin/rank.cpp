@@ -17,14 +17,25 @@ namespace {
 
 // Graph nodes: a fixed budget for the layers plus a few per attention run,
 // and per piece of a row-parallel matrix, and layer.
-size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankShard * shard) {
+size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankShard * shard, size_t n_adapters) {
     size_t pieces = 3;
     if (shard) {
         for (const LayerShard & l : shard->layers) {
             pieces = std::max(pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
         }
     }
-    return 8192 + (size_t) hp.n_layer * (std::max(shape.runs.size(), shape.window_runs.size()) + pieces) * 8;
+    // A LoRA pair takes a few nodes, a row-parallel one's A a product per cell.
+    const size_t lora = n_adapters * 7 * (pieces + 6);
+    return 8192 + (size_t) hp.n_layer * ((std::max(shape.runs.size(), shape.window_runs.size()) + pieces) * 8 + lora);
+}
+
+// Bit i: some token of the batch has a nonzero scale for adapter i.
+uint64_t active_adapters(const Batch & batch, size_t n_adapters) {
+    uint64_t bits = 0;
+    for (size_t i = 0; i < batch.lora.size(); ++i) {
+        if (batch.lora[i] != 0.0f) bits |= uint64_t(1) << (i % n_adapters);
+    }
+    return bits;
 }
 
 }  // namespace
@@ -32,7 +43,8 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
 Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config) : hp_(hp), config_(config) {
     ggml_backend_dev_t device = config.device;
     if (!device) throw Error("rank " + std::to_string(config.rank) + " has no backend device");
-    weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, config.split_invariant, device, config.progress);
+    weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, config.split_invariant, device, config.progress,
+                                              config.adapters);
     vocab_begin_ = config.shard ? config.shard->vocab.begin : 0;
     backend_.reset(ggml_backend_dev_init(device, nullptr));
     if (!backend_) {
@@ -187,6 +199,7 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         const std::vector<int32_t> out_rows = output_rows(batch);
         GraphShape shape{batch.size(), (int32_t) out_rows.size(), kv_->all().attention_runs(batch), {}};
         if (kv_->window()) shape.window_runs = kv_->window()->attention_runs(batch);
+        if (!weights_->loras.empty()) shape.lora_active = active_adapters(batch, weights_->loras.size());
         fill_masks(batch, shape);
         prepare(batch, placement, out_rows, shape);
         compute();
@@ -266,7 +279,7 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
                    const GraphShape & shape) {
     if (!graph_ || !(shape_ == shape)) {
         graph_ctx_.reset();
-        const size_t n_nodes = max_graph_nodes(hp_, shape, config_.shard);
+        const size_t n_nodes = max_graph_nodes(hp_, shape, config_.shard, weights_->loras.size());
         ggml_init_params params = {n_nodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(n_nodes, false),
                                    nullptr, true};
         graph_ctx_.reset(ggml_init(params));
@@ -284,17 +297,13 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
         graph_builds_++;
     }
     const int n = batch.size();
-    if (inputs_.tokens) ggml_backend_tensor_set(inputs_.tokens, batch.tokens.data(), 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(inputs_.positions, batch.pos.data(), 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(inputs_.kv_cells, placement.cells.data(), 0, n * sizeof(int64_t));
-    if (inputs_.kv_cells_swa) {
-        ggml_backend_tensor_set(inputs_.kv_cells_swa, placement.window_cells.data(), 0, n * sizeof(int64_t));
-    }
-    ggml_backend_tensor_set(inputs_.kq_mask, mask_.data(), 0, mask_.size() * sizeof(ggml_fp16_t));
-    if (inputs_.kq_mask_swa) {
-        ggml_backend_tensor_set(inputs_.kq_mask_swa, mask_swa_.data(), 0, mask_swa_.size() * sizeof(ggml_fp16_t));
-    }
-    ggml_backend_tensor_set(inputs_.out_rows, out_rows.data(), 0, out_rows.size() * sizeof(int32_t));
+    set_input(inputs_.tokens, batch.tokens.data(), n * sizeof(int32_t));
+    set_input(inputs_.positions, batch.pos.data(), n * sizeof(int32_t));
+    set_input(inputs_.kv_cells, placement.cells.data(), n * sizeof(int64_t));
+    set_input(inputs_.kv_cells_swa, placement.window_cells.data(), n * sizeof(int64_t));
+    set_input(inputs_.kq_mask, mask_.data(), mask_.size() * sizeof(ggml_fp16_t));
+    set_input(inputs_.kq_mask_swa, mask_swa_.data(), mask_swa_.size() * sizeof(ggml_fp16_t));
+    set_input(inputs_.out_rows, out_rows.data(), out_rows.size() * sizeof(int32_t));
     if (inputs_.embd_rows) {
         std::vector<int32_t> rows(n);
         std::vector<float> inside(n);
@@ -303,8 +312,35 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
             inside[i] = batch.tokens[i] >= v0 && batch.tokens[i] < v1 ? 1.0f : 0.0f;
             rows[i] = inside[i] != 0.0f ? (int32_t) (batch.tokens[i] - v0) : 0;
         }
-        ggml_backend_tensor_set(inputs_.embd_rows, rows.data(), 0, n * sizeof(int32_t));
-        ggml_backend_tensor_set(inputs_.embd_mask, inside.data(), 0, n * sizeof(float));
+        set_input(inputs_.embd_rows, rows.data(), n * sizeof(int32_t));
+        set_input(inputs_.embd_mask, inside.data(), n * sizeof(float));
+    }
+    if (shape.lora_active) fill_lora_scales(batch);
+}
+
+// A graph input, where the graph reads it: an input no node uses gets no
+// memory (the global layers' mask in a model whose layers all slide, the
+// scales of an adapter no pair of the batch needs).
+void Rank::set_input(ggml_tensor * t, const void * data, size_t bytes) {
+    if (t && t->buffer) ggml_backend_tensor_set(t, data, 0, bytes);
+}
+
+// Each token's scale of every adapter's pairs, as upstream's scale:
+// (user scale * alpha) / rank, or the user scale alone where alpha is 0.
+void Rank::fill_lora_scales(const Batch & batch) {
+    const size_t n_adapters = weights_->loras.size();
+    const int n = batch.size();
+    std::vector<float> values(n);
+    for (size_t k = 0; k < weights_->lora_scales.size(); ++k) {
+        ggml_tensor * t = inputs_.lora_scales[k];
+        if (!t->buffer) continue;
+        const LoraScale & ls = weights_->lora_scales[k];
+        const float alpha = weights_->loras[ls.adapter].alpha;
+        for (int i = 0; i < n; ++i) {
+            const float user = batch.lora[(size_t) i * n_adapters + ls.adapter];
+            values[i] = alpha != 0.0f ? user * alpha / (float) ls.rank : user;
+        }
+        set_input(t, values.data(), n * sizeof(float));
     }
 }
 

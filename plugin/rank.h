@@ -39,6 +39,7 @@ struct RankConfig {
     KvTypes kv_types;
     bool embeddings = false;  // outputs are hidden states (n_embd), not logits
     bool progress = false;
+    std::vector<const GgufFile *> adapters;  // LoRA adapter files, open for the load
 };
 
 class Rank {
@@ -74,6 +75,8 @@ class Rank {
     void prepare(const Batch & batch, const KvPlacement & placement, const std::vector<int32_t> & out_rows,
                  const GraphShape & shape);
     void fill_masks(const Batch & batch, const GraphShape & shape);
+    void fill_lora_scales(const Batch & batch);
+    static void set_input(ggml_tensor * t, const void * data, size_t bytes);
     void compute();
     void copy_logits(float * logits, int32_t n_vocab) const;
     KvPlacement place(const Step & step);

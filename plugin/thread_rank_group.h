@@ -32,6 +32,7 @@ struct RankSetup {
     int n_ranks = 1;        // ranks in the whole group
     int32_t n_threads = 1;  // compute threads per rank
     ggml_backend_dev_t device = nullptr;
+    std::vector<const GgufFile *> adapters;  // LoRA adapter files, open for the load
 };
 
 class ThreadRankGroup final : public RankGroup {

@@ -84,7 +84,7 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
 }
 
 ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, bool split_invariant,
-                           ggml_backend_dev_t device, bool progress)
+                           ggml_backend_dev_t device, bool progress, const std::vector<const GgufFile *> & adapters)
     : device_(device) {
     host_buft_ = ggml_backend_dev_buffer_type(device);
     repack_buft_ = find_repack_buft(device);
@@ -97,7 +97,9 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             n_pieces = std::max(n_pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
         }
     }
-    const size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * (n_pieces + 3);
+    size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * (n_pieces + 3);
+    // An adapter's A of a row-parallel matrix is one tensor per cell.
+    for (const GgufFile * a : adapters) n_max += (size_t) a->n_tensors() * (n_pieces + 2);
     host_ctx_.reset(new_meta_context(n_max));
     repack_ctx_.reset(new_meta_context(n_max));
 
@@ -265,6 +267,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         }
         l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cells, 1, F, false);
     }
+    for (const GgufFile * a : adapters) declare_adapter(*a, file, hp);
     allocate_and_read(file, progress);
     if (!output) output = tok_embd;
 }
@@ -307,20 +310,21 @@ ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & n
         }
         ne[0] = slice.end - slice.begin;
     }
-    return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, {{name, slice}});
+    return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, {{name, slice, &file}});
 }
 
 ggml_tensor * ModelWeights::declare_rows(const GgufFile & file, const std::string & name,
-                                         const std::vector<int64_t> & shape, const std::vector<TensorSlice> & parts) {
+                                         const std::vector<int64_t> & shape, const std::vector<TensorSlice> & parts,
+                                         bool matrix) {
     const ggml_tensor * desc = find_checked(file, name, shape, true);
     int64_t ne[GGML_MAX_DIMS] = {desc->ne[0], 0, desc->ne[2], desc->ne[3]};
     std::vector<Part> sources;
     for (const TensorSlice & slice : parts) {
         GGML_ASSERT(slice.axis == TensorSlice::Rows);
         ne[1] += slice.end - slice.begin;
-        sources.push_back({name, slice});
+        sources.push_back({name, slice, &file});
     }
-    return add_tensor(name, desc->type, (int) shape.size(), ne, true, std::move(sources));
+    return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, std::move(sources));
 }
 
 ggml_tensor * ModelWeights::add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne,
@@ -350,7 +354,7 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     int last_pct = -1;
     std::vector<uint8_t> staging;
     for (const auto & [t, parts] : sources_) {
-        read_tensor(file, t, parts, staging);
+        read_tensor(t, parts, staging);
         done += ggml_nbytes(t);
         const int pct = (int) (100 * done / (total ? total : 1));
         if (show && pct / 10 != last_pct / 10) {
@@ -364,17 +368,16 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
 // expert for stacked experts), each part's rows of a slab in turn, so that a
 // fused matrix keeps its parts within every expert; a whole tensor at once; a
 // column slice one range per row.
-void ModelWeights::read_tensor(const GgufFile & file, ggml_tensor * t, const std::vector<Part> & parts,
-                               std::vector<uint8_t> & staging) const {
+void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts, std::vector<uint8_t> & staging) const {
     const size_t n = ggml_nbytes(t);
     const bool host = ggml_backend_buffer_is_host(t->buffer);
     uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : (staging.resize(n), staging.data());
     if (parts.front().slice.axis == TensorSlice::Rows) {
         for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
-            for (const Part & part : parts) dst += read_rows(file, part, s, dst);
+            for (const Part & part : parts) dst += read_rows(*part.file, part, s, dst);
         }
     } else {
-        for (const Part & part : parts) dst += read_part(file, t, part, dst);
+        for (const Part & part : parts) dst += read_part(*part.file, t, part, dst);
     }
     if (!host) ggml_backend_tensor_set(t, staging.data(), 0, n);
 }
@@ -407,6 +410,18 @@ size_t ModelWeights::read_part(const GgufFile & file, const ggml_tensor * t, con
         }
     }
     return 0;
+}
+
+const std::vector<ModelWeights::Part> & ModelWeights::parts_of(const ggml_tensor * t) const {
+    for (const auto & [tensor, parts] : sources_) {
+        if (tensor == t) return parts;
+    }
+    throw Error(std::string("no source recorded for tensor '") + ggml_get_name(t) + "'");
+}
+
+const LoraWeight * ModelWeights::lora(size_t i, const ggml_tensor * base) const {
+    const auto it = loras[i].weights.find(base);
+    return it == loras[i].weights.end() ? nullptr : &it->second;
 }
 
 uint64_t ModelWeights::total_bytes() const {

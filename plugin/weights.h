@@ -7,7 +7,9 @@
 #include "plugin/hparams.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -38,6 +40,31 @@ struct RowParallelWeight {
     // The cells as column offsets in this rank's columns: 0 first, the
     // width last (one cell without split-invariant sums).
     std::vector<int64_t> cell_bounds;
+};
+
+// One matrix's LoRA pair: y += scale * B (A x). A is split as the matrix's
+// input is (row-parallel: the rank's columns, cell by cell of the reduction
+// grid, so A x is summed across ranks as x @ W is), B as its output
+// (column-parallel: the rank's rows); the other one is whole on every rank.
+struct LoraWeight {
+    RowParallelWeight a;  // a column-parallel matrix's: one whole piece
+    ggml_tensor * b = nullptr;
+    int scale = 0;  // index of its per-token scale input (ModelWeights::lora_scales)
+};
+
+// A LoRA adapter file's matrices, by the base matrix they change (its first
+// piece for a row-parallel matrix).
+struct LoraAdapter {
+    std::string path;
+    float alpha = 0.0f;  // adapter.lora.alpha; 0: the scale is used as given
+    std::map<const ggml_tensor *, LoraWeight> weights;
+};
+
+// A per-token scale input of the graph: one adapter at one rank (B's rows),
+// filled with (user scale * alpha) / rank as upstream computes a scale.
+struct LoraScale {
+    int adapter = 0;
+    int64_t rank = 0;
 };
 
 struct LayerWeights {
@@ -98,8 +125,11 @@ class ModelWeights {
     // shape, or cannot be read.
     // split_invariant: the row-parallel matrices are multiplied cell by cell
     // (ShardPlan, RowParallelWeight).
+    // adapters: LoRA adapter files, each matrix split as its base matrix
+    // is; a tensor that changes no matrix llama-tp applies LoRA to is an
+    // error naming it.
     ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, bool split_invariant,
-                 ggml_backend_dev_t device, bool progress);
+                 ggml_backend_dev_t device, bool progress, const std::vector<const GgufFile *> & adapters = {});
     ModelWeights(const ModelWeights &) = delete;
     ModelWeights & operator=(const ModelWeights &) = delete;
 
@@ -115,6 +145,12 @@ class ModelWeights {
     ggml_tensor * per_layer_model_proj = nullptr;
     ggml_tensor * per_layer_proj_norm = nullptr;
     std::vector<LayerWeights> layers;
+    std::vector<LoraAdapter> loras;  // in the order given
+    std::vector<LoraScale> lora_scales;
+
+    // The LoRA pair of adapter i for a base matrix (a row-parallel one's
+    // first piece); nullptr where the adapter leaves it alone.
+    const LoraWeight * lora(size_t i, const ggml_tensor * base) const;
 
     // Whether split-invariant sums multiply every row-parallel matrix of the
     // model in one pass (RowParallelWeight::one_pass): dense layers whose
@@ -135,6 +171,7 @@ class ModelWeights {
     struct Part {
         std::string name;  // tensor in the file
         TensorSlice slice;
+        const GgufFile * file = nullptr;  // the file it is read from (during construction)
     };
     const ggml_tensor * find_checked(const GgufFile & file, const std::string & name,
                                      const std::vector<int64_t> & shape, bool required) const;
@@ -144,12 +181,15 @@ class ModelWeights {
     // matrix of which a rank holds several ranges); stacked experts stack
     // them within every expert.
     ggml_tensor * declare_rows(const GgufFile & file, const std::string & name, const std::vector<int64_t> & shape,
-                               const std::vector<TensorSlice> & parts);
+                               const std::vector<TensorSlice> & parts, bool matrix = true);
+    // Declares an adapter file's pairs, split as their base matrices
+    // (plugin/lora_adapter.cpp).
+    void declare_adapter(const GgufFile & adapter, const GgufFile & model, const HParams & hp);
+    const std::vector<Part> & parts_of(const ggml_tensor * t) const;
     ggml_tensor * add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne, bool matrix,
                              std::vector<Part> parts);
     void allocate_and_read(const GgufFile & file, bool progress);
-    void read_tensor(const GgufFile & file, ggml_tensor * t, const std::vector<Part> & parts,
-                     std::vector<uint8_t> & staging) const;
+    void read_tensor(ggml_tensor * t, const std::vector<Part> & parts, std::vector<uint8_t> & staging) const;
     // Reads one part (a whole tensor or a column slice) to dst; returns its bytes.
     size_t read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const;
     // Reads one row-range part's rows of one 2D slab to dst; returns their bytes.

@@ -9,7 +9,8 @@
 #   - tensor parallel with the float sums (the same splits, BF16 on the
 #     wire) against single device, and
 #   - the default: split-invariant sums where every row-parallel matrix is
-#     q8_0 and dense, float sums elsewhere.
+#     q8_0 and dense, float sums elsewhere;
+#   - LoRA adapters (llama, qwen2, phi3, gemma3), the same checks.
 # Every verdict is llama-tp-compare's own: the accuracy contract's clause for
 # the run (DESIGN section 4), no bounds set here.
 # usage: compare_matrix.sh MAKE_MODEL COMPARE ARCH WORKDIR STORIES_MODEL
@@ -180,6 +181,31 @@ if [[ $arch == llama ]]; then
     parts=$(echo "$work"/parts-00001-of-*.gguf)
     check "llama q8_0 in parts ($parts) vs upstream" -m "$parts" --reference upstream --prompts 3 --n-tokens 12
     check "llama q8_0 in parts tp3 vs tp1" -m "$parts" --reference tp1 --tp 3 --prompts 3 --n-tokens 12
+fi
+if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 ]]; then
+    # LoRA adapters on the q8_0 model: the attention and FFN projections and
+    # the head (untied ones), each pair split as its matrix is. Against
+    # upstream one adapter: upstream adds several in the order of a hash map
+    # keyed by their addresses, so its own sums move between runs. Two
+    # adapters across ranks on llama, the second f16 at a negative scale.
+    model="$work/$arch-q8_0.gguf"
+    "$make_model" --lora-of "$model" --seed 3 -o "$work/lora-a.gguf" >/dev/null 2>"$work/make.log" ||
+        cat "$work/make.log" >&2
+    loras=(--lora-scaled "$work/lora-a.gguf:0.75")
+    check "$arch q8_0 lora float sums vs upstream" -m "$model" "${loras[@]}" --reference upstream \
+        --no-split-invariant --prompts 3 --n-tokens 12
+    check "$arch q8_0 lora split-invariant vs upstream" -m "$model" "${loras[@]}" --reference upstream \
+        --split-invariant --prompts 3 --n-tokens 12
+    if [[ $arch == llama ]]; then
+        "$make_model" --lora-of "$model" --seed 4 --lora-rank 4 --type f16 -o "$work/lora-b.gguf" >/dev/null 2>&1
+        loras+=(--lora-scaled "$work/lora-b.gguf:-0.5")
+    fi
+    for tp in 2 3; do
+        check "$arch q8_0 lora tp$tp split-invariant vs tp1" -m "$model" "${loras[@]}" --reference tp1 --tp $tp \
+            --split-invariant --prompts 3 --n-tokens 12
+    done
+    check "$arch q8_0 lora tp2 float sums vs tp1" -m "$model" "${loras[@]}" --reference tp1 --tp 2 \
+        --no-split-invariant --prompts 3 --n-tokens 12
 fi
 rm -f "$work"/*.gguf
 echo "$arch: $((cases - failures)) passed, $failures failed"

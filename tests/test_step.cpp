@@ -12,6 +12,7 @@ Step sample_step() {
     s.batch.add(17, 4, 1, false);
     s.batch.add(18, 5, 1, true);
     s.batch.add(99, 0, 3, true);
+    s.batch.lora = {1.0f, 0.0f, 0.5f, 0.25f, -1.0f, 2.0f};  // two adapters
     s.placement = placement_digest({7, 8, 300});
     return s;
 }
@@ -28,6 +29,7 @@ TEST(Step, EncodesAndDecodesEveryField) {
     EXPECT_EQ(d.batch.pos, s.batch.pos);
     EXPECT_EQ(d.batch.seq, s.batch.seq);
     EXPECT_EQ(d.batch.want_logits, s.batch.want_logits);
+    EXPECT_EQ(d.batch.lora, s.batch.lora);
     EXPECT_EQ(d.placement, s.placement);
 }
 

@@ -170,6 +170,7 @@ int run(const Options & o) {
         uo.kv_types = eo.kv_types;
         uo.swa_full = eo.swa_full;  // as llama-server, which keeps the window unless told
         uo.rope = eo.rope;
+        uo.loras = eo.loras;
         up = std::make_unique<UpstreamDecoder>(uo);
     }
 

@@ -27,6 +27,7 @@ struct EngineFlags {
     KvTypes kv_types;
     bool swa_full = false;
     RopeOverrides rope;
+    std::vector<LoraOptions> loras;  // --lora / --lora-scaled, in order
     std::map<int, std::string> model_path_of_process;
     // The processes of an MPI launch (see join_launched_processes), owned by main.
     ProcessGroup * processes = nullptr;
@@ -47,6 +48,8 @@ struct EngineFlags {
         "                            q4_1, q5_0, q5_1, iq4_nl\n"
         "  -ctv, --cache-type-v T    the same for values\n"
         "  --swa-full                sliding-window layers keep every cell, not their window\n"
+        "  --lora FILE               a LoRA adapter at scale 1 (repeatable; upstream's too)\n"
+        "  --lora-scaled FILE:SCALE  a LoRA adapter at that scale\n"
         "  --rope-scaling T, --rope-scale N, --rope-freq-base N, --rope-freq-scale N,\n"
         "  --yarn-orig-ctx N, --yarn-ext-factor N, --yarn-attn-factor N, --yarn-beta-slow N,\n"
         "  --yarn-beta-fast N        RoPE overrides, as llama-server's (none, linear, yarn)\n";
@@ -67,7 +70,18 @@ struct EngineFlags {
             bf16 = true;
         else if (f == "--swa-full")
             swa_full = true;
-        else if (f == "--split-invariant")
+        else if (f == "--lora")
+            loras.push_back({a.value(f), 1.0f});
+        else if (f == "--lora-scaled") {
+            const std::string v = a.value(f);
+            const size_t colon = v.rfind(':');
+            char * end = nullptr;
+            const double scale = colon == std::string::npos ? 0.0 : std::strtod(v.c_str() + colon + 1, &end);
+            if (colon == std::string::npos || colon == 0 || end == v.c_str() + colon + 1 || *end != '\0') {
+                a.fail(f + " expects FILE:SCALE, not '" + v + "'");
+            }
+            loras.push_back({v.substr(0, colon), (float) scale});
+        } else if (f == "--split-invariant")
             split_invariant = true;
         else if (f == "--no-split-invariant")
             split_invariant = false;
@@ -144,6 +158,7 @@ struct EngineFlags {
         eo.kv_types = kv_types;
         eo.swa_full = swa_full;
         eo.rope = rope;
+        eo.loras = loras;
         if (degree > 1 || eo.processes) {
             eo.tensor_split = split;
             eo.allreduce = allreduce;

@@ -53,10 +53,21 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
     ggml_threadpool_params tpp = ggml_threadpool_params_default(threads);
     threadpool_ = ggml_threadpool_new(&tpp);
     if (threadpool_) llama_attach_threadpool(ctx_, threadpool_, threadpool_);
+    std::vector<float> scales;
+    for (const LoraOptions & l : o.loras) {
+        llama_adapter_lora * a = llama_adapter_lora_init(model_, l.path.c_str());
+        if (!a) throw Error("upstream libllama could not load the LoRA adapter '" + l.path + "'");
+        loras_.push_back(a);
+        scales.push_back(l.scale);
+    }
+    if (!loras_.empty() && llama_set_adapters_lora(ctx_, loras_.data(), loras_.size(), scales.data()) != 0) {
+        throw Error("upstream libllama could not apply the LoRA adapters");
+    }
 }
 
 UpstreamDecoder::~UpstreamDecoder() {
     llama_free(ctx_);
+    for (llama_adapter_lora * a : loras_) llama_adapter_lora_free(a);
     llama_model_free(model_);
     if (threadpool_) ggml_threadpool_free(threadpool_);
 }

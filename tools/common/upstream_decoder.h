@@ -4,13 +4,16 @@
 // decode/logits shape as llama_tp::Engine, so tools can drive either.
 
 #include "plugin/batch.h"
+#include "plugin/engine.h"
 #include "plugin/kv_cache.h"
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 struct llama_model;
 struct llama_context;
+struct llama_adapter_lora;
 struct ggml_threadpool;
 
 namespace llama_tp {
@@ -28,7 +31,8 @@ struct UpstreamOptions {
     KvTypes kv_types;       // cache element types (-ctk / -ctv)
     // Sliding-window layers keep every cell (libllama's default; llama-server's is not to).
     bool swa_full = true;
-    RopeOverrides rope;  // --rope-* / --yarn-*, as llama_context_params take them
+    RopeOverrides rope;              // --rope-* / --yarn-*, as llama_context_params take them
+    std::vector<LoraOptions> loras;  // applied to the context at their scales
 };
 
 class UpstreamDecoder {
@@ -47,6 +51,7 @@ class UpstreamDecoder {
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;
     ggml_threadpool * threadpool_ = nullptr;
+    std::vector<llama_adapter_lora *> loras_;
 };
 
 }  // namespace llama_tp

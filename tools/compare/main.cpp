@@ -229,6 +229,7 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
         uo.n_seq_max = (int32_t) prompts.size();
         uo.kv_types = o.engine.kv_types;
         uo.rope = o.engine.rope;
+        uo.loras = o.engine.loras;
         UpstreamDecoder ref(uo);
         return reference_traces(ref, prompts, o.n_tokens, n_vocab);
     }

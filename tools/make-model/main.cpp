@@ -99,6 +99,15 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
 }
 
 int run(const Options & options, const char * argv0) {
+    const int n_threads =
+        options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (!options.lora.base_path.empty()) {
+        const LoraResult r = write_lora_adapter(options.output_path, options.lora, n_threads);
+        std::fprintf(stderr, "wrote %s: LoRA adapter of rank %lld for %s, %zu pairs, %.1f KiB\n",
+                     options.output_path.c_str(), (long long) options.lora.rank, options.lora.base_path.c_str(),
+                     r.n_pairs, static_cast<double>(r.file_bytes) / 1024);
+        return 0;
+    }
     ModelSpec spec = options.spec;
     spec.chat_template = read_chat_template(options, argv0);
     const Vocabulary vocab(resolve_vocab_path(options, argv0));
@@ -112,8 +121,6 @@ int run(const Options & options, const char * argv0) {
         return 0;
     }
 
-    const int n_threads =
-        options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const WriteResult result = write_model(options.output_path, spec, vocab, plans, n_threads, options.split_max_bytes);
     const std::string parts =
         result.paths.size() > 1 ? " in " + std::to_string(result.paths.size()) + " parts" : std::string();

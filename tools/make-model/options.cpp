@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <algorithm>
 #include <map>
 
 namespace llama_tp::make_model {
@@ -127,6 +128,11 @@ const std::map<std::string, ValueHandler> & value_flags() {
                                const std::string & v) { s.overrides.logit_softcap = parse_positive_real(f, v); }},
         {"--rope-theta", [](ParseState & s, const std::string & f,
                             const std::string & v) { s.overrides.rope_theta = parse_positive_real(f, v); }},
+        {"--lora-of", [](ParseState & s, const std::string &, const std::string & v) { s.options.lora.base_path = v; }},
+        {"--lora-rank", [](ParseState & s, const std::string & f,
+                           const std::string & v) { s.options.lora.rank = parse_positive(f, v); }},
+        {"--lora-alpha", [](ParseState & s, const std::string & f,
+                            const std::string & v) { s.options.lora.alpha = (float) parse_positive_real(f, v); }},
     };
     return flags;
 }
@@ -179,6 +185,18 @@ Options parse_options(const std::vector<std::string> & args) {
     if (options.output_path.empty() && !options.dry_run) {
         throw UsageError("an output file is required (-o FILE)");
     }
+    if (!options.lora.base_path.empty()) {
+        // An adapter: its halves in F32 unless --type says F16 or Q8_0.
+        const std::map<std::string, ggml_type> types = {
+            {"f16", GGML_TYPE_F32}, {"f32", GGML_TYPE_F32}, {"q8_0", GGML_TYPE_Q8_0}};
+        const bool given =
+            std::find(args.begin(), args.end(), "--type") != args.end() ||
+            std::any_of(args.begin(), args.end(), [](const std::string & a) { return a.rfind("--type=", 0) == 0; });
+        if (given && !types.count(state.type)) throw UsageError("--lora-of takes --type f32, f16 or q8_0");
+        options.lora.type = !given ? GGML_TYPE_F32 : state.type == "f16" ? GGML_TYPE_F16 : types.at(state.type);
+        options.lora.seed = options.spec.seed;
+        return options;
+    }
     ModelSpec & spec = options.spec;
     spec.arch = parse_arch(state.arch);
     spec.preset = parse_preset(state.preset);
@@ -213,6 +231,12 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
                                       own), named as gguf-split names them:
                                       FILE without .gguf, then -00001-of-0000K.gguf
   --dry-run                           print the shape and file size, write nothing
+  --lora-of MODEL.gguf                write a LoRA adapter for MODEL instead: a seeded
+                                      pair for every attention and dense FFN
+                                      projection and the output head, upstream's
+                                      layout (--type f32 (default), f16 or q8_0)
+  --lora-rank N, --lora-alpha X       the adapter's rank (default 8) and alpha
+                                      (default twice the rank)
 
 shape overrides (positive integers unless noted):
   --n-embd --n-layer --n-head --n-head-kv --head-dim --n-ff --n-ctx

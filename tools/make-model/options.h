@@ -1,6 +1,7 @@
 #pragma once
 // Command-line options of llama-tp-make-model.
 
+#include "tools/make-model/lora_output.h"
 #include "tools/make-model/model_spec.h"
 
 #include <cstdint>
@@ -18,6 +19,8 @@ struct Options {
     uint64_t split_max_bytes = 0;    // 0: one file; else parts of at most this much tensor data
     bool help = false;
     bool dry_run = false;  // print the plan and file size, write nothing
+    // --lora-of: a LoRA adapter for that model instead of a model.
+    LoraSpec lora;
 };
 
 // Throws UsageError on anything malformed or inconsistent.

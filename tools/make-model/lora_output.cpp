@@ -1,0 +1,98 @@
+#include "tools/make-model/lora_output.h"
+
+#include "tools/make-model/atomic_file.h"
+#include "tools/make-model/gguf_output.h"
+#include "tools/make-model/model_spec.h"
+#include "tools/make-model/tensor_data.h"
+
+#include <cmath>
+#include <memory>
+#include <regex>
+#include <vector>
+
+#include "gguf.h"
+
+namespace llama_tp::make_model {
+namespace {
+
+struct GgmlContextDeleter {
+    void operator()(ggml_context * ctx) const { ggml_free(ctx); }
+};
+
+// The matrices llama-tp applies LoRA to, as upstream names them.
+bool adaptable(const std::string & name) {
+    static const std::regex pattern(R"((blk\.[0-9]+\.(attn_(q|k|v|qkv|output)|ffn_(gate|up|down))|output)\.weight)");
+    return std::regex_match(name, pattern);
+}
+
+// Quantized halves need whole blocks in a row; others fall back to F32.
+ggml_type storage_type(ggml_type wanted, int64_t row_length) {
+    return row_length % ggml_blck_size(wanted) == 0 ? wanted : GGML_TYPE_F32;
+}
+
+TensorPlan half(const std::string & name, int64_t row_length, int64_t n_rows, ggml_type type, float stddev) {
+    TensorPlan p;
+    p.name = name;
+    p.ne = {row_length, n_rows};
+    p.type = storage_type(type, row_length);
+    p.stddev = stddev;
+    return p;
+}
+
+}  // namespace
+
+LoraResult write_lora_adapter(const std::string & path, const LoraSpec & spec, int n_threads) {
+    ggml_context * meta = nullptr;
+    gguf_init_params params = {};
+    params.no_alloc = true;
+    params.ctx = &meta;
+    const GgufPtr base(gguf_init_from_file(spec.base_path.c_str(), params));
+    if (!base) throw IoError("cannot read model file '" + spec.base_path + "'");
+    const std::unique_ptr<ggml_context, GgmlContextDeleter> base_tensors(meta);
+    const int64_t arch_id = gguf_find_key(base.get(), "general.architecture");
+    if (arch_id < 0) throw IoError("model file '" + spec.base_path + "' has no general.architecture");
+
+    // A scales the input to about unit size, B keeps the change about a
+    // tenth of the product's: greedy answers move, the model stays peaked.
+    std::vector<TensorPlan> plans;
+    for (ggml_tensor * t = ggml_get_first_tensor(meta); t; t = ggml_get_next_tensor(meta, t)) {
+        if (!adaptable(ggml_get_name(t)) || ggml_n_dims(t) != 2) continue;
+        const std::string name = ggml_get_name(t);
+        plans.push_back(half(name + ".lora_a", t->ne[0], spec.rank, spec.type, 1.0f / std::sqrt((float) t->ne[0])));
+        plans.push_back(half(name + ".lora_b", spec.rank, t->ne[1], spec.type, 0.1f / std::sqrt((float) spec.rank)));
+    }
+    if (plans.empty()) throw UsageError("model file '" + spec.base_path + "' has no matrix LoRA adapts");
+
+    const GgufPtr out(gguf_init_empty());
+    gguf_set_val_str(out.get(), "general.architecture", gguf_get_val_str(base.get(), arch_id));
+    gguf_set_val_str(out.get(), "general.type", "adapter");
+    gguf_set_val_str(out.get(), "adapter.type", "lora");
+    gguf_set_val_f32(out.get(), "adapter.lora.alpha", spec.alpha > 0.0f ? spec.alpha : 2.0f * (float) spec.rank);
+
+    ggml_init_params tp = {plans.size() * ggml_tensor_overhead(), nullptr, /*no_alloc =*/true};
+    const std::unique_ptr<ggml_context, GgmlContextDeleter> tensors(ggml_init(tp));
+    for (const TensorPlan & p : plans) {
+        ggml_tensor * t = ggml_new_tensor_2d(tensors.get(), p.type, p.ne[0], p.ne[1]);
+        ggml_set_name(t, p.name.c_str());
+        gguf_add_tensor(out.get(), t);
+    }
+    AtomicFile file(path);
+    std::vector<char> header(gguf_get_meta_size(out.get()));
+    gguf_get_meta_data(out.get(), header.data());
+    file.write(header.data(), header.size());
+    const TensorDataGenerator generator(spec.seed, n_threads);
+    const size_t alignment = gguf_get_alignment(out.get());
+    for (const TensorPlan & p : plans) {
+        size_t size = 0;
+        generator.generate(p, [&](const void * data, size_t n) {
+            file.write(data, n);
+            size += n;
+        });
+        file.write_zeros(GGML_PAD(size, alignment) - size);
+    }
+    LoraResult result{plans.size() / 2, file.bytes_written()};
+    file.commit();
+    return result;
+}
+
+}  // namespace llama_tp::make_model
