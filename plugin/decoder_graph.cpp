@@ -41,6 +41,8 @@ struct Builder {
     // Each layer's keys and values as written to the cache, for the layers
     // that share it (views of the write's result order after the write).
     std::vector<std::pair<ggml_tensor *, ggml_tensor *>> stored;
+    // The LoRA scale inputs picked at the output rows, made once each.
+    mutable std::vector<ggml_tensor *> picked_scales;
 
     int64_t head_dim(int il) const { return hp.layer(il).head_dim; }
     // This rank's query heads and layer il's KV heads.
@@ -98,8 +100,8 @@ struct Builder {
     // upstream adds them (after the product, before a bias). A column-
     // parallel base's A is whole, so A x is too; a row-parallel one's A x is
     // summed across ranks as x @ W is (exactly, with split-invariant sums),
-    // so every rank then adds the same B (A x). rows: the token rows y
-    // holds, when only some go on.
+    // so every rank then adds the same B (A x). rows: the rows of x that go
+    // on (row_parallel's).
     ggml_tensor * with_lora(ggml_tensor * y, const ggml_tensor * base, bool row_parallel_base, ggml_tensor * x,
                             ggml_tensor * rows) const {
         for (size_t a = 0; a < w.loras.size(); ++a) {
@@ -107,14 +109,21 @@ struct Builder {
             if (!lw) continue;
             ggml_tensor * t =
                 row_parallel_base ? row_parallel(lw->a, x, rows, matmul()) : ggml_mul_mat(ctx, lw->a.pieces.front(), x);
-            ggml_tensor * scale = in.lora_scales[lw->scale];
-            if (rows) scale = ggml_get_rows(ctx, scale, rows);
-            y = ggml_add(ctx, y, ggml_mul(ctx, ggml_mul_mat(ctx, lw->b, t), scale));
+            y = ggml_add(ctx, y, ggml_mul(ctx, ggml_mul_mat(ctx, lw->b, t), lora_scale(lw->scale, y->ne[1])));
         }
         return y;
     }
-    ggml_tensor * project(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * rows = nullptr) const {
-        return with_lora(ggml_mul_mat(ctx, weight, x), weight, false, x, rows);
+    // A LoRA scale input for n token rows: every token's, or after the last
+    // layer picked the output rows, theirs.
+    ggml_tensor * lora_scale(int i, int64_t n) const {
+        ggml_tensor * scale = in.lora_scales[i];
+        if (n == scale->ne[1]) return scale;
+        GGML_ASSERT(n == in.out_rows->ne[0]);
+        if (!picked_scales[i]) picked_scales[i] = ggml_get_rows(ctx, scale, in.out_rows);
+        return picked_scales[i];
+    }
+    ggml_tensor * project(ggml_tensor * weight, ggml_tensor * x) const {
+        return with_lora(ggml_mul_mat(ctx, weight, x), weight, false, x, nullptr);
     }
     // row_parallel's matrix product with the adapters' changes.
     ggml_tensor * project(const RowParallelWeight & weight, ggml_tensor * x, ggml_tensor * rows) const {
@@ -414,7 +423,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         in.lora_scales.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T));
         ggml_set_input(in.lora_scales.back());
     }
-    Builder b{ctx, hp, w, kv, shape, in, reduce, split_invariant, {}};
+    Builder b{ctx, hp, w, kv, shape, in, reduce, split_invariant, {}, std::vector<ggml_tensor *>(w.lora_scales.size())};
     if (reduce) {
         in.embd_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
         in.embd_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T);
@@ -445,7 +454,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     }
     ggml_tensor * hidden = b.norm(x, w.output_norm);
     if (rows_at_end) hidden = ggml_get_rows(ctx, hidden, in.out_rows);
-    ggml_tensor * out = embeddings ? hidden : b.project(w.output, hidden, in.out_rows);
+    ggml_tensor * out = embeddings ? hidden : b.project(w.output, hidden);
     if (!embeddings && hp.final_logit_softcap != 0.0f) {
         out = ggml_scale(ctx, out, 1.0f / hp.final_logit_softcap);
         out = ggml_scale(ctx, ggml_tanh(ctx, out), hp.final_logit_softcap);

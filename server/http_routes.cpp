@@ -1,4 +1,5 @@
 #include "server/http_routes.h"
+#include "server/lora_adapters.h"
 
 #include "plugin/engine.h"
 #include "plugin/error.h"
@@ -376,6 +377,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->t_max_predict_ms = gr.t_max_predict_ms;
     task->timings_per_token = gr.timings_per_token && gr.stream;
     task->return_progress = gr.return_progress && gr.stream;
+    task->lora = gr.lora ? st.loras->parse(*gr.lora, "lora") : st.loras->scales();
 
     if (!gr.json_schema.empty()) {
         try {
@@ -590,6 +592,7 @@ void handle_embeddings(ServerState & st, const Request & req, Response & res, bo
         task->embedding = true;
         task->pooling = pooling;
         task->cache_prompt = false;  // every token's hidden state is needed
+        task->lora = st.loras->scales();
         channels.push_back(task->channel);
         tasks.push_back(std::move(task));
     }
@@ -897,6 +900,7 @@ json slot_action(const ServerState & st, const Request & req) {
     }
     const size_t n_read = image.kv.size();
     a.kind = Scheduler::SlotAction::Kind::Restore;
+    a.lora = st.loras->scales();  // the file does not say; as llama-server, the server's own
     a.tokens = std::move(image.tokens);
     a.kv = std::move(image.kv);
     a = run_slot_action(st, std::move(a));
@@ -1139,6 +1143,21 @@ void register_routes(httplib::Server & http, ServerState & st) {
                  send_json(res, out);
              }));
 
+    // The global LoRA scales, which requests without their own `lora` take.
+    http.Get(at("/lora-adapters"),
+             guarded([&st](const Request &, Response & res) { send_json(res, st.loras->to_json()); }));
+    http.Post(at("/lora-adapters"), guarded([&st](const Request & req, Response & res) {
+                  json body;
+                  try {
+                      body = json::parse(req.body);
+                  } catch (const json::parse_error & e) {
+                      throw bad_request(std::string("the request body is not valid JSON: ") + e.what(), "",
+                                        "invalid_json");
+                  }
+                  st.loras->set_scales(st.loras->parse(body, "body"));
+                  send_json(res, {{"success", true}});
+              }));
+
     http.Post(at("/slots/:id_slot"),
               guarded([&st](const Request & req, Response & res) { send_json(res, slot_action(st, req)); }));
 
@@ -1157,7 +1176,6 @@ void register_routes(httplib::Server & http, ServerState & st) {
         {"/v1/reranking", "reranking is not implemented"},
         {"/v1/audio/transcriptions", "audio input is not implemented"},
         {"/audio/transcriptions", "audio input is not implemented"},
-        {"/lora-adapters", "LoRA adapters are not implemented"},
         {"/v1/chat/completions/control", "generation control is not implemented"},
         {"/cors-proxy", "there is no web UI and no CORS proxy"},
         {"/tools", "server-side tools are not implemented"},

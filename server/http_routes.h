@@ -21,6 +21,7 @@ namespace llama_tp::server {
 
 class Scheduler;
 class ChatFormatter;
+class LoraAdapters;
 
 // Shared by all HTTP threads. The pointers are set, then `ready` is raised,
 // once the model has loaded; until then every route but /health answers 503.
@@ -34,6 +35,7 @@ struct ServerState {
     Engine * engine = nullptr;
     Scheduler * scheduler = nullptr;
     ChatFormatter * chat = nullptr;
+    LoraAdapters * loras = nullptr;
     std::string model_name;  // --alias, else the model file name
     int32_t n_ctx = 0;       // KV cells in all
     int32_t n_ctx_slot = 0;  // per slot

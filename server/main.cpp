@@ -12,6 +12,7 @@
 #include "server/http_task_queue.h"
 #include "server/listener.h"
 #include "server/log.h"
+#include "server/lora_adapters.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
 
@@ -328,6 +329,16 @@ int main(int argc, char ** argv) {
         return fail_startup(e.what());
     }
 
+    std::unique_ptr<LoraAdapters> loras;
+    try {
+        loras = std::make_unique<LoraAdapters>(opts.engine.loras, opts.lora_init_without_apply);
+    } catch (const Error & e) {
+        return fail_startup(e.what());
+    }
+    for (size_t i = 0; i < loras->size(); ++i) {
+        SRV_INF("LoRA adapter %zu: %s, scale %g", i, opts.engine.loras[i].path.c_str(), loras->scales()[i]);
+    }
+
     Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch, opts.max_queue,
                         &state.metrics);
     // Whenever the server falls idle, the allocator hands freed pages back.
@@ -339,6 +350,7 @@ int main(int argc, char ** argv) {
     state.engine = engine.get();
     state.scheduler = &scheduler;
     state.chat = chat.get();
+    state.loras = loras.get();
     state.model_name = model_name(opts);
     state.n_ctx = n_ctx;
     state.n_ctx_slot = n_ctx_slot;

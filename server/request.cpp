@@ -442,7 +442,6 @@ void refuse_unimplemented(const json & body) {
     static const Unimplemented fields[] = {
         {"post_sampling_probs", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
          "probabilities after the sampler chain"},
-        {"lora", [](const json & v) { return v.is_array() && !v.empty(); }, "LoRA adapters"},
         {"t_max_prompt_ms", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
          "a time limit on prompt processing"},
         {"adaptive_target", [](const json & v) { return v.is_number() && v.get<double>() >= 0; },
@@ -752,6 +751,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     get_string(body, "safety_identifier", "");
     get_string(body, "prompt_cache_key", "");
     r.id_slot = (int32_t) get_int(body, "id_slot", -1, std::numeric_limits<int32_t>::max(), -1);
+    if (const json * lora = field(body, "lora"); lora != nullptr && !lora->is_null()) r.lora = *lora;
     r.t_max_predict_ms = (int32_t) get_int(body, "t_max_predict_ms", 0, std::numeric_limits<int32_t>::max(), 0);
     r.timings_per_token = get_bool(body, "timings_per_token", false);
     r.return_progress = get_bool(body, "return_progress", false);

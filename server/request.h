@@ -72,6 +72,7 @@ struct GenerationRequest {
     bool stream = false;
     bool include_usage = false;
     int32_t id_slot = -1;                      // llama-server: run in this slot (-1: any idle one)
+    std::optional<json> lora;                  // llama-server's [{"id", "scale"}], read against the server's adapters
     int32_t t_max_predict_ms = 0;              // stop generating after this long, once a line is complete (0: no limit)
     bool timings_per_token = false;            // every stream event carries the timings so far
     bool return_progress = false;              // stream events while the prompt is processed

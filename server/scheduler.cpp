@@ -252,6 +252,7 @@ void Scheduler::apply(SlotAction & a) {
                 return;
             }
             slot.kv_tokens = a.tokens;
+            slot.kv_lora = a.lora;
             return;
         case SlotAction::Kind::Erase:
             a.tokens = slot.kv_tokens;
@@ -282,7 +283,7 @@ void Scheduler::admit() {
             if (slot->busy()) continue;
             any_idle = true;
             if (task->id_slot >= 0 && slot->id != task->id_slot) continue;
-            const size_t p = slot->common_prefix(task->prompt);
+            const size_t p = slot->reusable_prefix(*task);
             if (best == nullptr || p > best_prefix) {
                 best = slot.get();
                 best_prefix = p;
@@ -316,7 +317,7 @@ Scheduler::PrefixDonor Scheduler::prefix_donor(const Task & task, const Slot & c
     size_t best = own;
     for (const auto & slot : slots_) {
         if (slot.get() == &chosen) continue;
-        const size_t p = slot->common_prefix(task.prompt);
+        const size_t p = slot->reusable_prefix(task);
         if (p > best) {
             best = p;
             donor.slot = slot.get();
@@ -324,7 +325,7 @@ Scheduler::PrefixDonor Scheduler::prefix_donor(const Task & task, const Slot & c
     }
     if (!task.cache_prompt) return PrefixDonor{};
     for (const auto & slot : slots_) {
-        if (slot->state != Slot::State::Prompt || slot.get() == &chosen) continue;
+        if (slot->state != Slot::State::Prompt || slot.get() == &chosen || slot->task->lora != task.lora) continue;
         const auto & other = slot->task->prompt;
         size_t q = 0;
         while (q < other.size() && q < task.prompt.size() && other[q] == task.prompt[q]) ++q;
@@ -379,6 +380,7 @@ void Scheduler::build_batch() {
         if (slot->task->context_shift && slot->n_past() + 1 >= n_ctx_slot_) shift_context(*slot);
         slot->logits_row = batch_.size();
         batch_.add(slot->pending, slot->n_past(), slot->id, true);
+        batch_.lora.insert(batch_.lora.end(), slot->task->lora.begin(), slot->task->lora.end());
         slot->inflight.push_back(slot->pending);
         budget--;
     }
@@ -401,6 +403,7 @@ void Scheduler::build_batch() {
                 slot.logits_row = batch_.size();
             }
             batch_.add(tok, slot.n_past(), slot.id, last || embedding);
+            batch_.lora.insert(batch_.lora.end(), slot.task->lora.begin(), slot.task->lora.end());
             slot.inflight.push_back(tok);
             slot.n_prompt_done++;
             slot.prompt_in_step = true;

@@ -92,6 +92,7 @@ class Scheduler {
         int32_t slot = 0;
         std::vector<int32_t> tokens;
         std::vector<uint8_t> kv;
+        std::vector<float> lora;  // Restore: the LoRA scales the cells are taken to have
         int status = 0;
         std::string message;
     };

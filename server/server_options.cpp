@@ -284,6 +284,8 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.n_threads = p.cpuparams.n_threads > 0 ? p.cpuparams.n_threads : 0;
     o.engine.kv_unified = p.kv_unified;
     o.engine.swa_full = p.swa_full;
+    for (const common_adapter_lora_info & l : p.lora_adapters) o.engine.loras.push_back({l.path, l.scale});
+    o.lora_init_without_apply = p.lora_init_without_apply;
     o.engine.kv_types.k = p.cache_type_k;
     o.engine.kv_types.v = p.cache_type_v;
     o.engine.rope = rope_overrides(p);

@@ -54,6 +54,7 @@ struct ServerOptions {
     std::string reasoning_budget_message;     // put before the forced end tag
     bool prefill_assistant = true;            // a trailing assistant message is continued
     std::map<std::string, std::string> template_kwargs;  // --chat-template-kwargs (JSON values)
+    bool lora_init_without_apply = false;                // the adapters' global scales start at 0
 
     SamplingParams sampling;          // defaults for requests that leave a field out
     bool ignore_eos = false;          // --ignore-eos: the default of requests

@@ -15,7 +15,7 @@ size_t Slot::common_prefix(const std::vector<int32_t> & tokens) const {
 void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     task = std::move(t);
     const size_t most = task->prompt.empty() ? 0 : task->prompt.size() - 1;
-    size_t keep = task->cache_prompt ? std::min(common_prefix(task->prompt), most) : 0;
+    size_t keep = task->cache_prompt ? std::min(reusable_prefix(*task), most) : 0;
     // Sliding-window layers may have dropped what a shorter prefix reads.
     if (!engine.seq_resumable(id, (int32_t) keep)) keep = 0;
     if (keep < kv_tokens.size()) {
@@ -23,12 +23,13 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
         kv_tokens.resize(keep);
     }
     if (donor && task->cache_prompt) {
-        const size_t n = std::min(donor->common_prefix(task->prompt), most);
+        const size_t n = std::min(donor->reusable_prefix(*task), most);
         if (n > keep && engine.seq_copy(donor->id, id, (int32_t) keep, (int32_t) n)) {
             kv_tokens.insert(kv_tokens.end(), task->prompt.begin() + (long) keep, task->prompt.begin() + (long) n);
             keep = n;
         }
     }
+    kv_lora = task->lora;
     n_prompt_done = keep;
     n_cached = (int32_t) keep;
     pending = -1;

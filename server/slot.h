@@ -27,6 +27,9 @@ class Slot {
     // Tokens held in this sequence's KV cache, positions 0..n-1. Kept after a
     // request ends so that the next one can reuse a common prefix.
     std::vector<int32_t> kv_tokens;
+    // The LoRA scales those tokens were computed with: a prefix is reused
+    // only by a task with the same.
+    std::vector<float> kv_lora;
 
     size_t n_prompt_done = 0;     // prompt tokens in the cache (or in this step's batch)
     int32_t n_cached = 0;         // of those, reused from an earlier request
@@ -50,6 +53,9 @@ class Slot {
 
     // Length of the longest common prefix of the cache and `tokens`.
     size_t common_prefix(const std::vector<int32_t> & tokens) const;
+    // The prefix of the task's prompt this cache can give it: none when the
+    // task's LoRA scales differ from the cache's.
+    size_t reusable_prefix(const Task & t) const { return t.lora == kv_lora ? common_prefix(t.prompt) : 0; }
 
     // Takes a task: keeps the longest reusable cache prefix (always leaving at
     // least the last prompt token to decode, for its logits; none when the task

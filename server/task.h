@@ -122,7 +122,8 @@ struct Task {
     bool context_shift = false;
     int32_t n_keep = 0;
     int32_t n_discard = 0;
-    bool embedding = false;  // no generation: the Done event carries the pooled hidden states
+    bool embedding = false;   // no generation: the Done event carries the pooled hidden states
+    std::vector<float> lora;  // each LoRA adapter's scale for this task (empty: no adapters)
     Pooling pooling = Pooling::Mean;
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();

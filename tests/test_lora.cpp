@@ -53,15 +53,17 @@ std::string write_adapter(const std::string & name, const std::map<std::string, 
     return path;
 }
 
-// The test model's query and FFN-down projections (a column-parallel and a
-// row-parallel matrix), [in, out], as its file has them.
+// The test model's first query projection and its last layer's FFN (where
+// only the output rows go on), [in, out], as its file has them.
 std::map<std::string, std::pair<int64_t, int64_t>> model_targets() {
     std::map<std::string, std::pair<int64_t, int64_t>> targets;
     ggml_context * meta = nullptr;
     gguf_init_params params = {true, &meta};
     gguf_context * g = gguf_init_from_file(LLAMA_TP_TEST_MODEL, params);
-    for (const char * name : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight"}) {
-        const ggml_tensor * t = ggml_get_tensor(meta, name);
+    const std::string last = "blk." + std::to_string(gguf_get_val_u32(g, gguf_find_key(g, "llama.block_count")) - 1);
+    for (const std::string & name : {std::string("blk.0.attn_q.weight"), last + ".ffn_up.weight",
+                                     last + ".ffn_down.weight", last + ".attn_output.weight"}) {
+        const ggml_tensor * t = ggml_get_tensor(meta, name.c_str());
         targets[name] = {t->ne[0], t->ne[1]};
     }
     gguf_free(g);
@@ -205,9 +207,9 @@ TEST(LoraErrors, AdapterFilesThatCannotApplyAreNamed) {
         EXPECT_NE(msg.find(path), std::string::npos) << c.file << ": " << msg;
         std::remove(path.c_str());
     }
-    const std::string half = write_adapter("half.gguf", targets, nullptr, "blk.1.ffn_down.weight.lora_b");
+    const std::string half = write_adapter("half.gguf", targets, nullptr, "blk.0.attn_q.weight.lora_b");
     const std::string msg = load_error(half);
-    EXPECT_NE(msg.find("'blk.1.ffn_down.weight' lacks its lora_a or lora_b"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'blk.0.attn_q.weight' lacks its lora_a or lora_b"), std::string::npos) << msg;
     std::remove(half.c_str());
     const std::string missing = load_error("/nonexistent/adapter.gguf");
     EXPECT_NE(missing.find("LoRA adapter"), std::string::npos) << missing;

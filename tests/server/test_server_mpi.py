@@ -234,6 +234,30 @@ def test_processes_of_one_host_download_a_model_once(model, tmp_path):
     assert group.log_text().count("model: -hf example/llama-GGUF is ") == 2, group.log_text()
 
 
+def test_lora_adapters_across_two_processes(model, tmp_path):
+    adapter = tmp_path / "adapter.gguf"
+    subprocess.run([str(server_bin().parent / "llama-tp-make-model"), "--lora-of", str(model), "-o", str(adapter)],
+                   check=True, capture_output=True, timeout=120)
+    args = ("-np", "2", "-c", "512", "-t", "1", "--lora-scaled", f"{adapter}:0.75")
+    bodies = [{"prompt": "Once upon a time", "n_predict": 12, "temperature": 0, "ignore_eos": True, "lora": lora}
+              for lora in ([{"id": 0, "scale": 0.75}], [], [{"id": 0, "scale": -0.5}])]
+
+    def answers(server):
+        try:
+            out = []
+            for b in bodies:
+                r = server.post("/completion", b)
+                assert r.status_code == 200, r.text
+                out.append(r.json()["content"])
+            return out
+        finally:
+            assert server.stop() == 0, server.log_text()
+
+    expected = answers(ServerProcess(*args, model=model))
+    assert len(set(expected)) == 3, expected
+    assert answers(MpiServer(*args, model=model)) == expected
+
+
 def test_a_process_with_another_model_is_refused(model, tmp_path):
     other = tmp_path / "other.gguf"
     generated_model(other, seed=8)

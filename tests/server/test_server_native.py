@@ -229,7 +229,7 @@ def test_every_llama_server_endpoint_answers_or_says_why_not(server):
     for path in implemented:
         r = server.post(path, {})
         assert r.status_code not in (404, 405), (path, r.status_code)
-    for path in ("/rerank", "/v1/rerank", "/v1/audio/transcriptions", "/lora-adapters", "/tools"):
+    for path in ("/rerank", "/v1/rerank", "/v1/audio/transcriptions", "/tools"):
         r = server.post(path, {})
         assert_error(r, 501)
         assert "not available in llama-tp-server" in r.json()["error"]["message"], path
@@ -245,8 +245,7 @@ def test_response_fields(server):
 
 
 def test_fields_that_would_change_the_answer_are_refused(server):
-    for field, value in (("post_sampling_probs", True), ("lora", [{"id": 0, "scale": 1.0}]),
-                         ("t_max_prompt_ms", 50), ("adaptive_target", 0.5), ("grammar_lazy", True),
+    for field, value in (("post_sampling_probs", True), ("t_max_prompt_ms", 50), ("adaptive_target", 0.5), ("grammar_lazy", True),
                          ("verbose", True)):
         r = server.post("/completion", {"prompt": PROMPT, "n_predict": 2, field: value})
         assert_error(r, 400, param=field)
