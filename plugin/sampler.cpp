@@ -72,15 +72,20 @@ void Sampler::SamplerFree::operator()(llama_sampler * s) const {
 Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p, llama_sampler * constraint)
     : constraint_(constraint), n_vocab_(tokenizer.n_vocab()) {
     chain_ = llama_sampler_chain_init(llama_sampler_chain_default_params());
-    if (!p.logit_bias.empty()) {
-        std::vector<llama_logit_bias> bias;
-        for (const auto & [token, value] : p.logit_bias) {
-            if (token < 0 || token >= n_vocab_) {
-                llama_sampler_free(chain_);
-                throw Error("logit_bias names token " + std::to_string(token) + ", outside the vocabulary");
-            }
-            bias.push_back({token, value});
+    std::vector<llama_logit_bias> bias;
+    for (const auto & [token, value] : p.logit_bias) {
+        if (token < 0 || token >= n_vocab_) {
+            llama_sampler_free(chain_);
+            throw Error("logit_bias names token " + std::to_string(token) + ", outside the vocabulary");
         }
+        bias.push_back({token, value});
+    }
+    // The model's suppressed tokens (tokenizer.ggml.suppress_tokens) are never
+    // sampled, whatever a request's own biases say, as upstream's sampler does.
+    int32_t n_suppress = 0;
+    const llama_token * suppress = llama_vocab_get_suppress_tokens(tokenizer.vocab(), &n_suppress);
+    for (int32_t i = 0; i < n_suppress; ++i) bias.push_back({suppress[i], -INFINITY});
+    if (!bias.empty()) {
         llama_sampler_chain_add(chain_, llama_sampler_init_logit_bias(n_vocab_, (int32_t) bias.size(), bias.data()));
     }
     if (!p.grammar.empty()) {

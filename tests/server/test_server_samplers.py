@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from server_harness import ServerProcess, assert_error
+from server_harness import ServerProcess, assert_error, generated_model
 
 PROMPT = "Once upon a time"
 
@@ -105,5 +105,32 @@ def test_server_default_grammar_gives_way_to_a_request_format():
         r = s.post("/completion", {"prompt": PROMPT, "n_predict": 8, "json_schema": {"type": "object"}})
         assert r.status_code == 200, r.text
         assert r.json()["content"].lstrip().startswith("{")
+    finally:
+        assert s.stop() == 0
+
+
+def test_the_models_suppressed_tokens_are_never_sampled(tmp_path):
+    """tokenizer.ggml.suppress_tokens (Gemma 4 Unified conversions write it),
+    as upstream's sampler: a -inf bias no request bias can lift."""
+    def tokens(server, **body):
+        body = {"prompt": PROMPT, "n_predict": 24, "ignore_eos": True, "return_tokens": True, **body}
+        r = server.post("/completion", body)
+        assert r.status_code == 200, r.text
+        return r.json()["tokens"]
+
+    plain = ServerProcess("-np", "1", "-c", "512", "-t", "1", model=generated_model(tmp_path / "plain.gguf"))
+    try:
+        greedy = tokens(plain, temperature=0)
+    finally:
+        assert plain.stop() == 0
+    banned = sorted(set(greedy[:3]))
+    model = generated_model(tmp_path / "suppress.gguf", extra=["--suppress-tokens", ",".join(map(str, banned))])
+    s = ServerProcess("-np", "1", "-c", "512", "-t", "1", model=model)
+    try:
+        for body in ({"temperature": 0}, {"temperature": 1.0, "seed": 5},
+                     {"temperature": 0, "logit_bias": [[banned[0], 100.0]]}):
+            got = tokens(s, **body)
+            assert not set(got) & set(banned), (body, got, banned)
+        assert tokens(s, temperature=0) != greedy
     finally:
         assert s.stop() == 0

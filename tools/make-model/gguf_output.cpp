@@ -101,6 +101,10 @@ GgufPtr build_gguf(const ModelSpec & spec, const Vocabulary & vocab, ggml_contex
     if (part == 0) {
         set_model_metadata(gguf.get(), spec, vocab.n_tokens());
         vocab.copy_tokenizer_keys(gguf.get());
+        if (!spec.suppress_tokens.empty()) {
+            gguf_set_arr_data(gguf.get(), "tokenizer.ggml.suppress_tokens", GGUF_TYPE_INT32,
+                              spec.suppress_tokens.data(), spec.suppress_tokens.size());
+        }
         if (!spec.chat_template.empty()) {
             gguf_set_val_str(gguf.get(), "tokenizer.chat_template", spec.chat_template.c_str());
         }

@@ -116,8 +116,9 @@ struct ModelSpec {
     WeightType type = WeightType::f16;
     uint64_t seed = 1;
     Shape shape;
-    bool customized = false;    // some shape field was overridden
-    std::string chat_template;  // tokenizer.chat_template; empty: the vocabulary's, if any
+    bool customized = false;               // some shape field was overridden
+    std::string chat_template;             // tokenizer.chat_template; empty: the vocabulary's, if any
+    std::vector<int32_t> suppress_tokens;  // tokenizer.ggml.suppress_tokens (never sampled); empty: none
 
     std::string display_name() const;
 };

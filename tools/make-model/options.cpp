@@ -128,6 +128,15 @@ const std::map<std::string, ValueHandler> & value_flags() {
                                const std::string & v) { s.overrides.logit_softcap = parse_positive_real(f, v); }},
         {"--rope-theta", [](ParseState & s, const std::string & f,
                             const std::string & v) { s.overrides.rope_theta = parse_positive_real(f, v); }},
+        {"--suppress-tokens",
+         [](ParseState & s, const std::string & f, const std::string & v) {
+             size_t at = 0;
+             while (at <= v.size()) {
+                 const size_t comma = std::min(v.find(',', at), v.size());
+                 s.options.spec.suppress_tokens.push_back((int32_t) parse_positive(f, v.substr(at, comma - at)));
+                 at = comma + 1;
+             }
+         }},
         {"--lora-of", [](ParseState & s, const std::string &, const std::string & v) { s.options.lora.base_path = v; }},
         {"--lora-rank", [](ParseState & s, const std::string & f,
                            const std::string & v) { s.options.lora.rank = parse_positive(f, v); }},
@@ -231,6 +240,8 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
                                       own), named as gguf-split names them:
                                       FILE without .gguf, then -00001-of-0000K.gguf
   --dry-run                           print the shape and file size, write nothing
+  --suppress-tokens ID,ID,...         tokenizer.ggml.suppress_tokens: tokens never sampled
+                                      (as Gemma 4 Unified conversions write them)
   --lora-of MODEL.gguf                write a LoRA adapter for MODEL instead: a seeded
                                       pair for every attention and dense FFN
                                       projection and the output head, upstream's
