@@ -25,6 +25,19 @@ std::string shape_of(const ggml_tensor * t) {
     return "[" + std::to_string(t->ne[0]) + ", " + std::to_string(t->ne[1]) + "]";
 }
 
+// File matrices the architecture's graph does not read, here or upstream:
+// an adapter's pairs for them change nothing and are passed over.
+bool unread(const HParams & hp, const std::string & base) {
+    if (hp.arch == Arch::Gemma2 && base == "output.weight") return true;  // the head is the embedding table
+    if (hp.arch != Arch::Gemma4) return false;
+    // Layers sharing an earlier layer's cache project no keys or values.
+    for (int il = hp.n_layer_kv(); il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        if (base == p + "attn_k.weight" || base == p + "attn_v.weight") return true;
+    }
+    return false;
+}
+
 bool strip_suffix(std::string & s, const std::string & suffix) {
     if (s.size() <= suffix.size() || s.compare(s.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
     s.resize(s.size() - suffix.size());
@@ -64,6 +77,7 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
             fail("tensor '" + name + "' is not a lora_a or lora_b half");
         }
         if (!model.find_tensor(base)) fail("tensor '" + name + "' changes '" + base + "', which the model lacks");
+        if (unread(hp, base)) continue;
         if (!targets.count(base)) {
             fail("tensor '" + name + "' changes '" + base +
                  "'; llama-tp applies LoRA to attention and dense FFN "
@@ -72,6 +86,8 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
         ++halves[base];
     }
 
+    // The model's parameter count leaves adapters out, as upstream's does.
+    const int64_t n_params = n_params_;
     LoraAdapter adapter;
     adapter.path = f.path();
     adapter.alpha = (float) f.get_float("adapter.lora.alpha", 0.0);
@@ -129,6 +145,7 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
         adapter.weights[target.column ? target.column : target.row->pieces.front()] = lw;
     }
     loras.push_back(std::move(adapter));
+    n_params_ = n_params;
 }
 
 }  // namespace llama_tp

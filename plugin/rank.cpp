@@ -45,6 +45,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     if (!device) throw Error("rank " + std::to_string(config.rank) + " has no backend device");
     weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, config.split_invariant, device, config.progress,
                                               config.adapters);
+    config_.adapters.clear();  // open for the load only
     vocab_begin_ = config.shard ? config.shard->vocab.begin : 0;
     backend_.reset(ggml_backend_dev_init(device, nullptr));
     if (!backend_) {

@@ -353,8 +353,9 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     uint64_t done = 0;
     int last_pct = -1;
     std::vector<uint8_t> staging;
-    for (const auto & [t, parts] : sources_) {
+    for (auto & [t, parts] : sources_) {
         read_tensor(t, parts, staging);
+        for (Part & part : parts) part.file = nullptr;  // the files are the caller's, open only for the load
         done += ggml_nbytes(t);
         const int pct = (int) (100 * done / (total ? total : 1));
         if (show && pct / 10 != last_pct / 10) {

@@ -377,7 +377,9 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->t_max_predict_ms = gr.t_max_predict_ms;
     task->timings_per_token = gr.timings_per_token && gr.stream;
     task->return_progress = gr.return_progress && gr.stream;
-    task->lora = gr.lora ? st.loras->parse(*gr.lora, "lora") : st.loras->scales();
+    // As llama-server: an empty list, like none, takes the global scales.
+    task->lora =
+        gr.lora && !(gr.lora->is_array() && gr.lora->empty()) ? st.loras->parse(*gr.lora, "lora") : st.loras->scales();
 
     if (!gr.json_schema.empty()) {
         try {

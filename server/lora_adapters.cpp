@@ -41,11 +41,13 @@ std::vector<float> LoraAdapters::parse(const nlohmann::json & list, const std::s
                               param, "invalid_value");
         }
         const auto scale = entry.find("scale");
-        if (scale != entry.end() && (!scale->is_number() || !std::isfinite(scale->get<double>()))) {
-            throw bad_request("'" + param + "': the scale of adapter " + std::to_string(id) + " must be a number",
-                              param, "invalid_type");
+        const float value = scale != entry.end() && scale->is_number() ? scale->get<float>() : 0.0f;
+        if (scale != entry.end() && (!scale->is_number() || !std::isfinite(value))) {
+            throw bad_request(
+                "'" + param + "': the scale of adapter " + std::to_string(id) + " must be a finite number", param,
+                "invalid_type");
         }
-        scales[(size_t) id] = scale == entry.end() ? 0.0f : scale->get<float>();
+        scales[(size_t) id] = value;
     }
     return scales;
 }

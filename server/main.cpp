@@ -242,6 +242,9 @@ int main(int argc, char ** argv) {
     if (opts.model_source.remote()) {
         try {
             opts.engine.model_path = fetch_model(opts.model_source);
+        } catch (const DownloadInterrupted & e) {
+            SRV_INF("%s", e.what());
+            return 0;
         } catch (const Error & e) {
             SRV_ERR("%s", e.what());
             return 1;

@@ -11,32 +11,69 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 
 namespace llama_tp::server {
 
 namespace {
 
-// One process of a host downloads at a time; the next finds the file cached.
+// SIGINT and SIGTERM are blocked until the server runs: a pending one asks
+// a download (or the wait for one) to stop.
+struct DownloadCancel {
+    bool requested() const {
+        sigset_t pending;
+        sigemptyset(&pending);
+        sigpending(&pending);
+        return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1;
+    }
+};
+
+// A URL as logged: without credentials or query (signed URLs carry tokens there).
+std::string shown_url(const std::string & url) {
+    std::string u = url.substr(0, url.find('?'));
+    const size_t scheme = u.find("://");
+    const size_t at = u.find('@', scheme == std::string::npos ? 0 : scheme + 3);
+    const size_t slash = u.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+    if (scheme != std::string::npos && at != std::string::npos && (slash == std::string::npos || at < slash)) {
+        u.erase(scheme + 3, at + 1 - (scheme + 3));
+    }
+    return u;
+}
+
+// Processes of one host fetching the same model take turns: the first
+// downloads, the next finds the file. The wait polls, so that SIGINT and
+// SIGTERM (blocked until the server runs) still end it. A cache the process
+// cannot write (read-only, --offline) is used without a lock.
 class CacheLock {
   public:
-    explicit CacheLock(const std::string & directory) {
+    CacheLock(const std::string & directory, const std::string & what, const DownloadCancel & cancel) {
         std::error_code ec;
         std::filesystem::create_directories(directory, ec);
-        const std::string path = (std::filesystem::path(directory) / "llama-tp-fetch.lock").string();
-        fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd_ < 0) throw Error("cannot open " + path + ": " + std::strerror(errno));
-        if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-        SRV_INF("model: waiting for another process fetching into %s", directory.c_str());
-        while (::flock(fd_, LOCK_EX) != 0) {
-            if (errno != EINTR) throw Error("cannot lock " + path + ": " + std::strerror(errno));
+        char name[64];
+        std::snprintf(name, sizeof name, "llama-tp-fetch-%016llx.lock",
+                      (unsigned long long) std::hash<std::string>{}(what));
+        fd_ = ::open((std::filesystem::path(directory) / name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd_ < 0) return;
+        bool told = false;
+        while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+            if (errno != EWOULDBLOCK && errno != EINTR) return;
+            if (cancel.requested()) throw DownloadInterrupted(what + ": interrupted while waiting for another process");
+            if (!told) SRV_INF("model: waiting for another process fetching %s", what.c_str());
+            told = true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
     }
-    ~CacheLock() { ::close(fd_); }  // closing releases the lock
+    ~CacheLock() {
+        if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+    }
     CacheLock(const CacheLock &) = delete;
     CacheLock & operator=(const CacheLock &) = delete;
 
@@ -45,12 +82,11 @@ class CacheLock {
 };
 
 // Progress as log lines (every tenth of a file), not a terminal bar: the
-// server's log goes to files and journals. SIGINT and SIGTERM are blocked
-// until the server runs, so a pending one cancels the download.
+// server's log goes to files and journals.
 class DownloadLog : public common_download_callback {
   public:
     void on_start(const common_download_progress & p) override {
-        if (!p.cached) SRV_INF("model: downloading %s", p.url.c_str());
+        if (!p.cached) SRV_INF("model: downloading %s", shown_url(p.url).c_str());
     }
     void on_update(const common_download_progress & p) override {
         if (p.total < kShownFrom) return;
@@ -62,14 +98,9 @@ class DownloadLog : public common_download_callback {
         SRV_INF("model: %3d%% of %s (%.1f MiB)", 10 * tenth, file_name(p.url).c_str(), p.total / 1048576.0);
     }
     void on_done(const common_download_progress & p, bool ok) override {
-        if (!ok) SRV_ERR("model: download of %s failed", p.url.c_str());
+        if (!ok) SRV_ERR("model: download of %s failed", shown_url(p.url).c_str());
     }
-    bool is_cancelled() const override {
-        sigset_t pending;
-        sigemptyset(&pending);
-        sigpending(&pending);
-        return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1;
-    }
+    bool is_cancelled() const override { return cancel_.requested(); }
 
   private:
     static constexpr size_t kShownFrom = 64u << 20;  // smaller files arrive before a line would help
@@ -77,6 +108,7 @@ class DownloadLog : public common_download_callback {
         const std::string path = url.substr(0, url.find('?'));
         return path.substr(path.rfind('/') + 1);
     }
+    DownloadCancel cancel_;
     std::mutex mutex_;
     std::map<std::string, int> shown_;
 };
@@ -99,37 +131,57 @@ common_params download_params(const ModelSource & s) {
 std::string ModelSource::describe() const {
     if (!hf_repo.empty()) return "-hf " + hf_repo + (hf_file.empty() ? "" : " -hff " + hf_file);
     if (!docker_repo.empty()) return "-dr " + docker_repo;
-    return "-mu " + url;
+    return "-mu " + shown_url(url);
 }
 
-std::string fetch_model(const ModelSource & source) {
+namespace {
+
+// Docker Hub's registry, through libcommon's resolver (its download step
+// would take the resolved file for a URL).
+std::string fetch_docker(const ModelSource & source, const std::string & what) {
+    if (source.offline) throw Error(what + ": Docker Hub needs the network; --offline takes -hf and -mu only");
+    return common_docker_resolve_model(source.docker_repo);
+}
+
+std::string fetch_with_plan(const ModelSource & source, const std::string & what, DownloadLog & progress) {
     common_params p = download_params(source);
+    common_models_handler handler = common_models_handler_init(p, LLAMA_EXAMPLE_SERVER);
+    if (common_models_handler_is_preset_repo(handler)) {
+        throw Error(what +
+                    ": the repository holds a preset.ini for llama-server's router mode, which llama-tp-server "
+                    "does not run; download a model file of it and pass it with -m");
+    }
+    if (!source.hf_repo.empty() && handler.plan.primary.path.empty()) {
+        if (!source.hf_file.empty()) throw Error(what + ": the repository has no file " + source.hf_file);
+        throw Error(what + ": no GGUF model found" +
+                    (source.offline ? " in the cache (--offline)" : "; the lines above say why"));
+    }
+    common_models_handler_apply(handler, p, &progress);
+    return p.model.path;
+}
+
+}  // namespace
+
+std::string fetch_model(const ModelSource & source) {
     const std::string what = source.describe();
     DownloadLog progress;
+    const DownloadCancel cancel;
+    std::string path;
     try {
-        common_models_handler handler = common_models_handler_init(p, LLAMA_EXAMPLE_SERVER);
-        if (common_models_handler_is_preset_repo(handler)) {
-            throw Error(what +
-                        ": the repository holds a preset.ini for llama-server's router mode, which "
-                        "llama-tp-server does not run; name a model file with -hff");
-        }
-        if (!source.hf_repo.empty() && handler.plan.primary.path.empty()) {
-            throw Error(what + ": no GGUF model found" +
-                        (source.offline ? " in the cache (--offline)" : "; the lines above say why"));
-        }
-        const CacheLock lock(fs_get_cache_directory());
-        common_models_handler_apply(handler, p, &progress);
+        // Around the plan too: it writes the repository's refs.
+        const CacheLock lock(fs_get_cache_directory(), what, cancel);
+        path = source.docker_repo.empty() ? fetch_with_plan(source, what, progress) : fetch_docker(source, what);
     } catch (const Error &) {
         throw;
     } catch (const std::exception & e) {
-        if (progress.is_cancelled()) throw Error(what + ": download interrupted");
+        if (cancel.requested()) throw DownloadInterrupted(what + ": download interrupted");
         throw Error(what + ": " + e.what());
     }
-    if (p.model.path.empty() || !std::filesystem::exists(p.model.path)) {
+    if (path.empty() || !std::filesystem::exists(path)) {
         throw Error(what + ": no model file was fetched" + (source.offline ? " (--offline: the cache only)" : ""));
     }
-    SRV_INF("model: %s is %s", what.c_str(), p.model.path.c_str());
-    return p.model.path;
+    SRV_INF("model: %s is %s", what.c_str(), path.c_str());
+    return path;
 }
 
 }  // namespace llama_tp::server

@@ -4,6 +4,8 @@
 // llama-server's cache (LLAMA_CACHE, MODEL_ENDPOINT, HF_TOKEN and --offline
 // as there), so that both servers share one cache and one set of names.
 
+#include "plugin/error.h"
+
 #include <string>
 
 namespace llama_tp::server {
@@ -22,10 +24,17 @@ struct ModelSource {
     std::string describe() const;
 };
 
+// A download stopped by SIGINT or SIGTERM: the server exits as after a signal.
+class DownloadInterrupted : public Error {
+  public:
+    using Error::Error;
+};
+
 // Fetches what the cache lacks and returns the local path of the model (the
-// first file of a model split into several). Processes of one host take
-// turns (a lock in the cache directory), so an MPI launch downloads once and
-// the others find the file. Throws llama_tp::Error naming the source.
+// first file of a model split into several). Processes of one host fetching
+// the same source take turns (a lock file in llama-server's cache
+// directory), so an MPI launch downloads once and the others find the file.
+// Throws llama_tp::Error naming the source.
 std::string fetch_model(const ModelSource & source);
 
 }  // namespace llama_tp::server

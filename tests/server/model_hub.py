@@ -5,6 +5,7 @@ downloader uses (refs, tree, resolve), and plain file URLs, for the -hf and
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -15,6 +16,8 @@ class ModelHub:
         self.repos = {}  # "owner/name" -> {path: bytes}
         self.files = {}  # "/files/NAME" -> bytes, for -mu
         self.downloads = []  # paths whose bodies were sent
+        self.started = threading.Event()  # a body began to go out
+        self.slow = False  # bodies in small pieces, a pause after each
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -70,7 +73,18 @@ class ModelHub:
         if counted:
             h.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
         h.end_headers()
-        if body:
-            h.wfile.write(data)
-            if counted:
-                self.downloads.append(counted)
+        if not body:
+            return
+        if counted:
+            self.started.set()
+        step = 16384 if self.slow and counted else max(1, len(data))
+        try:
+            for at in range(0, len(data), step):
+                h.wfile.write(data[at:at + step])
+                if step < len(data):
+                    h.wfile.flush()
+                    time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the client went away
+        if counted:
+            self.downloads.append(counted)

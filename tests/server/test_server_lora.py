@@ -71,8 +71,9 @@ def test_adapters_are_listed_with_their_scales(server, files):
 def test_a_request_picks_its_adapters(server, plain):
     both = complete(server)["content"]
     assert both != plain, "the adapters change nothing"
-    # Unlisted adapters are at 0: an empty list is the model alone.
-    assert complete(server, [])["content"] == plain
+    # Unlisted adapters are at 0; an empty list, like none, takes the
+    # global scales (llama-server's reading).
+    assert complete(server, [])["content"] == both
     assert complete(server, [{"id": 1, "scale": 0}])["content"] == plain
     only_a = complete(server, [{"id": 0, "scale": 1.0}])["content"]
     assert only_a not in (plain, both)
@@ -107,14 +108,14 @@ def test_a_cached_prompt_is_reused_only_under_the_same_scales(server):
 
 def test_requests_with_different_adapters_share_a_batch(server, plain):
     solo = {k: complete(server, lora, prompt=f"{PROMPT} {k}")["content"]
-            for k, lora in (("a", [{"id": 0, "scale": 1}]), ("none", []))}
+            for k, lora in (("a", [{"id": 0, "scale": 1}]), ("none", [{"id": 1, "scale": 0}]))}
     got = {}
 
     def run(k, lora):
         got[k] = complete(server, lora, prompt=f"{PROMPT} {k}", n=24)["content"][:len(solo[k])]
 
     threads = [threading.Thread(target=run, args=("a", [{"id": 0, "scale": 1}])),
-               threading.Thread(target=run, args=("none", []))]
+               threading.Thread(target=run, args=("none", [{"id": 1, "scale": 0}]))]
     for t in threads:
         t.start()
     for t in threads:
@@ -135,7 +136,8 @@ def test_global_scales_are_set_by_post(server, plain, files):
 
 
 def test_bad_lora_lists_are_refused(server):
-    for bad in ([{"id": 2, "scale": 1}], [{"scale": 1}], {"id": 0}, [{"id": 0, "scale": "high"}]):
+    for bad in ([{"id": 2, "scale": 1}], [{"scale": 1}], {"id": 0}, [{"id": 0, "scale": "high"}],
+                [{"id": 0, "scale": 1e39}]):
         r = server.post("/completion", {"prompt": PROMPT, "n_predict": 2, "lora": bad})
         assert_error(r, 400, param="lora")
         r = server.post("/lora-adapters", bad)

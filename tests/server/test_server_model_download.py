@@ -3,6 +3,7 @@ fetched from a hub on loopback (MODEL_ENDPOINT) into the cache (LLAMA_CACHE),
 served from there, and found there again without the network."""
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def hub():
 
 
 def environment(hub, cache):
-    return {"MODEL_ENDPOINT": hub.endpoint, "LLAMA_CACHE": str(cache), "HF_HUB_CACHE": str(cache / "hub")}
+    return {"MODEL_ENDPOINT": hub.endpoint, "LLAMA_CACHE": str(cache)}
 
 
 def serve(env, *args):
@@ -108,7 +109,7 @@ def test_hf_file_picks_a_file(hub, tmp_path):
     assert "failed to load model" in r.stderr
     r = run(environment(hub, tmp_path), "-hf", REPO, "-hff", "missing.gguf")
     assert r.returncode == 1
-    assert "missing.gguf" in r.stderr and "-hf " + REPO in r.stderr
+    assert "-hf " + REPO + " -hff missing.gguf: the repository has no file missing.gguf" in r.stderr, r.stderr
 
 
 def test_unknown_repository_and_empty_offline_cache(hub, tmp_path):
@@ -145,6 +146,25 @@ def test_model_url_into_the_cache_or_to_the_model_path(hub, tmp_path):
     r = run(env, "-mu", hub.endpoint + "files/missing.gguf")
     assert r.returncode == 1
     assert "-mu " + hub.endpoint + "files/missing.gguf" in r.stderr
+
+
+def test_a_signal_stops_a_download_and_the_server(hub, tmp_path):
+    hub.slow = True
+    env = environment(hub, tmp_path)
+    proc = subprocess.Popen([str(server_bin()), "--port", "0", "-t", "1", "-hf", REPO + ":Q8_0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+    try:
+        assert hub.started.wait(30), "the download did not start"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "download interrupted" in out, out
+    assert hub.downloads == []
+    assert cached_models(tmp_path) == []
+    assert not list(tmp_path.rglob("*.downloadInProgress"))
 
 
 def test_no_model_at_all_names_both_ways():

@@ -240,7 +240,7 @@ def test_lora_adapters_across_two_processes(model, tmp_path):
                    check=True, capture_output=True, timeout=120)
     args = ("-np", "2", "-c", "512", "-t", "1", "--lora-scaled", f"{adapter}:0.75")
     bodies = [{"prompt": "Once upon a time", "n_predict": 12, "temperature": 0, "ignore_eos": True, "lora": lora}
-              for lora in ([{"id": 0, "scale": 0.75}], [], [{"id": 0, "scale": -0.5}])]
+              for lora in ([{"id": 0, "scale": 0.75}], [{"id": 0, "scale": 0}], [{"id": 0, "scale": -0.5}])]
 
     def answers(server):
         try:

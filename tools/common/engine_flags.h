@@ -8,6 +8,7 @@
 #include "plugin/error.h"
 #include "tools/common/args.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -48,8 +49,8 @@ struct EngineFlags {
         "                            q4_1, q5_0, q5_1, iq4_nl\n"
         "  -ctv, --cache-type-v T    the same for values\n"
         "  --swa-full                sliding-window layers keep every cell, not their window\n"
-        "  --lora FILE               a LoRA adapter at scale 1 (repeatable; upstream's too)\n"
-        "  --lora-scaled FILE:SCALE  a LoRA adapter at that scale\n"
+        "  --lora FILE[,FILE..]      LoRA adapters at scale 1 (repeatable; upstream's too)\n"
+        "  --lora-scaled F:S[,F:S..] LoRA adapters at those scales\n"
         "  --rope-scaling T, --rope-scale N, --rope-freq-base N, --rope-freq-scale N,\n"
         "  --yarn-orig-ctx N, --yarn-ext-factor N, --yarn-attn-factor N, --yarn-beta-slow N,\n"
         "  --yarn-beta-fast N        RoPE overrides, as llama-server's (none, linear, yarn)\n";
@@ -70,18 +71,9 @@ struct EngineFlags {
             bf16 = true;
         else if (f == "--swa-full")
             swa_full = true;
-        else if (f == "--lora")
-            loras.push_back({a.value(f), 1.0f});
-        else if (f == "--lora-scaled") {
-            const std::string v = a.value(f);
-            const size_t colon = v.rfind(':');
-            char * end = nullptr;
-            const double scale = colon == std::string::npos ? 0.0 : std::strtod(v.c_str() + colon + 1, &end);
-            if (colon == std::string::npos || colon == 0 || end == v.c_str() + colon + 1 || *end != '\0') {
-                a.fail(f + " expects FILE:SCALE, not '" + v + "'");
-            }
-            loras.push_back({v.substr(0, colon), (float) scale});
-        } else if (f == "--split-invariant")
+        else if (f == "--lora" || f == "--lora-scaled")
+            take_loras(f, a.value(f), a);
+        else if (f == "--split-invariant")
             split_invariant = true;
         else if (f == "--no-split-invariant")
             split_invariant = false;
@@ -103,6 +95,27 @@ struct EngineFlags {
         } else
             return false;
         return true;
+    }
+
+    // --lora FILE[,FILE..] and --lora-scaled FILE:SCALE[,FILE:SCALE..], as llama-server's.
+    void take_loras(const std::string & f, const std::string & v, ArgReader & a) {
+        size_t at = 0;
+        while (at <= v.size()) {
+            const size_t comma = std::min(v.find(',', at), v.size());
+            const std::string item = v.substr(at, comma - at);
+            at = comma + 1;
+            if (f == "--lora") {
+                loras.push_back({item, 1.0f});
+                continue;
+            }
+            const size_t colon = item.rfind(':');
+            char * end = nullptr;
+            const double scale = colon == std::string::npos ? 0.0 : std::strtod(item.c_str() + colon + 1, &end);
+            if (colon == std::string::npos || colon == 0 || end == item.c_str() + colon + 1 || *end != '\0') {
+                a.fail(f + " expects FILE:SCALE, not '" + item + "'");
+            }
+            loras.push_back({item.substr(0, colon), (float) scale});
+        }
     }
 
     // The RoPE overrides; false if f is none of them.
