@@ -98,6 +98,12 @@ json native_settings(const GenerationRequest & gr, int32_t n_predict) {
     j["n_probs"] = gr.logprobs ? gr.top_logprobs : 0;
     j["stop"] = gr.stop;
     j["cache_prompt"] = gr.cache_prompt;
+    // The request's own adapter list, as llama-server echoes it (validated by then).
+    json lora = json::array();
+    if (gr.lora && gr.lora->is_array()) {
+        for (const json & e : *gr.lora) lora.push_back({{"id", e.value("id", -1)}, {"scale", e.value("scale", 0.0)}});
+    }
+    j["lora"] = lora;
     return j;
 }
 

@@ -77,7 +77,11 @@ def test_a_request_picks_its_adapters(server, plain):
     assert complete(server, [{"id": 1, "scale": 0}])["content"] == plain
     only_a = complete(server, [{"id": 0, "scale": 1.0}])["content"]
     assert only_a not in (plain, both)
-    assert complete(server, [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.5}])["content"] == both
+    listed = complete(server, [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.5}])
+    assert listed["content"] == both
+    # Echoed in the settings, as llama-server's.
+    assert listed["generation_settings"]["lora"] == [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.5}]
+    assert complete(server)["generation_settings"]["lora"] == []
 
 
 def test_generated_tokens_take_the_adapter_as_prompt_tokens_do(server):
