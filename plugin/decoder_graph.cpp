@@ -31,6 +31,7 @@ ggml_tensor * rope_layer(ggml_context * ctx, ggml_tensor * x, ggml_tensor * posi
 
 struct Builder {
     ggml_context * ctx;
+    ggml_cgraph * gf;
     const HParams & hp;
     const ModelWeights & w;
     const KvCache & kv;
@@ -121,6 +122,22 @@ struct Builder {
         GGML_ASSERT(n == in.out_rows->ne[0]);
         if (!picked_scales[i]) picked_scales[i] = ggml_get_rows(ctx, scale, in.out_rows);
         return picked_scales[i];
+    }
+    // The experts' form of with_lora, as upstream's: each token's picked
+    // experts' pairs, y += scale * B_e (A_e x). x: [n_in, 1 or K, T].
+    ggml_tensor * with_lora_id(ggml_tensor * y, const ggml_tensor * base, ggml_tensor * x, ggml_tensor * picked) const {
+        for (size_t a = 0; a < w.loras.size(); ++a) {
+            const LoraWeight * lw = (shape.lora_active >> a) & 1 ? w.lora(a, base) : nullptr;
+            if (!lw) continue;
+            ggml_tensor * t = ggml_mul_mat_id(ctx, lw->a.pieces.front(), x, picked);
+            y = ggml_add(ctx, y, lora_id_change(*lw, t, picked));
+        }
+        return y;
+    }
+    // scale * B_e t for every token's picked experts (t: [rank, K, T]).
+    ggml_tensor * lora_id_change(const LoraWeight & lw, ggml_tensor * t, ggml_tensor * picked) const {
+        ggml_tensor * scale = lora_scale(lw.scale, t->ne[2]);
+        return ggml_mul(ctx, ggml_mul_mat_id(ctx, lw.b, t, picked), ggml_reshape_3d(ctx, scale, 1, 1, t->ne[2]));
     }
     ggml_tensor * project(ggml_tensor * weight, ggml_tensor * x) const {
         return with_lora(ggml_mul_mat(ctx, weight, x), weight, false, x, nullptr);
@@ -289,13 +306,15 @@ struct Builder {
         ggml_tensor *gate = nullptr, *up = nullptr;
         if (l.ffn_gate_up_exps) {
             // The rank's gate rows, then its up rows, of every picked expert.
-            ggml_tensor * gu = ggml_mul_mat_id(ctx, l.ffn_gate_up_exps, x, picked);  // [2 F_r, K, T]
+            ggml_tensor * gu = with_lora_id(ggml_mul_mat_id(ctx, l.ffn_gate_up_exps, x, picked), l.ffn_gate_up_exps, x,
+                                            picked);  // [2 F_r, K, T]
             const int64_t F = gu->ne[0] / 2;
             gate = ggml_view_3d(ctx, gu, F, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], 0);
             up = ggml_view_3d(ctx, gu, F, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], F * gu->nb[0]);
         } else {
-            gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x, picked);  // [F_r, K, T]
-            up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x, picked);
+            gate = with_lora_id(ggml_mul_mat_id(ctx, l.ffn_gate_exps, x, picked), l.ffn_gate_exps, x,
+                                picked);  // [F_r, K, T]
+            up = with_lora_id(ggml_mul_mat_id(ctx, l.ffn_up_exps, x, picked), l.ffn_up_exps, x, picked);
         }
         if (l.ffn_up_exps_b) up = ggml_add_id(ctx, up, l.ffn_up_exps_b, picked);
         if (l.ffn_gate_exps_b) gate = ggml_add_id(ctx, gate, l.ffn_gate_exps_b, picked);
@@ -308,14 +327,34 @@ struct Builder {
             ggml_tensor * s = ggml_reshape_3d(ctx, l.ffn_down_exps_scale, 1, hp.n_expert, 1);
             expert_scale = ggml_get_rows(ctx, ggml_repeat_4d(ctx, s, 1, hp.n_expert, T, 1), picked);
         }
-        // One piece of every picked expert's down projection, weighted and summed over the experts.
-        // The down bias goes with the first cell of the width (ModelWeights).
+        // The adapters' change of the down projection: A_e h summed across
+        // ranks as the projection is (exactly with split-invariant sums), then
+        // B_e of it, the same on every rank.
+        std::vector<ggml_tensor *> down_changes;
+        for (size_t a = 0; a < w.loras.size(); ++a) {
+            const LoraWeight * lw = (shape.lora_active >> a) & 1 ? w.lora(a, l.ffn_down_exps.pieces.front()) : nullptr;
+            if (!lw) continue;
+            auto a_product = [&](ggml_tensor * piece, ggml_tensor * act) {
+                return ggml_mul_mat_id(ctx, piece, act, picked);
+            };
+            down_changes.push_back(lora_id_change(*lw, row_parallel(lw->a, h, nullptr, a_product), picked));
+            // Every rank runs the sum of A_e h, in this order, also where its
+            // pieces do not add the change.
+            ggml_build_forward_expand(gf, down_changes.back());
+        }
+        // One piece of every picked expert's down projection, weighted and
+        // summed over the experts, in upstream's order: the expert scale, the
+        // adapters' change and the bias (those two with the first cell of the
+        // width only, so that they count once), then the router's weight.
         auto experts = [&](ggml_tensor * down, ggml_tensor * act) {
             ggml_tensor * out = ggml_mul_mat_id(ctx, down, act, picked);
+            if (expert_scale) out = ggml_mul(ctx, out, expert_scale);
+            if (down == l.ffn_down_exps.pieces[0] && l.ffn_down_exps.first) {
+                for (ggml_tensor * change : down_changes) out = ggml_add(ctx, out, change);
+            }
             if (l.ffn_down_exps_b && down == l.ffn_down_exps.pieces[0]) {
                 out = ggml_add_id(ctx, out, l.ffn_down_exps_b, picked);
             }
-            if (expert_scale) out = ggml_mul(ctx, out, expert_scale);
             out = ggml_mul(ctx, out, ggml_reshape_3d(ctx, weights, 1, K, T));  // [E, K, T]
             ggml_tensor * sum = ggml_view_2d(ctx, out, out->ne[0], T, out->nb[2], 0);
             for (int64_t k = 1; k < K; ++k) {
@@ -423,7 +462,8 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         in.lora_scales.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T));
         ggml_set_input(in.lora_scales.back());
     }
-    Builder b{ctx, hp, w, kv, shape, in, reduce, split_invariant, {}, std::vector<ggml_tensor *>(w.lora_scales.size())};
+    Builder b{
+        ctx, gf, hp, w, kv, shape, in, reduce, split_invariant, {}, std::vector<ggml_tensor *>(w.lora_scales.size())};
     if (reduce) {
         in.embd_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
         in.embd_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T);

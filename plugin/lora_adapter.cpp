@@ -62,9 +62,13 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
         if (!w.pieces.empty()) targets[parts_of(w.pieces.front()).front().name].row = &w;
     };
     for (LayerWeights & l : layers) {
-        for (ggml_tensor * t : {l.wq, l.wk, l.wv, l.wqkv, l.ffn_gate, l.ffn_up, l.ffn_gate_up}) column(t);
+        for (ggml_tensor * t : {l.wq, l.wk, l.wv, l.wqkv, l.ffn_gate, l.ffn_up, l.ffn_gate_up, l.ffn_gate_exps,
+                                l.ffn_up_exps, l.ffn_gate_up_exps}) {
+            column(t);
+        }
         row(l.wo);
         row(l.ffn_down);
+        row(l.ffn_down_exps);
     }
     column(output);  // a tied head has none: its adapter tensors name a matrix the model lacks
 
@@ -80,8 +84,8 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
         if (unread(hp, base)) continue;
         if (!targets.count(base)) {
             fail("tensor '" + name + "' changes '" + base +
-                 "'; llama-tp applies LoRA to attention and dense FFN "
-                 "projections and the output head only");
+                 "'; llama-tp applies LoRA to the attention and FFN projections (experts' too) and the output "
+                 "head only");
         }
         ++halves[base];
     }
@@ -97,16 +101,22 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
         const ggml_tensor * b_desc = f.find_tensor(base + ".lora_b");
         if (n != 2 || !a_desc || !b_desc) fail("'" + base + "' lacks its lora_a or lora_b");
         const ggml_tensor * w = model.find_tensor(base);
-        const int64_t in = w->ne[0], out = w->ne[1], r = a_desc->ne[1];
-        if (ggml_n_dims(a_desc) > 2 || ggml_n_dims(b_desc) > 2 || a_desc->ne[0] != in || b_desc->ne[0] != r ||
-            b_desc->ne[1] != out) {
+        // Stacked experts: a pair per expert, stacked the same way.
+        const int64_t in = w->ne[0], out = w->ne[1], n_exp = w->ne[2], r = a_desc->ne[1];
+        if (a_desc->ne[0] != in || b_desc->ne[0] != r || b_desc->ne[1] != out || a_desc->ne[2] != n_exp ||
+            b_desc->ne[2] != n_exp || a_desc->ne[3] != 1 || b_desc->ne[3] != 1) {
+            const std::string experts = n_exp > 1 ? ", " + std::to_string(n_exp) : "";
             fail("'" + base + "' is " + shape_of(w) + " but its lora_a is " + shape_of(a_desc) + " and lora_b " +
-                 shape_of(b_desc) + " (expected [" + std::to_string(in) + ", rank] and [rank, " + std::to_string(out) +
-                 "]; another base model?)");
+                 shape_of(b_desc) + " (expected [" + std::to_string(in) + ", rank" + experts + "] and [rank, " +
+                 std::to_string(out) + experts + "]; another base model?)");
         }
         LoraWeight lw;
         const LoraTarget & target = targets.at(base);
-        const std::vector<int64_t> a_shape = {in, r}, b_shape = {r, out};
+        std::vector<int64_t> a_shape = {in, r}, b_shape = {r, out};
+        if (n_exp > 1) {
+            a_shape.push_back(n_exp);
+            b_shape.push_back(n_exp);
+        }
         if (target.column) {
             // B takes the matrix's rows (all its parts, for a fused one).
             lw.a.pieces = {declare(f, base + ".lora_a", a_shape, false)};
@@ -119,6 +129,7 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
             // A takes the matrix's columns, one tensor per cell of the grid.
             const RowParallelWeight & m = *target.row;
             lw.a.cell_bounds = m.cell_bounds;
+            lw.a.first = m.first;
             if (m.one_pass) {
                 const TensorSlice s = parts_of(m.pieces.front()).front().slice;
                 const int64_t begin = s.axis == TensorSlice::Columns ? s.begin : 0;

@@ -132,6 +132,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
             w.cell_bounds.push_back(width);
         }
         const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
+        w.first = !cells || cells->front().begin == 0;
         w.one_pass = split_invariant && one_pass(file.find_tensor(name), experts);
         if (!split_invariant || w.one_pass) {
             w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));

@@ -40,6 +40,10 @@ struct RowParallelWeight {
     // The cells as column offsets in this rank's columns: 0 first, the
     // width last (one cell without split-invariant sums).
     std::vector<int64_t> cell_bounds;
+    // Whether the rank's first piece is the matrix's first cell: what every
+    // rank holds alike and must count once (a bias, a LoRA pair's change)
+    // goes with it.
+    bool first = true;
 };
 
 // One matrix's LoRA pair: y += scale * B (A x). A is split as the matrix's

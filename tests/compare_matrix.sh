@@ -10,7 +10,8 @@
 #     wire) against single device, and
 #   - the default: split-invariant sums where every row-parallel matrix is
 #     q8_0 and dense, float sums elsewhere;
-#   - LoRA adapters (llama, qwen2, phi3, gemma3), the same checks.
+#   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral and gpt-oss with
+#     their experts' pairs), the same checks.
 # Every verdict is llama-tp-compare's own: the accuracy contract's clause for
 # the run (DESIGN section 4), no bounds set here.
 # usage: compare_matrix.sh MAKE_MODEL COMPARE ARCH WORKDIR STORIES_MODEL
@@ -182,7 +183,7 @@ if [[ $arch == llama ]]; then
     check "llama q8_0 in parts ($parts) vs upstream" -m "$parts" --reference upstream --prompts 3 --n-tokens 12
     check "llama q8_0 in parts tp3 vs tp1" -m "$parts" --reference tp1 --tp 3 --prompts 3 --n-tokens 12
 fi
-if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 ]]; then
+if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 || $arch == mixtral || $arch == gpt-oss ]]; then
     # LoRA adapters on the q8_0 model: the attention and FFN projections and
     # the head (untied ones), each pair split as its matrix is. Against
     # upstream one adapter: upstream adds several in the order of a hash map
@@ -204,8 +205,13 @@ if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 ]]; t
         check "$arch q8_0 lora tp$tp split-invariant vs tp1" -m "$model" "${loras[@]}" --reference tp1 --tp $tp \
             --split-invariant --prompts 3 --n-tokens 12
     done
-    check "$arch q8_0 lora tp2 float sums vs tp1" -m "$model" "${loras[@]}" --reference tp1 --tp 2 \
-        --no-split-invariant --prompts 3 --n-tokens 12
+    # With experts the float sums drift as routing does (a near tie picks
+    # another expert), beyond the contract's bound on these small models:
+    # the split-invariant runs above check the experts' pairs.
+    if [[ $arch != mixtral && $arch != gpt-oss ]]; then
+        check "$arch q8_0 lora tp2 float sums vs tp1" -m "$model" "${loras[@]}" --reference tp1 --tp 2 \
+            --no-split-invariant --prompts 3 --n-tokens 12
+    fi
 fi
 rm -f "$work"/*.gguf
 echo "$arch: $((cases - failures)) passed, $failures failed"

@@ -21,7 +21,8 @@ struct GgmlContextDeleter {
 
 // The matrices llama-tp applies LoRA to, as upstream names them.
 bool adaptable(const std::string & name) {
-    static const std::regex pattern(R"((blk\.[0-9]+\.(attn_(q|k|v|qkv|output)|ffn_(gate|up|down))|output)\.weight)");
+    static const std::regex pattern(
+        R"((blk\.[0-9]+\.(attn_(q|k|v|qkv|output)|ffn_(gate|up|down)(_exps)?|ffn_gate_up_exps)|output)\.weight)");
     return std::regex_match(name, pattern);
 }
 
@@ -30,10 +31,13 @@ ggml_type storage_type(ggml_type wanted, int64_t row_length) {
     return row_length % ggml_blck_size(wanted) == 0 ? wanted : GGML_TYPE_F32;
 }
 
-TensorPlan half(const std::string & name, int64_t row_length, int64_t n_rows, ggml_type type, float stddev) {
+// One half of a pair; stacked experts (n_exp > 1) get one per expert.
+TensorPlan half(const std::string & name, int64_t row_length, int64_t n_rows, int64_t n_exp, ggml_type type,
+                float stddev) {
     TensorPlan p;
     p.name = name;
     p.ne = {row_length, n_rows};
+    if (n_exp > 1) p.ne.push_back(n_exp);
     p.type = storage_type(type, row_length);
     p.stddev = stddev;
     return p;
@@ -56,10 +60,12 @@ LoraResult write_lora_adapter(const std::string & path, const LoraSpec & spec, i
     // tenth of the product's: greedy answers move, the model stays peaked.
     std::vector<TensorPlan> plans;
     for (ggml_tensor * t = ggml_get_first_tensor(meta); t; t = ggml_get_next_tensor(meta, t)) {
-        if (!adaptable(ggml_get_name(t)) || ggml_n_dims(t) != 2) continue;
+        if (!adaptable(ggml_get_name(t)) || ggml_n_dims(t) < 2) continue;
         const std::string name = ggml_get_name(t);
-        plans.push_back(half(name + ".lora_a", t->ne[0], spec.rank, spec.type, 1.0f / std::sqrt((float) t->ne[0])));
-        plans.push_back(half(name + ".lora_b", spec.rank, t->ne[1], spec.type, 0.1f / std::sqrt((float) spec.rank)));
+        plans.push_back(
+            half(name + ".lora_a", t->ne[0], spec.rank, t->ne[2], spec.type, 1.0f / std::sqrt((float) t->ne[0])));
+        plans.push_back(
+            half(name + ".lora_b", spec.rank, t->ne[1], t->ne[2], spec.type, 0.1f / std::sqrt((float) spec.rank)));
     }
     if (plans.empty()) throw UsageError("model file '" + spec.base_path + "' has no matrix LoRA adapts");
 
@@ -72,7 +78,7 @@ LoraResult write_lora_adapter(const std::string & path, const LoraSpec & spec, i
     ggml_init_params tp = {plans.size() * ggml_tensor_overhead(), nullptr, /*no_alloc =*/true};
     const std::unique_ptr<ggml_context, GgmlContextDeleter> tensors(ggml_init(tp));
     for (const TensorPlan & p : plans) {
-        ggml_tensor * t = ggml_new_tensor_2d(tensors.get(), p.type, p.ne[0], p.ne[1]);
+        ggml_tensor * t = ggml_new_tensor(tensors.get(), p.type, (int) p.ne.size(), p.ne.data());
         ggml_set_name(t, p.name.c_str());
         gguf_add_tensor(out.get(), t);
     }

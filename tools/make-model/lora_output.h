@@ -1,6 +1,6 @@
 #pragma once
 // A LoRA adapter GGUF for a model file: a seeded lora_a / lora_b pair for
-// every matrix llama-tp applies LoRA to (attention and dense FFN projections,
+// every matrix llama-tp applies LoRA to (attention and FFN projections, experts' too,
 // the output head), in the layout upstream's llama_adapter_lora_init reads.
 
 #include <cstdint>

@@ -243,8 +243,8 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
   --suppress-tokens ID,ID,...         tokenizer.ggml.suppress_tokens: tokens never sampled
                                       (as Gemma 4 Unified conversions write them)
   --lora-of MODEL.gguf                write a LoRA adapter for MODEL instead: a seeded
-                                      pair for every attention and dense FFN
-                                      projection and the output head, upstream's
+                                      pair for every attention and FFN projection
+                                      (experts' too) and the output head, upstream's
                                       layout (--type f32 (default), f16 or q8_0)
   --lora-rank N, --lora-alpha X       the adapter's rank (default 8) and alpha
                                       (default twice the rank)
