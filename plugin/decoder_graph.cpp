@@ -329,7 +329,7 @@ struct Builder {
         }
         // The adapters' change of the down projection: A_e h summed across
         // ranks as the projection is (exactly with split-invariant sums), then
-        // B_e of it, the same on every rank.
+        // B_e of it on the rank that adds it.
         std::vector<ggml_tensor *> down_changes;
         for (size_t a = 0; a < w.loras.size(); ++a) {
             const LoraWeight * lw = (shape.lora_active >> a) & 1 ? w.lora(a, l.ffn_down_exps.pieces.front()) : nullptr;
@@ -337,10 +337,11 @@ struct Builder {
             auto a_product = [&](ggml_tensor * piece, ggml_tensor * act) {
                 return ggml_mul_mat_id(ctx, piece, act, picked);
             };
-            down_changes.push_back(lora_id_change(*lw, row_parallel(lw->a, h, nullptr, a_product), picked));
-            // Every rank runs the sum of A_e h, in this order, also where its
-            // pieces do not add the change.
-            ggml_build_forward_expand(gf, down_changes.back());
+            ggml_tensor * t = row_parallel(lw->a, h, nullptr, a_product);
+            // Every rank runs the sum, in this order, also where its pieces
+            // do not add the change.
+            ggml_build_forward_expand(gf, t);
+            if (l.ffn_down_exps.first) down_changes.push_back(lora_id_change(*lw, t, picked));
         }
         // One piece of every picked expert's down projection, weighted and
         // summed over the experts, in upstream's order: the expert scale, the

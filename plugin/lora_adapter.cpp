@@ -22,7 +22,9 @@ struct LoraTarget {
 };
 
 std::string shape_of(const ggml_tensor * t) {
-    return "[" + std::to_string(t->ne[0]) + ", " + std::to_string(t->ne[1]) + "]";
+    std::string s = "[" + std::to_string(t->ne[0]) + ", " + std::to_string(t->ne[1]);
+    if (t->ne[2] > 1) s += ", " + std::to_string(t->ne[2]);
+    return s + "]";
 }
 
 // File matrices the architecture's graph does not read, here or upstream:
@@ -129,7 +131,6 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
             // A takes the matrix's columns, one tensor per cell of the grid.
             const RowParallelWeight & m = *target.row;
             lw.a.cell_bounds = m.cell_bounds;
-            lw.a.first = m.first;
             if (m.one_pass) {
                 const TensorSlice s = parts_of(m.pieces.front()).front().slice;
                 const int64_t begin = s.axis == TensorSlice::Columns ? s.begin : 0;

@@ -10,8 +10,8 @@
 #     wire) against single device, and
 #   - the default: split-invariant sums where every row-parallel matrix is
 #     q8_0 and dense, float sums elsewhere;
-#   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral and gpt-oss with
-#     their experts' pairs), the same checks.
+#   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral, gpt-oss and
+#     Gemma 4 with experts with their experts' pairs), the same checks.
 # Every verdict is llama-tp-compare's own: the accuracy contract's clause for
 # the run (DESIGN section 4), no bounds set here.
 # usage: compare_matrix.sh MAKE_MODEL COMPARE ARCH WORKDIR STORIES_MODEL
@@ -162,6 +162,16 @@ if [[ $arch == gemma4 ]]; then
         done
         check "gemma4 $variant tp2 float sums vs tp1" -m "$model" --reference tp1 --tp 2 --no-split-invariant \
             --prompts 3 --n-tokens 12
+    done
+    # A LoRA adapter on Gemma 4 with experts: every expert's fused gate/up,
+    # the expert scale before the adapter's change, the dense FFN beside.
+    model="$work/gemma4-moe.gguf"
+    "$make_model" --lora-of "$model" --seed 3 -o "$work/gemma4-moe-lora.gguf" >/dev/null 2>&1
+    check "gemma4 moe lora vs upstream" -m "$model" --lora "$work/gemma4-moe-lora.gguf" --reference upstream \
+        --no-split-invariant --prompts 3 --n-tokens 12
+    for tp in 2 3; do
+        check "gemma4 moe lora tp$tp split-invariant vs tp1" -m "$model" --lora "$work/gemma4-moe-lora.gguf" \
+            --reference tp1 --tp $tp --split-invariant --prompts 3 --n-tokens 12
     done
 fi
 if [[ $arch == phi3 ]]; then
