@@ -53,7 +53,9 @@ class TensorParallelEngine final : public Engine {
         GgufFile file(options_.model_path);
         ProcessGroup * processes = options_.processes;
         const int n_processes = processes ? processes->size() : 1;
-        if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file) + adapters_text());
+        std::vector<std::unique_ptr<GgufFile>> adapters;  // open for the load
+        for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
+        if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file) + adapters_text(adapters));
         hp_ = read_hparams(file);
         if (options_.rope.any()) {
             apply_rope_overrides(hp_, options_.rope);
@@ -89,11 +91,7 @@ class TensorParallelEngine final : public Engine {
         setup.n_ranks = n_ranks;
         setup.n_threads = std::max(1, options_.n_threads / tp);
         setup.device = cpu_device();
-        std::vector<std::unique_ptr<GgufFile>> adapters;
-        for (const LoraOptions & l : options_.loras) {
-            adapters.push_back(open_adapter(l.path));
-            setup.adapters.push_back(adapters.back().get());
-        }
+        for (const auto & a : adapters) setup.adapters.push_back(a.get());
         std::unique_ptr<AllReduceEngine> allreduce;
         if (n_processes > 1) {
             allreduce = process_allreduce(*processes);
@@ -408,14 +406,13 @@ class TensorParallelEngine final : public Engine {
     }
 
     // Every process must apply the same adapters.
-    std::string adapters_text() const {
+    std::string adapters_text(const std::vector<std::unique_ptr<GgufFile>> & adapters) const {
         std::string s;
-        for (const LoraOptions & l : options_.loras) {
-            const std::unique_ptr<GgufFile> f = open_adapter(l.path);
+        for (size_t i = 0; i < adapters.size(); ++i) {
             char digest[32];
-            std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) f->header_digest());
-            s += "lora: " + std::to_string(f->file_size()) + " bytes, header digest " + digest + ", scale " +
-                 std::to_string(l.scale) + "\n";
+            std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) adapters[i]->header_digest());
+            s += "lora: " + std::to_string(adapters[i]->file_size()) + " bytes, header digest " + digest + ", scale " +
+                 std::to_string(options_.loras[i].scale) + "\n";
         }
         return s;
     }

@@ -95,7 +95,6 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
     // The model's parameter count leaves adapters out, as upstream's does.
     const int64_t n_params = n_params_;
     LoraAdapter adapter;
-    adapter.path = f.path();
     adapter.alpha = (float) f.get_float("adapter.lora.alpha", 0.0);
     const int index = (int) loras.size();
     for (const auto & [base, n] : halves) {

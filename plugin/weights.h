@@ -59,7 +59,6 @@ struct LoraWeight {
 // A LoRA adapter file's matrices, by the base matrix they change (its first
 // piece for a row-parallel matrix).
 struct LoraAdapter {
-    std::string path;
     float alpha = 0.0f;  // adapter.lora.alpha; 0: the scale is used as given
     std::map<const ggml_tensor *, LoraWeight> weights;
 };

@@ -1,5 +1,4 @@
 #include "server/http_routes.h"
-#include "server/lora_adapters.h"
 
 #include "plugin/engine.h"
 #include "plugin/error.h"
@@ -8,6 +7,7 @@
 #include "server/embeddings.h"
 #include "server/log.h"
 #include "server/anthropic_messages.h"
+#include "server/lora_adapters.h"
 #include "server/native_response.h"
 #include "server/openai_responses.h"
 #include "server/reply_shape.h"
@@ -1149,14 +1149,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
     http.Get(at("/lora-adapters"),
              guarded([&st](const Request &, Response & res) { send_json(res, st.loras->to_json()); }));
     http.Post(at("/lora-adapters"), guarded([&st](const Request & req, Response & res) {
-                  json body;
-                  try {
-                      body = json::parse(req.body);
-                  } catch (const json::parse_error & e) {
-                      throw bad_request(std::string("the request body is not valid JSON: ") + e.what(), "",
-                                        "invalid_json");
-                  }
-                  st.loras->set_scales(st.loras->parse(body, "body"));
+                  st.loras->set_scales(st.loras->parse(parse_json(req.body), "body"));
                   send_json(res, {{"success", true}});
               }));
 

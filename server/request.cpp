@@ -593,13 +593,16 @@ bool bool_field(const json & body, const char * name, bool fallback) {
     return get_bool(body, name, fallback);
 }
 
-json parse_json_body(const std::string & body) {
-    json j;
+json parse_json(const std::string & body) {
     try {
-        j = json::parse(body);
+        return json::parse(body);
     } catch (const json::parse_error & e) {
         throw bad_request(std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
     }
+}
+
+json parse_json_body(const std::string & body) {
+    const json j = parse_json(body);
     if (!j.is_object()) {
         throw bad_request(std::string("the request body must be a JSON object, got ") + type_name(j), "",
                           "invalid_json");

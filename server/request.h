@@ -102,5 +102,7 @@ bool bool_field(const json & body, const char * name, bool fallback);
 
 // Parses a request body, throwing ApiError 400 when it is not a JSON object.
 json parse_json_body(const std::string & body);
+// Any JSON value (for the endpoints whose body is an array); throws as above.
+json parse_json(const std::string & body);
 
 }  // namespace llama_tp::server
