@@ -11,6 +11,7 @@ Run with the system interpreter: /usr/bin/python3 -m pytest tests/server
 """
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -58,10 +59,28 @@ def generated_model(path, seed=7, arch="llama", weight_type="q8_0", vocab=None, 
     return Path(path)
 
 
+def ephemeral_ports() -> range:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return range(low, high + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port outside the kernel's ephemeral range: a port the kernel
+    hands out to any bind(0), such as mpirun's own listening sockets, could
+    be taken between this check and the server's bind."""
+    ephemeral = ephemeral_ports()
+    candidates = [p for p in range(10000, 32768) if p not in ephemeral] or list(range(10000, 65536))
+    for port in random.sample(candidates, 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port found outside the ephemeral range")
 
 
 class ServerProcess:
