@@ -5,11 +5,10 @@
 
 namespace llama_tp {
 
-MetaExecutor::MetaExecutor(ggml_backend_t backend, bool force_segments)
-    : backend_(backend), force_segments_(force_segments) {}
+MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode) : backend_(backend), mode_(mode) {}
 
 bool MetaExecutor::runs_in_graph(ggml_cgraph * gf) const {
-    if (force_segments_) return false;
+    if (mode_ != CollectiveRun::Auto) return false;
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
         if (ggml_cluster_allreduce_info(node, nullptr, nullptr)) return ggml_backend_supports_op(backend_, node);
@@ -53,15 +52,26 @@ ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
             const ggml_status st = ggml_backend_graph_compute(backend_, seg.graph);
             if (st != GGML_STATUS_SUCCESS) return st;
         }
-        if (seg.collective) {
-            ggml_cluster_allreduce_fn fn = nullptr;
-            void * user = nullptr;
-            ggml_cluster_allreduce_info(seg.collective, &fn, &user);
-            ggml_backend_synchronize(backend_);
-            fn(user, seg.collective->data, (size_t) ggml_nelements(seg.collective), nullptr);
-        }
+        if (seg.collective) run_collective(seg.collective);
     }
     return GGML_STATUS_SUCCESS;
+}
+
+void MetaExecutor::run_collective(ggml_tensor * node) {
+    ggml_cluster_allreduce_fn fn = nullptr;
+    void * user = nullptr;
+    ggml_cluster_allreduce_info(node, &fn, &user);
+    ggml_backend_synchronize(backend_);
+    const size_t n = (size_t) ggml_nelements(node);
+    ggml_backend_buffer_t buffer = node->view_src ? node->view_src->buffer : node->buffer;
+    if (mode_ != CollectiveRun::SegmentsThroughHost && buffer && ggml_backend_buffer_is_host(buffer)) {
+        fn(user, node->data, n, nullptr);
+        return;
+    }
+    staging_.resize(ggml_nbytes(node));
+    ggml_backend_tensor_get(node, staging_.data(), 0, staging_.size());
+    fn(user, staging_.data(), n, nullptr);
+    ggml_backend_tensor_set(node, staging_.data(), 0, staging_.size());
 }
 
 }  // namespace llama_tp

@@ -4,7 +4,8 @@
 // is split at its collective nodes into segments: segment, collective,
 // segment, ... The split is cached and reused while the same graph is run
 // again (every decode step of an unchanged shape), so steady-state decode
-// builds nothing.
+// builds nothing. A collective whose values are not in host memory is
+// copied out to the host for its callback and back again.
 
 #include <cstdint>
 #include <vector>
@@ -14,11 +15,17 @@
 
 namespace llama_tp {
 
+// How collectives run. The forced modes run a CPU backend's graph the way
+// another backend's runs, to check that path on any machine.
+enum class CollectiveRun {
+    Auto,                 // in-graph where the backend can, else between segments
+    Segments,             // between segments, always
+    SegmentsThroughHost,  // between segments, each copied through host memory
+};
+
 class MetaExecutor {
   public:
-    // force_segments: split even where the backend could run the collectives
-    // in-graph (for testing the segmented path on CPU).
-    explicit MetaExecutor(ggml_backend_t backend, bool force_segments = false);
+    explicit MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto);
 
     ggml_status compute(ggml_cgraph * gf);
 
@@ -33,9 +40,11 @@ class MetaExecutor {
     };
     bool runs_in_graph(ggml_cgraph * gf) const;
     void split(ggml_cgraph * gf);
+    void run_collective(ggml_tensor * node);
 
     ggml_backend_t backend_;
-    bool force_segments_;
+    CollectiveRun mode_;
+    std::vector<uint8_t> staging_;  // a collective's values in host memory
     ggml_cgraph * cached_graph_ = nullptr;
     int cached_n_nodes_ = -1;
     ggml_context_ptr ctx_;

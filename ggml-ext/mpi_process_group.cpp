@@ -76,6 +76,7 @@ class MpiProcessGroup final : public ProcessGroup {
         Communicator::check(MPI_Comm_split_type(control_.get(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
                             "MPI_Comm_split_type");
         MPI_Comm_size(node, &local_size_);
+        MPI_Comm_rank(node, &local_rank_);
         MPI_Comm_free(&node);
         hosts_ = exchange_hosts();
         // A warm-up collective on the data communicator: its connections are
@@ -87,6 +88,7 @@ class MpiProcessGroup final : public ProcessGroup {
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     int local_size() const override { return local_size_; }
+    int local_rank() const override { return local_rank_; }
     const std::string & host() const override { return host_; }
 
     void broadcast(std::vector<uint8_t> & bytes, Patience patience) override {
@@ -193,7 +195,7 @@ class MpiProcessGroup final : public ProcessGroup {
     MpiLibrary library_;
     Communicator control_, data_;
     MPI_Request request_ = MPI_REQUEST_NULL;
-    int rank_ = 0, size_ = 1, local_size_ = 1;
+    int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0;
     bool ended_together_ = false;
     // Set when a request is left posted (a peer stopped answering).
     std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);

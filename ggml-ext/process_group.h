@@ -29,6 +29,7 @@ class ProcessGroup {
     virtual int rank() const = 0;
     virtual int size() const = 0;
     virtual int local_size() const = 0;  // processes of the group on this host
+    virtual int local_rank() const = 0;  // this process's index among them
     virtual const std::string & host() const = 0;
 
     // Process 0's bytes to every other process (resized to fit). A follower

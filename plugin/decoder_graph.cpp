@@ -38,7 +38,8 @@ struct Builder {
     const GraphShape & shape;
     GraphInputs & in;
     const Collective * reduce;
-    bool exact;  // split-invariant sums
+    bool exact;    // split-invariant sums
+    bool cpu_ops;  // GraphMode::cpu_ops
     // Each layer's keys and values as written to the cache, for the layers
     // that share it (views of the write's result order after the write).
     std::vector<std::pair<ggml_tensor *, ggml_tensor *>> stored;
@@ -222,8 +223,8 @@ struct Builder {
         ggml_tensor * qp = ggml_permute(ctx, qr, 0, 2, 1, 3);
         const float scale = hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) hd);
         ggml_tensor * out = nullptr;
-        // Row attention reads F16 caches only.
-        if (!kv.all().unified() && kv.types().both_f16()) {
+        // Row attention reads F16 caches only, on the CPU.
+        if (cpu_ops && !kv.all().unified() && kv.types().both_f16()) {
             out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run), cache_view(il, v, run), mask, sinks, scale,
                                          hp.attn_logit_softcap);
         } else {
@@ -440,7 +441,9 @@ void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams &
 
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const Collective * reduce, bool split_invariant, bool embeddings) {
+                                  const GraphMode & mode) {
+    const Collective * reduce = mode.reduce;
+    const bool embeddings = mode.embeddings;
     const int64_t T = shape.n_tokens;
     in.positions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_cells = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
@@ -463,8 +466,18 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         in.lora_scales.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T));
         ggml_set_input(in.lora_scales.back());
     }
-    Builder b{
-        ctx, gf, hp, w, kv, shape, in, reduce, split_invariant, {}, std::vector<ggml_tensor *>(w.lora_scales.size())};
+    Builder b{ctx,
+              gf,
+              hp,
+              w,
+              kv,
+              shape,
+              in,
+              reduce,
+              mode.split_invariant,
+              mode.cpu_ops,
+              {},
+              std::vector<ggml_tensor *>(w.lora_scales.size())};
     if (reduce) {
         in.embd_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
         in.embd_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T);

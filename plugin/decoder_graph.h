@@ -88,13 +88,23 @@ struct KeyShift {
 void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                            const KvCache & kv, KeyShift all, KeyShift window);
 
+// What a rank's graph computes and with which operations.
+struct GraphMode {
+    const Collective * reduce = nullptr;  // nullptr: a single rank
+    // Row-parallel products are summed piece by piece in double (ShardPlan),
+    // so the logits do not depend on the split (needs cpu_ops).
+    bool split_invariant = false;
+    bool embeddings = false;  // outputs are the final-normed hidden states
+    // ggml-ext's CPU-only operations may be used (row attention); false on
+    // other backends, whose graphs take ggml's operations only.
+    bool cpu_ops = true;
+};
+
 // Adds the forward pass over this rank's shard to gf; returns the logits
 // tensor [vocabulary slice, n_outputs], or with embeddings the final-normed
-// hidden states [n_embd, n_outputs] (the same on every rank). reduce: nullptr
-// for a single rank. split_invariant: row-parallel products are summed piece
-// by piece in double (ShardPlan), so the logits do not depend on the split.
+// hidden states [n_embd, n_outputs] (the same on every rank).
 ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const Collective * reduce, bool split_invariant, bool embeddings = false);
+                                  const GraphMode & mode);
 
 }  // namespace llama_tp

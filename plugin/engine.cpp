@@ -9,6 +9,7 @@
 #include "plugin/kv_cells.h"
 #include "plugin/kv_image.h"
 #include "plugin/mpi_rank_group.h"
+#include "plugin/rank_devices.h"
 #include "plugin/shard_plan.h"
 #include "plugin/step.h"
 #include "plugin/thread_rank_group.h"
@@ -36,12 +37,6 @@ bool has_quantized_layer_matrix(const GgufFile & file) {
         if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_is_quantized(t->type)) return true;
     }
     return false;
-}
-
-ggml_backend_dev_t cpu_device() {
-    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    if (!dev) throw Error("no CPU backend device is available");
-    return dev;
 }
 
 // Rank 0's side of a rank group: it validates every batch, decides its
@@ -72,8 +67,13 @@ class TensorParallelEngine final : public Engine {
                         std::to_string(hp_.n_vocab) + " rows");
         }
         validate_options();
-        decide_sums(file);
         const int tp = options_.tp, n_ranks = tp * n_processes;
+        choose_devices(processes ? processes->local_rank() * tp : 0);
+        decide_sums(file);
+        if (n_processes > 1) {
+            // The ranks' devices may decide the sums: every process must take the same.
+            MpiRankGroup::agree(*processes, std::string("sums: ") + (options_.exact_sums() ? "exact" : "float") + "\n");
+        }
         const bool sharded = n_ranks > 1 || options_.exact_sums();
         if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
         kv_sizes_ = KvPoolSizes::of(hp_, options_.n_ctx, options_.n_seq_max, options_.kv_unified, options_.n_batch,
@@ -90,7 +90,9 @@ class TensorParallelEngine final : public Engine {
         setup.n_local = tp;
         setup.n_ranks = n_ranks;
         setup.n_threads = std::max(1, options_.n_threads / tp);
-        setup.device = cpu_device();
+        setup.devices = devices_.devices;
+        setup.cpu_ops = cpu_ops_;
+        setup.portable_graph = options_.portable_graph;
         for (const auto & a : adapters) setup.adapters.push_back(a.get());
         std::unique_ptr<AllReduceEngine> allreduce;
         if (n_processes > 1) {
@@ -295,9 +297,34 @@ class TensorParallelEngine final : public Engine {
         }
     }
 
+    // The ranks' devices, and whether their graphs may use ggml-ext's
+    // CPU-only operations (all of them on the CPU, not asked otherwise).
+    void choose_devices(int first_gpu) {
+        devices_ = choose_rank_devices(options_.devices, options_.tp, first_gpu, hp_.n_layer);
+        const std::vector<ggml_backend_dev_t> & d = devices_.devices;
+        cpu_ops_ = std::all_of(d.begin(), d.end(), runs_cpu_ops) && !options_.portable_graph;
+        if (cpu_ops_) return;
+        std::string names;
+        for (ggml_backend_dev_t dev : d) names += (names.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev));
+        std::fprintf(stderr,
+                     "llama-tp: ranks on %s (%s); their graphs use ggml's operations only (ggml's attention, "
+                     "float sums)\n",
+                     names.c_str(), devices_.why.c_str());
+    }
+
     // Split-invariant sums unless asked otherwise, where they cost nothing.
     void decide_sums(const GgufFile & file) {
         const bool asked = options_.split_invariant.has_value();
+        if (!cpu_ops_) {
+            if (options_.split_invariant == true) {
+                throw Error("--split-invariant sums run on CPU ranks only in this build (the ranks run on " +
+                            std::string(ggml_backend_dev_name(devices_.devices[0])) +
+                            (options_.portable_graph ? " with ggml's operations only" : "") +
+                            "): use --no-split-invariant");
+            }
+            options_.split_invariant = false;
+            return;
+        }
         const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
         if (!asked) options_.split_invariant = one_pass && !options_.allreduce_bf16;
         if (options_.processes && options_.processes->rank() != 0) return;
@@ -379,9 +406,10 @@ class TensorParallelEngine final : public Engine {
                          "llama-tp: rank %d of %d on %s: device %s, heads [%lld, %lld) (kv %lld), ffn [%lld, %lld), "
                          "vocab [%lld, %lld), %.1f MiB, allreduce mpi\n",
                          setup.first_rank + i, setup.n_ranks, processes.host().c_str(),
-                         ggml_backend_dev_name(setup.device), (long long) s.q_heads.begin, (long long) s.q_heads.end,
-                         (long long) s.layers[0].kv_heads.size(), (long long) ffn.begin, (long long) ffn.end,
-                         (long long) s.vocab.begin, (long long) s.vocab.end, reports[i].memory_bytes / 1048576.0);
+                         ggml_backend_dev_name(setup.devices[i]), (long long) s.q_heads.begin,
+                         (long long) s.q_heads.end, (long long) s.layers[0].kv_heads.size(), (long long) ffn.begin,
+                         (long long) ffn.end, (long long) s.vocab.begin, (long long) s.vocab.end,
+                         reports[i].memory_bytes / 1048576.0);
         }
     }
 
@@ -516,6 +544,8 @@ class TensorParallelEngine final : public Engine {
     ModelInfo info_;
     ShardPlan plan_;
     std::unique_ptr<Tokenizer> tokenizer_;
+    RankDevices devices_;  // of this process's ranks
+    bool cpu_ops_ = true;  // their graphs may use ggml-ext's CPU-only operations
     KvPoolSizes kv_sizes_;
     std::unique_ptr<KvPools> cells_;
     std::vector<KvEdit> pending_edits_;

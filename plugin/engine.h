@@ -5,6 +5,7 @@
 #include "plugin/batch.h"
 #include "plugin/kv_cache.h"
 #include "plugin/model_info.h"
+#include "plugin/rank_devices.h"
 
 #include <cstdint>
 #include <memory>
@@ -51,7 +52,13 @@ struct EngineOptions {
     // --swa-full) instead of their window and a batch (KvPoolSizes).
     bool swa_full = false;
     int32_t n_threads = 0;  // 0: all cores
-    bool progress = true;   // load progress on stderr for large files
+    DeviceOptions devices;  // where the ranks run (-dev, -ngl)
+    // Every rank's graph takes ggml's operations only, as on a GPU, even on
+    // the CPU: ggml's attention, float sums, collectives between graph
+    // segments through host memory. For checking the GPU ranks' path on any
+    // machine.
+    bool portable_graph = false;
+    bool progress = true;  // load progress on stderr for large files
     // LoRA adapters of the model (at most 64), split as the matrices they
     // change; Batch::lora scales them token by token.
     std::vector<LoraOptions> loras;

@@ -52,21 +52,24 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
         throw Error("could not initialise backend device " + std::string(ggml_backend_dev_name(device)) + " for rank " +
                     std::to_string(config.rank));
     }
-    // A persistent pool: no thread creation per decode step. With several
-    // ranks sharing the cores its threads must not poll between graphs.
-    ggml_threadpool_params tpp = ggml_threadpool_params_default(config.n_threads);
-    tpp.poll = config.n_ranks > 1 ? 0 : 50;
-    threadpool_ = ggml_threadpool_new(&tpp);
-    if (!threadpool_) throw Error("could not create a thread pool for rank " + std::to_string(config.rank));
-    ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
-    ggml_backend_cpu_set_n_threads(backend_.get(), config.n_threads);
+    if (ggml_backend_is_cpu(backend_.get())) {
+        // A persistent pool: no thread creation per decode step. With several
+        // ranks sharing the cores its threads must not poll between graphs.
+        ggml_threadpool_params tpp = ggml_threadpool_params_default(config.n_threads);
+        tpp.poll = config.n_ranks > 1 ? 0 : 50;
+        threadpool_ = ggml_threadpool_new(&tpp);
+        if (!threadpool_) throw Error("could not create a thread pool for rank " + std::to_string(config.rank));
+        ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
+        ggml_backend_cpu_set_n_threads(backend_.get(), config.n_threads);
+    }
     std::vector<int32_t> n_kv;
     for (int il = 0; il < hp.n_layer; ++il) {
         n_kv.push_back(config.shard ? (int32_t) config.shard->layers[il].kv_heads.size() : hp.layer(il).n_head_kv);
     }
     kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-    executor_ = std::make_unique<MetaExecutor>(backend_.get());
+    executor_ = std::make_unique<MetaExecutor>(
+        backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto);
 }
 
 Rank::~Rank() {
@@ -288,9 +291,12 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
         graph_ = ggml_new_graph_custom(graph_ctx_.get(), n_nodes, false);
         shape_ = shape;
         const Collective reduce{allreduce_callback, allreduce_f64_callback, this};
-        logits_ =
-            build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_,
-                                config_.n_ranks > 1 ? &reduce : nullptr, config_.split_invariant, config_.embeddings);
+        GraphMode mode;
+        mode.reduce = config_.n_ranks > 1 ? &reduce : nullptr;
+        mode.split_invariant = config_.split_invariant;
+        mode.embeddings = config_.embeddings;
+        mode.cpu_ops = config_.cpu_ops;
+        logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_, mode);
         if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
             graph_ = nullptr;
             throw Error("out of memory allocating the compute buffer of rank " + std::to_string(config_.rank));

@@ -31,8 +31,12 @@ struct RankConfig {
     int rank = 0;
     int n_ranks = 1;
     ggml_backend_dev_t device = nullptr;  // the backend device the rank runs on
-    const RankShard * shard = nullptr;    // nullptr: the whole model, in one piece
-    bool split_invariant = false;         // the shard's pieces are summed exactly (ShardPlan)
+    bool cpu_ops = true;                  // the graph may use ggml-ext's CPU-only operations
+    // Collectives run between graph segments through host memory even where
+    // the backend's memory is the host's (EngineOptions::portable_graph).
+    bool host_staging = false;
+    const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
+    bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
     AllReduceEngine * allreduce = nullptr;
     int32_t n_threads = 1;
     KvPoolSizes kv_sizes;

@@ -19,7 +19,9 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             RankConfig rc;
             rc.rank = setup.first_rank + local;
             rc.n_ranks = setup.n_ranks;
-            rc.device = setup.device;
+            rc.device = setup.devices[local];
+            rc.cpu_ops = setup.cpu_ops;
+            rc.host_staging = setup.portable_graph;
             rc.shard = setup.plan ? &setup.plan->ranks[rc.rank] : nullptr;
             rc.split_invariant = o.exact_sums();
             rc.allreduce = allreduce_.get();

@@ -28,11 +28,13 @@ struct RankSetup {
     const EngineOptions * options = nullptr;
     KvPoolSizes kv_sizes;  // of every rank's cache
     int first_rank = 0;
-    int n_local = 1;        // ranks in this process
-    int n_ranks = 1;        // ranks in the whole group
-    int32_t n_threads = 1;  // compute threads per rank
-    ggml_backend_dev_t device = nullptr;
-    std::vector<const GgufFile *> adapters;  // LoRA adapter files, open for the load
+    int n_local = 1;                          // ranks in this process
+    int n_ranks = 1;                          // ranks in the whole group
+    int32_t n_threads = 1;                    // compute threads per rank
+    std::vector<ggml_backend_dev_t> devices;  // one per local rank
+    bool cpu_ops = true;                      // graphs may use ggml-ext's CPU-only operations
+    bool portable_graph = false;              // EngineOptions::portable_graph
+    std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
 };
 
 class ThreadRankGroup final : public RankGroup {

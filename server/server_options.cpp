@@ -110,6 +110,18 @@ const std::vector<Flag> & own_flags() {
              }
              if (o.engine.tensor_split.empty()) throw UsageError(f + ": expected a comma-separated list of numbers");
          }},
+        {{"-dev", "--device"},
+         "D[,D..]",
+         "LLAMA_ARG_DEVICE",
+         "the device of each rank in this process, or one for all (none: the CPU; default: one GPU per rank "
+         "where the build has GPUs, else the CPU; --list-devices shows them)",
+         [](ServerOptions & o, const std::string & f, const std::string & v) {
+             try {
+                 o.engine.devices.names = parse_device_names(v);
+             } catch (const Error & e) {
+                 throw UsageError(f + ": " + e.what());
+             }
+         }},
         {{"--model-path-rank"},
          "R=PATH",
          "",
@@ -284,6 +296,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.n_threads = p.cpuparams.n_threads > 0 ? p.cpuparams.n_threads : 0;
     o.engine.kv_unified = p.kv_unified;
     o.engine.swa_full = p.swa_full;
+    o.engine.devices.gpu_layers = std::max(-2, p.n_gpu_layers);
     for (const common_adapter_lora_info & l : p.lora_adapters) o.engine.loras.push_back({l.path, l.scale});
     o.lora_init_without_apply = p.lora_init_without_apply;
     o.engine.kv_types.k = p.cache_type_k;

@@ -17,6 +17,7 @@ const std::map<std::string, std::string> & honoured() {
         {"-cl", ""},
         {"--completion-bash", ""},
         {"--list-devices", ""},
+        {"-ngl", "all or auto: the ranks on GPUs (one each); 0: on the CPU; a part of the layers is refused"},
         {"-m", ""},
         {"-mu", "downloaded into llama-server's cache (or to -m), as llama-server"},
         {"-hf", "downloaded into llama-server's cache (LLAMA_CACHE, MODEL_ENDPOINT), as llama-server; no mmproj"},
@@ -121,10 +122,8 @@ const std::map<std::string, std::string> & honoured() {
 // Options accepted with no effect, and why, where the reason is particular.
 const std::map<std::string, std::string> & no_effect() {
     static const std::map<std::string, std::string> table = {
-        {"-ngl", "nothing is offloaded: every layer is split across the --tp ranks"},
         {"-sm", "the split is always tensor parallel, across the --tp ranks"},
-        {"-mg", "ranks run on the CPU backend"},
-        {"-dev", "ranks run on the CPU backend"},
+        {"-mg", "each rank runs on its own device (-dev)"},
         {"-ot", "each rank keeps its shard in its own buffers"},
         {"-cmoe", "experts are split across the --tp ranks"},
         {"-ncmoe", "experts are split across the --tp ranks"},
@@ -235,7 +234,7 @@ void UpstreamFlags::run_handler(const common_arg & opt, common_params & params, 
 // (which a GPU command line names and llama-tp does not use) or that reach
 // the network: a value of theirs is taken unchecked.
 bool UpstreamFlags::checks_value_alone(const common_arg & opt) {
-    static const char * const kMachineBound[] = {"-dev", "-devd", "-mmdev", "-ot", "-otd", "--rpc"};
+    static const char * const kMachineBound[] = {"-devd", "-mmdev", "-ot", "-otd", "--rpc"};
     for (const char * a : opt.args) {
         for (const char * m : kMachineBound) {
             if (std::string(a) == m) return false;

@@ -11,7 +11,9 @@
 #   - the default: split-invariant sums where every row-parallel matrix is
 #     q8_0 and dense, float sums elsewhere;
 #   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral, gpt-oss and
-#     Gemma 4 with experts with their experts' pairs), the same checks.
+#     Gemma 4 with experts with their experts' pairs), the same checks;
+#   - the graphs a GPU rank runs (--portable-graph: ggml's operations only,
+#     collectives between segments through host memory), on the CPU.
 # Every verdict is llama-tp-compare's own: the accuracy contract's clause for
 # the run (DESIGN section 4), no bounds set here.
 # usage: compare_matrix.sh MAKE_MODEL COMPARE ARCH WORKDIR STORIES_MODEL
@@ -124,6 +126,11 @@ if [[ $arch == llama ]]; then
     check "stories260K tp2 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 2 --bf16-wire --prompts 6 --n-tokens 24
     check "stories260K tp4 bf16 wire vs tp1" -m "$stories" --reference tp1 --tp 4 --bf16-wire --prompts 6 --n-tokens 24
 fi
+# A GPU rank's graph: against upstream on one device, across ranks.
+check "$arch q8_0 portable graph vs upstream" -m "$model" --reference upstream --portable-graph --prompts 3 \
+    --n-tokens 12
+check "$arch q8_0 portable graph tp3 vs tp1" -m "$model" --reference tp1 --tp 3 --portable-graph --prompts 3 \
+    --n-tokens 12
 check "$arch q8_0 tp2 butterfly float sums vs tp1" -m "$model" --reference tp1 --tp 2 --allreduce butterfly \
     --no-split-invariant --prompts 3 --n-tokens 12
 if [[ $arch == llama ]]; then

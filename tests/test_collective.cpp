@@ -100,7 +100,8 @@ void build(RankGraph & r, RankCall & call, int n_threads) {
 using ComputeFn = std::function<ggml_status(int rank)>;
 
 // Runs kComputes steps on both ranks and checks every contract of the node.
-void check_steps(RankGraph * graphs, RankCall * calls, const ComputeFn & compute) {
+// staged: the callback gets a host copy of the node's values, not its storage.
+void check_steps(RankGraph * graphs, RankCall * calls, const ComputeFn & compute, bool staged = false) {
     const int kComputes = 5;
     for (int step = 1; step <= kComputes; ++step) {
         std::vector<std::thread> threads;
@@ -117,7 +118,11 @@ void check_steps(RankGraph * graphs, RankCall * calls, const ComputeFn & compute
         for (int r = 0; r < kRanks; ++r) {
             EXPECT_EQ(calls[r].calls, step) << "exactly one call per compute";
             EXPECT_EQ(calls[r].seen_n, (size_t) kN);
-            EXPECT_EQ(calls[r].seen_data, graphs[r].reduced->data) << "the node's own storage";
+            if (staged) {
+                EXPECT_NE(calls[r].seen_data, graphs[r].reduced->data) << "a copy in host memory";
+            } else {
+                EXPECT_EQ(calls[r].seen_data, graphs[r].reduced->data) << "the node's own storage";
+            }
             // The producer ran before the callback: it saw 2x the input.
             EXPECT_FLOAT_EQ(calls[r].seen_values[7], 2.0f * (float) (7 + 1000 * r + step));
             // The consumer ran after: it saw the sum across ranks.
@@ -147,13 +152,29 @@ TEST(CollectiveNode, SegmentedExecutionKeepsTheContractAndCachesTheSplit) {
     std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
     for (int r = 0; r < kRanks; ++r) {
         executors.push_back(
-            std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(), /*force_segments =*/true));
+            std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(), llama_tp::CollectiveRun::Segments));
     }
     check_steps(graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); });
     for (int r = 0; r < kRanks; ++r) {
         EXPECT_EQ(executors[r]->splits_built(), 1) << "the split is built once and reused";
         EXPECT_EQ(executors[r]->n_segments(), 2u);
     }
+}
+
+// As for a backend whose memory the host cannot read (a GPU's).
+TEST(CollectiveNode, SegmentedExecutionThroughHostMemory) {
+    StandInGroup group;
+    RankCall calls[kRanks];
+    RankGraph graphs[kRanks];
+    setup(group, calls, graphs);
+    std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
+    for (int r = 0; r < kRanks; ++r) {
+        executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(),
+                                                                     llama_tp::CollectiveRun::SegmentsThroughHost));
+    }
+    check_steps(
+        graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); }, /*staged =*/true);
+    EXPECT_EQ(executors[0]->splits_built(), 1);
 }
 
 TEST(CollectiveNode, InGraphOnTheCpuBackend) {

@@ -23,8 +23,8 @@ COMMAND_LINES = [
     "-m MODEL --port 8080 -c 1024",
     "-m MODEL --host 0.0.0.0 --port 8080",
     "-m MODEL -c 512 --host 0.0.0.0 --port 8080 --n-gpu-layers 99",
-    # A GPU box's command line: devices and buffer types this machine lacks are taken unchecked.
-    "-m MODEL -ngl 99 -dev CUDA0 -ot exps=CPU -sm row -mg 0",
+    # A GPU box's command line: buffer types this machine lacks are taken unchecked.
+    "-m MODEL -ngl 99 -ot exps=CPU -sm row -mg 0",
     "--jinja -fa on -m MODEL",
     "-m MODEL -ngl 99 -fa on -c 4096 --jinja",
     "-m MODEL --ctx-size 8192 -n 1024 -np 2",
@@ -233,14 +233,14 @@ def test_defaults_four_slots_and_a_fitted_context():
 
 def test_environment_counts_and_the_command_line_wins():
     env = {"LLAMA_ARG_CTX_SIZE": "1024", "LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_ALIAS": "from-env",
-           "LLAMA_ARG_N_GPU_LAYERS": "99", "LLAMA_ARG_TP": "1"}
+           "LLAMA_ARG_SPLIT_MODE": "row", "LLAMA_ARG_TP": "1"}
     s = ServerProcess("-a", "from-flag", env=env)
     try:
         p = s.get("/props").json()
         assert p["n_ctx"] == 1024 and p["total_slots"] == 2
         assert s.get("/v1/models").json()["data"][0]["id"] == "from-flag"
         # A variable of an option without effect is warned about by its name.
-        assert "LLAMA_ARG_N_GPU_LAYERS has no effect in llama-tp-server" in s.log_text()
+        assert "LLAMA_ARG_SPLIT_MODE has no effect in llama-tp-server" in s.log_text()
     finally:
         assert s.stop() == 0
 
@@ -286,6 +286,18 @@ def test_bad_values_name_the_flag_or_variable():
         assert needle in r.stderr, (needle, r.stderr)
 
 
+def test_devices_this_build_lacks_are_refused_with_the_ones_it_has():
+    r = run("-m", str(model_path()), "-dev", "CUDA0")
+    assert r.returncode == 1, r.stderr
+    assert "no device 'CUDA0' in this build (devices: CPU" in r.stderr, r.stderr
+    r = run("-m", str(model_path()), "--tp", "2", "-dev", "CPU,CPU,CPU")
+    assert r.returncode == 1 and "-dev names 3 devices for 2 ranks" in r.stderr, r.stderr
+    r = run("-m", str(model_path()), "-dev", "CPU,,CPU")
+    assert r.returncode == 2 and "-dev: an empty device name" in r.stderr, r.stderr
+    r = run("--list-devices")
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_download_that_cannot_reach_its_hub_names_the_repository(tmp_path):
     # A closed port on loopback as the hub: nothing leaves the machine.
     env = {"MODEL_ENDPOINT": f"http://127.0.0.1:{free_port()}/", "LLAMA_CACHE": str(tmp_path)}
@@ -300,7 +312,7 @@ def test_flag_support_covers_every_llama_server_flag():
     assert len(set(v[1] for v in table.values())) >= 200
     for w in ("-ngl", "--n-gpu-layers", "-fa", "--no-kv-unified", "--tp", "--split-invariant", "--no-slots"):
         assert w in table, w
-    assert table["-c"][0] and table["--tp"][0] and not table["-ngl"][0]
+    assert table["-c"][0] and table["--tp"][0] and table["-ngl"][0] and not table["-sm"][0]
 
 
 def test_help_lists_both_sections():

@@ -171,6 +171,7 @@ int run(const Options & o) {
         uo.swa_full = eo.swa_full;  // as llama-server, which keeps the window unless told
         uo.rope = eo.rope;
         uo.loras = eo.loras;
+        uo.devices = eo.devices;
         up = std::make_unique<UpstreamDecoder>(uo);
     }
 

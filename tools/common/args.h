@@ -21,7 +21,10 @@ class ArgReader {
         return next();
     }
     long long integer(const std::string & flag, long long lo, long long hi) {
-        const std::string v = value(flag);
+        return integer(flag, value(flag), lo, hi);
+    }
+    // A value already read (one that may also be a word).
+    long long integer(const std::string & flag, const std::string & v, long long lo, long long hi) const {
         char * end = nullptr;
         const long long n = std::strtoll(v.c_str(), &end, 10);
         if (v.empty() || *end != '\0' || n < lo || n > hi) {

@@ -1,7 +1,8 @@
 #pragma once
 // The flags every tool that loads a model shares, with the same names and
-// meaning as the server's: -m, -t, --tp, -ts, --allreduce, --bf16-wire,
-// --[no-]split-invariant, -ctk/-ctv, --swa-full, the RoPE overrides.
+// meaning as the server's: -m, -t, --tp, -ts, -dev, -ngl, --allreduce,
+// --bf16-wire, --[no-]split-invariant, -ctk/-ctv, --swa-full, the RoPE
+// overrides.
 
 #include "ggml-ext/process_group.h"
 #include "plugin/engine.h"
@@ -29,6 +30,8 @@ struct EngineFlags {
     bool swa_full = false;
     RopeOverrides rope;
     std::vector<LoraOptions> loras;  // --lora / --lora-scaled, in order
+    DeviceOptions devices;           // -dev, -ngl
+    bool portable_graph = false;
     std::map<int, std::string> model_path_of_process;
     // The processes of an MPI launch (see join_launched_processes), owned by main.
     ProcessGroup * processes = nullptr;
@@ -38,6 +41,10 @@ struct EngineFlags {
         "  -t, --threads N           threads, divided among ranks (default: all cores)\n"
         "  --tp N                    tensor-parallel ranks (default 1)\n"
         "  -ts, --tensor-split a,b   uneven split weights, one per rank\n"
+        "  -dev, --device D[,D..]    the device of each rank, or one for all (none: the CPU;\n"
+        "                            default: one GPU per rank where the build has GPUs)\n"
+        "  -ngl, --gpu-layers N      all or auto: the ranks on GPUs; 0: on the CPU\n"
+        "  --portable-graph          graphs of ggml's operations only, as on a GPU, on any device\n"
         "  --allreduce ENGINE        auto|cpu|butterfly (default auto; env LLAMA_TP_ALLREDUCE)\n"
         "  --bf16-wire               BF16 on the AllReduce wire\n"
         "  --split-invariant         logits that do not depend on --tp / -ts (exact sums on\n"
@@ -65,6 +72,17 @@ struct EngineFlags {
             tp = (int) a.integer(f, 1, 64);
         else if (f == "-ts" || f == "--tensor-split")
             split = a.reals(f);
+        else if (f == "-dev" || f == "--device") {
+            try {
+                devices.names = parse_device_names(a.value(f));
+            } catch (const Error & e) {
+                a.fail(f + ": " + e.what());
+            }
+        } else if (f == "-ngl" || f == "--gpu-layers" || f == "--n-gpu-layers") {
+            const std::string v = a.value(f);
+            devices.gpu_layers = v == "auto" ? -1 : v == "all" ? -2 : (int32_t) a.integer(f, v, 0, 1 << 20);
+        } else if (f == "--portable-graph")
+            portable_graph = true;
         else if (f == "--allreduce")
             allreduce = a.value(f);
         else if (f == "--bf16-wire")
@@ -172,6 +190,8 @@ struct EngineFlags {
         eo.swa_full = swa_full;
         eo.rope = rope;
         eo.loras = loras;
+        eo.devices = devices;
+        eo.portable_graph = portable_graph;
         if (degree > 1 || eo.processes) {
             eo.tensor_split = split;
             eo.allreduce = allreduce;

@@ -14,6 +14,14 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
     mp.load_mode = o.use_mmap ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+    ggml_backend_dev_t devices[2] = {choose_rank_devices(o.devices, 1, 0, 0).devices[0], nullptr};
+    if (ggml_backend_dev_type(devices[0]) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+        mp.n_gpu_layers = 0;
+    } else {
+        mp.devices = devices;
+        mp.split_mode = LLAMA_SPLIT_MODE_NONE;
+        mp.n_gpu_layers = -1;
+    }
     model_ = llama_model_load_from_file(o.model_path.c_str(), mp);
     if (!model_) throw Error("upstream libllama could not load '" + o.model_path + "'");
     llama_context_params cp = llama_context_default_params();

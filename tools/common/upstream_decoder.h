@@ -33,6 +33,7 @@ struct UpstreamOptions {
     bool swa_full = true;
     RopeOverrides rope;              // --rope-* / --yarn-*, as llama_context_params take them
     std::vector<LoraOptions> loras;  // applied to the context at their scales
+    DeviceOptions devices;           // the whole model on the device llama-tp's rank 0 would take
 };
 
 class UpstreamDecoder {

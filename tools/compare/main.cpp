@@ -230,6 +230,7 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
         uo.kv_types = o.engine.kv_types;
         uo.rope = o.engine.rope;
         uo.loras = o.engine.loras;
+        uo.devices = o.engine.devices;
         UpstreamDecoder ref(uo);
         return reference_traces(ref, prompts, o.n_tokens, n_vocab);
     }
