@@ -13,63 +13,33 @@
 namespace llama_tp {
 namespace {
 
-// Builds one engine, or throws llama_tp::Error saying why it cannot serve this group.
-using Builder = std::unique_ptr<AllReduceEngine> (*)(const AllReduceConfig &);
-
-struct Link {
-    const char * name;
-    Builder build;
-};
-
-std::unique_ptr<AllReduceEngine> build_none(const AllReduceConfig & c) {
-    return std::make_unique<NoneAllReduce>(c);
+std::unique_ptr<AllReduceEngine> needs(const char * what) {
+    throw Error(std::string("needs ") + what);
 }
-std::unique_ptr<AllReduceEngine> build_cpu(const AllReduceConfig & c) {
-    return std::make_unique<CpuAllReduce>(c);
-}
-std::unique_ptr<AllReduceEngine> build_butterfly(const AllReduceConfig & c) {
-    return std::make_unique<ButterflyAllReduce>(c);
-}
-std::unique_ptr<AllReduceEngine> needs_cuda(const AllReduceConfig &) {
-    throw Error("needs a CUDA build");
-}
-std::unique_ptr<AllReduceEngine> needs_hip(const AllReduceConfig &) {
-    throw Error("needs a HIP build");
-}
-std::unique_ptr<AllReduceEngine> needs_mpi(const AllReduceConfig &) {
-    throw Error("needs an MPI build");
-}
-
-constexpr Link kNone{"none", build_none};
-constexpr Link kCpu{"cpu", build_cpu};
-constexpr Link kButterfly{"butterfly", build_butterfly};
-constexpr Link kNccl{"nccl", needs_cuda};
-constexpr Link kInternal{"internal", needs_cuda};
-constexpr Link kRccl{"rccl", needs_hip};
-constexpr Link kMpi{"mpi", needs_mpi};
 
 constexpr const char * kNames =
     "auto, cpu, butterfly, none; where built: nccl, internal (GGML_CUDA_ALLREDUCE), rccl, mpi";
 
 // The engines to try for a name, best first, and whether the name was "auto".
 struct Chain {
-    std::vector<Link> links;
+    std::vector<const char *> links;
     bool automatic = false;
 };
 
-Chain chain_for(const std::string & requested, int n_ranks) {
+Chain chain_for(const std::string & requested, const AllReduceConfig & config) {
     const std::string name = normalized_engine_name(requested);
     if (name.empty() || name == "auto") {
-        if (n_ranks == 1) return {{kNone}, true};
-        return {{kCpu, kButterfly}, true};
+        if (config.n_ranks == 1) return {{"none"}, true};
+        if (config.memory == RankMemory::Cuda) return {{"nccl", "internal", "cpu", "butterfly"}, true};
+        return {{"cpu", "butterfly"}, true};
     }
-    if (name == "cpu") return {{kCpu, kButterfly}};
-    if (name == "butterfly") return {{kButterfly}};
-    if (name == "none") return {{kNone}};
-    if (name == "nccl") return {{kNccl, kInternal, kCpu, kButterfly}};
-    if (name == "internal") return {{kInternal, kCpu, kButterfly}};
-    if (name == "rccl") return {{kRccl, kCpu, kButterfly}};
-    if (name == "mpi") return {{kMpi, kCpu, kButterfly}};
+    if (name == "cpu") return {{"cpu", "butterfly"}};
+    if (name == "butterfly") return {{"butterfly"}};
+    if (name == "none") return {{"none"}};
+    if (name == "nccl") return {{"nccl", "internal", "cpu", "butterfly"}};
+    if (name == "internal") return {{"internal", "cpu", "butterfly"}};
+    if (name == "rccl") return {{"rccl", "cpu", "butterfly"}};
+    if (name == "mpi") return {{"mpi", "cpu", "butterfly"}};
     throw Error("unknown allreduce engine '" + requested + "' (valid: " + kNames + ")");
 }
 
@@ -78,10 +48,14 @@ std::string ranks_text(int n_ranks) {
 }
 
 // Why the chosen engine fits, for the log line.
-std::string fit_of(const AllReduceEngine & engine) {
+std::string fit_of(const AllReduceEngine & engine, const AllReduceConfig & config) {
     const std::string name = engine.name();
-    if (name == "cpu") return ranks_text(engine.n_ranks()) + " in one process, host memory";
-    if (name == "butterfly") return ranks_text(engine.n_ranks()) + ", pairwise exchange";
+    const std::string staged =
+        config.memory == RankMemory::Cuda && !engine.takes_device_memory() ? " (copied from the devices)" : "";
+    if (name == "cpu") return ranks_text(engine.n_ranks()) + " in one process, host memory" + staged;
+    if (name == "butterfly") return ranks_text(engine.n_ranks()) + ", pairwise exchange" + staged;
+    if (name == "nccl") return ranks_text(engine.n_ranks()) + " on CUDA devices, NCCL";
+    if (name == "internal") return "2 CUDA devices, through pinned host memory";
     return "1 rank, nothing to reduce";
 }
 
@@ -114,33 +88,57 @@ const char * allreduce_engine_names() {
     return kNames;
 }
 
-std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config) {
+const AllReduceBuilders & built_allreduce_engines() {
+    static const AllReduceBuilders builders = {
+        {"none", [](const AllReduceConfig & c) { return std::make_unique<NoneAllReduce>(c); }},
+        {"cpu", [](const AllReduceConfig & c) { return std::make_unique<CpuAllReduce>(c); }},
+        {"butterfly", [](const AllReduceConfig & c) { return std::make_unique<ButterflyAllReduce>(c); }},
+        {"nccl", [](const AllReduceConfig &) { return needs("a CUDA build"); }},
+        {"internal", [](const AllReduceConfig &) { return needs("a CUDA build"); }},
+        {"rccl", [](const AllReduceConfig &) { return needs("a HIP build"); }},
+        {"mpi", [](const AllReduceConfig &) { return needs("an MPI build"); }},
+    };
+    return builders;
+}
+
+AllReduceChoice choose_allreduce_engine(const AllReduceConfig & config, const AllReduceBuilders & builders) {
     validate(config);
-    const Chain chain = chain_for(config.engine, config.n_ranks);
+    const Chain chain = chain_for(config.engine, config);
     std::string skipped;  // "nccl: needs a CUDA build; internal: needs a CUDA build"
     std::string first_reason;
-    for (const Link & link : chain.links) {
+    for (const char * link : chain.links) {
         try {
-            std::unique_ptr<AllReduceEngine> engine = link.build(config);
+            const auto builder = builders.find(link);
+            if (builder == builders.end()) throw Error("not in this build");
+            AllReduceChoice choice{builder->second(config), ""};
+            const AllReduceEngine & e = *choice.engine;
             if (skipped.empty()) {
-                std::fprintf(stderr, "llama-tp: allreduce engine %s (%s: %s)\n", engine->name(),
-                             chain.automatic ? "auto" : "requested", fit_of(*engine).c_str());
+                choice.log_line = std::string("llama-tp: allreduce engine ") + e.name() + " (" +
+                                  (chain.automatic ? "auto" : "requested") + ": " + fit_of(e, config) + ")";
             } else {
-                std::fprintf(stderr, "llama-tp: warning: allreduce engine %s unavailable (%s); using %s (%s)\n",
-                             chain.links.front().name, skipped.c_str(), engine->name(), fit_of(*engine).c_str());
+                choice.log_line = std::string("llama-tp: warning: allreduce engine ") + chain.links.front() +
+                                  " unavailable (" + skipped + "); using " + e.name() + " (" + fit_of(e, config) + ")";
             }
-            return engine;
+            return choice;
         } catch (const Error & e) {
             if (first_reason.empty()) first_reason = e.what();
-            skipped += (skipped.empty() ? "" : "; ") + std::string(link.name) + ": " + e.what();
+            skipped += (skipped.empty() ? "" : "; ") + std::string(link) + ": " + e.what();
         }
     }
     throw Error(chain.links.size() == 1 ? first_reason : "allreduce: no engine can serve this group (" + skipped + ")");
 }
 
+std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config) {
+    AllReduceChoice choice = choose_allreduce_engine(config, built_allreduce_engines());
+    std::fprintf(stderr, "%s\n", choice.log_line.c_str());
+    return std::move(choice.engine);
+}
+
 std::string allreduce_engine_from_env() {
     const std::string own = env_value("LLAMA_TP_ALLREDUCE");
-    return own.empty() ? env_value("GGML_CUDA_ALLREDUCE") : own;
+    if (!own.empty()) return own;
+    const std::string upstream = env_value("GGML_CUDA_ALLREDUCE");
+    return normalized_engine_name(upstream) == "none" ? "butterfly" : upstream;
 }
 
 }  // namespace llama_tp

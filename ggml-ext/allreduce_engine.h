@@ -4,18 +4,26 @@
 // own buffer, and on return every buffer holds the element-wise sum.
 
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace llama_tp {
 
 enum class WireType { F32, BF16 };
 
+// Where the ranks' values live: host memory, or one CUDA device per rank.
+enum class RankMemory { Host, Cuda };
+
 struct AllReduceConfig {
-    std::string engine = "auto";  // auto | cpu | butterfly | none (later: mpi, nccl, rccl, internal)
+    std::string engine = "auto";  // see make_allreduce_engine
     int n_ranks = 1;
     WireType wire = WireType::F32;
     double timeout_s = 30.0;  // a rank waiting longer than this fails the whole group
+    RankMemory memory = RankMemory::Host;
+    std::vector<int> cuda_devices;  // with RankMemory::Cuda: each rank's device ordinal
 };
 
 class AllReduceEngine {
@@ -23,6 +31,9 @@ class AllReduceEngine {
     virtual ~AllReduceEngine() = default;
     virtual const char * name() const = 0;
     virtual int n_ranks() const = 0;
+    // Whether allreduce() takes the ranks' device memory (RankMemory::Cuda)
+    // as it is; an engine of host memory is handed a host copy instead.
+    virtual bool takes_device_memory() const { return false; }
 
     // Sums n floats across all ranks in place. Called concurrently, once per
     // rank, from each rank's own thread. Never throws (it may run inside a
@@ -48,21 +59,38 @@ class AllReduceEngine {
 // initialise falls back down the chain with one warning line. Throws
 // llama_tp::Error for an unknown engine name.
 //
-// Names: auto (one rank: none; ranks in one process: cpu), cpu (shared host
-// memory, lowest latency), butterfly (pairwise exchange, any rank count, slow
-// but always correct), none (one rank only: nothing to reduce). Upstream's
-// GGML_CUDA_ALLREDUCE names nccl and internal are accepted too; they need a
-// CUDA build, so elsewhere they fall back down the chain (to cpu) with one
-// warning line, as do the planned mpi and rccl in a build without them.
+// Names: auto (one rank: none; ranks in one process: cpu, and on CUDA
+// devices nccl, then internal, then cpu through host memory), cpu (shared
+// host memory, lowest latency), butterfly (pairwise exchange, any rank count,
+// slow but always correct), none (one rank only: nothing to reduce), nccl
+// (CUDA devices, NCCL), internal (exactly 2 CUDA devices, through pinned host
+// memory; upstream's GGML_CUDA_ALLREDUCE names both). Where the build lacks
+// one (nccl and internal without CUDA, rccl without HIP, mpi without MPI,
+// whose ranks in several processes the rank group joins itself) it falls
+// back down the chain with one warning line.
 //
 // Wire precision: with WireType::BF16 each rank's contribution is rounded to
 // bf16 (round to nearest even, relative error <= 2^-8) before it is summed;
 // sums accumulate in f32 and the result stays f32.
 std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config);
 
+// The same choice over a given set of engine constructors (this build's, or a
+// test's), without logging: the engine and the line make_allreduce_engine logs.
+// A constructor throws llama_tp::Error saying why it cannot serve the group.
+using AllReduceBuilder = std::function<std::unique_ptr<AllReduceEngine>(const AllReduceConfig &)>;
+using AllReduceBuilders = std::map<std::string, AllReduceBuilder>;
+struct AllReduceChoice {
+    std::unique_ptr<AllReduceEngine> engine;
+    std::string log_line;
+};
+AllReduceChoice choose_allreduce_engine(const AllReduceConfig & config, const AllReduceBuilders & builders);
+// This build's constructors, by engine name.
+const AllReduceBuilders & built_allreduce_engines();
+
 // The engine name from the environment: LLAMA_TP_ALLREDUCE, else upstream's
-// GGML_CUDA_ALLREDUCE, else "". An explicit --allreduce flag beats the
-// environment: callers use this only when no flag was given.
+// GGML_CUDA_ALLREDUCE (whose "none" is its generic fallback, butterfly here),
+// else "". An explicit --allreduce flag beats the environment: callers use
+// this only when no flag was given.
 std::string allreduce_engine_from_env();
 
 // An engine name as the chain reads it: lower case, without white space.

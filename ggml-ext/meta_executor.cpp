@@ -5,7 +5,8 @@
 
 namespace llama_tp {
 
-MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode) : backend_(backend), mode_(mode) {}
+MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode, bool device_memory)
+    : backend_(backend), mode_(mode), device_memory_(device_memory) {}
 
 bool MetaExecutor::runs_in_graph(ggml_cgraph * gf) const {
     if (mode_ != CollectiveRun::Auto) return false;
@@ -64,7 +65,8 @@ void MetaExecutor::run_collective(ggml_tensor * node) {
     ggml_backend_synchronize(backend_);
     const size_t n = (size_t) ggml_nelements(node);
     ggml_backend_buffer_t buffer = node->view_src ? node->view_src->buffer : node->buffer;
-    if (mode_ != CollectiveRun::SegmentsThroughHost && buffer && ggml_backend_buffer_is_host(buffer)) {
+    const bool readable = device_memory_ || (buffer && ggml_backend_buffer_is_host(buffer));
+    if (mode_ != CollectiveRun::SegmentsThroughHost && readable) {
         fn(user, node->data, n, nullptr);
         return;
     }

@@ -25,7 +25,9 @@ enum class CollectiveRun {
 
 class MetaExecutor {
   public:
-    explicit MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto);
+    // device_memory: the collectives' callbacks take the backend's memory as
+    // it is (a GPU engine's); otherwise memory the host cannot read is copied.
+    explicit MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto, bool device_memory = false);
 
     ggml_status compute(ggml_cgraph * gf);
 
@@ -44,6 +46,7 @@ class MetaExecutor {
 
     ggml_backend_t backend_;
     CollectiveRun mode_;
+    bool device_memory_;
     std::vector<uint8_t> staging_;  // a collective's values in host memory
     ggml_cgraph * cached_graph_ = nullptr;
     int cached_n_nodes_ = -1;

@@ -346,6 +346,11 @@ class TensorParallelEngine final : public Engine {
         ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
         ac.n_ranks = n_ranks;
         ac.wire = options_.allreduce_bf16 ? WireType::BF16 : WireType::F32;
+        // Ranks on CUDA devices only: engines of device memory may serve them.
+        for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(cuda_ordinal(ggml_backend_dev_name(d)));
+        const bool cuda = std::none_of(ac.cuda_devices.begin(), ac.cuda_devices.end(), [](int o) { return o < 0; });
+        ac.memory = cuda ? RankMemory::Cuda : RankMemory::Host;
+        if (!cuda) ac.cuda_devices.clear();
         return ac;
     }
 

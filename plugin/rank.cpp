@@ -69,7 +69,8 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     executor_ = std::make_unique<MetaExecutor>(
-        backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto);
+        backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
+        config.allreduce && config.allreduce->takes_device_memory());
 }
 
 Rank::~Rank() {

@@ -94,6 +94,14 @@ RankDevices choose_rank_devices(const DeviceOptions & options, int n_local, int 
     return out;
 }
 
+int cuda_ordinal(const std::string & name) {
+    if (name.size() <= 4 || name.compare(0, 4, "CUDA") != 0) return -1;
+    for (size_t i = 4; i < name.size(); ++i) {
+        if (!std::isdigit((unsigned char) name[i])) return -1;
+    }
+    return std::stoi(name.substr(4));
+}
+
 bool runs_cpu_ops(ggml_backend_dev_t device) {
     return ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
 }

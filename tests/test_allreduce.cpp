@@ -413,6 +413,103 @@ TEST(AllReduceFactory, CudaOnlyNamesFallBackWithOneWarning) {
     }
 }
 
+// The chain with stand-ins for the GPU engines, as a CUDA build has them.
+class StandInEngine final : public AllReduceEngine {
+  public:
+    StandInEngine(const char * name, int n_ranks, bool device) : name_(name), n_ranks_(n_ranks), device_(device) {}
+    const char * name() const override { return name_; }
+    int n_ranks() const override { return n_ranks_; }
+    bool takes_device_memory() const override { return device_; }
+    void allreduce(int, float *, size_t) override {}
+    void allreduce(int, double *, size_t) override {}
+    bool failed() const override { return false; }
+    std::string error() const override { return ""; }
+    void abort(const std::string &) override {}
+
+  private:
+    const char * name_;
+    int n_ranks_;
+    bool device_;
+};
+
+// This build's engines plus stand-ins: nccl fails to initialise when told to,
+// internal takes exactly two CUDA ranks.
+AllReduceBuilders with_gpu_stand_ins(bool nccl_fails) {
+    AllReduceBuilders b = built_allreduce_engines();
+    b["nccl"] = [nccl_fails](const AllReduceConfig & c) -> std::unique_ptr<AllReduceEngine> {
+        if (c.memory != RankMemory::Cuda) throw Error("the ranks' values are in host memory");
+        if (nccl_fails) throw Error("ncclCommInitAll: unhandled system error");
+        return std::make_unique<StandInEngine>("nccl", c.n_ranks, true);
+    };
+    b["internal"] = [](const AllReduceConfig & c) -> std::unique_ptr<AllReduceEngine> {
+        if (c.memory != RankMemory::Cuda) throw Error("the ranks' values are in host memory");
+        if (c.n_ranks != 2) throw Error("needs exactly 2 ranks, not " + std::to_string(c.n_ranks));
+        return std::make_unique<StandInEngine>("internal", c.n_ranks, true);
+    };
+    return b;
+}
+
+AllReduceConfig cuda_ranks(int n, const std::string & engine = "auto") {
+    AllReduceConfig c;
+    c.engine = engine;
+    c.n_ranks = n;
+    c.memory = RankMemory::Cuda;
+    for (int r = 0; r < n; ++r) c.cuda_devices.push_back(r);
+    return c;
+}
+
+TEST(AllReduceChain, AutoOnCudaRanksPicksNccl) {
+    const AllReduceChoice c = choose_allreduce_engine(cuda_ranks(4), with_gpu_stand_ins(false));
+    EXPECT_STREQ(c.engine->name(), "nccl");
+    EXPECT_EQ(c.log_line, "llama-tp: allreduce engine nccl (auto: 4 ranks on CUDA devices, NCCL)");
+}
+
+TEST(AllReduceChain, NcclThatFailsFallsBackToInternalForTwoRanks) {
+    const AllReduceChoice c = choose_allreduce_engine(cuda_ranks(2), with_gpu_stand_ins(true));
+    EXPECT_STREQ(c.engine->name(), "internal");
+    EXPECT_EQ(c.log_line,
+              "llama-tp: warning: allreduce engine nccl unavailable (nccl: ncclCommInitAll: unhandled system error); "
+              "using internal (2 CUDA devices, through pinned host memory)");
+}
+
+TEST(AllReduceChain, BeyondTwoRanksTheHostEngineTakesCopies) {
+    const AllReduceChoice c = choose_allreduce_engine(cuda_ranks(3), with_gpu_stand_ins(true));
+    EXPECT_STREQ(c.engine->name(), "cpu");
+    EXPECT_FALSE(c.engine->takes_device_memory());
+    EXPECT_NE(c.log_line.find("internal: needs exactly 2 ranks, not 3"), std::string::npos) << c.log_line;
+    EXPECT_NE(c.log_line.find("using cpu (3 ranks in one process, host memory (copied from the devices))"),
+              std::string::npos)
+        << c.log_line;
+}
+
+TEST(AllReduceChain, InternalAskedForOnHostRanksFallsBackToCpu) {
+    AllReduceConfig c = cuda_ranks(2, "internal");
+    c.memory = RankMemory::Host;
+    c.cuda_devices.clear();
+    const AllReduceChoice choice = choose_allreduce_engine(c, with_gpu_stand_ins(false));
+    EXPECT_STREQ(choice.engine->name(), "cpu");
+    EXPECT_NE(choice.log_line.find("internal: the ranks' values are in host memory"), std::string::npos);
+}
+
+TEST(AllReduceChain, HostRanksNeverTryTheGpuEngines) {
+    AllReduceConfig c;
+    c.n_ranks = 2;
+    const AllReduceChoice choice = choose_allreduce_engine(c, with_gpu_stand_ins(false));
+    EXPECT_STREQ(choice.engine->name(), "cpu");
+    EXPECT_EQ(choice.log_line, "llama-tp: allreduce engine cpu (auto: 2 ranks in one process, host memory)");
+}
+
+TEST(AllReduceChain, ThisBuildWithoutCudaServesCudaRanksThroughHostMemory) {
+    const AllReduceChoice c = choose_allreduce_engine(cuda_ranks(2), built_allreduce_engines());
+#ifndef LLAMA_TP_HAVE_CUDA
+    EXPECT_STREQ(c.engine->name(), "cpu");
+    EXPECT_NE(c.log_line.find("nccl: needs a CUDA build; internal: needs a CUDA build"), std::string::npos)
+        << c.log_line;
+#else
+    EXPECT_TRUE(c.engine);
+#endif
+}
+
 TEST(AllReduceFactory, TooManyRanksForCpuFallBackToButterfly) {
     testing::internal::CaptureStderr();
     auto engine = engine_for("cpu", 40);
@@ -464,6 +561,12 @@ TEST(AllReduceFactory, EnvironmentPrefersOwnVariableOverUpstreams) {
         ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
         ScopedEnv upstream("GGML_CUDA_ALLREDUCE", nullptr);
         EXPECT_EQ(allreduce_engine_from_env(), "");
+    }
+    {
+        // Upstream's "none" is its generic fallback, not "one rank".
+        ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
+        ScopedEnv upstream("GGML_CUDA_ALLREDUCE", "none");
+        EXPECT_EQ(allreduce_engine_from_env(), "butterfly");
     }
 }
 

@@ -79,6 +79,15 @@ TEST(RankDevices, NamedDevicesOnePerRankOrOneForAll) {
     EXPECT_NE(e.find("no device 'CUDA7' in this build (devices: CPU, CUDA0, CUDA1)"), std::string::npos) << e;
 }
 
+TEST(RankDevices, CudaOrdinalsComeFromTheirNames) {
+    EXPECT_EQ(cuda_ordinal("CUDA0"), 0);
+    EXPECT_EQ(cuda_ordinal("CUDA12"), 12);
+    EXPECT_EQ(cuda_ordinal("CPU"), -1);
+    EXPECT_EQ(cuda_ordinal("CUDA"), -1);
+    EXPECT_EQ(cuda_ordinal("CUDA_Host"), -1);
+    EXPECT_EQ(cuda_ordinal("Vulkan0"), -1);
+}
+
 TEST(RankDevices, DeviceListsAreParsed) {
     EXPECT_EQ(parse_device_names(" CUDA0, CUDA1"), (std::vector<std::string>{"CUDA0", "CUDA1"}));
     EXPECT_THROW(parse_device_names("CUDA0,,CUDA1"), Error);
