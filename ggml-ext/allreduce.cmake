@@ -9,6 +9,23 @@ target_sources(llama-tp-ggml-ext PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/allreduce_wire.cpp
     ${CMAKE_CURRENT_LIST_DIR}/process_group.cpp
 )
+# The GPU engines, relative to the source tree; tests/cuda_compile.sh
+# compiles the same files where the build has no CUDA.
+set(_cuda_sources ggml-ext/allreduce_cuda_kernels.cu ggml-ext/allreduce_internal.cpp ggml-ext/cuda_runtime.cpp)
+set(_nccl_sources ggml-ext/allreduce_nccl.cpp)
+set_property(GLOBAL PROPERTY LLAMA_TP_CUDA_SOURCES ${_cuda_sources} ${_nccl_sources} ggml-ext/allreduce_engine.cpp)
+if(LLAMA_TP_CUDA)
+    list(TRANSFORM _cuda_sources PREPEND "${PROJECT_SOURCE_DIR}/")
+    list(TRANSFORM _nccl_sources PREPEND "${PROJECT_SOURCE_DIR}/")
+    target_sources(llama-tp-ggml-ext PRIVATE ${_cuda_sources})
+    target_compile_definitions(llama-tp-ggml-ext PUBLIC LLAMA_TP_HAVE_CUDA)
+    target_link_libraries(llama-tp-ggml-ext PUBLIC CUDA::cudart)
+    if(LLAMA_TP_HAVE_NCCL)
+        target_sources(llama-tp-ggml-ext PRIVATE ${_nccl_sources})
+        target_compile_definitions(llama-tp-ggml-ext PUBLIC LLAMA_TP_HAVE_NCCL)
+        target_link_libraries(llama-tp-ggml-ext PUBLIC llama-tp-nccl)
+    endif()
+endif()
 if(LLAMA_TP_HAVE_MPI)
     target_sources(llama-tp-ggml-ext PRIVATE
         ${CMAKE_CURRENT_LIST_DIR}/allreduce_mpi.cpp

@@ -4,6 +4,12 @@
 #include "ggml-ext/allreduce_cpu.h"
 #include "ggml-ext/allreduce_none.h"
 #include "ggml-ext/error.h"
+#ifdef LLAMA_TP_HAVE_CUDA
+#include "ggml-ext/allreduce_internal.h"
+#endif
+#ifdef LLAMA_TP_HAVE_NCCL
+#include "ggml-ext/allreduce_nccl.h"
+#endif
 
 #include <cctype>
 #include <cstdio>
@@ -93,8 +99,18 @@ const AllReduceBuilders & built_allreduce_engines() {
         {"none", [](const AllReduceConfig & c) { return std::make_unique<NoneAllReduce>(c); }},
         {"cpu", [](const AllReduceConfig & c) { return std::make_unique<CpuAllReduce>(c); }},
         {"butterfly", [](const AllReduceConfig & c) { return std::make_unique<ButterflyAllReduce>(c); }},
+#ifdef LLAMA_TP_HAVE_NCCL
+        {"nccl", [](const AllReduceConfig & c) { return std::make_unique<NcclAllReduce>(c); }},
+#elif defined(LLAMA_TP_HAVE_CUDA)
+        {"nccl", [](const AllReduceConfig &) { return needs("a build with LLAMA_TP_NCCL=ON"); }},
+#else
         {"nccl", [](const AllReduceConfig &) { return needs("a CUDA build"); }},
+#endif
+#ifdef LLAMA_TP_HAVE_CUDA
+        {"internal", [](const AllReduceConfig & c) { return std::make_unique<InternalAllReduce>(c); }},
+#else
         {"internal", [](const AllReduceConfig &) { return needs("a CUDA build"); }},
+#endif
         {"rccl", [](const AllReduceConfig &) { return needs("a HIP build"); }},
         {"mpi", [](const AllReduceConfig &) { return needs("an MPI build"); }},
     };

@@ -3,6 +3,8 @@
 #include "ggml-ext/collective.h"
 #include "ggml-ext/error.h"
 
+#include <string>
+
 namespace llama_tp {
 
 MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode, bool device_memory)
@@ -36,6 +38,11 @@ void MetaExecutor::split(ggml_cgraph * gf) {
             seg = Segment{};
             seg.graph = ggml_new_graph_custom(ctx_.get(), (size_t) n, false);
         } else {
+            // A backend runs a graph whole or not at all: say which node it lacks.
+            if (!ggml_backend_supports_op(backend_, node)) {
+                throw Error(std::string("the ") + ggml_backend_name(backend_) + " backend cannot run node '" +
+                            node->name + "' (" + ggml_op_desc(node) + ", " + ggml_type_name(node->type) + ")");
+            }
             ggml_graph_add_node(seg.graph, node);
         }
     }

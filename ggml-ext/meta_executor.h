@@ -29,6 +29,7 @@ class MetaExecutor {
     // it is (a GPU engine's); otherwise memory the host cannot read is copied.
     explicit MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto, bool device_memory = false);
 
+    // Throws llama_tp::Error naming a node the backend cannot run.
     ggml_status compute(ggml_cgraph * gf);
 
     // How many times a graph was split (not counting reuse of a cached split).

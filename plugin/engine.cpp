@@ -31,12 +31,16 @@ std::string file_name_of(const std::string & path) {
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-bool has_quantized_layer_matrix(const GgufFile & file) {
+bool has_layer_matrix(const GgufFile & file, bool (*of_type)(ggml_type)) {
     for (int64_t i = 0; i < file.n_tensors(); ++i) {
         const ggml_tensor * t = file.tensor_at(i);
-        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_is_quantized(t->type)) return true;
+        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2 && of_type(t->type)) return true;
     }
     return false;
+}
+
+bool is_half(ggml_type type) {
+    return type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
 }
 
 // Rank 0's side of a rank group: it validates every batch, decides its
@@ -347,7 +351,7 @@ class TensorParallelEngine final : public Engine {
         ac.n_ranks = n_ranks;
         ac.wire = options_.allreduce_bf16 ? WireType::BF16 : WireType::F32;
         // Ranks on CUDA devices only: engines of device memory may serve them.
-        for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(cuda_ordinal(ggml_backend_dev_name(d)));
+        for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(physical_cuda_device(d));
         const bool cuda = std::none_of(ac.cuda_devices.begin(), ac.cuda_devices.end(), [](int o) { return o < 0; });
         ac.memory = cuda ? RankMemory::Cuda : RankMemory::Host;
         if (!cuda) ac.cuda_devices.clear();
@@ -532,7 +536,8 @@ class TensorParallelEngine final : public Engine {
         info_.n_head = hp_.n_head;
         for (int il = 0; il < hp_.n_layer_kv(); ++il) info_.n_embd_kv += hp_.n_embd_kv(il);
         info_.moe = hp_.is_moe();
-        info_.quantized = has_quantized_layer_matrix(file);
+        info_.quantized = has_layer_matrix(file, ggml_is_quantized);
+        info_.half_weights = !info_.quantized && has_layer_matrix(file, is_half);
         // Per rank figures summed; mirrored tensors count once per rank.
         for (const RankReport & r : group_->reports()) {
             info_.n_params += r.n_params;

@@ -20,6 +20,9 @@ struct ModelInfo {
     // A layer matrix is quantized, so ggml quantizes the activations it
     // multiplies (q8_0, q8_K) and a reassociated sum can flip a rounding step.
     bool quantized = false;
+    // Layer matrices of F16 or BF16 (none quantized): ggml rounds the inputs
+    // it multiplies them with to 16 bits.
+    bool half_weights = false;
     int64_t n_params = 0;
     uint64_t weight_bytes = 0;  // all ranks together
     uint64_t file_size = 0;

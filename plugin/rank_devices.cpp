@@ -4,6 +4,10 @@
 
 #include <cctype>
 
+#ifdef LLAMA_TP_HAVE_CUDA
+#include "ggml-ext/cuda_runtime.h"
+#endif
+
 namespace llama_tp {
 
 namespace {
@@ -100,6 +104,16 @@ int cuda_ordinal(const std::string & name) {
         if (!std::isdigit((unsigned char) name[i])) return -1;
     }
     return std::stoi(name.substr(4));
+}
+
+int physical_cuda_device(ggml_backend_dev_t device) {
+    if (cuda_ordinal(ggml_backend_dev_name(device)) < 0) return -1;
+#ifdef LLAMA_TP_HAVE_CUDA
+    ggml_backend_dev_props props{};
+    ggml_backend_dev_get_props(device, &props);
+    if (props.device_id) return cuda_device_of_bus_id(props.device_id);
+#endif
+    return cuda_ordinal(ggml_backend_dev_name(device));
 }
 
 bool runs_cpu_ops(ggml_backend_dev_t device) {

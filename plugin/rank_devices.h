@@ -52,8 +52,11 @@ DeviceCatalog device_catalog();
 // split-invariant results) run on the device: only on the CPU backend.
 bool runs_cpu_ops(ggml_backend_dev_t device);
 
-// The CUDA ordinal of a device of ggml's CUDA backend by its name ("CUDA1": 1), else -1.
+// The index of a device of ggml's CUDA backend by its name ("CUDA1": 1), else -1.
 int cuda_ordinal(const std::string & device_name);
+// The CUDA runtime's ordinal of the GPU under a device of ggml's CUDA backend
+// (GGML_CUDA_DEVICES may make several devices of one GPU), else -1.
+int physical_cuda_device(ggml_backend_dev_t device);
 
 // The devices of this build, a line each ("CUDA0: NVIDIA H200"), for --list-devices.
 std::string device_list();

@@ -54,6 +54,15 @@ TEST(AccuracyContract, DefaultSumsFollowTheActivationType) {
     EXPECT_FALSE(moe.greedy);
     // Float MoE routes on float values: a flip there is a real difference.
     EXPECT_EQ(contract_bounds(against_tp1(), model(false, true)).min_top1, 1.0);
+    // F16 weights: ggml rounds their inputs to 16 bits.
+    ModelInfo half = model(false);
+    half.half_weights = true;
+    const AccuracyBounds h = contract_bounds(against_tp1(), half);
+    EXPECT_EQ(h.clause, "float sums, 16-bit activations");
+    EXPECT_EQ(h.max_abs_dp, 1e-2);
+    EXPECT_EQ(h.max_mean_kl, 1e-4);
+    EXPECT_EQ(h.min_top1, 1.0);
+    EXPECT_TRUE(h.greedy);
 }
 
 TEST(AccuracyContract, Bf16WireBoundsTheMeanKlByActivationType) {

@@ -7,6 +7,9 @@
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/error.h"
 #include "ggml-ext/process_group.h"
+#ifdef LLAMA_TP_HAVE_CUDA
+#include "ggml-ext/cuda_runtime.h"
+#endif
 
 #include <algorithm>  // before args.h, which uses std::min and std::move
 #include <utility>
@@ -26,11 +29,13 @@ namespace {
 
 const char * kUsage =
     "usage: llama-tp-allreduce-bench [options]\n"
-    "  --engine NAME   cpu | butterfly | auto (default cpu); under mpirun: mpi\n"
+    "  --engine NAME   cpu | butterfly | auto (default cpu; with --cuda auto); under mpirun: mpi\n"
     "  --ranks N       ranks, one thread each (default 2; under mpirun: per process, default 1)\n"
     "  --wire TYPE     f32 | bf16 | f64 (default f32; f64: the doubles of\n"
     "                  split-invariant sums)\n"
     "  --iters K       most calls measured per size (default 1000; fewer for large sizes, about 1.5 s each)\n"
+    "  --cuda D,D..    the ranks' values in these CUDA devices' memory, one per rank (CUDA builds;\n"
+    "                  engines auto, nccl, internal, or a host engine through host copies)\n"
     "  --json          print one JSON object\n";
 
 constexpr size_t kSmallestBytes = 4096;
@@ -46,15 +51,18 @@ struct Options {
     bool f64 = false;  // doubles (exact on any wire)
     int iters = 1000;
     bool json = false;
+    std::vector<int> cuda_devices;  // --cuda
 };
 
 Options parse(int argc, char ** argv) {
     Options o;
+    bool engine_given = false;
     ArgReader a(argc, argv, kUsage);
     while (!a.done()) {
         const std::string f = a.next();
         if (f == "--engine") {
             o.engine = a.value(f);
+            engine_given = true;
         } else if (f == "--ranks") {
             o.ranks = (int) a.integer(f, 1, 64);
         } else if (f == "--wire") {
@@ -68,6 +76,12 @@ Options parse(int argc, char ** argv) {
             o.iters = (int) a.integer(f, 1, 1000000);
         } else if (f == "--json") {
             o.json = true;
+        } else if (f == "--cuda") {
+#ifndef LLAMA_TP_HAVE_CUDA
+            a.fail("--cuda needs a CUDA build (LLAMA_TP_CUDA=ON)");
+#endif
+            for (float d : a.reals(f)) o.cuda_devices.push_back((int) d);
+            if (!engine_given) o.engine = "auto";
         } else if (f == "-h" || f == "--help") {
             a.help();
         } else {
@@ -89,19 +103,62 @@ const char * wire_name(const Options & o) {
     return o.f64 ? "f64" : o.wire == WireType::F32 ? "f32" : "bf16";
 }
 
+// Each local rank's values: host memory, or its CUDA device's with --cuda.
+class RankBuffers {
+  public:
+    RankBuffers(int n_ranks, size_t bytes, const std::vector<int> & cuda_devices) : cuda_devices_(cuda_devices) {
+        if (cuda_devices.empty()) {
+            // Values do not change the speed; zeros stay finite over any number of calls.
+            host_.assign(n_ranks, std::vector<float>(bytes / sizeof(float), 0.0f));
+            for (auto & h : host_) data_.push_back(h.data());
+            return;
+        }
+#ifdef LLAMA_TP_HAVE_CUDA
+        if ((int) cuda_devices.size() != n_ranks) throw Error("--cuda names one device per rank");
+        for (int device : cuda_devices) {
+            CurrentDevice current(device);
+            void * p = nullptr;
+            check_cuda(cudaMalloc(&p, bytes), "cudaMalloc", device);
+            data_.push_back(static_cast<float *>(p));
+            check_cuda(cudaMemset(p, 0, bytes), "cudaMemset", device);
+        }
+#endif
+    }
+    ~RankBuffers() {
+#ifdef LLAMA_TP_HAVE_CUDA
+        for (size_t r = 0; host_.empty() && r < data_.size(); ++r) {
+            CurrentDevice current(cuda_devices_[r]);
+            cudaFree(data_[r]);
+        }
+#endif
+    }
+    RankBuffers(const RankBuffers &) = delete;
+    RankBuffers & operator=(const RankBuffers &) = delete;
+    size_t size() const {
+        return data_.size();
+    }
+    float * operator[](size_t rank) const {
+        return data_[rank];
+    }
+
+  private:
+    std::vector<int> cuda_devices_;
+    std::vector<std::vector<float>> host_;
+    std::vector<float *> data_;
+};
+
 // Runs `calls` allreduces of `bytes` (floats, or doubles with f64) on every
 // rank; returns rank 0's time per call in microseconds.
-std::vector<double> time_calls(AllReduceEngine & engine, int first_rank, std::vector<std::vector<float>> & buffers,
-                               size_t bytes, bool f64, int calls) {
+std::vector<double> time_calls(AllReduceEngine & engine, int first_rank, const RankBuffers & buffers, size_t bytes,
+                               bool f64, int calls) {
     std::vector<double> rank0_us(calls);
     auto body = [&](int rank) {
         for (int i = 0; i < calls; ++i) {
             const auto start = std::chrono::steady_clock::now();
             if (f64) {
-                engine.allreduce(first_rank + rank, reinterpret_cast<double *>(buffers[rank].data()),
-                                 bytes / sizeof(double));
+                engine.allreduce(first_rank + rank, reinterpret_cast<double *>(buffers[rank]), bytes / sizeof(double));
             } else {
-                engine.allreduce(first_rank + rank, buffers[rank].data(), bytes / sizeof(float));
+                engine.allreduce(first_rank + rank, buffers[rank], bytes / sizeof(float));
             }
             if (rank == 0) {
                 rank0_us[i] =
@@ -130,8 +187,8 @@ int agreed_iters(ProcessGroup * processes, int iters) {
     return iters;
 }
 
-SizeResult measure(AllReduceEngine & engine, ProcessGroup * processes, std::vector<std::vector<float>> & buffers,
-                   size_t bytes, bool f64, int max_iters) {
+SizeResult measure(AllReduceEngine & engine, ProcessGroup * processes, const RankBuffers & buffers, size_t bytes,
+                   bool f64, int max_iters) {
     const int first_rank = processes ? processes->rank() * (int) buffers.size() : 0;
     std::vector<double> warmup = time_calls(engine, first_rank, buffers, bytes, f64, kWarmupCalls);
     std::sort(warmup.begin(), warmup.end());
@@ -187,6 +244,10 @@ std::unique_ptr<AllReduceEngine> make_engine(const Options & o, ProcessGroup * p
     config.engine = o.engine;
     config.n_ranks = local_ranks;
     config.wire = o.wire;
+    if (!o.cuda_devices.empty()) {
+        config.memory = RankMemory::Cuda;
+        config.cuda_devices = o.cuda_devices;
+    }
     if (!processes) return make_allreduce_engine(config);
     const std::string name = normalized_engine_name(o.engine);
     if (name != "mpi" && name != "auto") {
@@ -198,9 +259,10 @@ std::unique_ptr<AllReduceEngine> make_engine(const Options & o, ProcessGroup * p
 int run(const Options & o, ProcessGroup * processes) {
     const int local_ranks = o.ranks > 0 ? o.ranks : processes ? 1 : 2;
     std::unique_ptr<AllReduceEngine> engine = make_engine(o, processes, local_ranks);
-
-    // Values do not change the speed; zeros stay finite over any number of calls.
-    std::vector<std::vector<float>> buffers(local_ranks, std::vector<float>(kLargestBytes / sizeof(float), 0.0f));
+    if (!o.cuda_devices.empty() && !engine->takes_device_memory()) {
+        throw Error(std::string("engine ") + engine->name() + " takes host memory, not --cuda devices' memory");
+    }
+    const RankBuffers buffers(local_ranks, kLargestBytes, o.cuda_devices);
     std::vector<SizeResult> results;
     for (size_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) {
         results.push_back(measure(*engine, processes, buffers, bytes, o.f64, o.iters));

@@ -42,6 +42,7 @@ const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options
                            "    off the 16-row tiles);\n"
                            "  float sums, float weights: max |dp| <= 1e-3 (2e-3 with a 16-bit cache, the\n"
                            "    default F16 one included), mean KL <= 1e-4, top-1 100%, greedy identical;\n"
+                           "    f16 and bf16 weights (ggml rounds their inputs to 16 bits): max |dp| <= 1e-2;\n"
                            "    a cache of 8 bits or fewer is judged as quantized weights are;\n"
                            "  float sums, quantized weights: mean KL <= 1e-3, top-1 >= 97% and greedy\n"
                            "    identical outside top-2 margins of 2e-2; with experts top-1 flips (routing)\n"

@@ -1,0 +1,62 @@
+#pragma once
+// The nccl engine: ranks of one process on CUDA devices, one NCCL
+// communicator each (ncclCommInitAll), summing in place in device memory on
+// a stream of the engine's per rank. On a BF16 wire, calls of at least
+// LLAMA_TP_NCCL_BF16_MIN_BYTES bytes (default 65536; smaller ones are bound
+// by latency, not bytes) are rounded to BF16 on the device, summed in BF16
+// by NCCL (each sum rounded to BF16 again, unlike the host engines' F32
+// sums) and widened back. Doubles cross exactly. CUDA builds with NCCL only.
+//
+// Failure: a call that does not complete within the timeout (a rank that
+// never came) or abort() fails the group and aborts every communicator, so
+// that no rank stays inside NCCL; the communicators are not used again.
+
+#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/allreduce_failure.h"
+#include "ggml-ext/cuda_runtime.h"
+
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace llama_tp {
+
+class NcclAllReduce final : public AllReduceWithGroupFailure {
+  public:
+    // Throws llama_tp::Error when the ranks are not on CUDA devices or NCCL
+    // cannot make the communicators.
+    explicit NcclAllReduce(const AllReduceConfig & config);
+    ~NcclAllReduce() override;
+
+    const char * name() const override { return "nccl"; }
+    int n_ranks() const override { return (int) ranks_.size(); }
+    bool takes_device_memory() const override { return true; }
+    void allreduce(int rank, float * data, size_t n) override;
+    void allreduce(int rank, double * data, size_t n) override;
+    void abort(const std::string & why) override;
+
+  private:
+    struct RankState {
+        int device = 0;
+        ncclComm_t comm = nullptr;
+        std::unique_ptr<CudaStream> stream;
+        void * scratch = nullptr;  // BF16 values of a call (device memory)
+        size_t scratch_bytes = 0;
+    };
+
+    void sum(int rank, void * data, size_t n, ncclDataType_t type);
+    void * scratch(RankState & r, size_t bytes);
+    void fail_and_abort(const std::string & why);
+
+    const WireType wire_;
+    const double timeout_s_;
+    const size_t bf16_min_bytes_;
+    std::vector<RankState> ranks_;
+    std::mutex abort_mutex_;
+    bool aborted_ = false;  // under abort_mutex_
+};
+
+}  // namespace llama_tp

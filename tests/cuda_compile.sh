@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Compiles llama-tp's own CUDA code for sm_90 where a CUDA toolkit is
+# installed, without building ggml's CUDA backend: the kernels with nvcc, the
+# engines' host code with the C++ compiler against the toolkit's headers (and
+# NCCL's, where the toolkit has them), with the build's GPU macros on.
+# Warnings are errors. Exit 77 (skipped) where there is no nvcc.
+# usage: cuda_compile.sh SOURCE_DIR WORK_DIR FILE...
+set -euo pipefail
+src=$1 work=$2
+shift 2
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [[ ! -x $nvcc ]]; then
+    echo "SKIPPED: no nvcc on this machine (the CUDA toolkit is not installed); nothing compiled"
+    exit 77
+fi
+cuda_home=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+launcher=()
+command -v ccache >/dev/null && launcher=(ccache)
+defines=(-DLLAMA_TP_HAVE_CUDA)
+if [[ -f $cuda_home/include/nccl.h ]]; then
+    defines+=(-DLLAMA_TP_HAVE_NCCL)
+else
+    echo "note: no nccl.h in $cuda_home/include: the nccl engine is not compiled"
+fi
+mkdir -p "$work"
+compiled=0
+for f in "$@"; do
+    out="$work/$(basename "$f").o"
+    case $f in
+        *.cu)
+            "${launcher[@]}" "$nvcc" -arch=sm_90 -std=c++17 "${defines[@]}" -I"$src" -Werror all-warnings \
+                -Xcompiler=-Wall,-Wextra,-Werror -c "$src/$f" -o "$out" ;;
+        *nccl*)
+            [[ " ${defines[*]} " == *" -DLLAMA_TP_HAVE_NCCL "* ]] || continue
+            "${launcher[@]}" "${CXX:-c++}" -std=c++17 -Wall -Wextra -Werror "${defines[@]}" -I"$src" \
+                -I"$cuda_home/include" -c "$src/$f" -o "$out" ;;
+        *)
+            "${launcher[@]}" "${CXX:-c++}" -std=c++17 -Wall -Wextra -Werror "${defines[@]}" -I"$src" \
+                -I"$cuda_home/include" -c "$src/$f" -o "$out" ;;
+    esac
+    echo "compiled $f"
+    compiled=$((compiled + 1))
+done
+echo "cuda-compile: $compiled files for sm_90 with $("$nvcc" --version | tail -1)"

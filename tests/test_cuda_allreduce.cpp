@@ -1,0 +1,168 @@
+// The GPU engines on real devices (CUDA builds, run where a GPU is): two
+// ranks on two GPUs, or twice on one GPU where there is only one. Sums
+// against the cpu engine's bits, chunked calls, doubles, a missing rank and
+// abort. Exits 77 (skipped) without a GPU.
+
+#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/cuda_runtime.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace llama_tp {
+namespace {
+
+std::vector<int> two_devices() {
+    int count = 0;
+    cudaGetDeviceCount(&count);
+    return count >= 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
+}
+
+AllReduceConfig config_for(const std::string & engine, WireType wire = WireType::F32, double timeout_s = 30.0) {
+    AllReduceConfig c;
+    c.engine = engine;
+    c.n_ranks = 2;
+    c.wire = wire;
+    c.timeout_s = timeout_s;
+    c.memory = RankMemory::Cuda;
+    c.cuda_devices = two_devices();
+    return c;
+}
+
+// One rank's values in its device's memory.
+template <typename T>
+class DeviceValues {
+  public:
+    DeviceValues(int device, const std::vector<T> & values) : device_(device), n_(values.size()) {
+        CurrentDevice current(device);
+        check_cuda(cudaMalloc(reinterpret_cast<void **>(&data_), n_ * sizeof(T)), "cudaMalloc", device);
+        check_cuda(cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy", device);
+    }
+    ~DeviceValues() {
+        CurrentDevice current(device_);
+        cudaFree(data_);
+    }
+    T * data() { return data_; }
+    std::vector<T> read() const {
+        std::vector<T> out(n_);
+        CurrentDevice current(device_);
+        check_cuda(cudaMemcpy(out.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy", device_);
+        return out;
+    }
+
+  private:
+    int device_;
+    size_t n_;
+    T * data_ = nullptr;
+};
+
+template <typename T>
+std::vector<T> random_values(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> value(-4.0, 4.0);
+    std::vector<T> v(n);
+    for (T & x : v) x = (T) value(rng);
+    return v;
+}
+
+// Both ranks' results, and the cpu engine's on the same values.
+template <typename T>
+void check_engine(const std::string & name, size_t n, WireType wire) {
+    AllReduceConfig c = config_for(name, wire);
+    std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
+    ASSERT_STREQ(engine->name(), name.c_str());
+    ASSERT_TRUE(engine->takes_device_memory());
+    const std::vector<T> a = random_values<T>(n, 1), b = random_values<T>(n, 2);
+    DeviceValues<T> da(c.cuda_devices[0], a), db(c.cuda_devices[1], b);
+    std::thread t0([&] { engine->allreduce(0, da.data(), n); });
+    std::thread t1([&] { engine->allreduce(1, db.data(), n); });
+    t0.join();
+    t1.join();
+    ASSERT_FALSE(engine->failed()) << engine->error();
+    const std::vector<T> ra = da.read(), rb = db.read();
+    ASSERT_EQ(std::memcmp(ra.data(), rb.data(), n * sizeof(T)), 0) << "both ranks hold the same bits";
+
+    AllReduceConfig host;
+    host.engine = "cpu";
+    host.n_ranks = 2;
+    host.wire = wire;
+    std::unique_ptr<AllReduceEngine> cpu = make_allreduce_engine(host);
+    std::vector<T> ha = a, hb = b;
+    std::thread h0([&] { cpu->allreduce(0, ha.data(), n); });
+    std::thread h1([&] { cpu->allreduce(1, hb.data(), n); });
+    h0.join();
+    h1.join();
+    if (name == "internal" || wire == WireType::F32 || sizeof(T) == 8) {
+        EXPECT_EQ(std::memcmp(ra.data(), ha.data(), n * sizeof(T)), 0) << "the cpu engine's bits";
+    } else {
+        // NCCL sums BF16 values in BF16: one more rounding than the host engines.
+        for (size_t i = 0; i < n; ++i) ASSERT_NEAR(ra[i], ha[i], 0.02 * (std::fabs(ha[i]) + 1.0)) << i;
+    }
+}
+
+std::vector<std::string> engines() {
+#ifdef LLAMA_TP_HAVE_NCCL
+    return {"internal", "nccl"};
+#else
+    return {"internal"};
+#endif
+}
+
+TEST(CudaAllReduce, SumsMatchTheCpuEngine) {
+    for (const std::string & name : engines()) {
+        // One element, one block, and more than one 8 MiB chunk of the internal engine.
+        for (size_t n : {size_t(1), size_t(4099), size_t(3) << 20}) {
+            SCOPED_TRACE(name + " n=" + std::to_string(n));
+            check_engine<float>(name, n, WireType::F32);
+            check_engine<float>(name, n, WireType::BF16);
+            check_engine<double>(name, n, WireType::F32);
+        }
+    }
+}
+
+TEST(CudaAllReduce, AMissingRankFailsTheGroupInTime) {
+    for (const std::string & name : engines()) {
+        AllReduceConfig c = config_for(name, WireType::F32, 0.5);
+        std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
+        DeviceValues<float> d(c.cuda_devices[0], random_values<float>(1024, 3));
+        engine->allreduce(0, d.data(), 1024);
+        EXPECT_TRUE(engine->failed()) << name;
+        EXPECT_NE(engine->error().find("1"), std::string::npos) << engine->error();
+    }
+}
+
+TEST(CudaAllReduce, AbortReleasesAWaitingRank) {
+    for (const std::string & name : engines()) {
+        AllReduceConfig c = config_for(name, WireType::F32, 30.0);
+        std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
+        DeviceValues<float> d(c.cuda_devices[0], random_values<float>(1024, 4));
+        std::thread waiter([&] { engine->allreduce(0, d.data(), 1024); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        engine->abort("test abort");
+        waiter.join();
+        EXPECT_TRUE(engine->failed());
+        EXPECT_EQ(engine->error(), "test abort");
+    }
+}
+
+}  // namespace
+}  // namespace llama_tp
+
+int main(int argc, char ** argv) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        std::printf("SKIPPED: no CUDA device\n");
+        return 77;
+    }
+    testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}
