@@ -341,6 +341,32 @@ ggml_tensor * ModelWeights::add_tensor(const std::string & name, ggml_type type,
     return t;
 }
 
+// Where a tensor for a device the host cannot write is read to first: the
+// device's page-locked host memory where it has some (a GPU copies from it
+// at full speed, and from ordinary memory through a bounce buffer), else
+// ordinary memory.
+class ModelWeights::Staging {
+  public:
+    explicit Staging(ggml_backend_dev_t device) : pinned_type_(ggml_backend_dev_host_buffer_type(device)) {}
+    uint8_t * get(size_t n) {
+        if (pinned_type_) {
+            if (!pinned_ || ggml_backend_buffer_get_size(pinned_.get()) < n) {
+                pinned_.reset();
+                pinned_.reset(ggml_backend_buft_alloc_buffer(pinned_type_, n));
+            }
+            if (pinned_) return static_cast<uint8_t *>(ggml_backend_buffer_get_base(pinned_.get()));
+            pinned_type_ = nullptr;  // no page-locked memory to spare: ordinary memory from now on
+        }
+        ordinary_.resize(n);
+        return ordinary_.data();
+    }
+
+  private:
+    ggml_backend_buffer_type_t pinned_type_;
+    ggml_backend_buffer_ptr pinned_;
+    std::vector<uint8_t> ordinary_;
+};
+
 void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     for (auto [ctx, buft] : {std::pair{host_ctx_.get(), host_buft_}, std::pair{repack_ctx_.get(), repack_buft_}}) {
         if (!ggml_get_first_tensor(ctx)) continue;
@@ -353,7 +379,7 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
     const bool show = progress && total > (256u << 20);
     uint64_t done = 0;
     int last_pct = -1;
-    std::vector<uint8_t> staging;
+    Staging staging(device_);
     for (auto & [t, parts] : sources_) {
         read_tensor(t, parts, staging);
         for (Part & part : parts) part.file = nullptr;  // the files are the caller's, open only for the load
@@ -370,10 +396,11 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
 // expert for stacked experts), each part's rows of a slab in turn, so that a
 // fused matrix keeps its parts within every expert; a whole tensor at once; a
 // column slice one range per row.
-void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts, std::vector<uint8_t> & staging) const {
+void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts, Staging & staging) const {
     const size_t n = ggml_nbytes(t);
     const bool host = ggml_backend_buffer_is_host(t->buffer);
-    uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : (staging.resize(n), staging.data());
+    uint8_t * const staged = host ? nullptr : staging.get(n);
+    uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : staged;
     if (parts.front().slice.axis == TensorSlice::Rows) {
         for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
             for (const Part & part : parts) dst += read_rows(*part.file, part, s, dst);
@@ -381,7 +408,7 @@ void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts,
     } else {
         for (const Part & part : parts) dst += read_part(*part.file, t, part, dst);
     }
-    if (!host) ggml_backend_tensor_set(t, staging.data(), 0, n);
+    if (!host) ggml_backend_tensor_set(t, staged, 0, n);
 }
 
 size_t ModelWeights::read_rows(const GgufFile & file, const Part & part, int64_t slab, uint8_t * dst) const {

@@ -192,7 +192,8 @@ class ModelWeights {
     ggml_tensor * add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne, bool matrix,
                              std::vector<Part> parts);
     void allocate_and_read(const GgufFile & file, bool progress);
-    void read_tensor(ggml_tensor * t, const std::vector<Part> & parts, std::vector<uint8_t> & staging) const;
+    class Staging;
+    void read_tensor(ggml_tensor * t, const std::vector<Part> & parts, Staging & staging) const;
     // Reads one part (a whole tensor or a column slice) to dst; returns its bytes.
     size_t read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const;
     // Reads one row-range part's rows of one 2D slab to dst; returns their bytes.
