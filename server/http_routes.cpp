@@ -1,5 +1,7 @@
 #include "server/http_routes.h"
 
+#include "server/http_access.h"
+
 #include "plugin/engine.h"
 #include "plugin/error.h"
 #include "plugin/tokenizer.h"
@@ -39,20 +41,6 @@ namespace {
 using httplib::Request;
 using httplib::Response;
 
-constexpr const char * kJson = "application/json; charset=utf-8";
-
-void send_json(Response & res, const json & body, int status = 200) {
-    res.status = status;
-    res.set_content(dump_json(body), kJson);
-}
-
-void send_error(Response & res, const ApiError & e) {
-    if (e.status >= 500) {
-        SRV_WRN("answering %d: %s", e.status, e.what());
-    }
-    send_json(res, error_json(e), e.status);
-}
-
 using Handler = std::function<void(const Request &, Response &)>;
 
 // Turns any exception a handler throws into an OpenAI error object.
@@ -66,52 +54,6 @@ Handler guarded(Handler h) {
             send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error"));
         }
     };
-}
-
-bool is_local_origin(const std::string & origin) {
-    const size_t scheme = origin.find("://");
-    std::string host = scheme == std::string::npos ? origin : origin.substr(scheme + 3);
-    if (host.rfind("[::1]", 0) == 0) return true;
-    host = host.substr(0, host.find_first_of(":/"));
-    return host == "localhost" || host == "127.0.0.1";
-}
-
-// The Access-Control-Allow-Origin a request gets ("" for none), as llama-server.
-std::string allowed_origin(const ServerOptions & o, const std::string & origin) {
-    if (o.cors_origins == "*") return o.cors_credentials && !origin.empty() ? origin : "*";
-    if (o.cors_origins == "localhost") return is_local_origin(origin) ? origin : "";
-    return o.cors_origins;
-}
-
-// The route a request path names under --api-prefix ("" when outside it).
-std::string route_of(const std::string & path, const std::string & prefix) {
-    if (prefix.empty()) return path;
-    return path.rfind(prefix, 0) == 0 ? path.substr(prefix.size()) : std::string();
-}
-
-bool is_public_path(const std::string & path) {
-    return path == "/health" || path == "/v1/health";
-}
-
-std::string request_api_key(const Request & req) {
-    const std::string auth = req.get_header_value("Authorization");
-    static const std::string bearer = "Bearer ";
-    if (auth.size() > bearer.size() && auth.compare(0, bearer.size(), bearer) == 0) {
-        return auth.substr(bearer.size());
-    }
-    return req.get_header_value("X-Api-Key");
-}
-
-// Comparison time does not depend on where the first difference is.
-bool same_key(const std::string & a, const std::string & b) {
-    if (a.size() != b.size()) {
-        return false;
-    }
-    unsigned char diff = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        diff |= (unsigned char) (a[i] ^ b[i]);
-    }
-    return diff == 0;
 }
 
 // The prompt, and when the model may call tools, how to constrain and read its
@@ -935,34 +877,9 @@ void register_routes(httplib::Server & http, ServerState & st) {
     auto at = [&prefix](const char * path) { return prefix + path; };
     // Authentication and readiness, before routing.
     http.set_pre_routing_handler([&st](const Request & req, Response & res) {
-        const std::string origin = allowed_origin(st.opts, req.get_header_value("Origin"));
-        if (!origin.empty()) res.set_header("Access-Control-Allow-Origin", origin);
-        // Preflight, as llama-server answers it (browsers send no key with it).
-        if (req.method == "OPTIONS") {
-            res.set_header("Access-Control-Allow-Credentials", st.opts.cors_credentials ? "true" : "false");
-            res.set_header("Access-Control-Allow-Methods", st.opts.cors_methods);
-            res.set_header("Access-Control-Allow-Headers", st.opts.cors_headers);
-            res.status = 200;
-            res.set_content("", "text/html");
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (is_public_path(route_of(req.path, st.opts.api_prefix))) {
-            return httplib::Server::HandlerResponse::Unhandled;
-        }
-        if (!st.opts.api_keys.empty()) {
-            const std::string key = request_api_key(req);
-            bool ok = false;
-            for (const auto & k : st.opts.api_keys) {
-                ok |= same_key(key, k);
-            }
-            if (!ok) {
-                send_error(res, ApiError(401,
-                                         key.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                                     : "invalid API key",
-                                         "", "invalid_api_key", "authentication_error"));
-                return httplib::Server::HandlerResponse::Handled;
-            }
-        }
+        const Admission a = admit(st.opts, req, res);
+        if (a == Admission::Answered) return httplib::Server::HandlerResponse::Handled;
+        if (a == Admission::Public) return httplib::Server::HandlerResponse::Unhandled;
         if (st.stopping) {
             send_error(res, ApiError(503, "the server is shutting down", "", "unavailable"));
             return httplib::Server::HandlerResponse::Handled;
@@ -973,35 +890,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
         }
         return httplib::Server::HandlerResponse::Unhandled;
     });
-
-    // Unknown routes, wrong methods, and anything else that left no body.
-    http.set_error_handler([](const Request & req, Response & res) {
-        if (!res.body.empty()) {
-            return;
-        }
-        if (res.status == 404) {
-            send_error(res, ApiError(404, "no route for " + req.method + " " + req.path, "", "not_found"));
-        } else if (res.status == 405) {
-            send_error(res, ApiError(405, "method " + req.method + " not allowed on " + req.path, "",
-                                     "method_not_allowed", "invalid_request_error"));
-        } else if (res.status == 413) {
-            send_error(
-                res, ApiError(413, "the request body is too large", "", "payload_too_large", "invalid_request_error"));
-        } else if (res.status >= 400) {
-            send_error(res, ApiError(res.status, "bad request (HTTP " + std::to_string(res.status) + ")", "", "",
-                                     res.status >= 500 ? "server_error" : "invalid_request_error"));
-        }
-    });
-    http.set_exception_handler([](const Request &, Response & res, std::exception_ptr ep) {
-        std::string what = "unknown error";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception & e) {
-            what = e.what();
-        } catch (...) {
-        }
-        send_error(res, ApiError(500, "internal error: " + what, "", "internal_error"));
-    });
+    install_error_handlers(http);
 
     http.set_logger([&st](const Request & req, const Response & res) {
         SRV_DBG("%s %s -> %d", req.method.c_str(), req.path.c_str(), res.status);

@@ -35,7 +35,8 @@ bool is_unix_socket(const std::string & address) {
 
 }  // namespace
 
-Listener::Listener(const ServerOptions & o, const std::string & address, ServerState & state) : http_(make_server(o)) {
+Listener::Listener(const ServerOptions & o, const std::string & address, const Routes & routes)
+    : http_(make_server(o)) {
     httplib::Server & http = *http_;
     const size_t n_http = o.http_threads > 0 ? (size_t) o.http_threads : (size_t) o.n_parallel + 8;
     http.new_task_queue = [n_http, this] {
@@ -60,7 +61,7 @@ Listener::Listener(const ServerOptions & o, const std::string & address, ServerS
     http.set_read_timeout(o.timeout_s, 0);
     http.set_write_timeout(o.timeout_s, 0);
     http.set_payload_max_length(o.max_body_size);
-    register_routes(http, state);
+    routes(http);
 
     const std::string scheme = o.ssl_key_file.empty() ? "http" : "https";
     if (is_unix_socket(address)) {

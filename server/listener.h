@@ -4,7 +4,6 @@
 // bound before the model loads so that /health answers while it does. An
 // address ending in .sock is a UNIX socket, as llama-server reads it.
 
-#include "server/http_routes.h"
 #include "server/http_task_queue.h"
 #include "server/server_options.h"
 
@@ -22,8 +21,10 @@ namespace llama_tp::server {
 
 class Listener {
   public:
+    using Routes = std::function<void(httplib::Server &)>;
     // Throws std::runtime_error saying why the address cannot be served.
-    Listener(const ServerOptions & options, const std::string & address, ServerState & state);
+    // routes: installs the handlers (the model's, or the router's).
+    Listener(const ServerOptions & options, const std::string & address, const Routes & routes);
     ~Listener();
     Listener(const Listener &) = delete;
     Listener & operator=(const Listener &) = delete;

@@ -282,7 +282,8 @@ int main(int argc, char ** argv) {
     std::vector<std::unique_ptr<Listener>> listeners;
     try {
         for (const std::string & address : opts.hosts) {
-            listeners.push_back(std::make_unique<Listener>(opts, address, state));
+            listeners.push_back(std::make_unique<Listener>(
+                opts, address, [&state](httplib::Server & h) { register_routes(h, state); }));
         }
     } catch (const std::exception & e) {
         SRV_ERR("%s", e.what());
