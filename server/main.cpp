@@ -13,6 +13,7 @@
 #include "server/listener.h"
 #include "server/log.h"
 #include "server/lora_adapters.h"
+#include "server/model_router.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
 
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <mutex>
 #include <pthread.h>
+#include <unistd.h>
 #include <thread>
 
 using namespace llama_tp;
@@ -198,6 +200,55 @@ void stop_after_group_failure(const std::string & why) {
 
 }  // namespace
 
+// Router mode: no model, no ranks; the children load the models.
+int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * argv0) {
+    if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
+        SRV_ERR(
+            "router mode (--models-dir without a model) runs as one process, not under mpirun: launch "
+            "llama-tp-server with -m under mpirun instead");
+        return 1;
+    }
+    std::thread(signal_thread, sigs).detach();
+    std::unique_ptr<ModelRouter> router;
+    std::vector<std::unique_ptr<Listener>> listeners;
+    try {
+        char exe[4096] = {};
+        const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        router = std::make_unique<ModelRouter>(opts, n > 0 ? std::string(exe, (size_t) n) : std::string(argv0));
+        for (const std::string & address : opts.hosts) {
+            listeners.push_back(std::make_unique<Listener>(
+                opts, address, [&router](httplib::Server & h) { router->register_routes(h); }));
+        }
+    } catch (const std::exception & e) {
+        SRV_ERR("%s", e.what());
+        return 1;
+    }
+    std::string urls;
+    for (auto & l : listeners) {
+        l->start([] {
+            if (!g_stop_requested_flag()) {
+                SRV_ERR("HTTP server stopped unexpectedly");
+                g_http_failed = true;
+            }
+            request_stop();
+        });
+        urls += (urls.empty() ? "" : ", ") + l->url();
+    }
+    g_ready = true;
+    SRV_INF("llama-tp-server router ready: %zu models in %s, at most %d at once%s, listening on %s", router->n_models(),
+            opts.models_dir.c_str(), opts.models_max, opts.models_autoload ? ", loaded on first use" : "",
+            urls.c_str());
+    {
+        std::unique_lock<std::mutex> lock(g_stop_mutex);
+        g_stop_cv.wait(lock, [] { return g_stop_requested; });
+    }
+    router->shut_down();  // forwarded requests end with their children
+    listeners.clear();
+    router.reset();
+    SRV_INF("stopped");
+    return g_http_failed ? 1 : 0;
+}
+
 int main(int argc, char ** argv) {
     limit_malloc_arenas();
     // Before any thread starts (libcommon's log thread, which the flag parser
@@ -236,6 +287,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     for (const auto & w : opts.warnings) SRV_WRN("%s", w.c_str());
+    if (opts.router()) return run_router(opts, sigs, argv[0]);
 
     // Before MPI starts: a process still downloading would miss the first
     // collective's deadline, while MPI's own start waits for every process.

@@ -290,6 +290,9 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.model_source.path = p.model.path;
     o.model_source.offline = p.offline;
     o.engine.n_ctx = p.n_ctx;
+    o.models_dir = p.models_dir;
+    o.models_max = p.models_max;
+    o.models_autoload = p.models_autoload;
     o.context_given = up.was_given("-c");
     o.slot_context_cap = std::max(0, p.kv_unified_per_slot);
     o.engine.n_batch = p.n_batch;
@@ -479,6 +482,7 @@ Word split_word(const std::string & arg) {
 
 ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcome) {
     ServerOptions o;
+    o.arguments.assign(argv + 1, argv + argc);
     outcome = ParseOutcome::Serve;
     UpstreamFlags up;
     // llama-tp's defaults where they differ from llama-server's.
@@ -559,10 +563,17 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
     warn_about_no_effect(up, o);
     check_ranges(o);
 
-    if (o.engine.model_path.empty() && !o.model_source.remote()) {
+    if (up.was_given("--models-preset")) {
         throw UsageError(
-            "no model given: pass -m/--model FNAME, or -hf REPO[:QUANT] to download one (llama-tp-server "
-            "does not run llama-server's router mode; see --help)");
+            "--models-preset: llama-tp-server's router reads --models-dir only; put the models in a "
+            "folder and pass --models-dir DIR");
+    }
+    const bool has_model = !o.engine.model_path.empty() || o.model_source.remote();
+    if (has_model) o.models_dir.clear();  // a model of its own: not a router
+    if (!has_model && o.models_dir.empty()) {
+        throw UsageError(
+            "no model given: pass -m/--model FNAME, -hf REPO[:QUANT] to download one, or --models-dir DIR to "
+            "serve the models of a folder (router mode; see --help)");
     }
     const bool tp_given = std::find(own_given.begin(), own_given.end(), "--tp") != own_given.end() ||
                           std::getenv("LLAMA_ARG_TP") != nullptr;

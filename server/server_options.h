@@ -22,6 +22,13 @@ constexpr int32_t kAutoSlots = 4;
 struct ServerOptions {
     EngineOptions engine;      // model path, context, batch, threads, tp, split, allreduce
     ModelSource model_source;  // -hf / -mu / -dr: fetched into engine.model_path before loading
+    // Router mode (no model given, --models-dir): a child server per model
+    // of the folder, started on demand (server/model_router.h).
+    std::string models_dir;
+    int32_t models_max = 4;  // children at once (0: no limit)
+    bool models_autoload = true;
+    std::vector<std::string> arguments;  // the command line after the program's name
+    bool router() const { return !models_dir.empty(); }
 
     std::vector<std::string> hosts{"127.0.0.1"};  // one listener each (a .sock path: a UNIX socket)
     int port = 8080;

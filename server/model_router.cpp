@@ -1,0 +1,524 @@
+#include "server/model_router.h"
+
+#include "plugin/error.h"
+#include "server/api_error.h"
+#include "server/http_access.h"
+#include "server/log.h"
+
+#include <cpp-httplib/httplib.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <deque>
+#include <memory>
+
+namespace llama_tp::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kStopGrace = std::chrono::seconds(10);  // after SIGTERM, then SIGKILL
+constexpr auto kWatchPeriod = std::chrono::milliseconds(100);
+
+// Routes whose body's "model" picks the child, and those that take ?model=.
+const char * const kBodyRoutes[] = {"/completion",
+                                    "/completions",
+                                    "/v1/completions",
+                                    "/chat/completions",
+                                    "/v1/chat/completions",
+                                    "/chat/completions/input_tokens",
+                                    "/v1/chat/completions/input_tokens",
+                                    "/responses",
+                                    "/v1/responses",
+                                    "/responses/input_tokens",
+                                    "/v1/responses/input_tokens",
+                                    "/v1/messages",
+                                    "/v1/messages/count_tokens",
+                                    "/infill",
+                                    "/embedding",
+                                    "/embeddings",
+                                    "/v1/embeddings",
+                                    "/tokenize",
+                                    "/detokenize",
+                                    "/apply-template",
+                                    "/props",
+                                    "/lora-adapters",
+                                    "/slots/:id_slot"};
+const char * const kQueryRoutes[] = {"/metrics", "/lora-adapters", "/slots"};
+
+// The router's own flags, which its children do not get (true: takes a value).
+const std::pair<const char *, bool> kRouterOnly[] = {{"-m", true},
+                                                     {"--model", true},
+                                                     {"--models-dir", true},
+                                                     {"--models-preset", true},
+                                                     {"--models-max", true},
+                                                     {"--models-autoload", false},
+                                                     {"--no-models-autoload", false},
+                                                     {"--host", true},
+                                                     {"--port", true},
+                                                     {"--api-key", true},
+                                                     {"--api-key-file", true},
+                                                     {"-a", true},
+                                                     {"--alias", true},
+                                                     {"--ssl-key-file", true},
+                                                     {"--ssl-cert-file", true},
+                                                     {"--log-file", true}};
+
+// A port no one listens on now (the child binds it moments later).
+int free_loopback_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw ApiError(500, "no socket for a model's port");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0;
+    ::close(fd);
+    if (!ok) throw ApiError(500, "no free port on loopback for a model");
+    return ntohs(a.sin_port);
+}
+
+bool hop_by_hop(const std::string & name) {
+    static const char * const kDropped[] = {
+        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding", "server"};
+    std::string lower;
+    for (char c : name) lower += (char) std::tolower((unsigned char) c);
+    for (const char * d : kDropped) {
+        if (lower == d) return true;
+    }
+    return lower.rfind("access-control-", 0) == 0;
+}
+
+// What a forwarding thread hands the HTTP thread that answers the client.
+struct ProxyStream {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool have_headers = false;
+    bool done = false;
+    bool client_gone = false;
+    int status = 0;
+    httplib::Headers headers;
+    std::deque<std::string> chunks;
+    std::string error;
+};
+
+std::string model_of_body(const httplib::Request & req) {
+    json body;
+    try {
+        body = json::parse(req.body);
+    } catch (const std::exception &) {
+        throw ApiError(400, "the request body is not valid JSON");
+    }
+    if (!body.is_object() || !body.contains("model")) return "";
+    if (!body["model"].is_string()) throw ApiError(400, "\"model\" must be a string", "model");
+    return body["model"].get<std::string>();
+}
+
+}  // namespace
+
+ModelRouter::ModelRouter(const ServerOptions & options, std::string exe)
+    : opts_(options),
+      exe_(std::move(exe)),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {
+    for (CatalogModel & c : scan_models_dir(options.models_dir)) {
+        Model m;
+        m.entry = std::move(c);
+        models_.push_back(std::move(m));
+    }
+    watcher_ = std::thread([this] { watch(); });
+}
+
+void ModelRouter::shut_down() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    for (Model & m : models_) {
+        if (m.state == State::Starting) m.state = State::Unloaded;
+        if (m.state == State::Loading || m.state == State::Loaded) stop(m);
+    }
+    changed_.notify_all();
+}
+
+ModelRouter::~ModelRouter() {
+    shut_down();
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] {
+        if (forwards_ > 0) return false;
+        for (const Model & m : models_) {
+            if (m.state != State::Unloaded) return false;
+        }
+        return true;
+    });
+    lock.unlock();
+    watcher_.join();
+}
+
+ModelRouter::Model * ModelRouter::find(const std::string & id) {
+    for (Model & m : models_) {
+        if (m.entry.id == id) return &m;
+    }
+    return nullptr;
+}
+
+// The router's command line without its own flags, then the model's.
+std::vector<std::string> ModelRouter::child_args(const Model & m, int port) const {
+    std::vector<std::string> out{exe_};
+    for (size_t i = 0; i < opts_.arguments.size(); ++i) {
+        const std::string & word = opts_.arguments[i];
+        const std::string name = word.substr(0, word.find('='));
+        bool dropped = false;
+        for (const auto & [flag, takes_value] : kRouterOnly) {
+            if (name != flag) continue;
+            dropped = true;
+            if (takes_value && name == word) ++i;  // the value is the next word
+        }
+        if (!dropped) out.push_back(word);
+    }
+    for (const char * w : {"-m", m.entry.path.c_str(), "--host", "127.0.0.1", "--port"}) out.push_back(w);
+    out.push_back(std::to_string(port));
+    out.push_back("--alias");
+    out.push_back(m.entry.id);
+    return out;
+}
+
+// Asks the watcher to start the model, first making room under --models-max.
+void ModelRouter::start(std::unique_lock<std::mutex> & lock, Model & m) {
+    changed_.wait(lock, [&] { return m.state != State::Stopping; });
+    if (m.state != State::Unloaded) return;
+    auto running = [this] {
+        int n = 0;
+        for (const Model & x : models_) n += x.state != State::Unloaded;
+        return n;
+    };
+    while (opts_.models_max > 0 && running() >= opts_.models_max) {
+        Model * victim = nullptr;
+        for (Model & x : models_) {
+            if (x.state == State::Loaded && x.in_flight == 0 && (!victim || x.last_used < victim->last_used)) {
+                victim = &x;
+            }
+        }
+        if (!victim) throw ApiError(500, "model limit reached, try again later", "", "", "server_error");
+        SRV_INF("router: stopping %s to make room for %s (--models-max %d)", victim->entry.id.c_str(),
+                m.entry.id.c_str(), opts_.models_max);
+        stop(*victim);
+        changed_.wait_for(lock, kStopGrace + std::chrono::seconds(5), [&] { return victim->state == State::Unloaded; });
+    }
+    m.state = State::Starting;
+    m.failed = false;
+    m.exit_code = 0;
+    changed_.notify_all();
+}
+
+void ModelRouter::stop(Model & m) {
+    if (m.pid > 0) ::kill(m.pid, SIGTERM);
+    m.state = m.pid > 0 ? State::Stopping : State::Unloaded;
+    m.kill_at = Clock::now() + kStopGrace;
+    changed_.notify_all();
+}
+
+bool ModelRouter::wait_ready(std::unique_lock<std::mutex> & lock, Model & m) {
+    changed_.wait_for(lock, std::chrono::seconds(std::max(1, opts_.timeout_s)),
+                      [&] { return m.state == State::Loaded || m.state == State::Unloaded || stopping_; });
+    return m.state == State::Loaded;
+}
+
+// Starts, reaps and health-checks the children; the only thread that forks,
+// so that a child's parent-death signal follows the router's life.
+void ModelRouter::watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        bool any = false;
+        for (Model & m : models_) {
+            if (m.state == State::Starting && !stopping_) spawn(m);
+            if (m.pid > 0) poll(m);
+            any |= m.state != State::Unloaded;
+        }
+        if (stopping_ && !any) return;
+        std::vector<std::pair<Model *, int>> loading;
+        for (Model & m : models_) {
+            if (m.state == State::Loading) loading.emplace_back(&m, m.port);
+        }
+        lock.unlock();
+        std::vector<Model *> ready;
+        for (auto [m, port] : loading) {
+            httplib::Client cli("127.0.0.1", port);
+            cli.set_connection_timeout(0, 200000);
+            cli.set_read_timeout(1, 0);
+            auto r = cli.Get("/health");
+            if (r && r->status == 200) ready.push_back(m);
+        }
+        lock.lock();
+        for (Model * m : ready) {
+            if (m->state != State::Loading) continue;
+            m->state = State::Loaded;
+            SRV_INF("router: %s ready on port %d", m->entry.id.c_str(), m->port);
+            changed_.notify_all();
+        }
+        changed_.wait_for(lock, kWatchPeriod);
+    }
+}
+
+void ModelRouter::spawn(Model & m) {
+    try {
+        m.port = free_loopback_port();
+    } catch (const ApiError & e) {
+        m.state = State::Unloaded;
+        m.failed = true;
+        changed_.notify_all();
+        return;
+    }
+    const std::vector<std::string> args = child_args(m, m.port);
+    std::vector<char *> argv;
+    for (const std::string & a : args) argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        // Only async-signal-safe calls until exec.
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (::getppid() != parent) ::_exit(1);
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+        ::execv(exe_.c_str(), argv.data());
+        ::_exit(127);
+    }
+    if (pid < 0) {
+        m.state = State::Unloaded;
+        m.failed = true;
+    } else {
+        m.pid = pid;
+        m.state = State::Loading;
+        SRV_INF("router: starting %s (pid %d, port %d)", m.entry.id.c_str(), (int) pid, m.port);
+    }
+    changed_.notify_all();
+}
+
+// Reaps a child that ended; a stopped one gets SIGKILL after its grace.
+void ModelRouter::poll(Model & m) {
+    int status = 0;
+    const pid_t r = ::waitpid(m.pid, &status, WNOHANG);
+    if (r == 0) {
+        if (m.state == State::Stopping && Clock::now() > m.kill_at) ::kill(m.pid, SIGKILL);
+        return;
+    }
+    m.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    m.failed = m.state != State::Stopping;
+    if (m.failed) {
+        SRV_WRN("router: %s ended with status %d", m.entry.id.c_str(), m.exit_code);
+    }
+    m.pid = -1;
+    m.state = State::Unloaded;
+    changed_.notify_all();
+}
+
+void ModelRouter::list(httplib::Response & res) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    json data = json::array();
+    for (const Model & m : models_) {
+        const char * value = m.state == State::Unloaded                               ? "unloaded"
+                             : m.state == State::Loaded || m.state == State::Stopping ? "loaded"
+                                                                                      : "loading";
+        json status = {{"value", value}, {"args", child_args(m, m.port)}};
+        if (m.state == State::Unloaded && m.failed) {
+            status["failed"] = true;
+            status["exit_code"] = m.exit_code;
+        }
+        data.push_back({{"id", m.entry.id},
+                        {"aliases", json::array()},
+                        {"tags", json::array()},
+                        {"object", "model"},
+                        {"owned_by", "llamacpp"},
+                        {"created", created_},
+                        {"path", m.entry.path},
+                        {"status", status}});
+    }
+    send_json(res, {{"object", "list"}, {"data", data}});
+}
+
+void ModelRouter::load(const httplib::Request & req, httplib::Response & res) {
+    const std::string id = model_of_body(req);
+    std::unique_lock<std::mutex> lock(mutex_);
+    Model * m = find(id);
+    if (!m) throw ApiError(404, "model is not found");
+    if (m->state != State::Unloaded && m->state != State::Stopping) throw ApiError(400, "model is already running");
+    start(lock, *m);
+    send_json(res, {{"success", true}});
+}
+
+void ModelRouter::unload(const httplib::Request & req, httplib::Response & res) {
+    const std::string id = model_of_body(req);
+    std::lock_guard<std::mutex> lock(mutex_);
+    Model * m = find(id);
+    if (!m) throw ApiError(400, "model is not found");
+    if (m->state == State::Unloaded || m->state == State::Stopping) throw ApiError(400, "model is not running");
+    stop(*m);
+    send_json(res, {{"success", true}});
+}
+
+void ModelRouter::props(const httplib::Request & req, httplib::Response & res) {
+    if (req.has_param("model")) return route(req, res, false);
+    send_json(res, {{"role", "router"},
+                    {"max_instances", opts_.models_max},
+                    {"models_autoload", opts_.models_autoload},
+                    {"model_alias", "llama-tp-server"},
+                    {"model_path", "none"},
+                    {"default_generation_settings", {{"params", json::object()}, {"n_ctx", 0}}}});
+}
+
+// Finds the model a request names, starts it where that is allowed, waits
+// until it serves, and forwards the request.
+void ModelRouter::route(const httplib::Request & req, httplib::Response & res, bool by_body) {
+    if (stopping_) throw ApiError(503, "the server is shutting down", "", "unavailable");
+    const std::string id = by_body ? model_of_body(req) : req.get_param_value("model");
+    if (id.empty()) throw ApiError(400, "model name is missing from the request", "model");
+    bool autoload = opts_.models_autoload;
+    if (req.has_param("autoload")) {
+        const std::string a = req.get_param_value("autoload");
+        autoload = a == "true" || a == "1";
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    Model * m = find(id);
+    if (!m) throw ApiError(400, "model '" + id + "' not found", "model");
+    if (m->state == State::Unloaded || m->state == State::Stopping) {
+        if (!autoload) throw ApiError(400, "model is not loaded", "model");
+        start(lock, *m);
+    }
+    if (!wait_ready(lock, *m)) throw ApiError(500, "model name=" + id + " failed to load", "", "", "server_error");
+    m->in_flight++;
+    if (req.method == "POST") m->last_used = ++uses_;
+    forwards_++;
+    lock.unlock();
+    forward(req, res, *m);
+}
+
+// The request to the child on a thread of its own, whose answer the
+// client's connection streams as it arrives; a client that leaves ends it.
+void ModelRouter::forward(const httplib::Request & req, httplib::Response & res, Model & m) {
+    auto stream = std::make_shared<ProxyStream>();
+    httplib::Request up;
+    up.method = req.method;
+    up.path = req.target.empty() ? req.path : req.target;
+    for (const auto & [name, value] : req.headers) {
+        if (!hop_by_hop(name)) up.headers.emplace(name, value);
+    }
+    up.body = req.body;
+    up.response_handler = [stream](const httplib::Response & r) {
+        std::lock_guard<std::mutex> lock(stream->mutex);
+        stream->status = r.status;
+        stream->headers = r.headers;
+        stream->have_headers = true;
+        stream->cv.notify_all();
+        return !stream->client_gone;
+    };
+    up.content_receiver = [stream](const char * data, size_t n, size_t, size_t) {
+        std::lock_guard<std::mutex> lock(stream->mutex);
+        if (stream->client_gone) return false;
+        stream->chunks.emplace_back(data, n);
+        stream->cv.notify_all();
+        return true;
+    };
+    const int port = m.port;
+    const int timeout_s = opts_.timeout_s;
+    std::thread([this, stream, up = std::move(up), port, timeout_s, &m] {
+        httplib::Client cli("127.0.0.1", port);
+        cli.set_connection_timeout(5, 0);
+        cli.set_read_timeout(timeout_s, 0);
+        cli.set_write_timeout(timeout_s, 0);
+        const httplib::Result r = cli.send(up);
+        {
+            std::lock_guard<std::mutex> lock(stream->mutex);
+            if (!r && !stream->client_gone) stream->error = httplib::to_string(r.error());
+            stream->done = true;
+            stream->cv.notify_all();
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        m.in_flight--;
+        forwards_--;
+        changed_.notify_all();
+    }).detach();
+
+    std::unique_lock<std::mutex> lock(stream->mutex);
+    stream->cv.wait(lock, [&] { return stream->have_headers || stream->done; });
+    if (!stream->have_headers) {
+        const std::string error = stream->error;
+        lock.unlock();
+        throw ApiError(500, "proxy error: " + error, "", "", "server_error");
+    }
+    res.status = stream->status;
+    std::string content_type = "application/json";
+    for (const auto & [name, value] : stream->headers) {
+        if (name == "Content-Type" || name == "content-type") {
+            content_type = value;
+        } else if (!hop_by_hop(name)) {
+            res.set_header(name, value);
+        }
+    }
+    lock.unlock();
+    res.set_chunked_content_provider(
+        content_type,
+        [stream](size_t, httplib::DataSink & sink) {
+            std::unique_lock<std::mutex> lock(stream->mutex);
+            stream->cv.wait(lock, [&] { return !stream->chunks.empty() || stream->done; });
+            if (!stream->chunks.empty()) {
+                std::string chunk = std::move(stream->chunks.front());
+                stream->chunks.pop_front();
+                lock.unlock();
+                return sink.write(chunk.data(), chunk.size());
+            }
+            lock.unlock();
+            sink.done();
+            return true;
+        },
+        [stream](bool) {
+            std::lock_guard<std::mutex> lock(stream->mutex);
+            stream->client_gone = true;
+            stream->cv.notify_all();
+        });
+}
+
+void ModelRouter::register_routes(httplib::Server & http) {
+    const std::string prefix = opts_.api_prefix;
+    auto at = [&prefix](const char * path) { return prefix + path; };
+    http.set_pre_routing_handler([this](const httplib::Request & req, httplib::Response & res) {
+        if (admit(opts_, req, res) == Admission::Answered) return httplib::Server::HandlerResponse::Handled;
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    install_error_handlers(http);
+    auto guarded = [](std::function<void(const httplib::Request &, httplib::Response &)> h) {
+        return [h = std::move(h)](const httplib::Request & req, httplib::Response & res) {
+            try {
+                h(req, res);
+            } catch (const ApiError & e) {
+                send_error(res, e);
+            } catch (const std::exception & e) {
+                send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error"));
+            }
+        };
+    };
+    auto health = [](const httplib::Request &, httplib::Response & res) { send_json(res, {{"status", "ok"}}); };
+    http.Get(at("/health"), health);
+    http.Get(at("/v1/health"), health);
+    auto models = guarded([this](const httplib::Request &, httplib::Response & res) { list(res); });
+    http.Get(at("/models"), models);
+    http.Get(at("/v1/models"), models);
+    http.Post(at("/models/load"), guarded([this](const httplib::Request & q, httplib::Response & r) { load(q, r); }));
+    http.Post(at("/models/unload"),
+              guarded([this](const httplib::Request & q, httplib::Response & r) { unload(q, r); }));
+    http.Get(at("/props"), guarded([this](const httplib::Request & q, httplib::Response & r) { props(q, r); }));
+    for (const char * path : kBodyRoutes) {
+        http.Post(at(path), guarded([this](const httplib::Request & q, httplib::Response & r) { route(q, r, true); }));
+    }
+    for (const char * path : kQueryRoutes) {
+        http.Get(at(path), guarded([this](const httplib::Request & q, httplib::Response & r) { route(q, r, false); }));
+    }
+}
+
+}  // namespace llama_tp::server
