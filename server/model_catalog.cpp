@@ -2,67 +2,70 @@
 
 #include "plugin/error.h"
 
+#include "preset.h"
+
 #include <algorithm>
-#include <filesystem>
-#include <regex>
+#include <cstdlib>
 
 namespace llama_tp::server {
 
 namespace {
 
-namespace fs = std::filesystem;
-
-bool ends_with(const std::string & s, const std::string & tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+std::string option(const common_preset & p, const char * env) {
+    std::string value;
+    return p.get_option(env, value) ? value : "";
 }
 
-// Projectors and draft models sit beside a model without being one.
-bool is_companion(const std::string & name) {
-    return name.find("mmproj") != std::string::npos || name.rfind("mtp-", 0) == 0 || name.rfind("dspark-", 0) == 0 ||
-           name.rfind("dflash-", 0) == 0;
-}
-
-// 1 for "-00001-of-00003.gguf", 0 for a file in one piece.
-int split_part(const std::string & name) {
-    static const std::regex part(".*-([0-9]{5})-of-[0-9]{5}\\.gguf$");
-    std::smatch m;
-    return std::regex_match(name, m, part) ? std::stoi(m[1].str()) : 0;
-}
-
-std::vector<fs::directory_entry> sorted_entries(const fs::path & dir) {
-    std::error_code ec;
-    fs::directory_iterator it(dir, ec);
-    if (ec) throw Error("--models-dir " + dir.string() + ": " + ec.message());
-    std::vector<fs::directory_entry> out(begin(it), end(it));
-    std::sort(out.begin(), out.end(), [](const auto & a, const auto & b) { return a.path() < b.path(); });
-    return out;
-}
-
-// A subfolder's model file: its first split part, else its last .gguf ("" for none).
-std::string folder_model(const fs::path & dir) {
-    std::string last;
-    for (const fs::directory_entry & e : sorted_entries(dir)) {
-        const std::string name = e.path().filename().string();
-        if (!e.is_regular_file() || !ends_with(name, ".gguf") || is_companion(name)) continue;
-        if (split_part(name) == 1) return e.path().string();
-        if (split_part(name) == 0) last = e.path().string();
+CatalogModel model_of(const common_preset & p) {
+    CatalogModel m;
+    m.id = p.name;
+    m.path = option(p, "LLAMA_ARG_MODEL");
+    if (m.path.empty()) m.path = option(p, "LLAMA_ARG_HF_REPO");
+    if (m.path.empty()) {
+        throw Error("--models-preset: [" + p.name + "] names no model (model = FILE, or hf-repo = USER/MODEL)");
     }
-    return last;
+    m.args = p.to_args();
+    const std::string on_startup = option(p, COMMON_ARG_PRESET_LOAD_ON_STARTUP);
+    m.load_on_startup = !on_startup.empty() && common_arg_utils::is_truthy(on_startup);
+    const std::string timeout = option(p, COMMON_ARG_PRESET_STOP_TIMEOUT);
+    if (!timeout.empty()) {
+        char * end = nullptr;
+        const long s = std::strtol(timeout.c_str(), &end, 10);
+        if (*end != '\0' || s < 0) throw Error("--models-preset: [" + p.name + "] stop-timeout '" + timeout + "'");
+        m.stop_timeout_s = (int) s;
+    }
+    return m;
+}
+
+// Runs a libcommon loader; its exception becomes one naming the source.
+template <typename Load>
+common_presets loaded(const std::string & source, Load load) {
+    try {
+        return load();
+    } catch (const std::exception & e) {
+        std::string why = e.what();
+        while (!why.empty() && why.back() == '\n') why.pop_back();
+        if (why.rfind("error: ", 0) == 0) why = why.substr(7);
+        throw Error(source + ": " + why);
+    }
 }
 
 }  // namespace
 
-std::vector<CatalogModel> scan_models_dir(const std::string & dir) {
-    std::vector<CatalogModel> out;
-    for (const fs::directory_entry & e : sorted_entries(dir)) {
-        const std::string name = e.path().filename().string();
-        if (e.is_directory()) {
-            const std::string model = folder_model(e.path());
-            if (!model.empty()) out.push_back({name, model});
-        } else if (e.is_regular_file() && ends_with(name, ".gguf") && !is_companion(name) && split_part(name) <= 1) {
-            out.push_back({name.substr(0, name.size() - 5), e.path().string()});
-        }
+std::vector<CatalogModel> load_catalog(const std::string & models_dir, const std::string & presets_file) {
+    common_preset_context ctx(LLAMA_EXAMPLE_SERVER);
+    common_preset global;
+    common_presets folder, presets;
+    if (!models_dir.empty()) {
+        folder = loaded("--models-dir " + models_dir, [&] { return ctx.load_from_models_dir(models_dir); });
     }
+    if (!presets_file.empty()) {
+        presets = loaded("--models-preset " + presets_file, [&] { return ctx.load_from_ini(presets_file, global); });
+    }
+    // [*] under every model; a section over the folder's model of its name.
+    const common_presets models = ctx.cascade(ctx.cascade(global, folder), ctx.cascade(global, presets));
+    std::vector<CatalogModel> out;
+    for (const auto & [name, preset] : models) out.push_back(model_of(preset));
     std::sort(out.begin(), out.end(), [](const CatalogModel & a, const CatalogModel & b) { return a.id < b.id; });
     return out;
 }

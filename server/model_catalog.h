@@ -1,10 +1,11 @@
 #pragma once
-// The models of a --models-dir, found as llama-server's router finds them:
-// each top-level .gguf file is a model named by its file name without
-// ".gguf" (the first part of a split model; its other parts, multimodal
-// projectors and draft models are not models of their own), and each
-// subfolder is a model named by the folder, its first split part or else
-// its last .gguf file.
+// The models a router serves, read with libcommon's own preset loader (the
+// pinned llama-server's rules): the models of --models-dir (each top-level
+// .gguf file named by its file name without ".gguf", each subfolder by its
+// name, projectors and draft models beside them not counted), and the
+// sections of --models-preset (an INI file of llama-server options by name;
+// [*] applies to every model; a section of a folder model's name adds to
+// it, any other is a model of its own).
 
 #include <string>
 #include <vector>
@@ -13,10 +14,13 @@ namespace llama_tp::server {
 
 struct CatalogModel {
     std::string id;
-    std::string path;
+    std::string path;               // the model file, or the repository it comes from
+    std::vector<std::string> args;  // the model's options as command-line words, its file's included
+    bool load_on_startup = false;   // the preset's load-on-startup
+    int stop_timeout_s = 10;        // the preset's stop-timeout: SIGKILL after this much grace
 };
 
-// Sorted by id. Throws llama_tp::Error when the folder cannot be read.
-std::vector<CatalogModel> scan_models_dir(const std::string & dir);
+// Sorted by id. Throws llama_tp::Error naming the file or folder at fault.
+std::vector<CatalogModel> load_catalog(const std::string & models_dir, const std::string & presets_file);
 
 }  // namespace llama_tp::server

@@ -23,7 +23,6 @@ namespace llama_tp::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kStopGrace = std::chrono::seconds(10);  // after SIGTERM, then SIGKILL
 constexpr auto kWatchPeriod = std::chrono::milliseconds(100);
 
 // Routes whose body's "model" picks the child, and those that take ?model=.
@@ -128,12 +127,25 @@ ModelRouter::ModelRouter(const ServerOptions & options, std::string exe)
       exe_(std::move(exe)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()) {
-    for (CatalogModel & c : scan_models_dir(options.models_dir)) {
+    for (CatalogModel & c : load_catalog(options.models_dir, options.models_preset)) {
         Model m;
         m.entry = std::move(c);
         models_.push_back(std::move(m));
     }
     watcher_ = std::thread([this] { watch(); });
+    std::unique_lock<std::mutex> lock(mutex_);
+    int on_startup = 0;
+    for (Model & m : models_) on_startup += m.entry.load_on_startup;
+    if (options.models_max > 0 && on_startup > options.models_max) {
+        lock.unlock();
+        shut_down();
+        watcher_.join();
+        throw Error(std::to_string(on_startup) + " models are to load on startup, more than --models-max " +
+                    std::to_string(options.models_max));
+    }
+    for (Model & m : models_) {
+        if (m.entry.load_on_startup) start(lock, m);
+    }
 }
 
 void ModelRouter::shut_down() {
@@ -167,9 +179,11 @@ ModelRouter::Model * ModelRouter::find(const std::string & id) {
     return nullptr;
 }
 
-// The router's command line without its own flags, then the model's.
+// The model's options, then the router's command line without its own
+// flags (which win, as upstream's), then where to listen.
 std::vector<std::string> ModelRouter::child_args(const Model & m, int port) const {
     std::vector<std::string> out{exe_};
+    out.insert(out.end(), m.entry.args.begin(), m.entry.args.end());
     for (size_t i = 0; i < opts_.arguments.size(); ++i) {
         const std::string & word = opts_.arguments[i];
         const std::string name = word.substr(0, word.find('='));
@@ -181,7 +195,7 @@ std::vector<std::string> ModelRouter::child_args(const Model & m, int port) cons
         }
         if (!dropped) out.push_back(word);
     }
-    for (const char * w : {"-m", m.entry.path.c_str(), "--host", "127.0.0.1", "--port"}) out.push_back(w);
+    for (const char * w : {"--host", "127.0.0.1", "--port"}) out.push_back(w);
     out.push_back(std::to_string(port));
     out.push_back("--alias");
     out.push_back(m.entry.id);
@@ -208,7 +222,8 @@ void ModelRouter::start(std::unique_lock<std::mutex> & lock, Model & m) {
         SRV_INF("router: stopping %s to make room for %s (--models-max %d)", victim->entry.id.c_str(),
                 m.entry.id.c_str(), opts_.models_max);
         stop(*victim);
-        changed_.wait_for(lock, kStopGrace + std::chrono::seconds(5), [&] { return victim->state == State::Unloaded; });
+        changed_.wait_for(lock, std::chrono::seconds(victim->entry.stop_timeout_s + 5),
+                          [&] { return victim->state == State::Unloaded; });
     }
     m.state = State::Starting;
     m.failed = false;
@@ -219,7 +234,7 @@ void ModelRouter::start(std::unique_lock<std::mutex> & lock, Model & m) {
 void ModelRouter::stop(Model & m) {
     if (m.pid > 0) ::kill(m.pid, SIGTERM);
     m.state = m.pid > 0 ? State::Stopping : State::Unloaded;
-    m.kill_at = Clock::now() + kStopGrace;
+    m.kill_at = Clock::now() + std::chrono::seconds(m.entry.stop_timeout_s);
     changed_.notify_all();
 }
 
@@ -306,7 +321,12 @@ void ModelRouter::poll(Model & m) {
     int status = 0;
     const pid_t r = ::waitpid(m.pid, &status, WNOHANG);
     if (r == 0) {
-        if (m.state == State::Stopping && Clock::now() > m.kill_at) ::kill(m.pid, SIGKILL);
+        if (m.state == State::Stopping && Clock::now() > m.kill_at) {
+            SRV_WRN("router: %s did not stop within %d s of SIGTERM: killing it", m.entry.id.c_str(),
+                    m.entry.stop_timeout_s);
+            ::kill(m.pid, SIGKILL);
+            m.kill_at = Clock::time_point::max();
+        }
         return;
     }
     m.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);

@@ -291,6 +291,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.model_source.offline = p.offline;
     o.engine.n_ctx = p.n_ctx;
     o.models_dir = p.models_dir;
+    o.models_preset = p.models_preset;
     o.models_max = p.models_max;
     o.models_autoload = p.models_autoload;
     o.context_given = up.was_given("-c");
@@ -563,17 +564,12 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
     warn_about_no_effect(up, o);
     check_ranges(o);
 
-    if (up.was_given("--models-preset")) {
-        throw UsageError(
-            "--models-preset: llama-tp-server's router reads --models-dir only; put the models in a "
-            "folder and pass --models-dir DIR");
-    }
     const bool has_model = !o.engine.model_path.empty() || o.model_source.remote();
-    if (has_model) o.models_dir.clear();  // a model of its own: not a router
-    if (!has_model && o.models_dir.empty()) {
+    if (has_model) o.models_dir.clear(), o.models_preset.clear();  // a model of its own: not a router
+    if (!has_model && !o.router()) {
         throw UsageError(
-            "no model given: pass -m/--model FNAME, -hf REPO[:QUANT] to download one, or --models-dir DIR to "
-            "serve the models of a folder (router mode; see --help)");
+            "no model given: pass -m/--model FNAME, -hf REPO[:QUANT] to download one, or --models-dir DIR "
+            "(--models-preset FILE) to serve several (router mode; see --help)");
     }
     const bool tp_given = std::find(own_given.begin(), own_given.end(), "--tp") != own_given.end() ||
                           std::getenv("LLAMA_ARG_TP") != nullptr;

@@ -25,10 +25,11 @@ struct ServerOptions {
     // Router mode (no model given, --models-dir): a child server per model
     // of the folder, started on demand (server/model_router.h).
     std::string models_dir;
-    int32_t models_max = 4;  // children at once (0: no limit)
+    std::string models_preset;  // --models-preset: an INI file of models and their options
+    int32_t models_max = 4;     // children at once (0: no limit)
     bool models_autoload = true;
     std::vector<std::string> arguments;  // the command line after the program's name
-    bool router() const { return !models_dir.empty(); }
+    bool router() const { return !models_dir.empty() || !models_preset.empty(); }
 
     std::vector<std::string> hosts{"127.0.0.1"};  // one listener each (a .sock path: a UNIX socket)
     int port = 8080;

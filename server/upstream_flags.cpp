@@ -19,6 +19,7 @@ const std::map<std::string, std::string> & honoured() {
         {"--list-devices", ""},
         {"--models-dir", "without -m: router mode, a llama-tp-server per model of the folder, started on demand"},
         {"--models-max", "children at once; a load beyond it stops the least recently used idle one"},
+        {"--models-preset", "llama-server's INI of models and options ([*], load-on-startup, stop-timeout)"},
         {"--models-autoload", "a request naming an unloaded model starts it (?autoload= overrides)"},
         {"-ngl", "all or auto: the ranks on GPUs (one each); 0: on the CPU; a part of the layers is refused"},
         {"-m", ""},

@@ -69,7 +69,7 @@ def children(models_dir):
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and b"-m" in cmd and any(str(models_dir).encode() in c for c in cmd):
+        if state != "Z" and b"--model" in cmd and any(str(models_dir).encode() in c for c in cmd):
             pids.append(int(entry.name))
     return pids
 
@@ -78,10 +78,11 @@ def test_the_folder_models_are_listed_unloaded(models_dir):
     s = router(models_dir)
     try:
         st = statuses(s)
-        assert sorted(st) == ["big-00001-of-00002", "broken", "stories", "sub"]
+        # As llama-server lists them: a top-level split model's later parts too.
+        assert sorted(st) == ["big-00001-of-00002", "big-00002-of-00002", "broken", "stories", "sub"]
         assert all(v["value"] == "unloaded" for v in st.values())
         args = st["stories"]["args"]
-        assert args[args.index("-m") + 1] == str(models_dir / "stories.gguf")
+        assert args[args.index("--model") + 1] == str(models_dir / "stories.gguf")
         assert "--models-dir" not in args and args[args.index("--alias") + 1] == "stories"
         props = s.get("/props").json()
         assert props["role"] == "router" and props["max_instances"] == 4 and props["models_autoload"] is True
@@ -212,11 +213,44 @@ def test_children_end_when_the_router_is_killed(models_dir):
     s.stop()
 
 
-def test_presets_and_mpirun_are_refused(models_dir):
+def test_presets_add_options_and_models(models_dir, tmp_path):
+    ini = tmp_path / "presets.ini"
+    ini.write_text(f"""; llama-server's preset format
+[*]
+n-predict = 3
+
+[stories]
+ctx-size = 300
+
+[custom]
+model = {models_dir / "stories.gguf"}
+load-on-startup = true
+stop-timeout = 2
+""")
+    s = router(models_dir, "--models-preset", str(ini))
+    try:
+        wait_status(s, "custom", "loaded")  # started with the router
+        st = statuses(s)
+        args = st["stories"]["args"]
+        assert args[args.index("--n-predict") + 1] == "3" and args[args.index("--ctx-size") + 1] == "300"
+        # The router's own flags win over a preset's: -c 512.
+        assert s.get("/props?model=stories").json()["default_generation_settings"]["n_ctx"] == 512
+        r = s.post("/v1/chat/completions", {"model": "custom", "messages": [{"role": "user", "content": "Once"}],
+                                            "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3, r.text
+    finally:
+        assert s.stop() == 0
+
+
+def test_bad_folders_and_presets_are_refused(models_dir, tmp_path):
     require_binary_and_model()
-    r = subprocess.run([str(server_bin()), "--models-preset", str(models_dir / "x.ini")], capture_output=True,
-                       text=True, timeout=30)
-    assert r.returncode == 2 and "reads --models-dir only" in r.stderr, r.stderr
     r = subprocess.run([str(server_bin()), "--models-dir", str(models_dir / "missing")], capture_output=True,
                        text=True, timeout=30)
-    assert r.returncode == 1 and "--models-dir" in r.stderr, r.stderr
+    assert r.returncode == 1 and "--models-dir" in r.stderr and "does not exist" in r.stderr, r.stderr
+    ini = tmp_path / "bad.ini"
+    ini.write_text("[m]\nmodel = x.gguf\nno-such-option = 1\n")
+    r = subprocess.run([str(server_bin()), "--models-preset", str(ini)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and str(ini) in r.stderr and "no-such-option" in r.stderr, r.stderr
+    ini.write_text("[m]\nctx-size = 512\n")
+    r = subprocess.run([str(server_bin()), "--models-preset", str(ini)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "[m] names no model" in r.stderr, r.stderr
