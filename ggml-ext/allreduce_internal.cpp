@@ -13,9 +13,8 @@ namespace {
 
 void check_config(const AllReduceConfig & c) {
     if (c.memory != RankMemory::Cuda) throw Error("the ranks' values are in host memory");
-    if (c.n_ranks != 2 || c.cuda_devices.size() != 2) {
-        throw Error("needs exactly 2 ranks, not " + std::to_string(c.n_ranks));
-    }
+    if (c.n_ranks != 2) throw Error("needs exactly 2 ranks, not " + std::to_string(c.n_ranks));
+    if (c.cuda_devices.size() != 2) throw Error("needs the CUDA device of each of its 2 ranks");
 }
 
 // The engine's kernels read and write host memory directly.
@@ -37,7 +36,15 @@ InternalAllReduce::InternalAllReduce(const AllReduceConfig & config)
         s.device = config.cuda_devices[r];
         check_device(s.device);
         s.stream = std::make_unique<CudaStream>(s.device);
-        for (auto & slot : s.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes);
+        CurrentDevice current(s.device);
+        for (auto & slot : s.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes, s.device);
+    }
+}
+
+InternalAllReduce::~InternalAllReduce() {
+    // A rank that gave up may have left a kernel reading the other's slot.
+    for (RankState & s : ranks_) {
+        if (s.stream) cudaStreamSynchronize(s.stream->get());
     }
 }
 
@@ -47,21 +54,29 @@ void InternalAllReduce::run(int rank, T * data, size_t n) {
         failure_.fail([&] { return bad_rank_message(rank, 2); });
         return;
     }
-    if (failed() || n == 0) return;
+    if (failed()) return;
     const size_t wire_size = std::is_same<T, double>::value ? sizeof(double) : wire_bytes(wire_);
     const size_t per_chunk = kChunkBytes / wire_size;
+    // A call of 0 values still exchanges one empty chunk: both ranks stay at
+    // the same chunk, and the counts are compared.
+    const size_t n_chunks = std::max<size_t>(1, (n + per_chunk - 1) / per_chunk);
     RankState & me = ranks_[rank];
     try {
         CurrentDevice current(me.device);
-        for (size_t begin = 0; begin < n; begin += per_chunk) {
-            if (!exchange_chunk(rank, data + begin, n, std::min(per_chunk, n - begin))) return;
+        bool ok = true;
+        for (size_t c = 0; c < n_chunks && ok; ++c) {
+            const size_t begin = c * per_chunk;
+            ok = exchange_chunk(rank, data + begin, n, std::min(per_chunk, n - begin));
         }
-        if (!wait_for_stream(me.stream->get(), me.device, timeout_s_, failure_.flag()) && !failed()) {
+        if (ok && !wait_for_stream(me.stream->get(), me.device, timeout_s_, failure_.flag()) && !failed()) {
             failure_.fail([&] { return std::string("allreduce: the internal engine's sum did not finish in time"); });
         }
     } catch (const Error & e) {
         failure_.fail([&] { return std::string("allreduce: ") + e.what(); });
     }
+    // Given up or not, this rank's own kernels end before its values are used
+    // (none of them waits for the other rank, so this is bounded).
+    if (failed()) cudaStreamSynchronize(me.stream->get());
 }
 
 template void InternalAllReduce::run<float>(int, float *, size_t);

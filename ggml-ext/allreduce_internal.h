@@ -32,6 +32,7 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
 
     // Throws llama_tp::Error unless the config has two ranks on CUDA devices.
     explicit InternalAllReduce(const AllReduceConfig & config);
+    ~InternalAllReduce() override;
 
     const char * name() const override { return "internal"; }
     int n_ranks() const override { return 2; }

@@ -3,6 +3,8 @@
 #include "ggml-ext/allreduce_cuda_kernels.h"
 #include "ggml-ext/error.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -31,6 +33,14 @@ NcclAllReduce::NcclAllReduce(const AllReduceConfig & config)
         throw Error("needs one CUDA device per rank (" + std::to_string(config.cuda_devices.size()) + " for " +
                     std::to_string(config.n_ranks) + " ranks)");
     }
+    for (size_t a = 0; a < config.cuda_devices.size(); ++a) {
+        for (size_t b = a + 1; b < config.cuda_devices.size(); ++b) {
+            if (config.cuda_devices[a] == config.cuda_devices[b]) {
+                throw Error("needs a GPU per rank, and ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                            " are both on CUDA device " + std::to_string(config.cuda_devices[a]));
+            }
+        }
+    }
     std::vector<ncclComm_t> comms(config.cuda_devices.size());
     check_nccl(ncclCommInitAll(comms.data(), (int) comms.size(), config.cuda_devices.data()), "ncclCommInitAll");
     ranks_.resize(comms.size());
@@ -40,19 +50,41 @@ NcclAllReduce::NcclAllReduce(const AllReduceConfig & config)
     }
     try {
         for (RankState & r : ranks_) r.stream = std::make_unique<CudaStream>(r.device);
+        connect();
     } catch (...) {
-        for (RankState & r : ranks_) ncclCommDestroy(r.comm);
+        for (RankState & r : ranks_) {
+            ncclCommDestroy(r.comm);
+            if (r.scratch) cudaFree(r.scratch);
+        }
         throw;
+    }
+}
+
+// One sum of one value on every rank at once (one thread drives them all,
+// so in one group): NCCL makes its connections now, not in the first call.
+void NcclAllReduce::connect() {
+    for (RankState & r : ranks_) {
+        CurrentDevice current(r.device);
+        scratch(r, 256);
+        check_cuda(cudaMemsetAsync(r.scratch, 0, sizeof(float), r.stream->get()), "cudaMemsetAsync", r.device);
+    }
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (RankState & r : ranks_) {
+        ncclAllReduce(r.scratch, r.scratch, 1, ncclFloat32, ncclSum, r.comm, r.stream->get());
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd (connecting the ranks)");
+    for (RankState & r : ranks_) {
+        const std::atomic<bool> never{false};
+        if (!wait_for_stream(r.stream->get(), r.device, timeout_s_, never)) {
+            throw Error("connecting the ranks took longer than " + std::to_string((int) timeout_s_) + " s");
+        }
     }
 }
 
 NcclAllReduce::~NcclAllReduce() {
     for (RankState & r : ranks_) {
         if (!aborted_) ncclCommDestroy(r.comm);
-        if (r.scratch) {
-            CurrentDevice current(r.device);
-            cudaFree(r.scratch);
-        }
+        if (r.scratch) cudaFree(r.scratch);  // needs no current device
     }
 }
 
@@ -95,23 +127,32 @@ void NcclAllReduce::sum(int rank, void * data, size_t n, ncclDataType_t type) {
     RankState & me = ranks_[rank];
     try {
         CurrentDevice current(me.device);
-        check_nccl(ncclAllReduce(data, data, n, type, ncclSum, me.comm, me.stream->get()), "ncclAllReduce");
+        {
+            std::shared_lock<std::shared_mutex> comms(comms_mutex_);
+            if (aborted_) return;
+            check_nccl(ncclAllReduce(data, data, n, type, ncclSum, me.comm, me.stream->get()), "ncclAllReduce");
+        }
         if (!wait_for_stream(me.stream->get(), me.device, timeout_s_, failure_.flag()) && !failed()) {
-            fail_and_abort("allreduce: an NCCL sum did not complete within " + std::to_string(timeout_s_) +
-                           " s (a rank did not join it)");
+            char why[160];
+            std::snprintf(why, sizeof why,
+                          "allreduce: an NCCL sum on rank %d did not complete within %.1f s (a rank did not join it)",
+                          rank, timeout_s_);
+            fail_and_abort(why);
         }
     } catch (const Error & e) {
         fail_and_abort(std::string("allreduce: ") + e.what());
     }
 }
 
+// Grows by doubling: a reallocation synchronizes the device, which must stay rare.
 void * NcclAllReduce::scratch(RankState & r, size_t bytes) {
     if (r.scratch_bytes >= bytes) return r.scratch;
+    const size_t grown = std::max(bytes, 2 * r.scratch_bytes);
     if (r.scratch) check_cuda(cudaFree(r.scratch), "cudaFree", r.device);
     r.scratch = nullptr;
     r.scratch_bytes = 0;
-    check_cuda(cudaMalloc(&r.scratch, bytes), "cudaMalloc of the BF16 wire buffer", r.device);
-    r.scratch_bytes = bytes;
+    check_cuda(cudaMalloc(&r.scratch, grown), "cudaMalloc of the BF16 wire buffer", r.device);
+    r.scratch_bytes = grown;
     return r.scratch;
 }
 
@@ -119,10 +160,11 @@ void NcclAllReduce::abort(const std::string & why) {
     fail_and_abort(why);
 }
 
-// Marks the group failed, then takes every rank out of NCCL.
+// Marks the group failed (no rank queues a sum after that), then takes every
+// rank out of NCCL once no thread is inside a call.
 void NcclAllReduce::fail_and_abort(const std::string & why) {
     failure_.fail([&] { return why; });
-    std::lock_guard<std::mutex> lock(abort_mutex_);
+    std::unique_lock<std::shared_mutex> lock(comms_mutex_);
     if (aborted_) return;
     aborted_ = true;
     for (RankState & r : ranks_) ncclCommAbort(r.comm);

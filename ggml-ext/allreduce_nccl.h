@@ -7,9 +7,14 @@
 // by NCCL (each sum rounded to BF16 again, unlike the host engines' F32
 // sums) and widened back. Doubles cross exactly. CUDA builds with NCCL only.
 //
+// The ranks must pass the same element count and type (the rank group
+// does); NCCL cannot check it.
+//
 // Failure: a call that does not complete within the timeout (a rank that
 // never came) or abort() fails the group and aborts every communicator, so
-// that no rank stays inside NCCL; the communicators are not used again.
+// that no rank stays inside NCCL; the communicators are not used again. The
+// constructor makes every connection (one sum on all ranks), so that a call
+// only queues work and a missing rank shows as a call that does not end.
 
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/allreduce_failure.h"
@@ -20,6 +25,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 namespace llama_tp {
@@ -49,14 +55,16 @@ class NcclAllReduce final : public AllReduceWithGroupFailure {
 
     void sum(int rank, void * data, size_t n, ncclDataType_t type);
     void * scratch(RankState & r, size_t bytes);
+    void connect();
     void fail_and_abort(const std::string & why);
 
     const WireType wire_;
     const double timeout_s_;
     const size_t bf16_min_bytes_;
     std::vector<RankState> ranks_;
-    std::mutex abort_mutex_;
-    bool aborted_ = false;  // under abort_mutex_
+    // Calls into NCCL hold it shared; aborting the communicators, exclusive.
+    std::shared_mutex comms_mutex_;
+    bool aborted_ = false;  // under comms_mutex_
 };
 
 }  // namespace llama_tp

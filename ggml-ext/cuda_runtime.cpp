@@ -41,12 +41,12 @@ CudaStream::~CudaStream() {
     if (stream_) cudaStreamDestroy(stream_);
 }
 
-MappedHostBuffer::MappedHostBuffer(size_t bytes) : bytes_(bytes) {
-    check_cuda(cudaHostAlloc(&host_, bytes, cudaHostAllocPortable | cudaHostAllocMapped), "cudaHostAlloc", -1);
+MappedHostBuffer::MappedHostBuffer(size_t bytes, int device) : bytes_(bytes) {
+    check_cuda(cudaHostAlloc(&host_, bytes, cudaHostAllocPortable | cudaHostAllocMapped), "cudaHostAlloc", device);
     const cudaError_t mapped = cudaHostGetDevicePointer(&device_, host_, 0);
     if (mapped != cudaSuccess) {
         cudaFreeHost(host_);
-        check_cuda(mapped, "cudaHostGetDevicePointer", -1);
+        check_cuda(mapped, "cudaHostGetDevicePointer", device);
     }
 }
 

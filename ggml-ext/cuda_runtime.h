@@ -50,7 +50,8 @@ class CudaStream {
 // (mapped, portable): what two GPUs without a peer link exchange values through.
 class MappedHostBuffer {
   public:
-    explicit MappedHostBuffer(size_t bytes);
+    // device: the one current while it is allocated (for messages).
+    MappedHostBuffer(size_t bytes, int device);
     ~MappedHostBuffer();
     MappedHostBuffer(const MappedHostBuffer &) = delete;
     MappedHostBuffer & operator=(const MappedHostBuffer &) = delete;

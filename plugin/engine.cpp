@@ -352,7 +352,9 @@ class TensorParallelEngine final : public Engine {
         ac.wire = options_.allreduce_bf16 ? WireType::BF16 : WireType::F32;
         // Ranks on CUDA devices only: engines of device memory may serve them.
         for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(physical_cuda_device(d));
-        const bool cuda = std::none_of(ac.cuda_devices.begin(), ac.cuda_devices.end(), [](int o) { return o < 0; });
+        // (--portable-graph copies every collective's values to the host.)
+        const bool cuda = !options_.portable_graph &&
+                          std::none_of(ac.cuda_devices.begin(), ac.cuda_devices.end(), [](int o) { return o < 0; });
         ac.memory = cuda ? RankMemory::Cuda : RankMemory::Host;
         if (!cuda) ac.cuda_devices.clear();
         return ac;

@@ -211,13 +211,17 @@ int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * a
     std::thread(signal_thread, sigs).detach();
     std::unique_ptr<ModelRouter> router;
     std::vector<std::unique_ptr<Listener>> listeners;
+    // Requests for every model, and those waiting for a model to load, share
+    // the router's HTTP threads.
+    ServerOptions front = opts;
+    if (front.http_threads <= 0) front.http_threads = std::max(16, 4 * opts.models_max + 8);
     try {
         char exe[4096] = {};
         const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
         router = std::make_unique<ModelRouter>(opts, n > 0 ? std::string(exe, (size_t) n) : std::string(argv0));
         for (const std::string & address : opts.hosts) {
             listeners.push_back(std::make_unique<Listener>(
-                opts, address, [&router](httplib::Server & h) { router->register_routes(h); }));
+                front, address, [&router](httplib::Server & h) { router->register_routes(h); }));
         }
     } catch (const std::exception & e) {
         SRV_ERR("%s", e.what());

@@ -12,10 +12,15 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <algorithm>
 #include <deque>
+#include <tuple>
 #include <memory>
 
 namespace llama_tp::server {
@@ -51,9 +56,12 @@ const char * const kBodyRoutes[] = {"/completion",
                                     "/slots/:id_slot"};
 const char * const kQueryRoutes[] = {"/metrics", "/lora-adapters", "/slots"};
 
-// The router's own flags, which its children do not get (true: takes a value).
+// The router's own flags, which its children do not get (true: takes a
+// value): where it listens, its key and certificate, its log, its models.
 const std::pair<const char *, bool> kRouterOnly[] = {{"-m", true},
                                                      {"--model", true},
+                                                     {"-hf", true},
+                                                     {"--hf-repo", true},
                                                      {"--models-dir", true},
                                                      {"--models-preset", true},
                                                      {"--models-max", true},
@@ -84,15 +92,46 @@ int free_loopback_port() {
     return ntohs(a.sin_port);
 }
 
+std::string lower(const std::string & s) {
+    std::string out;
+    for (char c : s) out += (char) std::tolower((unsigned char) c);
+    return out;
+}
+
 bool hop_by_hop(const std::string & name) {
-    static const char * const kDropped[] = {
-        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding", "server"};
-    std::string lower;
-    for (char c : name) lower += (char) std::tolower((unsigned char) c);
+    static const char * const kDropped[] = {"host",       "content-length", "transfer-encoding",
+                                            "connection", "keep-alive",     "accept-encoding",
+                                            "server",     "expect",         "te",
+                                            "upgrade"};
+    const std::string l = lower(name);
     for (const char * d : kDropped) {
-        if (lower == d) return true;
+        if (l == d) return true;
     }
-    return lower.rfind("access-control-", 0) == 0;
+    return l.rfind("access-control-", 0) == 0 || l.rfind("proxy-", 0) == 0;
+}
+
+// Copies a child's output to stderr line by line, each after a prefix, until
+// the child closes it (exits); owns fd.
+void copy_log(int fd, std::string prefix) {
+    std::string pending;
+    char buf[4096];
+    for (;;) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        pending.append(buf, (size_t) n);
+        size_t start = 0;
+        for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+            const std::string line = prefix + pending.substr(start, nl + 1 - start);
+            std::fwrite(line.data(), 1, line.size(), stderr);
+        }
+        pending.erase(0, start);
+    }
+    if (!pending.empty()) {
+        const std::string line = prefix + pending + "\n";
+        std::fwrite(line.data(), 1, line.size(), stderr);
+    }
+    ::close(fd);
 }
 
 // What a forwarding thread hands the HTTP thread that answers the client.
@@ -179,22 +218,39 @@ ModelRouter::Model * ModelRouter::find(const std::string & id) {
     return nullptr;
 }
 
-// The model's options, then the router's command line without its own
-// flags (which win, as upstream's), then where to listen.
-std::vector<std::string> ModelRouter::child_args(const Model & m, int port) const {
-    std::vector<std::string> out{exe_};
-    out.insert(out.end(), m.entry.args.begin(), m.entry.args.end());
-    for (size_t i = 0; i < opts_.arguments.size(); ++i) {
-        const std::string & word = opts_.arguments[i];
-        const std::string name = word.substr(0, word.find('='));
+// Command-line words without the router's own flags.
+void append_child_words(std::vector<std::string> & out, const std::vector<std::string> & words) {
+    for (size_t i = 0; i < words.size(); ++i) {
+        const std::string & word = words[i];
+        std::string name = word.substr(0, word.find('='));
+        if (name.rfind("--", 0) == 0) std::replace(name.begin(), name.end(), '_', '-');  // --api_key
         bool dropped = false;
         for (const auto & [flag, takes_value] : kRouterOnly) {
             if (name != flag) continue;
             dropped = true;
-            if (takes_value && name == word) ++i;  // the value is the next word
+            if (takes_value && name.size() == word.size()) ++i;  // the value is the next word
         }
         if (!dropped) out.push_back(word);
     }
+}
+
+// The model's options (its file kept), then the router's command line (whose
+// flags win, as upstream's), each without the router's own flags, then
+// where to listen.
+std::vector<std::string> ModelRouter::child_args(const Model & m, int port) const {
+    std::vector<std::string> out{exe_};
+    std::vector<std::string> preset = m.entry.args;
+    std::string model_flag;
+    for (size_t i = 0; i + 1 < preset.size(); ++i) {
+        if (preset[i] == "--model" || preset[i] == "-m" || preset[i] == "--hf-repo" || preset[i] == "-hf") {
+            out.push_back(preset[i]);
+            out.push_back(preset[i + 1]);
+            preset.erase(preset.begin() + (long) i, preset.begin() + (long) i + 2);
+            break;
+        }
+    }
+    append_child_words(out, preset);
+    append_child_words(out, opts_.arguments);
     for (const char * w : {"--host", "127.0.0.1", "--port"}) out.push_back(w);
     out.push_back(std::to_string(port));
     out.push_back("--alias");
@@ -204,28 +260,50 @@ std::vector<std::string> ModelRouter::child_args(const Model & m, int port) cons
 
 // Asks the watcher to start the model, first making room under --models-max.
 void ModelRouter::start(std::unique_lock<std::mutex> & lock, Model & m) {
-    changed_.wait(lock, [&] { return m.state != State::Stopping; });
-    if (m.state != State::Unloaded) return;
+    auto shutting_down = [this] {
+        if (stopping_) throw ApiError(503, "the server is shutting down", "", "unavailable");
+    };
+    shutting_down();
+    changed_.wait(lock, [&] { return m.state != State::Stopping || stopping_; });
+    shutting_down();
+    if (m.state != State::Unloaded) return;  // another request started it meanwhile
     auto running = [this] {
         int n = 0;
         for (const Model & x : models_) n += x.state != State::Unloaded;
         return n;
     };
-    while (opts_.models_max > 0 && running() >= opts_.models_max) {
+    auto idle_victim = [this, &m]() -> Model * {
         Model * victim = nullptr;
         for (Model & x : models_) {
-            if (x.state == State::Loaded && x.in_flight == 0 && (!victim || x.last_used < victim->last_used)) {
+            if (&x != &m && x.state == State::Loaded && x.in_flight == 0 &&
+                (!victim || x.last_used < victim->last_used)) {
                 victim = &x;
             }
         }
-        if (!victim) throw ApiError(500, "model limit reached, try again later", "", "", "server_error");
+        return victim;
+    };
+    while (opts_.models_max > 0 && running() >= opts_.models_max) {
+        Model * victim = idle_victim();
+        if (!victim) {
+            // Every running model answers a request, or is stopping or loading: wait a while for one.
+            const bool moved = changed_.wait_for(lock, std::chrono::seconds(30), [&] {
+                return stopping_ || m.state != State::Unloaded || running() < opts_.models_max || idle_victim();
+            });
+            shutting_down();
+            if (m.state != State::Unloaded) return;
+            if (!moved) throw ApiError(500, "model limit reached, try again later", "", "", "server_error");
+            continue;
+        }
         SRV_INF("router: stopping %s to make room for %s (--models-max %d)", victim->entry.id.c_str(),
                 m.entry.id.c_str(), opts_.models_max);
         stop(*victim);
         changed_.wait_for(lock, std::chrono::seconds(victim->entry.stop_timeout_s + 5),
-                          [&] { return victim->state == State::Unloaded; });
+                          [&] { return victim->state == State::Unloaded || stopping_; });
+        shutting_down();
+        if (m.state != State::Unloaded) return;
     }
     m.state = State::Starting;
+    m.last_used = ++uses_;
     m.failed = false;
     m.exit_code = 0;
     changed_.notify_all();
@@ -238,9 +316,13 @@ void ModelRouter::stop(Model & m) {
     changed_.notify_all();
 }
 
-bool ModelRouter::wait_ready(std::unique_lock<std::mutex> & lock, Model & m) {
-    changed_.wait_for(lock, std::chrono::seconds(std::max(1, opts_.timeout_s)),
-                      [&] { return m.state == State::Loaded || m.state == State::Unloaded || stopping_; });
+// Until the model serves or its child ends, however long its load takes,
+// or the client leaves.
+bool ModelRouter::wait_ready(std::unique_lock<std::mutex> & lock, Model & m, const httplib::Request & req) {
+    while (!changed_.wait_for(lock, std::chrono::milliseconds(200),
+                              [&] { return m.state == State::Loaded || m.state == State::Unloaded || stopping_; })) {
+        if (req.is_connection_closed()) throw ApiError(499, "the client left while the model loaded");
+    }
     return m.state == State::Loaded;
 }
 
@@ -250,28 +332,39 @@ void ModelRouter::watch() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
         bool any = false;
+        std::vector<std::thread> ended_logs;
         for (Model & m : models_) {
-            if (m.state == State::Starting && !stopping_) spawn(m);
-            if (m.pid > 0) poll(m);
+            if (m.state == State::Starting) {
+                if (stopping_) {
+                    m.state = State::Unloaded;
+                    changed_.notify_all();
+                } else {
+                    spawn(m);
+                }
+            }
+            if (m.pid > 0 && poll(m)) ended_logs.push_back(std::move(m.log));
             any |= m.state != State::Unloaded;
         }
-        if (stopping_ && !any) return;
-        std::vector<std::pair<Model *, int>> loading;
+        std::vector<std::tuple<Model *, pid_t, int>> loading;
         for (Model & m : models_) {
-            if (m.state == State::Loading) loading.emplace_back(&m, m.port);
+            if (m.state == State::Loading) loading.emplace_back(&m, m.pid, m.port);
         }
         lock.unlock();
-        std::vector<Model *> ready;
-        for (auto [m, port] : loading) {
+        for (std::thread & t : ended_logs) {
+            if (t.joinable()) t.join();  // the pipe is at its end: the child is gone
+        }
+        if (stopping_ && !any) return;
+        std::vector<std::pair<Model *, pid_t>> ready;
+        for (auto [m, pid, port] : loading) {
             httplib::Client cli("127.0.0.1", port);
             cli.set_connection_timeout(0, 200000);
             cli.set_read_timeout(1, 0);
-            auto r = cli.Get("/health");
-            if (r && r->status == 200) ready.push_back(m);
+            auto r = cli.Get(opts_.api_prefix + "/health");
+            if (r && r->status == 200) ready.emplace_back(m, pid);
         }
         lock.lock();
-        for (Model * m : ready) {
-            if (m->state != State::Loading) continue;
+        for (auto [m, pid] : ready) {
+            if (m->state != State::Loading || m->pid != pid) continue;  // stopped (and started again) meanwhile
             m->state = State::Loaded;
             SRV_INF("router: %s ready on port %d", m->entry.id.c_str(), m->port);
             changed_.notify_all();
@@ -293,17 +386,30 @@ void ModelRouter::spawn(Model & m) {
     std::vector<char *> argv;
     for (const std::string & a : args) argv.push_back(const_cast<char *>(a.c_str()));
     argv.push_back(nullptr);
+    int out[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0) out[0] = out[1] = -1;
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
         // Only async-signal-safe calls until exec.
         ::prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (::getppid() != parent) ::_exit(1);
+        ::setpgid(0, 0);  // a terminal's Ctrl-C is the router's to pass on
+        if (out[1] >= 0) {
+            ::dup2(out[1], STDOUT_FILENO);
+            ::dup2(out[1], STDERR_FILENO);
+        }
         sigset_t none;
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
         ::execv(exe_.c_str(), argv.data());
         ::_exit(127);
+    }
+    if (out[1] >= 0) ::close(out[1]);
+    if (out[0] >= 0 && pid > 0) {
+        m.log = std::thread(copy_log, out[0], "[" + m.entry.id + "] ");
+    } else if (out[0] >= 0) {
+        ::close(out[0]);
     }
     if (pid < 0) {
         m.state = State::Unloaded;
@@ -316,8 +422,8 @@ void ModelRouter::spawn(Model & m) {
     changed_.notify_all();
 }
 
-// Reaps a child that ended; a stopped one gets SIGKILL after its grace.
-void ModelRouter::poll(Model & m) {
+// Reaps a child that ended (true); a stopped one gets SIGKILL after its grace.
+bool ModelRouter::poll(Model & m) {
     int status = 0;
     const pid_t r = ::waitpid(m.pid, &status, WNOHANG);
     if (r == 0) {
@@ -327,16 +433,18 @@ void ModelRouter::poll(Model & m) {
             ::kill(m.pid, SIGKILL);
             m.kill_at = Clock::time_point::max();
         }
-        return;
+        return false;
     }
     m.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    m.failed = m.state != State::Stopping;
+    // As upstream: a child that ended on its own with status 0 did not fail.
+    m.failed = m.state != State::Stopping && m.exit_code != 0;
     if (m.failed) {
         SRV_WRN("router: %s ended with status %d", m.entry.id.c_str(), m.exit_code);
     }
     m.pid = -1;
     m.state = State::Unloaded;
     changed_.notify_all();
+    return true;
 }
 
 void ModelRouter::list(httplib::Response & res) {
@@ -411,17 +519,32 @@ void ModelRouter::route(const httplib::Request & req, httplib::Response & res, b
         if (!autoload) throw ApiError(400, "model is not loaded", "model");
         start(lock, *m);
     }
-    if (!wait_ready(lock, *m)) throw ApiError(500, "model name=" + id + " failed to load", "", "", "server_error");
+    // Counted from now: a request waiting for its model keeps it from being
+    // the one stopped to make room.
     m->in_flight++;
+    bool ready = false;
+    try {
+        ready = wait_ready(lock, *m, req);
+    } catch (...) {
+        m->in_flight--;
+        changed_.notify_all();
+        throw;
+    }
+    if (!ready) {
+        m->in_flight--;
+        changed_.notify_all();
+        throw ApiError(500, "model name=" + id + " failed to load", "", "", "server_error");
+    }
     if (req.method == "POST") m->last_used = ++uses_;
     forwards_++;
+    const int port = m->port;
     lock.unlock();
-    forward(req, res, *m);
+    forward(req, res, *m, port);
 }
 
 // The request to the child on a thread of its own, whose answer the
 // client's connection streams as it arrives; a client that leaves ends it.
-void ModelRouter::forward(const httplib::Request & req, httplib::Response & res, Model & m) {
+void ModelRouter::forward(const httplib::Request & req, httplib::Response & res, Model & m, int port) {
     auto stream = std::make_shared<ProxyStream>();
     httplib::Request up;
     up.method = req.method;
@@ -445,28 +568,42 @@ void ModelRouter::forward(const httplib::Request & req, httplib::Response & res,
         stream->cv.notify_all();
         return true;
     };
-    const int port = m.port;
     const int timeout_s = opts_.timeout_s;
     std::thread([this, stream, up = std::move(up), port, timeout_s, &m] {
-        httplib::Client cli("127.0.0.1", port);
-        cli.set_connection_timeout(5, 0);
-        cli.set_read_timeout(timeout_s, 0);
-        cli.set_write_timeout(timeout_s, 0);
-        const httplib::Result r = cli.send(up);
         {
+            httplib::Client cli("127.0.0.1", port);
+            cli.set_connection_timeout(5, 0);
+            cli.set_read_timeout(timeout_s, 0);
+            cli.set_write_timeout(timeout_s, 0);
+            const httplib::Result r = cli.send(up);
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                m.in_flight--;  // before the client hears the end: its next request may find it idle
+                changed_.notify_all();
+            }
             std::lock_guard<std::mutex> lock(stream->mutex);
+            if (r && !stream->have_headers) {  // an answer without a body (204)
+                stream->status = r->status;
+                stream->headers = r->headers;
+                stream->have_headers = true;
+            }
             if (!r && !stream->client_gone) stream->error = httplib::to_string(r.error());
             stream->done = true;
             stream->cv.notify_all();
         }
         std::lock_guard<std::mutex> lock(mutex_);
-        m.in_flight--;
         forwards_--;
         changed_.notify_all();
     }).detach();
 
     std::unique_lock<std::mutex> lock(stream->mutex);
-    stream->cv.wait(lock, [&] { return stream->have_headers || stream->done; });
+    while (!stream->cv.wait_for(lock, std::chrono::milliseconds(200),
+                                [&] { return stream->have_headers || stream->done; })) {
+        if (req.is_connection_closed()) {  // nobody waits for the answer any more
+            stream->client_gone = true;
+            return;
+        }
+    }
     if (!stream->have_headers) {
         const std::string error = stream->error;
         lock.unlock();
@@ -475,24 +612,38 @@ void ModelRouter::forward(const httplib::Request & req, httplib::Response & res,
     res.status = stream->status;
     std::string content_type = "application/json";
     for (const auto & [name, value] : stream->headers) {
-        if (name == "Content-Type" || name == "content-type") {
+        if (lower(name) == "content-type") {
             content_type = value;
         } else if (!hop_by_hop(name)) {
             res.set_header(name, value);
         }
+    }
+    if (res.status >= 400) {
+        // An error object whole, as the child wrote it.
+        stream->cv.wait(lock, [&] { return stream->done; });
+        std::string body;
+        for (const std::string & c : stream->chunks) body += c;
+        lock.unlock();
+        res.set_content(body, content_type);
+        return;
     }
     lock.unlock();
     res.set_chunked_content_provider(
         content_type,
         [stream](size_t, httplib::DataSink & sink) {
             std::unique_lock<std::mutex> lock(stream->mutex);
-            stream->cv.wait(lock, [&] { return !stream->chunks.empty() || stream->done; });
+            while (!stream->cv.wait_for(lock, std::chrono::milliseconds(200),
+                                        [&] { return !stream->chunks.empty() || stream->done; })) {
+                if (!sink.is_writable()) return false;  // the client left
+            }
             if (!stream->chunks.empty()) {
                 std::string chunk = std::move(stream->chunks.front());
                 stream->chunks.pop_front();
                 lock.unlock();
                 return sink.write(chunk.data(), chunk.size());
             }
+            // A child that died mid-answer ends the client's connection, not its body.
+            if (!stream->error.empty()) return false;
             lock.unlock();
             sink.done();
             return true;

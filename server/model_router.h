@@ -10,7 +10,8 @@
 //
 // Children are started and reaped by one thread of the router, listen on
 // loopback without an API key (the router checks it), and end with it:
-// they get SIGTERM when it stops or dies.
+// they get SIGTERM when it stops or dies. Their log lines go to the
+// router's stderr, each after the model's name in brackets.
 
 #include "server/model_catalog.h"
 #include "server/server_options.h"
@@ -61,23 +62,24 @@ class ModelRouter {
         int in_flight = 0;    // requests being forwarded to it
         uint64_t last_used = 0;
         std::chrono::steady_clock::time_point kill_at;
+        std::thread log;  // copies the child's output to stderr, each line after "[id] "
     };
 
     Model * find(const std::string & id);
     std::vector<std::string> child_args(const Model & m, int port) const;
     void start(std::unique_lock<std::mutex> & lock, Model & m);
     void stop(Model & m);
-    bool wait_ready(std::unique_lock<std::mutex> & lock, Model & m);
+    bool wait_ready(std::unique_lock<std::mutex> & lock, Model & m, const httplib::Request & req);
     void watch();
     void spawn(Model & m);
-    void poll(Model & m);
+    bool poll(Model & m);
 
     void list(httplib::Response & res);
     void load(const httplib::Request & req, httplib::Response & res);
     void unload(const httplib::Request & req, httplib::Response & res);
     void props(const httplib::Request & req, httplib::Response & res);
     void route(const httplib::Request & req, httplib::Response & res, bool by_body);
-    void forward(const httplib::Request & req, httplib::Response & res, Model & m);
+    void forward(const httplib::Request & req, httplib::Response & res, Model & m, int port);
 
     const ServerOptions & opts_;
     const std::string exe_;

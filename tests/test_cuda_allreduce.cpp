@@ -47,10 +47,7 @@ class DeviceValues {
         check_cuda(cudaMalloc(reinterpret_cast<void **>(&data_), n_ * sizeof(T)), "cudaMalloc", device);
         check_cuda(cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy", device);
     }
-    ~DeviceValues() {
-        CurrentDevice current(device_);
-        cudaFree(data_);
-    }
+    ~DeviceValues() { cudaFree(data_); }
     T * data() { return data_; }
     std::vector<T> read() const {
         std::vector<T> out(n_);
@@ -109,18 +106,20 @@ void check_engine(const std::string & name, size_t n, WireType wire) {
     }
 }
 
+// nccl needs a GPU per rank; the internal engine takes one GPU twice.
 std::vector<std::string> engines() {
+    std::vector<std::string> out{"internal"};
 #ifdef LLAMA_TP_HAVE_NCCL
-    return {"internal", "nccl"};
-#else
-    return {"internal"};
+    if (two_devices()[0] != two_devices()[1]) out.push_back("nccl");
 #endif
+    return out;
 }
 
 TEST(CudaAllReduce, SumsMatchTheCpuEngine) {
     for (const std::string & name : engines()) {
-        // One element, one block, and more than one 8 MiB chunk of the internal engine.
-        for (size_t n : {size_t(1), size_t(4099), size_t(3) << 20}) {
+        // One element, one block, and more than one 8 MiB chunk of the
+        // internal engine on every wire (5M values: 10 MiB in BF16).
+        for (size_t n : {size_t(1), size_t(4099), size_t(5) << 20}) {
             SCOPED_TRACE(name + " n=" + std::to_string(n));
             check_engine<float>(name, n, WireType::F32);
             check_engine<float>(name, n, WireType::BF16);
@@ -136,8 +135,21 @@ TEST(CudaAllReduce, AMissingRankFailsTheGroupInTime) {
         DeviceValues<float> d(c.cuda_devices[0], random_values<float>(1024, 3));
         engine->allreduce(0, d.data(), 1024);
         EXPECT_TRUE(engine->failed()) << name;
-        EXPECT_NE(engine->error().find("1"), std::string::npos) << engine->error();
+        EXPECT_NE(engine->error().find("did not"), std::string::npos) << engine->error();
     }
+}
+
+TEST(CudaAllReduce, TheInternalEngineComparesCountsEvenOfEmptyCalls) {
+    AllReduceConfig c = config_for("internal", WireType::F32, 5.0);
+    std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
+    DeviceValues<float> a(c.cuda_devices[0], random_values<float>(64, 5)),
+        b(c.cuda_devices[1], random_values<float>(64, 6));
+    std::thread t0([&] { engine->allreduce(0, a.data(), 0); });
+    std::thread t1([&] { engine->allreduce(1, b.data(), 64); });
+    t0.join();
+    t1.join();
+    EXPECT_TRUE(engine->failed());
+    EXPECT_NE(engine->error().find("different element counts"), std::string::npos) << engine->error();
 }
 
 TEST(CudaAllReduce, AbortReleasesAWaitingRank) {

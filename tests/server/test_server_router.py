@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -254,3 +255,39 @@ def test_bad_folders_and_presets_are_refused(models_dir, tmp_path):
     ini.write_text("[m]\nctx-size = 512\n")
     r = subprocess.run([str(server_bin()), "--models-preset", str(ini)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "[m] names no model" in r.stderr, r.stderr
+
+
+def test_a_childs_errors_and_the_api_prefix_pass_through(models_dir):
+    s = router(models_dir, "--api-prefix", "/api", health_path="/api/health")
+    try:
+        r = requests.post(s.base + "/api/v1/chat/completions", timeout=60,
+                          json={"model": "stories", "messages": [{"role": "user", "content": "Once " * 600}]})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["type"] == "exceed_context_size_error", r.text  # the child's error object, whole
+        r = requests.post(s.base + "/api/v1/chat/completions", timeout=60,
+                          json={"model": "stories", "messages": [{"role": "user", "content": "Once"}],
+                                "max_tokens": 4})
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+
+
+def test_two_models_take_turns_under_models_max_1(models_dir):
+    s = router(models_dir, "--models-max", "1")
+    results = []
+
+    def ask(model):
+        for _ in range(2):
+            r = chat(s, model)
+            results.append((model, r.status_code, "" if r.status_code == 200 else r.text))
+
+    try:
+        threads = [threading.Thread(target=ask, args=(m,)) for m in ("stories", "sub")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [("stories", 200, "")] * 2 + [("sub", 200, "")] * 2, results
+        assert sum(v["value"] == "loaded" for v in statuses(s).values()) == 1
+    finally:
+        assert s.stop() == 0
