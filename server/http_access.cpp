@@ -95,6 +95,18 @@ Admission admit(const ServerOptions & o, const httplib::Request & req, httplib::
     return Admission::Answered;
 }
 
+Handler guarded(Handler h) {
+    return [h = std::move(h)](const httplib::Request & req, httplib::Response & res) {
+        try {
+            h(req, res);
+        } catch (const ApiError & e) {
+            send_error(res, e);
+        } catch (const std::exception & e) {
+            send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error"));
+        }
+    };
+}
+
 void install_error_handlers(httplib::Server & http) {
     // Unknown routes, wrong methods, and anything else that left no body.
     http.set_error_handler([](const httplib::Request & req, httplib::Response & res) {

@@ -7,6 +7,7 @@
 #include "server/response.h"
 #include "server/server_options.h"
 
+#include <functional>
 #include <string>
 
 namespace httplib {
@@ -33,6 +34,10 @@ enum class Admission {
 // Sets the CORS headers the request gets, answers a preflight, and checks
 // the API key (Authorization: Bearer, or X-Api-Key) outside /health.
 Admission admit(const ServerOptions & o, const httplib::Request & req, httplib::Response & res);
+
+using Handler = std::function<void(const httplib::Request &, httplib::Response &)>;
+// Turns any exception a handler throws into an OpenAI error object.
+Handler guarded(Handler h);
 
 // Error objects for unknown routes, wrong methods, too-large bodies and
 // exceptions that escape a handler.

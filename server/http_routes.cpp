@@ -41,21 +41,6 @@ namespace {
 using httplib::Request;
 using httplib::Response;
 
-using Handler = std::function<void(const Request &, Response &)>;
-
-// Turns any exception a handler throws into an OpenAI error object.
-Handler guarded(Handler h) {
-    return [h = std::move(h)](const Request & req, Response & res) {
-        try {
-            h(req, res);
-        } catch (const ApiError & e) {
-            send_error(res, e);
-        } catch (const std::exception & e) {
-            send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error"));
-        }
-    };
-}
-
 // The prompt, and when the model may call tools, how to constrain and read its
 // output.
 // libcommon's reasoning budget for a chat turn: after `tokens` tokens inside

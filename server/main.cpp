@@ -200,6 +200,23 @@ void stop_after_group_failure(const std::string & why) {
 
 }  // namespace
 
+// Starts serving on every listener; returns their URLs for the log.
+std::string start_listeners(std::vector<std::unique_ptr<Listener>> & listeners) {
+    std::string urls;
+    for (auto & l : listeners) {
+        // Serving ends when stop() is called, and only then is that expected.
+        l->start([] {
+            if (!g_stop_requested_flag()) {
+                SRV_ERR("HTTP server stopped unexpectedly");
+                g_http_failed = true;
+            }
+            request_stop();
+        });
+        urls += (urls.empty() ? "" : ", ") + l->url();
+    }
+    return urls;
+}
+
 // Router mode: no model, no ranks; the children load the models.
 int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * argv0) {
     if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
@@ -227,17 +244,7 @@ int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * a
         SRV_ERR("%s", e.what());
         return 1;
     }
-    std::string urls;
-    for (auto & l : listeners) {
-        l->start([] {
-            if (!g_stop_requested_flag()) {
-                SRV_ERR("HTTP server stopped unexpectedly");
-                g_http_failed = true;
-            }
-            request_stop();
-        });
-        urls += (urls.empty() ? "" : ", ") + l->url();
-    }
+    const std::string urls = start_listeners(listeners);
     g_ready = true;
     SRV_INF("llama-tp-server router ready: %zu models in %s, at most %d at once%s, listening on %s", router->n_models(),
             opts.models_dir.c_str(), opts.models_max, opts.models_autoload ? ", loaded on first use" : "",
@@ -345,18 +352,7 @@ int main(int argc, char ** argv) {
         SRV_ERR("%s", e.what());
         return 1;
     }
-    std::string urls;
-    for (auto & l : listeners) {
-        // Serving ends when stop() is called, and only then is that expected.
-        l->start([] {
-            if (!g_stop_requested_flag()) {
-                SRV_ERR("HTTP server stopped unexpectedly");
-                g_http_failed = true;
-            }
-            request_stop();
-        });
-        urls += (urls.empty() ? "" : ", ") + l->url();
-    }
+    const std::string urls = start_listeners(listeners);
     SRV_INF("listening on %s (loading %s)", urls.c_str(), opts.engine.model_path.c_str());
 
     auto fail_startup = [&](const std::string & what) {

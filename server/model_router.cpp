@@ -663,17 +663,6 @@ void ModelRouter::register_routes(httplib::Server & http) {
         return httplib::Server::HandlerResponse::Unhandled;
     });
     install_error_handlers(http);
-    auto guarded = [](std::function<void(const httplib::Request &, httplib::Response &)> h) {
-        return [h = std::move(h)](const httplib::Request & req, httplib::Response & res) {
-            try {
-                h(req, res);
-            } catch (const ApiError & e) {
-                send_error(res, e);
-            } catch (const std::exception & e) {
-                send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error"));
-            }
-        };
-    };
     auto health = [](const httplib::Request &, httplib::Response & res) { send_json(res, {{"status", "ok"}}); };
     http.Get(at("/health"), health);
     http.Get(at("/v1/health"), health);
