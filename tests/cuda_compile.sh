@@ -13,14 +13,35 @@ if [[ ! -x $nvcc ]]; then
     echo "SKIPPED: no nvcc on this machine (the CUDA toolkit is not installed); nothing compiled"
     exit 77
 fi
+# The toolkit's headers are where nvcc itself looks (its INCLUDES), which
+# need not be beside the nvcc found on PATH (a wrapper, a distribution layout).
+cuda_includes=()
+while read -r dir; do
+    [[ -d $dir && " ${cuda_includes[*]} " != *" -I$dir "* ]] && cuda_includes+=(-I"$dir")
+done < <("$nvcc" --dryrun -x cu -c /dev/null -o /dev/null 2>&1 |
+    sed -n 's/^#\$ INCLUDES=//p; s/^#\$ SYSTEM_INCLUDES=//p' | tr ' ' '\n' | tr -d '"' | sed -n 's/^-I//p; /^\//p')
 cuda_home=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+[[ -d $cuda_home/include && " ${cuda_includes[*]} " != *" -I$cuda_home/include "* ]] &&
+    cuda_includes+=(-I"$cuda_home/include")
+header_dir() {
+    local flag
+    for flag in "${cuda_includes[@]}" -I/usr/include; do
+        [[ -f ${flag#-I}/$1 ]] && { echo "${flag#-I}"; return 0; }
+    done
+    return 1
+}
+if ! runtime_dir=$(header_dir cuda_runtime_api.h); then
+    echo "error: nvcc at $nvcc names no include folder holding cuda_runtime_api.h" >&2
+    exit 1
+fi
 launcher=()
 command -v ccache >/dev/null && launcher=(ccache)
 defines=(-DLLAMA_TP_HAVE_CUDA)
-if [[ -f $cuda_home/include/nccl.h ]]; then
+if nccl_dir=$(header_dir nccl.h); then
     defines+=(-DLLAMA_TP_HAVE_NCCL)
+    [[ " ${cuda_includes[*]} " == *" -I$nccl_dir "* ]] || cuda_includes+=(-I"$nccl_dir")
 else
-    echo "note: no nccl.h in $cuda_home/include: the nccl engine is not compiled"
+    echo "note: no nccl.h beside the CUDA headers ($runtime_dir): the nccl engine is not compiled"
 fi
 mkdir -p "$work"
 compiled=0
@@ -33,10 +54,10 @@ for f in "$@"; do
         *nccl*)
             [[ " ${defines[*]} " == *" -DLLAMA_TP_HAVE_NCCL "* ]] || continue
             "${launcher[@]}" "${CXX:-c++}" -std=c++17 -Wall -Wextra -Werror "${defines[@]}" -I"$src" \
-                -I"$cuda_home/include" -c "$src/$f" -o "$out" ;;
+                "${cuda_includes[@]}" -c "$src/$f" -o "$out" ;;
         *)
             "${launcher[@]}" "${CXX:-c++}" -std=c++17 -Wall -Wextra -Werror "${defines[@]}" -I"$src" \
-                -I"$cuda_home/include" -c "$src/$f" -o "$out" ;;
+                "${cuda_includes[@]}" -c "$src/$f" -o "$out" ;;
     esac
     echo "compiled $f"
     compiled=$((compiled + 1))
