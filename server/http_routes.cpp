@@ -270,6 +270,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->prompt = std::move(prepared.tokens);
     output_parser = std::move(prepared.output_parser);
     task->preserved_tokens = std::move(prepared.preserved_tokens);
+    task->special_as_text = st.opts.special;
 
     const char * prompt_param = gr.endpoint == Endpoint::Chat ? "messages" : "prompt";
     const int32_t n_prompt = (int32_t) task->prompt.size();

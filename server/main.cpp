@@ -395,8 +395,15 @@ int main(int argc, char ** argv) {
         SRV_INF("LoRA adapter %zu: %s, scale %g", i, opts.engine.loras[i].path.c_str(), loras->scales()[i]);
     }
 
-    Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch, opts.max_queue,
-                        &state.metrics);
+    SlotReuse reuse;
+    reuse.prompt_similarity = opts.slot_prompt_similarity;
+    reuse.prompt_cache_bytes = opts.cache_ram_mib < 0 ? -1 : (int64_t) opts.cache_ram_mib << 20;
+    if (opts.cache_ram_mib != 0) {
+        SRV_INF("prompt cache: slots' prompts kept in host memory, %s (--cache-ram)",
+                opts.cache_ram_mib < 0 ? "no limit" : (std::to_string(opts.cache_ram_mib) + " MiB at most").c_str());
+    }
+    Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch, opts.max_queue, &state.metrics,
+                        reuse);
     // Whenever the server falls idle, the allocator hands freed pages back.
     scheduler.set_on_idle(release_free_memory);
     scheduler.set_on_group_failed(stop_after_group_failure);

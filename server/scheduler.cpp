@@ -3,6 +3,7 @@
 #include "plugin/error.h"
 #include "plugin/tokenizer.h"
 #include "server/log.h"
+#include "server/token_prefix.h"
 
 #include <algorithm>
 
@@ -25,12 +26,14 @@ TaskEvent error_event(int status, const std::string & message) {
 }  // namespace
 
 Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch, int32_t max_queue,
-                     Metrics * metrics)
+                     Metrics * metrics, SlotReuse reuse)
     : engine_(engine),
       n_ctx_slot_(n_ctx_slot),
       n_batch_(std::max<int32_t>(1, n_batch)),
       max_queue_(std::max<int32_t>(0, max_queue)),
-      metrics_(metrics) {
+      metrics_(metrics),
+      prompt_similarity_(reuse.prompt_similarity),
+      prompt_cache_(reuse.prompt_cache_bytes) {
     for (int32_t i = 0; i < n_slots; i++) {
         slots_.push_back(std::make_unique<Slot>(i));
     }
@@ -274,30 +277,20 @@ void Scheduler::admit() {
             it = queue_.erase(it);
             continue;
         }
-        // The task's own slot (id_slot), else the idle slot whose cache shares
-        // the longest prefix with the prompt.
-        Slot * best = nullptr;
-        size_t best_prefix = 0;
-        bool any_idle = false;
-        for (auto & slot : slots_) {
-            if (slot->busy()) continue;
-            any_idle = true;
-            if (task->id_slot >= 0 && slot->id != task->id_slot) continue;
-            const size_t p = slot->reusable_prefix(*task);
-            if (best == nullptr || p > best_prefix) {
-                best = slot.get();
-                best_prefix = p;
-            }
-        }
-        if (!any_idle) return;
+        if (std::none_of(slots_.begin(), slots_.end(), [](const auto & s) { return !s->busy(); })) return;
+        Slot * best = choose_slot(*task);
         if (best == nullptr) {
             ++it;  // its slot is busy: it waits, later tasks may go first
             continue;
         }
+        const size_t best_prefix = best->reusable_prefix(*task);
         const PrefixDonor donor = prefix_donor(*task, *best, best_prefix);
         if (donor.wait) {
             ++it;  // another slot is computing most of this prompt: copy it when done
             continue;
+        }
+        if (task->cache_prompt && !task->embedding) {
+            exchange_with_prompt_cache(*best, *task, donor.slot ? donor.slot->reusable_prefix(*task) : best_prefix);
         }
         best->begin(std::move(task), engine_, donor.slot);
         it = queue_.erase(it);
@@ -305,6 +298,27 @@ void Scheduler::admit() {
         SRV_DBG("slot %d: task %llu, prompt %zu tokens (%d cached), n_predict %d", best->id,
                 (unsigned long long) best->task->id, best->task->prompt.size(), best->n_cached, best->task->n_predict);
     }
+}
+
+// The task's own slot (id_slot), else the idle slot whose cache shares the
+// longest prefix with the prompt if that is over prompt_similarity_ of it,
+// else the least recently used idle slot (an empty one before any that holds
+// a prompt, whose cells a later request may still use).
+Slot * Scheduler::choose_slot(const Task & task) const {
+    Slot * similar = nullptr;
+    Slot * oldest = nullptr;
+    size_t similar_prefix = 0;
+    for (const auto & slot : slots_) {
+        if (slot->busy() || (task.id_slot >= 0 && slot->id != task.id_slot)) continue;
+        const size_t p = slot->reusable_prefix(task);
+        if (prompt_similarity_ > 0.0f && (double) p > prompt_similarity_ * (double) task.prompt.size() &&
+            p > similar_prefix) {
+            similar = slot.get();
+            similar_prefix = p;
+        }
+        if (oldest == nullptr || slot->t_last_used < oldest->t_last_used) oldest = slot.get();
+    }
+    return similar ? similar : oldest;
 }
 
 // The slot whose cache holds the longest prefix of the task's prompt, when
@@ -326,12 +340,49 @@ Scheduler::PrefixDonor Scheduler::prefix_donor(const Task & task, const Slot & c
     if (!task.cache_prompt) return PrefixDonor{};
     for (const auto & slot : slots_) {
         if (slot->state != Slot::State::Prompt || slot.get() == &chosen || slot->task->lora != task.lora) continue;
-        const auto & other = slot->task->prompt;
-        size_t q = 0;
-        while (q < other.size() && q < task.prompt.size() && other[q] == task.prompt[q]) ++q;
+        const size_t q = common_prefix(slot->task->prompt, task.prompt);
         if (2 * q >= task.prompt.size() && q >= best + 16) donor.wait = true;
     }
     return donor;
+}
+
+// Before a slot takes a task: the cells it would lose (more than half of
+// them) go to the prompt cache, and a kept prompt that gives the task more
+// than `have` tokens comes back into the slot. Either step failing only
+// costs the cells: the prompt is then computed.
+void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_t have) {
+    if (!prompt_cache_.enabled()) return;
+    const size_t n = slot.kv_tokens.size();
+    if (n > 0 && 2 * slot.reusable_prefix(task) < n && !prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) {
+        try {
+            CachedPrompt kept{slot.kv_tokens, slot.kv_lora, engine_.read_sequence(slot.id, (int32_t) n)};
+            const double mib = (double) kept.image.size() / (1024.0 * 1024.0);
+            if (prompt_cache_.keep(std::move(kept))) {
+                SRV_DBG("slot %d: %zu tokens (%.1f MiB) kept in the prompt cache, which holds %zu prompts, %.1f MiB",
+                        slot.id, n, mib, prompt_cache_.size(), (double) prompt_cache_.bytes() / (1024.0 * 1024.0));
+            } else {
+                SRV_WRN("slot %d: %zu tokens (%.1f MiB) are more than --cache-ram holds; not kept", slot.id, n, mib);
+            }
+        } catch (const std::exception & e) {
+            SRV_WRN("slot %d: its cells could not be read for the prompt cache: %s", slot.id, e.what());
+        }
+    }
+    std::optional<CachedPrompt> found = prompt_cache_.take(task.prompt, task.lora, have);
+    if (!found) return;
+    try {
+        engine_.write_sequence(slot.id, found->tokens, found->image);
+    } catch (const std::exception & e) {
+        SRV_WRN("slot %d: a prompt of the prompt cache could not be restored: %s", slot.id, e.what());
+        slot.clear_cache(engine_);
+        return;
+    }
+    slot.kv_tokens = found->tokens;
+    slot.kv_lora = found->lora;
+    const size_t shared = std::min(common_prefix(found->tokens, task.prompt), task.prompt.size() - 1);
+    SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache", slot.id, shared, task.prompt.size());
+    // Sliding-window layers keep only a window: a shorter prefix of the kept
+    // prompt may have lost what it reads, so the prompt stays in the cache.
+    if (!engine_.seq_resumable(slot.id, (int32_t) shared)) prompt_cache_.keep(std::move(*found));
 }
 
 void Scheduler::drop_cancelled() {
@@ -552,7 +603,8 @@ void Scheduler::sample(Slot & slot) {
 
     const float * logits = engine_.logits(slot.logits_row);
     const int32_t token = task.sampler->sample(logits);
-    const bool as_text = std::binary_search(task.preserved_tokens.begin(), task.preserved_tokens.end(), token);
+    const bool as_text =
+        task.special_as_text || std::binary_search(task.preserved_tokens.begin(), task.preserved_tokens.end(), token);
     slot.n_decoded++;
     step_sampled_++;
 
@@ -569,7 +621,8 @@ void Scheduler::sample(Slot & slot) {
     }
 
     const bool eog = tok.is_eog(token) && !task.ignore_eos;
-    if (!eog) {
+    // An end-of-generation token shown as text ends the text, as llama-server's --special.
+    if (!eog || as_text) {
         ev.text = slot.stream.push(tok.piece(token, as_text));
     }
     if (task.return_tokens) ev.tokens.push_back(token);

@@ -7,6 +7,7 @@
 #include "plugin/batch.h"
 #include "plugin/engine.h"
 #include "server/metrics.h"
+#include "server/prompt_cache.h"
 #include "server/slot.h"
 #include "server/task.h"
 
@@ -31,12 +32,21 @@ class QueueFullError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// How a task finds cached prompt tokens, as llama-server's -sps and --cache-ram.
+struct SlotReuse {
+    // A task takes the idle slot sharing the longest prefix with its prompt
+    // when that is more than this part of the prompt, else the least
+    // recently used one (0: always the least recently used).
+    float prompt_similarity = 0.1f;
+    int64_t prompt_cache_bytes = 0;  // PromptCache's limit (< 0: none, 0: no cache)
+};
+
 class Scheduler {
   public:
     // n_ctx_slot: positions each slot may use (prompt + generated); max_queue:
     // most tasks that may wait for a slot; metrics: may be null.
     Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32_t n_batch, int32_t max_queue,
-              Metrics * metrics);
+              Metrics * metrics, SlotReuse reuse = {});
     ~Scheduler();
 
     // Called on the scheduler thread whenever the last task finishes and no
@@ -100,12 +110,14 @@ class Scheduler {
 
   private:
     void run();
-    void admit();  // queued tasks -> idle slots
+    void admit();                                 // queued tasks -> idle slots
+    Slot * choose_slot(const Task & task) const;  // null: the task's own slot is busy
     struct PrefixDonor {
         const Slot * slot = nullptr;  // copy the prompt's prefix from this slot's cache
         bool wait = false;            // leave the task queued for now
     };
     PrefixDonor prefix_donor(const Task & task, const Slot & chosen, size_t own) const;
+    void exchange_with_prompt_cache(Slot & slot, const Task & task, size_t have);
     void drop_cancelled();
     void build_batch();
     // A generating slot whose context is full makes room (Task::context_shift).
@@ -125,6 +137,8 @@ class Scheduler {
     const int32_t n_batch_;
     const int32_t max_queue_;
     Metrics * metrics_;
+    const float prompt_similarity_;
+    PromptCache prompt_cache_;
     int32_t step_prompt_tokens_ = 0;  // of the batch being decoded
     int32_t step_sampled_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;

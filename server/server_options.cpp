@@ -326,6 +326,9 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.http_threads = p.n_threads_http;
     o.chat_template = p.chat_template;
     o.slot_save_path = p.slot_save_path;  // the handler checked it is a directory
+    o.cache_ram_mib = p.cache_ram_mib;
+    o.slot_prompt_similarity = p.slot_prompt_similarity;
+    o.special = p.special;
     o.ssl_key_file = p.ssl_file_key;
     o.ssl_cert_file = p.ssl_file_cert;
     o.reasoning_format = (int) p.reasoning_format;

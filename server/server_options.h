@@ -52,6 +52,9 @@ struct ServerOptions {
     bool cors_credentials = true;
     std::string alias;                        // model name reported by the API
     std::string slot_save_path;               // directory for POST /slots/{id}?action=save|restore ("": off)
+    int32_t cache_ram_mib = 8192;             // the prompt cache's host memory (-1: no limit, 0: off)
+    float slot_prompt_similarity = 0.1f;      // -sps (SlotReuse)
+    bool special = false;                     // -sp: special tokens appear in the generated text
     std::string ssl_key_file, ssl_cert_file;  // both: HTTPS
     std::string chat_template;                // override: Jinja source or a built-in template name
     int reasoning_format = 1;                 // common_reasoning_format (auto): thinking -> reasoning_content

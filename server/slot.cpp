@@ -1,15 +1,13 @@
 #include "server/slot.h"
 
+#include "server/token_prefix.h"
+
 #include <algorithm>
 
 namespace llama_tp::server {
 
 size_t Slot::common_prefix(const std::vector<int32_t> & tokens) const {
-    size_t n = 0;
-    while (n < kv_tokens.size() && n < tokens.size() && kv_tokens[n] == tokens[n]) {
-        n++;
-    }
-    return n;
+    return server::common_prefix(kv_tokens, tokens);
 }
 
 void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
@@ -47,6 +45,7 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
 
 std::unique_ptr<Task> Slot::release() {
     state = State::Idle;
+    t_last_used = std::chrono::steady_clock::now();
     pending = -1;
     logits_row = -1;
     inflight.clear();

@@ -46,6 +46,7 @@ class Slot {
     std::vector<int32_t> inflight;  // tokens this slot put into the current batch
 
     std::chrono::steady_clock::time_point t_start;
+    std::chrono::steady_clock::time_point t_last_used;  // when its last task ended (never: the epoch)
     std::chrono::steady_clock::time_point t_first_token;
 
     bool busy() const { return state != State::Idle; }

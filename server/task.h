@@ -109,6 +109,7 @@ struct Task {
     bool ignore_eos = false;
     bool cache_prompt = true;               // false: reuse no cached prefix
     std::vector<int32_t> preserved_tokens;  // sorted: special tokens shown as text
+    bool special_as_text = false;           // every special token shown as text (--special)
     int32_t n_top_logprobs = -1;            // -1: no logprobs; 0: only the chosen token's
     bool return_tokens = false;             // Text events carry the sampled ids
     int32_t id_slot = -1;                   // only this slot may take the task (-1: any)

@@ -61,6 +61,13 @@ const std::map<std::string, std::string> & honoured() {
         {"--pooling", "none, mean (the default here), cls, last; rank: no effect"},
         {"--embd-normalize", ""},
         {"--slot-save-path", "any --tp / -ts of the same model restores a file"},
+        {"-sp", "special tokens (an end-of-turn marker) appear in the generated text"},
+        {"-sps",
+         "a slot is taken for its cached prefix when that is over this part of the prompt, else the least "
+         "recently used one"},
+        {"-cram",
+         "a slot's cells kept in host memory when another prompt takes the slot, given back to a later "
+         "prompt that shares more with them (default 8192 MiB, -1: no limit, 0: off)"},
         {"--slots", ""},
         {"--props", ""},
         {"--api-prefix", ""},
@@ -151,7 +158,8 @@ const std::map<std::string, std::string> & no_effect() {
         {"--spec-draft-model", "no speculative decoding"},
         {"--draft", "no speculative decoding"},
         {"--log-colors", "the log is plain text"},
-
+        {"--cache-idle-slots",
+         "an idle slot keeps its cells until a prompt takes it, and goes to the prompt cache then"},
     };
     return table;
 }

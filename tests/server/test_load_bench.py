@@ -29,7 +29,9 @@ def test_bench_mode_reports_every_level(server):
 
 
 def test_soak_mode_reads_memory_and_passes():
-    s = ServerProcess("-np", "2", "-c", "1024", "-t", "1")
+    # A prompt cache of 1 MiB fills within the first seconds, then holds:
+    # memory that keeps growing after that is a leak.
+    s = ServerProcess("-np", "2", "-c", "1024", "-t", "1", "--cache-ram", "1")
     try:
         rc, out, err = run_tool("--server", s.base, "--name", "ours", "--soak", "3", "--clients", "3",
                                 "--max-tokens", "4", "--prompt-tokens", "16", "--pid", str(s.proc.pid),

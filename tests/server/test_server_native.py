@@ -70,6 +70,24 @@ def test_stop_word_and_eos_stop_types(server):
     assert body["stop_type"] == "eos" and body["content"] == "" and body["tokens_predicted"] == 1
 
 
+def test_special_shows_the_end_of_generation_token():
+    # Token 2 is stories260K's </s>: a bias makes it the first one sampled.
+    body = {"n_predict": 4, "temperature": 0, "logit_bias": [[2, 100]], "n_probs": 1}
+    plain = ServerProcess("-np", "1", "-c", "256", "-t", "1")
+    try:
+        hidden = native(plain, **body)
+    finally:
+        assert plain.stop() == 0
+    assert hidden["stop_type"] == "eos" and hidden["content"] == ""
+    special = ServerProcess("-np", "1", "-c", "256", "-t", "1", "-sp")
+    try:
+        shown = native(special, **body)
+    finally:
+        assert special.stop() == 0
+    assert shown["stop_type"] == "eos" and shown["content"] == "</s>"
+    assert shown["completion_probabilities"][0]["token"] == "</s>"
+
+
 def test_logit_bias_shapes(server):
     base = native(server, n_predict=6, temperature=0, ignore_eos=True, return_tokens=True)
     first = base["tokens"][0]

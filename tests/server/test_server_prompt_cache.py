@@ -1,0 +1,83 @@
+"""The prompt cache (--cache-ram, on by default as in llama-server): a slot's
+cells go to host memory when another prompt takes the slot, and come back
+for a later prompt that shares them, which then continues exactly as it
+did; --cache-ram 0 turns it off. Of equally good slots, a prompt takes the
+least recently used one (an empty one first)."""
+
+import pytest
+
+from server_harness import ServerProcess, generated_model
+
+STORY = ("Once upon a time there was a little girl named Lily who lived in a small house near the woods. "
+         "Every morning she walked to the river to look at the fish and the ducks, and she sang a song. ")
+OTHER = ("The old man sat on the bench in the park and fed the birds with bread crumbs from a paper bag, "
+         "while the children played with a red ball on the grass. ")
+
+
+def complete(server, prompt, n=8):
+    r = server.post("/completion", {"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_prompt_that_lost_its_slot_gets_its_cells_back():
+    s = ServerProcess("-np", "1", "-c", "1024", "-t", "1")
+    try:
+        first = complete(s, STORY)
+        assert first["tokens_cached"] == 0
+        # Served from the slot's own cells: the answer a cached prompt gets
+        # (its last token decoded alone may round unlike the whole prompt).
+        cached = complete(s, STORY)
+        assert cached["tokens_cached"] == first["tokens_evaluated"] - 1
+        other = complete(s, OTHER)
+        assert other["tokens_cached"] <= 1  # at most the BOS token
+        again = complete(s, STORY)
+        # Every prompt token but the last (decoded for its logits) came back.
+        assert again["tokens_cached"] == first["tokens_evaluated"] - 1
+        assert again["content"] == cached["content"]
+        # The other prompt went to the cache in turn.
+        assert complete(s, OTHER)["tokens_cached"] == other["tokens_evaluated"] - 1
+        assert "restored from the prompt cache" in s.log_text()
+    finally:
+        assert s.stop() == 0
+
+
+def test_cache_ram_zero_keeps_nothing():
+    s = ServerProcess("-np", "1", "-c", "1024", "-t", "1", "--cache-ram", "0")
+    try:
+        complete(s, STORY)
+        complete(s, OTHER)
+        assert complete(s, STORY)["tokens_cached"] <= 1
+        assert "prompt cache" not in s.log_text()
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_new_prompt_takes_an_empty_slot_before_one_that_holds_a_prompt():
+    # Both prompts begin with the BOS token: too little of the second to take
+    # the first one's slot for it.
+    s = ServerProcess("-np", "2", "-c", "1024", "-t", "1", "--cache-ram", "0")
+    try:
+        first = complete(s, STORY)
+        complete(s, OTHER)  # into the second slot: the first keeps the story
+        assert complete(s, STORY)["tokens_cached"] == first["tokens_evaluated"] - 1
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return generated_model(tmp_path_factory.mktemp("prompt-cache") / "llama-q8_0.gguf")
+
+
+def test_the_cache_holds_every_rank_s_cells(model):
+    s = ServerProcess("-np", "1", "-c", "1024", "-t", "2", "--tp", "2", "--split-invariant", model=model)
+    try:
+        first = complete(s, STORY)
+        cached = complete(s, STORY)
+        complete(s, OTHER)
+        again = complete(s, STORY)
+        assert again["tokens_cached"] == first["tokens_evaluated"] - 1
+        assert again["content"] == cached["content"]
+    finally:
+        assert s.stop() == 0
