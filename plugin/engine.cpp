@@ -175,6 +175,14 @@ class TensorParallelEngine final : public Engine {
         return image;
     }
 
+    size_t sequence_image_bytes(int32_t n) const override { return image_layout(n).bytes(); }
+
+    bool image_resumable(int32_t n, int32_t m) const override {
+        // The window layers hold positions [n - keep, n); m reads [m - keep, m).
+        const int32_t keep = kv_sizes_.window_keep;
+        return !kv_sizes_.windowed() || m <= 0 || m >= n || n <= keep;
+    }
+
     void write_sequence(int32_t seq, const std::vector<int32_t> & tokens, const std::vector<uint8_t> & image) override {
         if (follower()) throw Error("only process 0 of the group writes sequences");
         if (seq < 0 || seq >= options_.n_seq_max) throw Error("sequence " + std::to_string(seq) + " out of range");

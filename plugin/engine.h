@@ -138,6 +138,12 @@ class Engine {
     // of the same model and cache types loads back. Throws llama_tp::Error
     // when a position is not cached.
     virtual std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) = 0;
+    // The size of read_sequence's image of n positions.
+    virtual size_t sequence_image_bytes(int32_t n) const = 0;
+    // Whether a sequence written from an image of positions [0, n) can
+    // continue at position m <= n (seq_resumable): sliding-window layers that
+    // keep their window have only an image's last cells.
+    virtual bool image_resumable(int32_t n, int32_t m) const = 0;
     // Replaces a sequence's cache with tokens at positions [0, tokens.size())
     // whose keys and values come from image instead of a forward pass. Throws
     // llama_tp::Error when the image has the wrong size (the sequence keeps

@@ -6,17 +6,24 @@
 
 namespace llama_tp::server {
 
+PromptCache::PromptCache(int64_t limit_bytes, Resumable resumable)
+    : limit_(limit_bytes), resumable_(resumable ? std::move(resumable) : [](size_t, size_t) { return true; }) {}
+
+bool PromptCache::holds(const CachedPrompt & kept, const std::vector<int32_t> & tokens,
+                        const std::vector<float> & lora) const {
+    return kept.lora == lora && common_prefix(kept.tokens, tokens) == tokens.size() &&
+           resumable_(kept.tokens.size(), tokens.size());
+}
+
 bool PromptCache::covers(const std::vector<int32_t> & tokens, const std::vector<float> & lora) const {
-    return std::any_of(kept_.begin(), kept_.end(), [&](const CachedPrompt & p) {
-        return p.lora == lora && common_prefix(p.tokens, tokens) == tokens.size();
-    });
+    return std::any_of(kept_.begin(), kept_.end(), [&](const CachedPrompt & p) { return holds(p, tokens, lora); });
 }
 
 bool PromptCache::keep(CachedPrompt prompt) {
     const size_t n = prompt.image.size();
-    if (!enabled() || (limit_ > 0 && n > (size_t) limit_)) return false;
+    if (!fits(n)) return false;
     for (auto it = kept_.begin(); it != kept_.end();) {
-        if (it->lora == prompt.lora && common_prefix(it->tokens, prompt.tokens) == it->tokens.size()) {
+        if (holds(prompt, it->tokens, it->lora)) {
             bytes_ -= it->image.size();
             it = kept_.erase(it);
         } else {
@@ -32,7 +39,7 @@ bool PromptCache::keep(CachedPrompt prompt) {
     return true;
 }
 
-std::optional<CachedPrompt> PromptCache::take(const std::vector<int32_t> & prompt, const std::vector<float> & lora,
+std::optional<CachedPrompt> PromptCache::take(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
                                               size_t have) {
     auto best = kept_.end();
     size_t best_n = have;
@@ -40,8 +47,8 @@ std::optional<CachedPrompt> PromptCache::take(const std::vector<int32_t> & promp
     for (auto it = kept_.end(); it != kept_.begin();) {
         --it;
         if (it->lora != lora) continue;
-        const size_t n = common_prefix(it->tokens, prompt);
-        if (n > best_n && 4 * n >= it->tokens.size()) {
+        const size_t n = common_prefix(it->tokens, tokens);
+        if (n > best_n && 4 * n >= it->tokens.size() && resumable_(it->tokens.size(), n)) {
             best = it;
             best_n = n;
         }

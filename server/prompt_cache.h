@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -20,11 +21,17 @@ struct CachedPrompt {
 
 class PromptCache {
   public:
+    // Whether the image of n tokens continues after its first m <= n
+    // (Engine::image_resumable).
+    using Resumable = std::function<bool(size_t n, size_t m)>;
+
     // limit_bytes: the most the images may hold together; < 0 no limit, 0
-    // keeps nothing.
-    explicit PromptCache(int64_t limit_bytes) : limit_(limit_bytes) {}
+    // keeps nothing. resumable: null for images that resume anywhere.
+    explicit PromptCache(int64_t limit_bytes, Resumable resumable = nullptr);
 
     bool enabled() const { return limit_ != 0; }
+    // Whether an image of this size could be kept at all.
+    bool fits(size_t bytes) const { return enabled() && (limit_ < 0 || bytes <= (size_t) limit_); }
 
     // Whether a kept prompt holds all of these tokens with these scales:
     // keeping them again would add nothing.
@@ -35,17 +42,22 @@ class PromptCache {
     // limit.
     bool keep(CachedPrompt prompt);
 
-    // Takes out the kept prompt that shares the longest prefix with `prompt`
-    // (with the same scales), when that prefix is longer than `have` and at
-    // least a quarter of the kept prompt (a long prompt is not given up for
-    // a short part of it).
-    std::optional<CachedPrompt> take(const std::vector<int32_t> & prompt, const std::vector<float> & lora, size_t have);
+    // Takes out the kept prompt that shares the longest prefix with `tokens`
+    // (with the same scales) and resumes there, when that prefix is longer
+    // than `have` and at least a quarter of the kept prompt (a long prompt is
+    // not given up for a short part of it). `tokens`: those whose cells a
+    // request can reuse.
+    std::optional<CachedPrompt> take(const std::vector<int32_t> & tokens, const std::vector<float> & lora, size_t have);
 
     size_t size() const { return kept_.size(); }
     size_t bytes() const { return bytes_; }
 
   private:
+    // Whether `kept` serves every request that `tokens` would.
+    bool holds(const CachedPrompt & kept, const std::vector<int32_t> & tokens, const std::vector<float> & lora) const;
+
     int64_t limit_;
+    Resumable resumable_;
     std::deque<CachedPrompt> kept_;  // oldest first
     size_t bytes_ = 0;
 };

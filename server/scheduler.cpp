@@ -33,7 +33,8 @@ Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32
       max_queue_(std::max<int32_t>(0, max_queue)),
       metrics_(metrics),
       prompt_similarity_(reuse.prompt_similarity),
-      prompt_cache_(reuse.prompt_cache_bytes) {
+      prompt_cache_(reuse.prompt_cache_bytes,
+                    [&engine](size_t n, size_t m) { return engine.image_resumable((int32_t) n, (int32_t) m); }) {
     for (int32_t i = 0; i < n_slots; i++) {
         slots_.push_back(std::make_unique<Slot>(i));
     }
@@ -265,7 +266,26 @@ void Scheduler::apply(SlotAction & a) {
 }
 
 void Scheduler::admit() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    for (;;) {
+        Admission a;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!next_admission(a)) return;
+        }
+        // Outside the lock: the prompt cache's images may be large, and
+        // submissions need not wait for them.
+        if (!a.task->embedding) exchange_with_prompt_cache(*a.slot, *a.task, a.have);
+        a.slot->begin(std::move(a.task), engine_, a.donor);
+        busy_++;
+        SRV_DBG("slot %d: task %llu, prompt %zu tokens (%d cached), n_predict %d", a.slot->id,
+                (unsigned long long) a.slot->task->id, a.slot->task->prompt.size(), a.slot->n_cached,
+                a.slot->task->n_predict);
+    }
+}
+
+// Takes the first queued task that can start now out of the queue, with its
+// slot; drops cancelled and empty ones on the way. Under mutex_.
+bool Scheduler::next_admission(Admission & a) {
     for (auto it = queue_.begin(); it != queue_.end();) {
         auto & task = *it;
         if (task->channel->cancelled()) {
@@ -277,7 +297,7 @@ void Scheduler::admit() {
             it = queue_.erase(it);
             continue;
         }
-        if (std::none_of(slots_.begin(), slots_.end(), [](const auto & s) { return !s->busy(); })) return;
+        if (std::none_of(slots_.begin(), slots_.end(), [](const auto & s) { return !s->busy(); })) return false;
         Slot * best = choose_slot(*task);
         if (best == nullptr) {
             ++it;  // its slot is busy: it waits, later tasks may go first
@@ -289,21 +309,20 @@ void Scheduler::admit() {
             ++it;  // another slot is computing most of this prompt: copy it when done
             continue;
         }
-        if (task->cache_prompt && !task->embedding) {
-            exchange_with_prompt_cache(*best, *task, donor.slot ? donor.slot->reusable_prefix(*task) : best_prefix);
-        }
-        best->begin(std::move(task), engine_, donor.slot);
-        it = queue_.erase(it);
-        busy_++;
-        SRV_DBG("slot %d: task %llu, prompt %zu tokens (%d cached), n_predict %d", best->id,
-                (unsigned long long) best->task->id, best->task->prompt.size(), best->n_cached, best->task->n_predict);
+        a.slot = best;
+        a.donor = donor.slot;
+        a.have = donor.slot ? donor.slot->reusable_prefix(*task) : best_prefix;
+        a.task = std::move(task);
+        queue_.erase(it);
+        return true;
     }
+    return false;
 }
 
 // The task's own slot (id_slot), else the idle slot whose cache shares the
 // longest prefix with the prompt if that is over prompt_similarity_ of it,
-// else the least recently used idle slot (an empty one before any that holds
-// a prompt, whose cells a later request may still use).
+// else the least recently used idle slot (one never used before any other):
+// a task that reuses no prefix does not take the cells a later one may use.
 Slot * Scheduler::choose_slot(const Task & task) const {
     Slot * similar = nullptr;
     Slot * oldest = nullptr;
@@ -311,8 +330,8 @@ Slot * Scheduler::choose_slot(const Task & task) const {
     for (const auto & slot : slots_) {
         if (slot->busy() || (task.id_slot >= 0 && slot->id != task.id_slot)) continue;
         const size_t p = slot->reusable_prefix(task);
-        if (prompt_similarity_ > 0.0f && (double) p > prompt_similarity_ * (double) task.prompt.size() &&
-            p > similar_prefix) {
+        if (task.cache_prompt && prompt_similarity_ > 0.0f &&
+            (double) p > prompt_similarity_ * (double) task.prompt.size() && p > similar_prefix) {
             similar = slot.get();
             similar_prefix = p;
         }
@@ -347,42 +366,48 @@ Scheduler::PrefixDonor Scheduler::prefix_donor(const Task & task, const Slot & c
 }
 
 // Before a slot takes a task: the cells it would lose (more than half of
-// them) go to the prompt cache, and a kept prompt that gives the task more
-// than `have` tokens comes back into the slot. Either step failing only
-// costs the cells: the prompt is then computed.
+// them, or all when the task reuses none) go to the prompt cache, and a kept
+// prompt that gives the task more than `have` tokens comes back into the
+// slot. Either step failing only costs time: the prompt is then computed.
 void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_t have) {
     if (!prompt_cache_.enabled()) return;
     const size_t n = slot.kv_tokens.size();
-    if (n > 0 && 2 * slot.reusable_prefix(task) < n && !prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) {
-        try {
-            CachedPrompt kept{slot.kv_tokens, slot.kv_lora, engine_.read_sequence(slot.id, (int32_t) n)};
-            const double mib = (double) kept.image.size() / (1024.0 * 1024.0);
-            if (prompt_cache_.keep(std::move(kept))) {
-                SRV_DBG("slot %d: %zu tokens (%.1f MiB) kept in the prompt cache, which holds %zu prompts, %.1f MiB",
-                        slot.id, n, mib, prompt_cache_.size(), (double) prompt_cache_.bytes() / (1024.0 * 1024.0));
-            } else {
-                SRV_WRN("slot %d: %zu tokens (%.1f MiB) are more than --cache-ram holds; not kept", slot.id, n, mib);
-            }
-        } catch (const std::exception & e) {
-            SRV_WRN("slot %d: its cells could not be read for the prompt cache: %s", slot.id, e.what());
-        }
-    }
-    std::optional<CachedPrompt> found = prompt_cache_.take(task.prompt, task.lora, have);
+    const bool loses = !task.cache_prompt || 2 * slot.reusable_prefix(task) < n;
+    if (n > 0 && loses && !prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) keep_in_prompt_cache(slot);
+    if (!task.cache_prompt) return;
+    // The prompt's last token is always decoded (for its logits).
+    const std::vector<int32_t> reusable(task.prompt.begin(), task.prompt.end() - 1);
+    std::optional<CachedPrompt> found = prompt_cache_.take(reusable, task.lora, std::min(have, reusable.size()));
     if (!found) return;
     try {
         engine_.write_sequence(slot.id, found->tokens, found->image);
     } catch (const std::exception & e) {
         SRV_WRN("slot %d: a prompt of the prompt cache could not be restored: %s", slot.id, e.what());
         slot.clear_cache(engine_);
+        prompt_cache_.keep(std::move(*found));
         return;
     }
     slot.kv_tokens = found->tokens;
     slot.kv_lora = found->lora;
-    const size_t shared = std::min(common_prefix(found->tokens, task.prompt), task.prompt.size() - 1);
-    SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache", slot.id, shared, task.prompt.size());
-    // Sliding-window layers keep only a window: a shorter prefix of the kept
-    // prompt may have lost what it reads, so the prompt stays in the cache.
-    if (!engine_.seq_resumable(slot.id, (int32_t) shared)) prompt_cache_.keep(std::move(*found));
+    SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache", slot.id,
+            common_prefix(found->tokens, reusable), task.prompt.size());
+}
+
+void Scheduler::keep_in_prompt_cache(const Slot & slot) {
+    const size_t n = slot.kv_tokens.size();
+    const size_t bytes = engine_.sequence_image_bytes((int32_t) n);
+    const double mib = (double) bytes / (1024.0 * 1024.0);
+    if (!prompt_cache_.fits(bytes)) {
+        SRV_DBG("slot %d: %zu tokens (%.1f MiB) are more than --cache-ram holds; not kept", slot.id, n, mib);
+        return;
+    }
+    try {
+        prompt_cache_.keep(CachedPrompt{slot.kv_tokens, slot.kv_lora, engine_.read_sequence(slot.id, (int32_t) n)});
+        SRV_DBG("slot %d: %zu tokens (%.1f MiB) kept in the prompt cache, which holds %zu prompts, %.1f MiB", slot.id,
+                n, mib, prompt_cache_.size(), (double) prompt_cache_.bytes() / (1024.0 * 1024.0));
+    } catch (const std::exception & e) {
+        SRV_WRN("slot %d: its cells could not be kept in the prompt cache: %s", slot.id, e.what());
+    }
 }
 
 void Scheduler::drop_cancelled() {

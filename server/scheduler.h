@@ -112,12 +112,20 @@ class Scheduler {
     void run();
     void admit();                                 // queued tasks -> idle slots
     Slot * choose_slot(const Task & task) const;  // null: the task's own slot is busy
+    struct Admission {
+        std::unique_ptr<Task> task;
+        Slot * slot = nullptr;
+        const Slot * donor = nullptr;  // Slot::begin's
+        size_t have = 0;               // prompt tokens the slot or the donor gives it
+    };
+    bool next_admission(Admission & a);
     struct PrefixDonor {
         const Slot * slot = nullptr;  // copy the prompt's prefix from this slot's cache
         bool wait = false;            // leave the task queued for now
     };
     PrefixDonor prefix_donor(const Task & task, const Slot & chosen, size_t own) const;
     void exchange_with_prompt_cache(Slot & slot, const Task & task, size_t have);
+    void keep_in_prompt_cache(const Slot & slot);
     void drop_cancelled();
     void build_batch();
     // A generating slot whose context is full makes room (Task::context_shift).

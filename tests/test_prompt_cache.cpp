@@ -110,3 +110,20 @@ TEST(PromptCache, ZeroKeepsNothing) {
     EXPECT_FALSE(cache.keep(prompt(0, 10, 1)));
     EXPECT_EQ(cache.size(), 0u);
 }
+
+TEST(PromptCache, WindowedImagesServeOnlyWhereTheyResume) {
+    // As sliding-window layers keeping 10 cells: an image of n tokens resumes
+    // at m only at its end, or anywhere when it is within the window.
+    PromptCache cache(-1, [](size_t n, size_t m) { return m == 0 || m >= n || n <= 10; });
+    ASSERT_TRUE(cache.keep(prompt(0, 40, 4)));
+    EXPECT_FALSE(cache.take(tokens(0, 30), {}, 0).has_value());  // its window is gone at 30
+    EXPECT_FALSE(cache.covers(tokens(0, 30), {}));
+    EXPECT_TRUE(cache.covers(tokens(0, 40), {}));
+    // A shorter kept prompt is not dropped for a longer one that cannot
+    // resume where it ends.
+    ASSERT_TRUE(cache.keep(prompt(0, 60, 6)));
+    EXPECT_EQ(cache.size(), 2u);
+    auto found = cache.take(tokens(0, 45), {}, 0);
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->tokens.size(), 40u);
+}

@@ -97,6 +97,22 @@ TEST(WindowCache, APrefixWhoseWindowIsGoneIsNotResumable) {
     EXPECT_EQ(e->seq_pos_max(1), 999);
 }
 
+TEST(WindowCache, AnImageResumesWhereTheSequenceWrittenFromItDoes) {
+    auto e = load(false);
+    const auto t = tokens(1000);
+    decode(*e, t, 0, 0, 1000);
+    const std::vector<uint8_t> image = e->read_sequence(0, 1000);
+    EXPECT_EQ(image.size(), e->sequence_image_bytes(1000));
+    for (int32_t m : {0, 1, 10, 100, 500, 990, 999, 1000}) {
+        e->write_sequence(1, t, image);
+        EXPECT_EQ(e->image_resumable(1000, m), e->seq_resumable(1, m)) << "at " << m;
+    }
+    EXPECT_FALSE(e->image_resumable(1000, 100));
+    EXPECT_TRUE(e->image_resumable(1000, 1000));
+    auto full = load(true);
+    EXPECT_TRUE(full->image_resumable(1000, 100));
+}
+
 TEST(WindowCache, CopiesAndImagesContinueAsTheOriginal) {
     auto e = load(false);
     auto t = tokens(1100);
