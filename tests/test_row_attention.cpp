@@ -113,10 +113,12 @@ TEST_P(RowAttention, MatchesFlashAttention) {
 
 // Each row's result is the same bits whichever tokens, heads and threads
 // share its work item: 7 tokens of 8 query heads, in one call on 1 to 8
-// threads, against every token alone on one thread. Over 2 KV heads every
-// item has several rows; over 8, a token alone is one row, which reads its
-// keys and values in place instead of through the converted copies. 130
-// cells end in a partial block.
+// threads, against every token alone on 1 to 8 threads. Over 2 KV heads
+// every item has several rows; over 8, a token alone has one row per KV
+// head, which reads its keys and values in place instead of through the
+// converted copies, and an item of a token alone holds the heads of 1 to 8
+// KV heads (as many as leave every thread an item). 130 cells end in a
+// partial block.
 class RowAttentionBatch : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
@@ -156,6 +158,12 @@ TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
             ggml_view_4d(ctx, mask, n_kv, 1, 1, 1, mask->nb[1], mask->nb[2], mask->nb[3], t * mask->nb[1]);
         const std::vector<float> y =
             compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, 0.0f), 1);
+        for (const int threads : {2, 3, 8}) {
+            SCOPED_TRACE("alone, threads=" + std::to_string(threads));
+            const std::vector<float> again =
+                compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, 0.0f), threads);
+            EXPECT_EQ(0, std::memcmp(again.data(), y.data(), y.size() * sizeof(float)));
+        }
         alone.insert(alone.end(), y.begin(), y.end());
     }
     // 8 threads: fewer items than threads, so each item takes half a group.

@@ -74,13 +74,19 @@ Options parse(int argc, char ** argv) {
 // Seconds per call of one attention op over T queries and n_kv cells, the
 // last T of them the queries' own (causal), best of seven timings.
 double seconds(const Shape & s, int T, int n_kv, bool row, int threads) {
-    const size_t bytes = ggml_tensor_overhead() * 8 + ggml_graph_overhead() + (size_t) s.head_dim * T * s.n_head * 4 +
+    const size_t bytes = ggml_tensor_overhead() * 10 + ggml_graph_overhead() + (size_t) s.head_dim * T * s.n_head * 4 +
                          2 * (size_t) s.head_dim * n_kv * s.n_head_kv * 2 + (size_t) n_kv * T * 2 +
                          (size_t) s.head_dim * T * s.n_head * 4 + (1 << 20);
     ggml_context_ptr ctx(ggml_init({bytes, nullptr, false}));
     ggml_tensor * q = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, s.head_dim, T, s.n_head, 1);
-    ggml_tensor * k = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F16, s.head_dim, n_kv, s.n_head_kv, 1);
-    ggml_tensor * v = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F16, s.head_dim, n_kv, s.n_head_kv, 1);
+    // As in the model's cache: one row of all KV heads per cell, viewed per head.
+    auto cache = [&] {
+        ggml_tensor * stored = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F16, (int64_t) s.head_dim * s.n_head_kv, n_kv);
+        return ggml_view_4d(ctx.get(), stored, s.head_dim, n_kv, s.n_head_kv, 1, stored->nb[1],
+                            ggml_row_size(GGML_TYPE_F16, s.head_dim), ggml_nbytes(stored), 0);
+    };
+    ggml_tensor * k = cache();
+    ggml_tensor * v = cache();
     ggml_tensor * mask = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F16, n_kv, T, 1, 1);
     std::mt19937 gen(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
