@@ -9,17 +9,26 @@ target_sources(llama-tp-ggml-ext PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/allreduce_wire.cpp
     ${CMAKE_CURRENT_LIST_DIR}/process_group.cpp
 )
-# The GPU engines, relative to the source tree; tests/cuda_compile.sh
-# compiles the same files where the build has no CUDA.
+# The GPU engines, relative to the source tree; tests/gpu_compile.sh
+# compiles the same files for CUDA and HIP where the build has neither.
 set(_cuda_sources ggml-ext/allreduce_cuda_kernels.cu ggml-ext/allreduce_internal.cpp ggml-ext/cuda_runtime.cpp)
 set(_nccl_sources ggml-ext/allreduce_nccl.cpp)
 set_property(GLOBAL PROPERTY LLAMA_TP_CUDA_SOURCES ${_cuda_sources} ${_nccl_sources} ggml-ext/allreduce_engine.cpp)
-if(LLAMA_TP_CUDA)
+if(LLAMA_TP_CUDA OR LLAMA_TP_HIP)
     list(TRANSFORM _cuda_sources PREPEND "${PROJECT_SOURCE_DIR}/")
     list(TRANSFORM _nccl_sources PREPEND "${PROJECT_SOURCE_DIR}/")
     target_sources(llama-tp-ggml-ext PRIVATE ${_cuda_sources})
+    # One GPU code for both runtimes: LLAMA_TP_HAVE_CUDA marks it, LLAMA_TP_HAVE_HIP maps it to HIP.
     target_compile_definitions(llama-tp-ggml-ext PUBLIC LLAMA_TP_HAVE_CUDA)
-    target_link_libraries(llama-tp-ggml-ext PUBLIC CUDA::cudart)
+    if(LLAMA_TP_HIP)
+        set(_kernels ${_cuda_sources})
+        list(FILTER _kernels INCLUDE REGEX "\\.cu$")
+        set_source_files_properties(${_kernels} PROPERTIES LANGUAGE HIP)
+        target_compile_definitions(llama-tp-ggml-ext PUBLIC LLAMA_TP_HAVE_HIP)
+        target_link_libraries(llama-tp-ggml-ext PUBLIC hip::host)
+    else()
+        target_link_libraries(llama-tp-ggml-ext PUBLIC CUDA::cudart)
+    endif()
     if(LLAMA_TP_HAVE_NCCL)
         target_sources(llama-tp-ggml-ext PRIVATE ${_nccl_sources})
         target_compile_definitions(llama-tp-ggml-ext PUBLIC LLAMA_TP_HAVE_NCCL)

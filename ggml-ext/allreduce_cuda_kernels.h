@@ -6,7 +6,7 @@
 
 #include "ggml-ext/allreduce_engine.h"
 
-#include <cuda_runtime_api.h>
+#include "ggml-ext/gpu_runtime_api.h"
 
 #include <cstddef>
 #include <cstdint>

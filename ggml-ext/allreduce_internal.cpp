@@ -44,7 +44,7 @@ InternalAllReduce::InternalAllReduce(const AllReduceConfig & config)
 InternalAllReduce::~InternalAllReduce() {
     // A rank that gave up may have left a kernel reading the other's slot.
     for (RankState & s : ranks_) {
-        if (s.stream) cudaStreamSynchronize(s.stream->get());
+        if (s.stream) (void) cudaStreamSynchronize(s.stream->get());
     }
 }
 
@@ -76,7 +76,7 @@ void InternalAllReduce::run(int rank, T * data, size_t n) {
     }
     // Given up or not, this rank's own kernels end before its values are used
     // (none of them waits for the other rank, so this is bounded).
-    if (failed()) cudaStreamSynchronize(me.stream->get());
+    if (failed()) (void) cudaStreamSynchronize(me.stream->get());
 }
 
 template void InternalAllReduce::run<float>(int, float *, size_t);

@@ -54,7 +54,7 @@ NcclAllReduce::NcclAllReduce(const AllReduceConfig & config)
     } catch (...) {
         for (RankState & r : ranks_) {
             ncclCommDestroy(r.comm);
-            if (r.scratch) cudaFree(r.scratch);
+            if (r.scratch) (void) cudaFree(r.scratch);
         }
         throw;
     }
@@ -84,7 +84,7 @@ void NcclAllReduce::connect() {
 NcclAllReduce::~NcclAllReduce() {
     for (RankState & r : ranks_) {
         if (!aborted_) ncclCommDestroy(r.comm);
-        if (r.scratch) cudaFree(r.scratch);  // needs no current device
+        if (r.scratch) (void) cudaFree(r.scratch);  // needs no current device
     }
 }
 

@@ -20,7 +20,11 @@
 #include "ggml-ext/allreduce_failure.h"
 #include "ggml-ext/cuda_runtime.h"
 
+#if defined(LLAMA_TP_HAVE_HIP)
+#include <rccl/rccl.h>  // RCCL keeps NCCL's names
+#else
 #include <nccl.h>
+#endif
 
 #include <atomic>
 #include <memory>

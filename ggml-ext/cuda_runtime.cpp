@@ -29,7 +29,7 @@ CurrentDevice::CurrentDevice(int device) {
 }
 
 CurrentDevice::~CurrentDevice() {
-    cudaSetDevice(previous_);
+    (void) cudaSetDevice(previous_);
 }
 
 CudaStream::CudaStream(int device) : device_(device) {
@@ -38,20 +38,20 @@ CudaStream::CudaStream(int device) : device_(device) {
 }
 
 CudaStream::~CudaStream() {
-    if (stream_) cudaStreamDestroy(stream_);
+    if (stream_) (void) cudaStreamDestroy(stream_);
 }
 
 MappedHostBuffer::MappedHostBuffer(size_t bytes, int device) : bytes_(bytes) {
     check_cuda(cudaHostAlloc(&host_, bytes, cudaHostAllocPortable | cudaHostAllocMapped), "cudaHostAlloc", device);
     const cudaError_t mapped = cudaHostGetDevicePointer(&device_, host_, 0);
     if (mapped != cudaSuccess) {
-        cudaFreeHost(host_);
+        (void) cudaFreeHost(host_);
         check_cuda(mapped, "cudaHostGetDevicePointer", device);
     }
 }
 
 MappedHostBuffer::~MappedHostBuffer() {
-    if (host_) cudaFreeHost(host_);
+    if (host_) (void) cudaFreeHost(host_);
 }
 
 bool wait_for_stream(cudaStream_t stream, int device, double timeout_s, const std::atomic<bool> & give_up) {

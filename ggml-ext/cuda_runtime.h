@@ -3,7 +3,7 @@
 // pinned host memory, the current device), and errors that say which call
 // failed on which device. CUDA builds only.
 
-#include <cuda_runtime_api.h>
+#include "ggml-ext/gpu_runtime_api.h"
 
 #include <atomic>
 #include <cstddef>

@@ -99,11 +99,17 @@ RankDevices choose_rank_devices(const DeviceOptions & options, int n_local, int 
 }
 
 int cuda_ordinal(const std::string & name) {
-    if (name.size() <= 4 || name.compare(0, 4, "CUDA") != 0) return -1;
-    for (size_t i = 4; i < name.size(); ++i) {
+    // ggml's CUDA backend names its devices "ROCm0", ... when built for HIP.
+#ifdef LLAMA_TP_HAVE_HIP
+    const std::string prefix = "ROCm";
+#else
+    const std::string prefix = "CUDA";
+#endif
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+    for (size_t i = prefix.size(); i < name.size(); ++i) {
         if (!std::isdigit((unsigned char) name[i])) return -1;
     }
-    return std::stoi(name.substr(4));
+    return std::stoi(name.substr(prefix.size()));
 }
 
 int physical_cuda_device(ggml_backend_dev_t device) {

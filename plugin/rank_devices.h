@@ -52,7 +52,8 @@ DeviceCatalog device_catalog();
 // split-invariant results) run on the device: only on the CPU backend.
 bool runs_cpu_ops(ggml_backend_dev_t device);
 
-// The index of a device of ggml's CUDA backend by its name ("CUDA1": 1), else -1.
+// The index of a device of ggml's CUDA backend by its name ("CUDA1": 1;
+// "ROCm1" on a HIP build), else -1.
 int cuda_ordinal(const std::string & device_name);
 // The CUDA runtime's ordinal of the GPU under a device of ggml's CUDA backend
 // (GGML_CUDA_DEVICES may make several devices of one GPU), else -1.

@@ -6,7 +6,7 @@
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/cuda_runtime.h"
 
-#include <cuda_runtime_api.h>
+#include "ggml-ext/gpu_runtime_api.h"
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -23,7 +23,7 @@ namespace {
 
 std::vector<int> two_devices() {
     int count = 0;
-    cudaGetDeviceCount(&count);
+    (void) cudaGetDeviceCount(&count);
     return count >= 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
 }
 
@@ -47,7 +47,7 @@ class DeviceValues {
         check_cuda(cudaMalloc(reinterpret_cast<void **>(&data_), n_ * sizeof(T)), "cudaMalloc", device);
         check_cuda(cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy", device);
     }
-    ~DeviceValues() { cudaFree(data_); }
+    ~DeviceValues() { (void) cudaFree(data_); }
     T * data() { return data_; }
     std::vector<T> read() const {
         std::vector<T> out(n_);

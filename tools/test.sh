@@ -4,7 +4,7 @@
 # server). Fails if any test fails or none ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh || { echo "test: setup/build failed"; exit 1; }
+tools/setup.sh --tests || { echo "test: setup/build failed"; exit 1; }
 
 status=0
 ctest --test-dir build --output-on-failure -j "$(nproc)" --no-tests=error || status=1

@@ -1,0 +1,39 @@
+# HIP for GPU ranks on AMD GPUs (LLAMA_TP_HIP) and RCCL (LLAMA_TP_NCCL): the
+# same GPU code as the CUDA build (ggml-ext/gpu_runtime_api.h gives HIP's
+# functions CUDA's names), ggml's HIP backend, and one GPU architecture
+# (never all of them: the GPU this machine has, else gfx90a).
+
+if(NOT DEFINED CMAKE_HIP_ARCHITECTURES)
+    set(_arch gfx90a)
+    find_program(LLAMA_TP_ROCM_AGENTS rocm_agent_enumerator HINTS /opt/rocm/bin)
+    if(LLAMA_TP_ROCM_AGENTS)
+        execute_process(COMMAND "${LLAMA_TP_ROCM_AGENTS}" OUTPUT_VARIABLE _agents RESULT_VARIABLE _rc ERROR_QUIET)
+        if(_rc EQUAL 0)
+            string(REGEX MATCHALL "gfx[0-9a-f]+" _gpus "${_agents}")
+            list(REMOVE_ITEM _gpus gfx000)  # the CPU agent
+            if(_gpus)
+                list(GET _gpus 0 _arch)
+            endif()
+        endif()
+    endif()
+    set(CMAKE_HIP_ARCHITECTURES "${_arch}" CACHE STRING "HIP architectures (default: this machine's GPU, else gfx90a)")
+endif()
+message(STATUS "llama-tp: HIP architectures ${CMAKE_HIP_ARCHITECTURES}")
+
+enable_language(HIP)
+find_package(hip REQUIRED)
+
+set(LLAMA_TP_HAVE_NCCL OFF)
+if(LLAMA_TP_NCCL)
+    find_path(LLAMA_TP_RCCL_INCLUDE rccl/rccl.h HINTS /opt/rocm/include)
+    find_library(LLAMA_TP_RCCL_LIBRARY rccl HINTS /opt/rocm/lib /opt/rocm/lib64)
+    if(NOT LLAMA_TP_RCCL_INCLUDE OR NOT LLAMA_TP_RCCL_LIBRARY)
+        message(FATAL_ERROR "LLAMA_TP_NCCL=ON with LLAMA_TP_HIP but RCCL (rccl/rccl.h, librccl) was not found; "
+                            "install ROCm's RCCL or configure without LLAMA_TP_NCCL")
+    endif()
+    add_library(llama-tp-nccl INTERFACE)
+    target_include_directories(llama-tp-nccl INTERFACE "${LLAMA_TP_RCCL_INCLUDE}")
+    target_link_libraries(llama-tp-nccl INTERFACE "${LLAMA_TP_RCCL_LIBRARY}")
+    set(LLAMA_TP_HAVE_NCCL ON)
+    message(STATUS "llama-tp: RCCL ${LLAMA_TP_RCCL_LIBRARY}")
+endif()

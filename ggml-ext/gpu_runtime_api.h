@@ -1,0 +1,46 @@
+#pragma once
+// The GPU runtime under the CUDA runtime's names. llama-tp's GPU code is
+// written once against these; a HIP build (LLAMA_TP_HAVE_HIP) maps each name
+// to HIP's function of the same meaning, so the code compiles for AMD GPUs
+// unchanged. Only the names llama-tp uses are mapped.
+
+#if defined(LLAMA_TP_HAVE_HIP)
+#if defined(__HIP__)
+#include <hip/hip_runtime.h>  // kernels: nvcc includes its runtime by itself, hipcc does not
+#else
+#include <hip/hip_runtime_api.h>
+#endif
+
+#define cudaDeviceGetByPCIBusId hipDeviceGetByPCIBusId
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaErrorNotReady hipErrorNotReady
+#define cudaError_t hipError_t
+#define cudaFree hipFree
+#define cudaFreeHost hipHostFree
+#define cudaGetDevice hipGetDevice
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetLastError hipGetLastError
+#define cudaHostAlloc hipHostMalloc
+#define cudaHostAllocMapped hipHostMallocMapped
+#define cudaHostAllocPortable hipHostMallocPortable
+#define cudaHostGetDevicePointer hipHostGetDevicePointer
+#define cudaMalloc hipMalloc
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpyDefault hipMemcpyDefault
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemsetAsync hipMemsetAsync
+#define cudaSetDevice hipSetDevice
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaStreamQuery hipStreamQuery
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaStream_t hipStream_t
+#define cudaSuccess hipSuccess
+#else
+#include <cuda_runtime_api.h>
+#endif
