@@ -20,8 +20,11 @@ if(NOT DEFINED CMAKE_HIP_ARCHITECTURES)
 endif()
 message(STATUS "llama-tp: HIP architectures ${CMAKE_HIP_ARCHITECTURES}")
 
+if(CMAKE_VERSION VERSION_LESS 3.21)
+    message(FATAL_ERROR "LLAMA_TP_HIP=ON needs CMake 3.21 or later (HIP as a language); this is ${CMAKE_VERSION}")
+endif()
 enable_language(HIP)
-find_package(hip REQUIRED)
+find_package(hip REQUIRED HINTS "$ENV{ROCM_PATH}" /opt/rocm)
 
 set(LLAMA_TP_HAVE_NCCL OFF)
 if(LLAMA_TP_NCCL)

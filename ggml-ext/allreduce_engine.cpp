@@ -111,7 +111,14 @@ const AllReduceBuilders & built_allreduce_engines() {
 #else
         {"internal", [](const AllReduceConfig &) { return needs("a CUDA build"); }},
 #endif
+// On a HIP build the nccl engine runs on RCCL, which keeps NCCL's names.
+#if defined(LLAMA_TP_HAVE_HIP) && defined(LLAMA_TP_HAVE_NCCL)
+        {"rccl", [](const AllReduceConfig & c) { return std::make_unique<NcclAllReduce>(c); }},
+#elif defined(LLAMA_TP_HAVE_HIP)
+        {"rccl", [](const AllReduceConfig &) { return needs("a build with LLAMA_TP_NCCL=ON"); }},
+#else
         {"rccl", [](const AllReduceConfig &) { return needs("a HIP build"); }},
+#endif
         {"mpi", [](const AllReduceConfig &) { return needs("an MPI build"); }},
     };
     return builders;

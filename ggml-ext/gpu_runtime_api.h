@@ -32,6 +32,7 @@
 #define cudaMemcpyDefault hipMemcpyDefault
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemset hipMemset
 #define cudaMemsetAsync hipMemsetAsync
 #define cudaSetDevice hipSetDevice
 #define cudaStreamCreateWithFlags hipStreamCreateWithFlags

@@ -98,13 +98,16 @@ RankDevices choose_rank_devices(const DeviceOptions & options, int n_local, int 
     return out;
 }
 
-int cuda_ordinal(const std::string & name) {
-    // ggml's CUDA backend names its devices "ROCm0", ... when built for HIP.
+const char * gpu_device_prefix() {
 #ifdef LLAMA_TP_HAVE_HIP
-    const std::string prefix = "ROCm";
+    return "ROCm";
 #else
-    const std::string prefix = "CUDA";
+    return "CUDA";
 #endif
+}
+
+int cuda_ordinal(const std::string & name) {
+    const std::string prefix = gpu_device_prefix();
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
     for (size_t i = prefix.size(); i < name.size(); ++i) {
         if (!std::isdigit((unsigned char) name[i])) return -1;

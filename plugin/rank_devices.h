@@ -52,6 +52,9 @@ DeviceCatalog device_catalog();
 // split-invariant results) run on the device: only on the CPU backend.
 bool runs_cpu_ops(ggml_backend_dev_t device);
 
+// What ggml's CUDA backend names its devices before their index: "CUDA",
+// "ROCm" on a HIP build.
+const char * gpu_device_prefix();
 // The index of a device of ggml's CUDA backend by its name ("CUDA1": 1;
 // "ROCm1" on a HIP build), else -1.
 int cuda_ordinal(const std::string & device_name);

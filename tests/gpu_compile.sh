@@ -57,7 +57,8 @@ case $mode in
             read -r -a host_flags <<< "$("$hipconfig" --cpp_config)"
         fi
         for flag in "${host_flags[@]}"; do
-            [[ $flag == -I* && -d ${flag#-I} ]] && add_include "${flag#-I}"
+            # clang's own headers are not for the C++ compiler
+            [[ $flag == -I* && -d ${flag#-I} && $flag != */lib/clang/* ]] && add_include "${flag#-I}"
         done
         [[ -d /opt/rocm/include ]] && add_include /opt/rocm/include
         defines=(-DLLAMA_TP_HAVE_CUDA -DLLAMA_TP_HAVE_HIP -D__HIP_PLATFORM_AMD__)

@@ -80,11 +80,12 @@ TEST(RankDevices, NamedDevicesOnePerRankOrOneForAll) {
 }
 
 TEST(RankDevices, CudaOrdinalsComeFromTheirNames) {
-    EXPECT_EQ(cuda_ordinal("CUDA0"), 0);
-    EXPECT_EQ(cuda_ordinal("CUDA12"), 12);
+    const std::string gpu = gpu_device_prefix();  // "CUDA", "ROCm" on a HIP build
+    EXPECT_EQ(cuda_ordinal(gpu + "0"), 0);
+    EXPECT_EQ(cuda_ordinal(gpu + "12"), 12);
     EXPECT_EQ(cuda_ordinal("CPU"), -1);
-    EXPECT_EQ(cuda_ordinal("CUDA"), -1);
-    EXPECT_EQ(cuda_ordinal("CUDA_Host"), -1);
+    EXPECT_EQ(cuda_ordinal(gpu), -1);
+    EXPECT_EQ(cuda_ordinal(gpu + "_Host"), -1);
     EXPECT_EQ(cuda_ordinal("Vulkan0"), -1);
 }
 

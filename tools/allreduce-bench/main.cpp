@@ -128,7 +128,7 @@ class RankBuffers {
 #ifdef LLAMA_TP_HAVE_CUDA
         for (size_t r = 0; host_.empty() && r < data_.size(); ++r) {
             CurrentDevice current(cuda_devices_[r]);
-            cudaFree(data_[r]);
+            (void) cudaFree(data_[r]);
         }
 #endif
     }
