@@ -118,12 +118,17 @@ TEST_P(RowAttention, MatchesFlashAttention) {
 // head, which reads its keys and values in place instead of through the
 // converted copies, and an item of a token alone holds the heads of 1 to 8
 // KV heads (as many as leave every thread an item). 130 cells end in a
-// partial block.
-class RowAttentionBatch : public ::testing::TestWithParam<int64_t> {};
+// partial block. With and without a soft-cap on the scores.
+struct BatchCase {
+    int64_t n_head_kv;
+    float softcap;
+};
+class RowAttentionBatch : public ::testing::TestWithParam<BatchCase> {};
 
 TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
     constexpr int64_t D = 64, n_head = 8, n_kv = 130, T = 7;
-    const int64_t n_head_kv = GetParam();
+    const int64_t n_head_kv = GetParam().n_head_kv;
+    const float softcap = GetParam().softcap;
     ggml_init_params params = {64u << 20, nullptr, false};
     ggml_context * ctx = ggml_init(params);
     ASSERT_NE(ctx, nullptr);
@@ -157,11 +162,11 @@ TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
         ggml_tensor * m =
             ggml_view_4d(ctx, mask, n_kv, 1, 1, 1, mask->nb[1], mask->nb[2], mask->nb[3], t * mask->nb[1]);
         const std::vector<float> y =
-            compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, 0.0f), 1);
+            compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, softcap), 1);
         for (const int threads : {2, 3, 8}) {
             SCOPED_TRACE("alone, threads=" + std::to_string(threads));
             const std::vector<float> again =
-                compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, 0.0f), threads);
+                compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, softcap), threads);
             EXPECT_EQ(0, std::memcmp(again.data(), y.data(), y.size() * sizeof(float)));
         }
         alone.insert(alone.end(), y.begin(), y.end());
@@ -170,14 +175,15 @@ TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
     for (const int threads : {1, 2, 3, 4, 8}) {
         SCOPED_TRACE("threads=" + std::to_string(threads));
         const std::vector<float> batch =
-            compute(ggml_ext_row_attention(ctx, tokens(0, T), k, v, mask, nullptr, 0.125f, 0.0f), threads);
+            compute(ggml_ext_row_attention(ctx, tokens(0, T), k, v, mask, nullptr, 0.125f, softcap), threads);
         ASSERT_EQ(batch.size(), alone.size());
         EXPECT_EQ(0, std::memcmp(batch.data(), alone.data(), alone.size() * sizeof(float)));
     }
     ggml_free(ctx);
 }
 
-INSTANTIATE_TEST_SUITE_P(KvHeads, RowAttentionBatch, ::testing::Values(2, 8));
+INSTANTIATE_TEST_SUITE_P(KvHeads, RowAttentionBatch,
+                         ::testing::Values(BatchCase{2, 0.0f}, BatchCase{8, 0.0f}, BatchCase{8, 0.5f}));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RowAttention,
                          ::testing::Values(Shape{64, 12, 12, 256, 3, 300, 1, 2},       // head size 64, decode streams
