@@ -39,25 +39,40 @@ bool PromptCache::keep(CachedPrompt prompt) {
     return true;
 }
 
-std::optional<CachedPrompt> PromptCache::take(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
-                                              size_t have) {
-    auto best = kept_.end();
-    size_t best_n = have;
+std::deque<CachedPrompt>::const_iterator PromptCache::best(const std::vector<int32_t> & tokens,
+                                                           const std::vector<float> & lora, size_t have, size_t usable,
+                                                           size_t & prefix) const {
+    auto found = kept_.end();
+    prefix = have;
     // Newest first, so that of equal prefixes the most recent one is taken.
     for (auto it = kept_.end(); it != kept_.begin();) {
         --it;
         if (it->lora != lora) continue;
-        const size_t n = common_prefix(it->tokens, tokens);
-        if (n > best_n && 4 * n >= it->tokens.size() && resumable_(it->tokens.size(), n)) {
-            best = it;
-            best_n = n;
+        const size_t n = std::min(common_prefix(it->tokens, tokens), usable);
+        if (n > prefix && 4 * n >= it->tokens.size() && resumable_(it->tokens.size(), n)) {
+            found = it;
+            prefix = n;
         }
     }
-    if (best == kept_.end()) return std::nullopt;
-    CachedPrompt found = std::move(*best);
-    bytes_ -= found.image.size();
-    kept_.erase(best);
     return found;
+}
+
+std::optional<CachedPrompt> PromptCache::take(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
+                                              size_t have, size_t usable) {
+    size_t prefix = 0;
+    const auto found = best(tokens, lora, have, usable, prefix);
+    if (found == kept_.end()) return std::nullopt;
+    const auto it = kept_.begin() + (found - kept_.cbegin());
+    CachedPrompt prompt = std::move(*it);
+    bytes_ -= prompt.image.size();
+    kept_.erase(it);
+    return prompt;
+}
+
+size_t PromptCache::longest_prefix(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
+                                   size_t usable) const {
+    size_t prefix = 0;
+    return best(tokens, lora, 0, usable, prefix) == kept_.end() ? 0 : prefix;
 }
 
 }  // namespace llama_tp::server

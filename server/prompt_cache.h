@@ -42,17 +42,24 @@ class PromptCache {
     // limit.
     bool keep(CachedPrompt prompt);
 
-    // Takes out the kept prompt that shares the longest prefix with `tokens`
-    // (with the same scales) and resumes there, when that prefix is longer
-    // than `have` and at least a quarter of the kept prompt (a long prompt is
-    // not given up for a short part of it). `tokens`: those whose cells a
-    // request can reuse.
-    std::optional<CachedPrompt> take(const std::vector<int32_t> & tokens, const std::vector<float> & lora, size_t have);
+    // Takes out the kept prompt that shares the longest prefix with the
+    // first `usable` of `tokens` (those whose cells a request can reuse; all
+    // by default), with the same scales, and resumes there, when that prefix
+    // is longer than `have` and at least a quarter of the kept prompt (a long
+    // prompt is not given up for a short part of it).
+    std::optional<CachedPrompt> take(const std::vector<int32_t> & tokens, const std::vector<float> & lora, size_t have,
+                                     size_t usable = SIZE_MAX);
+    // The prefix take() would give, leaving the prompt kept (0: none).
+    size_t longest_prefix(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
+                          size_t usable = SIZE_MAX) const;
 
     size_t size() const { return kept_.size(); }
     size_t bytes() const { return bytes_; }
 
   private:
+    // The kept prompt take() would give, and its prefix (kept_.end(), have: none).
+    std::deque<CachedPrompt>::const_iterator best(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
+                                                  size_t have, size_t usable, size_t & prefix) const;
     // Whether `kept` serves every request that `tokens` would.
     bool holds(const CachedPrompt & kept, const std::vector<int32_t> & tokens, const std::vector<float> & lora) const;
 

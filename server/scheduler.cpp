@@ -357,10 +357,12 @@ Scheduler::PrefixDonor Scheduler::prefix_donor(const Task & task, const Slot & c
         }
     }
     if (!task.cache_prompt) return PrefixDonor{};
+    // What the prompt cache keeps counts too: no waiting for a slot to compute less.
+    const size_t kept = prompt_cache_.longest_prefix(task.prompt, task.lora, task.prompt.size() - 1);
     for (const auto & slot : slots_) {
         if (slot->state != Slot::State::Prompt || slot.get() == &chosen || slot->task->lora != task.lora) continue;
         const size_t q = common_prefix(slot->task->prompt, task.prompt);
-        if (2 * q >= task.prompt.size() && q >= best + 16) donor.wait = true;
+        if (2 * q >= task.prompt.size() && q >= std::max(best, kept) + 16) donor.wait = true;
     }
     return donor;
 }
@@ -376,8 +378,8 @@ void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_
     if (n > 0 && loses && !prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) keep_in_prompt_cache(slot);
     if (!task.cache_prompt) return;
     // The prompt's last token is always decoded (for its logits).
-    const std::vector<int32_t> reusable(task.prompt.begin(), task.prompt.end() - 1);
-    std::optional<CachedPrompt> found = prompt_cache_.take(reusable, task.lora, std::min(have, reusable.size()));
+    const size_t usable = task.prompt.size() - 1;
+    std::optional<CachedPrompt> found = prompt_cache_.take(task.prompt, task.lora, std::min(have, usable), usable);
     if (!found) return;
     try {
         engine_.write_sequence(slot.id, found->tokens, found->image);
@@ -390,7 +392,7 @@ void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_
     slot.kv_tokens = found->tokens;
     slot.kv_lora = found->lora;
     SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache", slot.id,
-            common_prefix(found->tokens, reusable), task.prompt.size());
+            std::min(common_prefix(found->tokens, task.prompt), usable), task.prompt.size());
 }
 
 void Scheduler::keep_in_prompt_cache(const Slot & slot) {

@@ -127,3 +127,16 @@ TEST(PromptCache, WindowedImagesServeOnlyWhereTheyResume) {
     ASSERT_TRUE(found.has_value());
     EXPECT_EQ(found->tokens.size(), 40u);
 }
+
+TEST(PromptCache, CountsOnlyTheUsableTokensAndCanLookWithoutTaking) {
+    PromptCache cache(-1);
+    ASSERT_TRUE(cache.keep(prompt(0, 40, 4)));
+    // A request of the same 40 tokens reuses 39 (its last is decoded).
+    EXPECT_EQ(cache.longest_prefix(tokens(0, 40), {}, 39), 39u);
+    EXPECT_EQ(cache.longest_prefix(tokens(0, 40), {}), 40u);
+    EXPECT_EQ(cache.longest_prefix(tokens(0, 40), {0.5f}), 0u);
+    EXPECT_EQ(cache.size(), 1u);  // looking takes nothing
+    // A slot that already holds 39 gains nothing from it.
+    EXPECT_FALSE(cache.take(tokens(0, 40), {}, 39, 39).has_value());
+    EXPECT_TRUE(cache.take(tokens(0, 40), {}, 38, 39).has_value());
+}
