@@ -28,16 +28,10 @@ find_package(CUDAToolkit REQUIRED)
 
 set(LLAMA_TP_HAVE_NCCL OFF)
 if(LLAMA_TP_NCCL)
-    find_path(LLAMA_TP_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} "${CUDAToolkit_LIBRARY_ROOT}/include")
-    find_library(LLAMA_TP_NCCL_LIBRARY nccl HINTS "${CUDAToolkit_LIBRARY_ROOT}/lib" "${CUDAToolkit_LIBRARY_ROOT}/lib64"
-                 ${CUDAToolkit_LIBRARY_DIR})
-    if(NOT LLAMA_TP_NCCL_INCLUDE OR NOT LLAMA_TP_NCCL_LIBRARY)
-        message(FATAL_ERROR "LLAMA_TP_NCCL=ON but NCCL (nccl.h, libnccl) was not found beside the CUDA toolkit "
-                            "(${CUDAToolkit_LIBRARY_ROOT}); install it or configure without LLAMA_TP_NCCL")
-    endif()
-    add_library(llama-tp-nccl INTERFACE)
-    target_include_directories(llama-tp-nccl INTERFACE "${LLAMA_TP_NCCL_INCLUDE}")
-    target_link_libraries(llama-tp-nccl INTERFACE "${LLAMA_TP_NCCL_LIBRARY}")
-    set(LLAMA_TP_HAVE_NCCL ON)
-    message(STATUS "llama-tp: NCCL ${LLAMA_TP_NCCL_LIBRARY}")
+    include(${CMAKE_CURRENT_LIST_DIR}/GpuCollective.cmake)
+    llama_tp_gpu_collective(NAME NCCL HEADER nccl.h LIBRARY nccl
+                            INCLUDE_HINTS ${CUDAToolkit_INCLUDE_DIRS} "${CUDAToolkit_LIBRARY_ROOT}/include"
+                            LIBRARY_HINTS "${CUDAToolkit_LIBRARY_ROOT}/lib" "${CUDAToolkit_LIBRARY_ROOT}/lib64"
+                                          ${CUDAToolkit_LIBRARY_DIR}
+                            WHERE "beside the CUDA toolkit (${CUDAToolkit_LIBRARY_ROOT})")
 endif()

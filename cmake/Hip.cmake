@@ -28,15 +28,9 @@ find_package(hip REQUIRED HINTS "$ENV{ROCM_PATH}" /opt/rocm)
 
 set(LLAMA_TP_HAVE_NCCL OFF)
 if(LLAMA_TP_NCCL)
-    find_path(LLAMA_TP_RCCL_INCLUDE rccl/rccl.h HINTS /opt/rocm/include)
-    find_library(LLAMA_TP_RCCL_LIBRARY rccl HINTS /opt/rocm/lib /opt/rocm/lib64)
-    if(NOT LLAMA_TP_RCCL_INCLUDE OR NOT LLAMA_TP_RCCL_LIBRARY)
-        message(FATAL_ERROR "LLAMA_TP_NCCL=ON with LLAMA_TP_HIP but RCCL (rccl/rccl.h, librccl) was not found; "
-                            "install ROCm's RCCL or configure without LLAMA_TP_NCCL")
-    endif()
-    add_library(llama-tp-nccl INTERFACE)
-    target_include_directories(llama-tp-nccl INTERFACE "${LLAMA_TP_RCCL_INCLUDE}")
-    target_link_libraries(llama-tp-nccl INTERFACE "${LLAMA_TP_RCCL_LIBRARY}")
-    set(LLAMA_TP_HAVE_NCCL ON)
-    message(STATUS "llama-tp: RCCL ${LLAMA_TP_RCCL_LIBRARY}")
+    include(${CMAKE_CURRENT_LIST_DIR}/GpuCollective.cmake)
+    llama_tp_gpu_collective(NAME RCCL HEADER rccl/rccl.h LIBRARY rccl
+                            INCLUDE_HINTS "$ENV{ROCM_PATH}/include" /opt/rocm/include
+                            LIBRARY_HINTS "$ENV{ROCM_PATH}/lib" /opt/rocm/lib /opt/rocm/lib64
+                            WHERE "in ROCm")
 endif()
