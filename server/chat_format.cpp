@@ -127,6 +127,7 @@ ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const
     in.reasoning_format = (common_reasoning_format) turn.reasoning_format;
     in.enable_thinking = turn.enable_thinking && supports_thinking_;
     in.chat_template_kwargs = turn.template_kwargs;
+    in.force_pure_content = turn.pure_content;
     in.add_bos = impl_->add_bos;  // the tokenizer adds BOS: strip the template's
     in.add_eos = impl_->add_eos;
     for (const auto & m : messages) {

@@ -33,6 +33,7 @@ struct ChatTurnOptions {
     bool enable_thinking = true;
     std::map<std::string, std::string> template_kwargs;  // name -> JSON value
     bool continue_final_message = false;                 // prefill: go on with the last assistant turn
+    bool pure_content = false;  // the output is all content: no thinking or tool calls read out of it
 };
 
 struct ChatPrompt {

@@ -184,13 +184,14 @@ std::vector<int32_t> infill_prompt(const ServerState & st, const GenerationReque
 }
 
 // The server's defaults (--reasoning-format, --reasoning, --chat-template-kwargs,
-// --prefill-assistant) with what the request says over them.
+// --prefill-assistant, --skip-chat-parsing) with what the request says over them.
 ChatTurnOptions turn_options(const ServerState & st, const GenerationRequest & gr) {
     ChatTurnOptions t;
     t.reasoning_format = gr.reasoning_format.empty() ? st.opts.reasoning_format
                                                      : (int) common_reasoning_format_from_name(gr.reasoning_format);
     t.enable_thinking = st.opts.enable_reasoning != 0;
     t.template_kwargs = st.opts.template_kwargs;
+    t.pure_content = st.opts.skip_chat_parsing;
     for (const auto & [key, value] : gr.chat_template_kwargs.items()) t.template_kwargs[key] = value.dump();
     const auto thinking = t.template_kwargs.find("enable_thinking");
     if (thinking != t.template_kwargs.end()) t.enable_thinking = thinking->second == "true";
@@ -411,11 +412,16 @@ struct StreamState {
     std::function<bool()> connection_closed;
     bool started = false;
     bool finished = false;
+    // Clients such as undici drop a stream that stays silent (a long prompt
+    // computing): an SSE comment after this long keeps it open, as llama-server.
+    std::chrono::seconds ping_interval{0};
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
-void respond_streaming(const Request & req, Response & res, std::vector<Choice> choices) {
+void respond_streaming(const Request & req, Response & res, std::vector<Choice> choices, int32_t ping_interval_s) {
     auto s = std::make_shared<StreamState>();
     s->choices = std::move(choices);
+    s->ping_interval = std::chrono::seconds(std::max(0, ping_interval_s));
     s->done.assign(s->choices.size(), false);
     s->connection_closed = req.is_connection_closed;
     res.set_header("Cache-Control", "no-cache");
@@ -423,8 +429,10 @@ void respond_streaming(const Request & req, Response & res, std::vector<Choice> 
     res.set_chunked_content_provider(
         "text/event-stream",
         [s](size_t, httplib::DataSink & sink) -> bool {
-            auto write = [&sink](const std::string & data) {
-                return data.empty() || sink.write(data.data(), data.size());
+            auto write = [&sink, &s](const std::string & data) {
+                if (data.empty()) return true;
+                s->last_write = std::chrono::steady_clock::now();
+                return sink.write(data.data(), data.size());
             };
             auto fail = [&s] {
                 cancel_all(s->choices);
@@ -476,6 +484,8 @@ void respond_streaming(const Request & req, Response & res, std::vector<Choice> 
                 return true;
             }
             if (!any && s->connection_closed()) return fail();
+            const auto silent = std::chrono::steady_clock::now() - s->last_write;
+            if (!any && s->ping_interval.count() > 0 && silent >= s->ping_interval && !write(":\n\n")) return fail();
             return true;  // httplib calls again
         },
         [s](bool) {
@@ -566,7 +576,7 @@ void handle_embeddings(ServerState & st, const Request & req, Response & res, bo
 
 // The tokens a chat request's prompt takes, as a completion would count them.
 size_t prompt_tokens(ServerState & st, const json & chat_body) {
-    GenerationRequest gr = parse_generation_request(Endpoint::Chat, chat_body, st.opts.sampling, st.opts.ignore_eos);
+    GenerationRequest gr = parse_generation_request(Endpoint::Chat, chat_body, st.opts.requests);
     std::vector<std::string> stops;
     return prepare_prompt(st, gr, stops).tokens.size();
 }
@@ -604,7 +614,7 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
         throw not_supported("This server does not support completions. Start it without `--embeddings`");
     }
     const json body = request_body(shape_kind, req);
-    const GenerationRequest request = parse_generation_request(endpoint, body, st.opts.sampling, st.opts.ignore_eos);
+    const GenerationRequest request = parse_generation_request(endpoint, body, st.opts.requests);
     const int32_t n = request.n_choices;
     if (n > 1 && (shape_kind == Shape::Anthropic || shape_kind == Shape::Responses)) {
         throw bad_request("'n' is not a field of this API", "n");
@@ -645,7 +655,7 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
         throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
     }
     if (request.stream) {
-        respond_streaming(req, res, std::move(choices));
+        respond_streaming(req, res, std::move(choices), request.sse_ping_interval_s);
     } else {
         respond_blocking(req, res, choices);
     }
@@ -694,7 +704,8 @@ json props_json(const ServerState & st) {
     auto token_text = [&tok](int32_t id) { return id >= 0 ? tok.piece(id, true) : std::string(); };
     return {{"default_generation_settings",
              {{"n_ctx", st.n_ctx_slot},
-              {"params", sampling_settings_json(st.opts.sampling, st.opts.n_predict, st.opts.ignore_eos)}}},
+              {"params",
+               sampling_settings_json(st.opts.requests.sampling, st.opts.n_predict, st.opts.requests.ignore_eos)}}},
             {"total_slots", st.scheduler->n_slots()},
             {"model_alias", st.model_name},
             {"model_path", st.opts.engine.model_path},
@@ -847,6 +858,8 @@ json model_entry(const ServerState & st) {
             {"object", "model"},
             {"created", st.created},
             {"owned_by", "llama-tp"},
+            {"aliases", st.opts.aliases},
+            {"tags", st.opts.tags},
             {"meta",
              {{"n_vocab", info.n_vocab},
               {"n_ctx_train", info.n_ctx_train},
@@ -1060,7 +1073,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
 
     http.Post(at("/apply-template"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);
-                  GenerationRequest gr = parse_generation_request(Endpoint::Chat, body, st.opts.sampling);
+                  GenerationRequest gr = parse_generation_request(Endpoint::Chat, body, st.opts.requests);
                   send_json(res, {{"prompt", st.chat->apply(gr.messages, gr.tools, turn_options(st, gr)).prompt}});
               }));
 }

@@ -52,12 +52,17 @@ Listener::Listener(const ServerOptions & o, const std::string & address, const R
             res.set_header("Connection", "close");
         }
     });
-    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let
-    // a second server silently share a port already in use).
-    http.set_socket_options([](socket_t sock) {
+    // SO_REUSEADDR; SO_REUSEPORT only when asked (--reuse-port): httplib's
+    // default sets it, which would let a second server silently share a port
+    // already in use.
+    http.set_socket_options([reuse_port = o.reuse_port](socket_t sock) {
         int one = 1;
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (reuse_port) setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     });
+    if (!o.static_path.empty() && !http.set_mount_point(o.api_prefix + "/", o.static_path)) {
+        throw std::runtime_error("--path: '" + o.static_path + "' is not a folder");
+    }
     http.set_read_timeout(o.timeout_s, 0);
     http.set_write_timeout(o.timeout_s, 0);
     http.set_payload_max_length(o.max_body_size);

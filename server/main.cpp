@@ -87,7 +87,7 @@ std::string file_name(const std::string & path) {
 // The model's name in the API, as llama-server's: the first alias, else the
 // repository it was fetched from, else (ours) the file's name.
 std::string model_name(const ServerOptions & opts) {
-    if (!opts.alias.empty()) return opts.alias;
+    if (!opts.aliases.empty()) return opts.aliases.front();
     if (!opts.model_source.hf_repo.empty()) return opts.model_source.hf_repo;
     if (!opts.model_source.docker_repo.empty()) return opts.model_source.docker_repo;
     return file_name(opts.engine.model_path);

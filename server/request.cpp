@@ -610,11 +610,10 @@ json parse_json_body(const std::string & body) {
     return j;
 }
 
-GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults,
-                                           bool defaults_ignore_eos) {
+GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const RequestDefaults & defaults) {
     GenerationRequest r;
     r.endpoint = endpoint;
-    r.sampling = defaults;
+    r.sampling = defaults.sampling;
     r.model = get_string(body, "model", "");
 
     if (endpoint == Endpoint::Chat) {
@@ -657,8 +656,10 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         }
     }
     parse_more_samplers(body, s);
-    r.ignore_eos = get_bool(body, "ignore_eos", defaults_ignore_eos);
-    r.cache_prompt = get_bool(body, "cache_prompt", true);
+    r.ignore_eos = get_bool(body, "ignore_eos", defaults.ignore_eos);
+    r.cache_prompt = get_bool(body, "cache_prompt", defaults.cache_prompt);
+    r.sse_ping_interval_s = (int32_t) get_int(body, "sse_ping_interval", std::numeric_limits<int32_t>::min(), kMax,
+                                              defaults.sse_ping_interval_s);
 
     // A server default grammar (--grammar, -j) gives way to any format the request asks for.
     const bool grammar_in_request = field(body, "grammar") != nullptr;

@@ -32,6 +32,14 @@ struct ChatMessage {
     std::vector<ToolCall> tool_calls;  // assistant turns that called tools
 };
 
+// What a request gets for the fields it leaves out: the server's flags.
+struct RequestDefaults {
+    SamplingParams sampling;
+    bool ignore_eos = false;           // --ignore-eos
+    bool cache_prompt = true;          // --no-cache-prompt: reuse nothing cached
+    int32_t sse_ping_interval_s = 30;  // --sse-ping-interval: a comment line after this long silent (<= 0: never)
+};
+
 // What the request wants generated; the prompt is not yet tokenized.
 struct GenerationRequest {
     Endpoint endpoint = Endpoint::Completion;
@@ -65,7 +73,8 @@ struct GenerationRequest {
     int32_t n_discard = 0;    // context shift: tokens dropped (0: half of those after n_keep)
     std::vector<std::string> stop;
     bool ignore_eos = false;
-    bool cache_prompt = true;  // false: decode the whole prompt, reuse nothing cached
+    bool cache_prompt = true;          // false: decode the whole prompt, reuse nothing cached
+    int32_t sse_ping_interval_s = 30;  // streaming: a ping comment after this long without an event
     SamplingParams sampling;
     std::string json_schema;  // response_format: turned into a grammar by the route
 
@@ -87,9 +96,8 @@ struct GenerationRequest {
     std::vector<std::pair<std::string, float>> logit_bias_text;
 };
 
-// `body` must already be valid JSON; `defaults` are the server's sampling defaults.
-GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const SamplingParams & defaults,
-                                           bool defaults_ignore_eos = false);
+// `body` must already be valid JSON.
+GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const RequestDefaults & defaults);
 
 // llama-server's sampler names (penalties, dry, top_n_sigma, top_k, typ_p,
 // top_p, min_p, xtc, temperature and their aliases) or its one-letter codes,

@@ -308,7 +308,10 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.rope = rope_overrides(p);
     o.n_parallel = p.n_parallel;
     o.n_predict = p.n_predict;
-    if (!p.model_alias.empty()) o.alias = *p.model_alias.begin();
+    o.aliases.assign(p.model_alias.begin(), p.model_alias.end());
+    o.tags.assign(p.model_tags.begin(), p.model_tags.end());
+    o.reuse_port = p.reuse_port;
+    o.static_path = p.public_path;
     o.hosts = p.hostnames;
     o.port = p.port;
     o.api_keys = p.api_keys;
@@ -334,6 +337,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.reasoning_format = (int) p.reasoning_format;
     o.enable_reasoning = p.enable_reasoning;
     o.prefill_assistant = p.prefill_assistant;
+    o.skip_chat_parsing = p.force_pure_content_parser;
     o.template_kwargs = p.default_template_kwargs;
     if (p.sampling.reasoning_budget_tokens == 0) {
         o.enable_reasoning = 0;  // no thinking at all
@@ -348,33 +352,36 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     if (!p.cont_batching) o.warnings.push_back("--no-cont-batching has no effect: batching is always continuous");
 
     const common_params_sampling & s = p.sampling;
-    o.sampling.temperature = s.temp;
-    o.sampling.top_k = std::max(0, s.top_k);
-    o.sampling.top_p = s.top_p;
-    o.sampling.min_p = s.min_p;
-    o.sampling.penalty_last_n = s.penalty_last_n;
-    o.sampling.repeat_penalty = s.penalty_repeat;
-    o.sampling.presence_penalty = s.penalty_present;
-    o.sampling.frequency_penalty = s.penalty_freq;
-    o.sampling.seed = s.seed;
-    o.sampling.typical_p = s.typ_p;
-    o.sampling.top_n_sigma = s.top_n_sigma;
-    o.sampling.dynatemp_range = s.dynatemp_range;
-    o.sampling.dynatemp_exponent = s.dynatemp_exponent;
-    o.sampling.xtc_probability = s.xtc_probability;
-    o.sampling.xtc_threshold = s.xtc_threshold;
-    o.sampling.dry_multiplier = s.dry_multiplier;
-    o.sampling.dry_base = s.dry_base;
-    o.sampling.dry_allowed_length = s.dry_allowed_length;
-    o.sampling.dry_penalty_last_n = s.dry_penalty_last_n;
-    o.sampling.dry_sequence_breakers = s.dry_sequence_breakers;
-    o.sampling.mirostat = s.mirostat;
-    o.sampling.mirostat_tau = s.mirostat_tau;
-    o.sampling.mirostat_eta = s.mirostat_eta;
-    o.sampling.min_keep = s.min_keep;
-    o.sampling.grammar = s.grammar.grammar;
-    for (const llama_logit_bias & b : s.logit_bias) o.sampling.logit_bias.emplace_back(b.token, b.bias);
-    o.ignore_eos = s.ignore_eos;
+    SamplingParams & d = o.requests.sampling;
+    d.temperature = s.temp;
+    d.top_k = std::max(0, s.top_k);
+    d.top_p = s.top_p;
+    d.min_p = s.min_p;
+    d.penalty_last_n = s.penalty_last_n;
+    d.repeat_penalty = s.penalty_repeat;
+    d.presence_penalty = s.penalty_present;
+    d.frequency_penalty = s.penalty_freq;
+    d.seed = s.seed;
+    d.typical_p = s.typ_p;
+    d.top_n_sigma = s.top_n_sigma;
+    d.dynatemp_range = s.dynatemp_range;
+    d.dynatemp_exponent = s.dynatemp_exponent;
+    d.xtc_probability = s.xtc_probability;
+    d.xtc_threshold = s.xtc_threshold;
+    d.dry_multiplier = s.dry_multiplier;
+    d.dry_base = s.dry_base;
+    d.dry_allowed_length = s.dry_allowed_length;
+    d.dry_penalty_last_n = s.dry_penalty_last_n;
+    d.dry_sequence_breakers = s.dry_sequence_breakers;
+    d.mirostat = s.mirostat;
+    d.mirostat_tau = s.mirostat_tau;
+    d.mirostat_eta = s.mirostat_eta;
+    d.min_keep = s.min_keep;
+    d.grammar = s.grammar.grammar;
+    for (const llama_logit_bias & b : s.logit_bias) d.logit_bias.emplace_back(b.token, b.bias);
+    o.requests.ignore_eos = s.ignore_eos;
+    o.requests.cache_prompt = p.cache_prompt;
+    o.requests.sse_ping_interval_s = p.sse_ping_interval;
     o.spm_infill = p.spm_infill;
     o.embeddings = p.embedding;
     o.engine.embeddings = p.embedding;
@@ -397,11 +404,11 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
         default:
             o.pooling = Pooling::Mean;
     }
-    o.sampling.order.clear();
+    d.order.clear();
     for (common_sampler_type t : s.samplers) {
         json name = common_sampler_type_to_str(t);
         try {
-            o.sampling.order.push_back(sampler_order(json::array({name}), "--samplers")[0]);
+            d.order.push_back(sampler_order(json::array({name}), "--samplers")[0]);
         } catch (const std::exception &) {
             o.warnings.push_back("--samplers: " + name.get<std::string>() + " has no effect in llama-tp-server");
         }
@@ -423,13 +430,13 @@ void check_ranges(const ServerOptions & o) {
     in("--n-predict", o.n_predict, -1, 1 << 30);
     in("--timeout", o.timeout_s, 1, 1 << 24);
     in("--threads-http", o.http_threads, -1, 4096);
-    in("--temp", o.sampling.temperature, 0.0, 1e6);
-    in("--top-p", o.sampling.top_p, 0.0, 1.0);
-    in("--min-p", o.sampling.min_p, 0.0, 1.0);
-    in("--repeat-last-n", o.sampling.penalty_last_n, -1, 1 << 30);
-    in("--repeat-penalty", o.sampling.repeat_penalty, 0.0, 1e6);
-    in("--presence-penalty", o.sampling.presence_penalty, -2.0, 2.0);
-    in("--frequency-penalty", o.sampling.frequency_penalty, -2.0, 2.0);
+    in("--temp", o.requests.sampling.temperature, 0.0, 1e6);
+    in("--top-p", o.requests.sampling.top_p, 0.0, 1.0);
+    in("--min-p", o.requests.sampling.min_p, 0.0, 1.0);
+    in("--repeat-last-n", o.requests.sampling.penalty_last_n, -1, 1 << 30);
+    in("--repeat-penalty", o.requests.sampling.repeat_penalty, 0.0, 1e6);
+    in("--presence-penalty", o.requests.sampling.presence_penalty, -2.0, 2.0);
+    in("--frequency-penalty", o.requests.sampling.frequency_penalty, -2.0, 2.0);
     if (o.hosts.empty()) throw UsageError("--host: no address");
     for (const auto & k : o.api_keys) {
         if (trim(k).empty()) throw UsageError("--api-key: empty key");

@@ -6,6 +6,7 @@
 #include "plugin/sampler.h"
 #include "server/log.h"
 #include "server/model_source.h"
+#include "server/request.h"
 #include "server/task.h"
 
 #include <cstdint>
@@ -39,6 +40,8 @@ struct ServerOptions {
     int32_t http_threads = -1;        // -1: n_parallel + a few
     size_t max_body_size = 8u << 20;  // larger request bodies are answered 413
     int32_t max_queue = 64;           // requests that may wait for a slot; more are answered 503
+    bool reuse_port = false;          // --reuse-port: SO_REUSEPORT, several servers on one port
+    std::string static_path;          // --path: files served under the API prefix ("": none)
 
     std::vector<std::string> api_keys;  // empty: no authentication
     std::string api_prefix;             // every route under this path ("" or "/x")
@@ -50,7 +53,8 @@ struct ServerOptions {
     std::string cors_methods = "GET, POST, DELETE, OPTIONS";
     std::string cors_headers = "*";
     bool cors_credentials = true;
-    std::string alias;                        // model name reported by the API
+    std::vector<std::string> aliases;         // -a: the first names the model in the API ("": the file's name)
+    std::vector<std::string> tags;            // --tags: listed with the model, informational
     std::string slot_save_path;               // directory for POST /slots/{id}?action=save|restore ("": off)
     int32_t cache_ram_mib = 8192;             // the prompt cache's host memory (-1: no limit, 0: off)
     float slot_prompt_similarity = 0.1f;      // -sps (SlotReuse)
@@ -64,11 +68,11 @@ struct ServerOptions {
     int32_t n_keep = 0;                       // prompt tokens a context shift keeps (-1: all)
     std::string reasoning_budget_message;     // put before the forced end tag
     bool prefill_assistant = true;            // a trailing assistant message is continued
+    bool skip_chat_parsing = false;           // --skip-chat-parsing: thinking and tool calls stay in content
     std::map<std::string, std::string> template_kwargs;  // --chat-template-kwargs (JSON values)
     bool lora_init_without_apply = false;                // the adapters' global scales start at 0
 
-    SamplingParams sampling;          // defaults for requests that leave a field out
-    bool ignore_eos = false;          // --ignore-eos: the default of requests
+    RequestDefaults requests;         // what requests get for the fields they leave out
     bool spm_infill = false;          // /infill puts the suffix before the prefix
     bool embeddings = false;          // --embeddings: the embedding routes, and no generation
     Pooling pooling = Pooling::Mean;  // --pooling (rank and unspecified: mean)

@@ -205,10 +205,11 @@ def assert_error(r, status, param=None, code=None):
 
 
 def sse_events(resp):
-    """The `data:` payloads of an SSE response, as strings, in order."""
+    """The `data:` payloads of an SSE response, as strings, in order (comment
+    lines, the server's pings, are skipped as clients skip them)."""
     out = []
     for line in resp.iter_lines(decode_unicode=True):
-        if line is None or line == "":
+        if line is None or line == "" or line.startswith(":"):
             continue
         assert line.startswith("data: "), f"unexpected SSE line: {line!r}"
         out.append(line[len("data: "):])
