@@ -116,6 +116,7 @@ class TensorParallelEngine final : public Engine {
             group_ = std::move(local);
         }
         fill_info(file);
+        if (options_.embeddings && !follower()) head_ = ClassifierHead::read(file, hp_);
     }
 
     std::string failure() const override { return group_->failure(); }
@@ -257,6 +258,7 @@ class TensorParallelEngine final : public Engine {
     int32_t n_free_cells() const override { return cells_->n_free(); }
     const Tokenizer & tokenizer() const override { return *tokenizer_; }
     const ModelInfo & info() const override { return info_; }
+    const ClassifierHead * classifier() const override { return head_ ? &*head_ : nullptr; }
     const EngineOptions & options() const override { return options_; }
     int64_t graph_builds() const override { return group_->graph_builds(); }
     std::vector<CollectiveStats> collective_stats() const override { return group_->collective_stats(); }
@@ -562,6 +564,7 @@ class TensorParallelEngine final : public Engine {
     EngineOptions options_;
     HParams hp_;
     ModelInfo info_;
+    std::optional<ClassifierHead> head_;
     ShardPlan plan_;
     std::unique_ptr<Tokenizer> tokenizer_;
     RankDevices devices_;  // of this process's ranks

@@ -3,6 +3,7 @@
 // batched decode over many sequences. Not thread-safe: one thread owns it.
 
 #include "plugin/batch.h"
+#include "plugin/classifier_head.h"
 #include "plugin/kv_cache.h"
 #include "plugin/model_info.h"
 #include "plugin/rank_devices.h"
@@ -113,6 +114,9 @@ class Engine {
     virtual const float * logits(int32_t batch_row) const = 0;
     // With EngineOptions::embeddings: the hidden state (n_embd floats) of batch row i.
     virtual const float * embedding(int32_t batch_row) const = 0;
+    // With EngineOptions::embeddings, on process 0: a reranker's
+    // classification head; nullptr when the model has none.
+    virtual const ClassifierHead * classifier() const = 0;
 
     // KV cache: drop positions [p0, p1) of a sequence (p1 < 0: to the end).
     virtual void seq_remove(int32_t seq, int32_t p0, int32_t p1) = 0;

@@ -100,9 +100,21 @@ bool Tokenizer::is_eog(int32_t token) const {
     return llama_vocab_is_eog(vocab_, token);
 }
 
-std::string Tokenizer::chat_template() const {
-    const char * tmpl = llama_model_chat_template(model_, nullptr);
+std::string Tokenizer::chat_template(const char * name) const {
+    const char * tmpl = llama_model_chat_template(model_, name);
     return tmpl ? tmpl : "";
+}
+
+bool Tokenizer::add_eos() const {
+    return llama_vocab_get_add_eos(vocab_);
+}
+
+bool Tokenizer::add_sep() const {
+    return llama_vocab_get_add_sep(vocab_);
+}
+
+int32_t Tokenizer::sep() const {
+    return llama_vocab_sep(vocab_);
 }
 
 }  // namespace llama_tp

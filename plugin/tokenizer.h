@@ -39,8 +39,13 @@ class Tokenizer {
     };
     FimTokens fim() const;
 
-    // The GGUF's chat template, or "" when it has none.
-    std::string chat_template() const;
+    // The GGUF's chat template, or one of its named ones
+    // (tokenizer.chat_template.NAME: "rerank"); "" when it has none.
+    std::string chat_template(const char * name = nullptr) const;
+    // Whether the vocabulary's own rules end a text with EOS / a separator.
+    bool add_eos() const;
+    bool add_sep() const;
+    int32_t sep() const;  // -1 where the vocabulary has none
 
     // For libcommon (chat templates) and libllama samplers (grammar).
     const llama_model * model() const { return model_; }

@@ -131,6 +131,8 @@ const char * pooling_name(Pooling p) {
             return "cls";
         case Pooling::Last:
             return "last";
+        case Pooling::Rank:
+            return "rank";
     }
     return "";
 }

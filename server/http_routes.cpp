@@ -7,6 +7,7 @@
 #include "plugin/tokenizer.h"
 #include "server/chat_format.h"
 #include "server/embeddings.h"
+#include "server/rerank.h"
 #include "server/log.h"
 #include "server/anthropic_messages.h"
 #include "server/lora_adapters.h"
@@ -493,15 +494,71 @@ void respond_streaming(const Request & req, Response & res, std::vector<Choice> 
         });
 }
 
-// /v1/embeddings (oai) and /embedding, /embeddings: every input a task of its
-// own, decoded in whichever slots are free.
+// Every prompt a task of its own, decoded in whichever slots are free and
+// pooled; their Done events in the prompts' order, or none when the client
+// went away. `field` names the body's field for a prompt that does not fit.
+std::vector<TaskEvent> run_pooled(ServerState & st, const Request & req,
+                                  const std::vector<std::vector<int32_t>> & prompts, const char * field) {
+    std::vector<std::shared_ptr<TaskChannel>> channels;
+    std::vector<std::unique_ptr<Task>> tasks;
+    for (const auto & prompt : prompts) {
+        if ((int32_t) prompt.size() > st.n_ctx_slot) {
+            throw ApiError(400,
+                           "an input is " + std::to_string(prompt.size()) + " tokens, but a slot holds " +
+                               std::to_string(st.n_ctx_slot),
+                           field, "context_length_exceeded", "exceed_context_size_error");
+        }
+        auto task = std::make_unique<Task>();
+        task->id = st.next_task_id++;
+        task->prompt = prompt;
+        task->embedding = true;
+        task->pooling = st.opts.pooling;
+        task->cache_prompt = false;  // every token's hidden state is needed
+        task->lora = st.loras->scales();
+        channels.push_back(task->channel);
+        tasks.push_back(std::move(task));
+    }
+    try {
+        for (auto & t : tasks) st.scheduler->submit(std::move(t));
+    } catch (const QueueFullError & e) {
+        for (auto & c : channels) c->cancel();
+        throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
+    }
+    std::vector<TaskEvent> dones;
+    for (auto & c : channels) {
+        std::vector<TaskEvent> events;
+        bool done = false;
+        while (!done) {
+            events.clear();
+            if (!c->pop_all(events, std::chrono::milliseconds(100))) {
+                if (req.is_connection_closed()) {
+                    for (auto & other : channels) other->cancel();
+                    return {};
+                }
+                continue;
+            }
+            for (auto & e : events) {
+                if (e.kind == TaskEvent::Kind::Error) {
+                    for (auto & other : channels) other->cancel();
+                    throw event_error(e);
+                }
+                if (e.kind != TaskEvent::Kind::Done) continue;
+                dones.push_back(std::move(e));
+                done = true;
+            }
+        }
+    }
+    return dones;
+}
+
+// /v1/embeddings (oai) and /embedding, /embeddings.
 void handle_embeddings(ServerState & st, const Request & req, Response & res, bool oai) {
-    if (!st.opts.embeddings) {
-        throw not_supported("This server does not support embeddings. Start it with `--embeddings`");
+    if (!st.opts.embeddings || st.opts.pooling == Pooling::Rank) {
+        throw not_supported(
+            "This server does not support embeddings. Start it with `--embeddings` and without `--rerank`");
     }
     const json body = parse_json_body(req.body);
-    const Pooling pooling = st.opts.pooling;
-    if (oai && pooling == Pooling::None) {
+    if (oai && st.opts.pooling == Pooling::None) {
         throw bad_request("Pooling type 'none' is not OAI compatible. Please use a different pooling type", "", "");
     }
     const std::string format = body.value("encoding_format", "float");
@@ -517,61 +574,37 @@ void handle_embeddings(ServerState & st, const Request & req, Response & res, bo
     }
     const char * field = oai || !body.contains("content") ? "input" : "content";
     const auto inputs = embedding_inputs(body, field, st.engine->tokenizer());
-    std::vector<std::shared_ptr<TaskChannel>> channels;
-    std::vector<std::unique_ptr<Task>> tasks;
-    for (const auto & prompt : inputs) {
-        if ((int32_t) prompt.size() > st.n_ctx_slot) {
-            throw ApiError(400,
-                           "an input is " + std::to_string(prompt.size()) + " tokens, but a slot holds " +
-                               std::to_string(st.n_ctx_slot),
-                           field, "context_length_exceeded", "exceed_context_size_error");
-        }
-        auto task = std::make_unique<Task>();
-        task->id = st.next_task_id++;
-        task->prompt = prompt;
-        task->embedding = true;
-        task->pooling = pooling;
-        task->cache_prompt = false;  // every token's hidden state is needed
-        task->lora = st.loras->scales();
-        channels.push_back(task->channel);
-        tasks.push_back(std::move(task));
-    }
-    try {
-        for (auto & t : tasks) st.scheduler->submit(std::move(t));
-    } catch (const QueueFullError & e) {
-        for (auto & c : channels) c->cancel();
-        throw ApiError(503, e.what(), "", "server_overloaded", "server_error");
-    }
+    std::vector<TaskEvent> dones = run_pooled(st, req, inputs, field);
+    if (dones.empty()) return;  // the client went away
     const int32_t n_embd = st.engine->info().n_embd;
     std::vector<EmbeddingResult> results;
-    for (auto & c : channels) {
-        std::vector<TaskEvent> events;
-        bool done = false;
-        while (!done) {
-            events.clear();
-            if (!c->pop_all(events, std::chrono::milliseconds(100))) {
-                if (req.is_connection_closed()) {
-                    for (auto & other : channels) other->cancel();
-                    return;
-                }
-                continue;
-            }
-            for (auto & e : events) {
-                if (e.kind == TaskEvent::Kind::Error) {
-                    for (auto & other : channels) other->cancel();
-                    throw event_error(e);
-                }
-                if (e.kind != TaskEvent::Kind::Done) continue;
-                EmbeddingResult r{std::move(e.embedding), e.embedding_rows, e.n_prompt};
-                normalize_rows(r.rows, n_embd, norm);
-                results.push_back(std::move(r));
-                done = true;
-            }
-        }
+    for (TaskEvent & e : dones) {
+        EmbeddingResult r{std::move(e.embedding), e.embedding_rows, e.n_prompt};
+        normalize_rows(r.rows, n_embd, norm);
+        results.push_back(std::move(r));
     }
     const std::string model = body.value("model", st.model_name);
     send_json(res, oai ? openai_embeddings_json(results, n_embd, model, format == "base64")
                        : native_embeddings_json(results, n_embd));
+}
+
+// /rerank and its aliases: each document scored with the query.
+void handle_rerank(ServerState & st, const Request & req, Response & res) {
+    if (!st.opts.embeddings || st.opts.pooling != Pooling::Rank) {
+        throw not_supported("This server does not support reranking. Start it with `--rerank`");
+    }
+    const RerankRequest r = parse_rerank_request(parse_json_body(req.body));
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string & d : r.documents) prompts.push_back(rerank_prompt(st.engine->tokenizer(), r.query, d));
+    const std::vector<TaskEvent> dones = run_pooled(st, req, prompts, r.tei ? "texts" : "documents");
+    if (dones.empty()) return;
+    std::vector<float> scores;
+    std::vector<int32_t> n_tokens;
+    for (const TaskEvent & e : dones) {
+        scores.push_back(e.embedding.at(0));  // the first output: "yes" for Qwen3's rerankers
+        n_tokens.push_back(e.n_prompt);
+    }
+    send_json(res, rerank_json(r, st.model_name, scores, n_tokens));
 }
 
 // The tokens a chat request's prompt takes, as a completion would count them.
@@ -1050,13 +1083,11 @@ void register_routes(httplib::Server & http, ServerState & st) {
         guarded([&st](const Request & req, Response & res) { handle_embeddings(st, req, res, false); });
     http.Post(at("/embedding"), native_embeddings);
     http.Post(at("/embeddings"), native_embeddings);
+    auto rerank = guarded([&st](const Request & req, Response & res) { handle_rerank(st, req, res); });
+    for (const char * path : {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}) http.Post(at(path), rerank);
 
     // llama-server's endpoints that llama-tp-server does not have: a clear 501.
     static const std::pair<const char *, const char *> missing[] = {
-        {"/rerank", "reranking is not implemented"},
-        {"/reranking", "reranking is not implemented"},
-        {"/v1/rerank", "reranking is not implemented"},
-        {"/v1/reranking", "reranking is not implemented"},
         {"/v1/audio/transcriptions", "audio input is not implemented"},
         {"/audio/transcriptions", "audio input is not implemented"},
         {"/v1/chat/completions/control", "generation control is not implemented"},

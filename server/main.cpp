@@ -385,6 +385,20 @@ int main(int argc, char ** argv) {
         return fail_startup(e.what());
     }
 
+    if (opts.embeddings) {
+        // A reranker's file says rank pooling; upstream takes it when --pooling is left out.
+        if (opts.pooling_from_model && engine->classifier() != nullptr) opts.pooling = Pooling::Rank;
+        if (opts.pooling == Pooling::Rank && engine->classifier() == nullptr) {
+            return fail_startup(
+                "--rerank (--pooling rank) needs a reranker: this model has no classification head "
+                "(cls.output.weight)");
+        }
+        if (opts.pooling == Pooling::Rank) {
+            SRV_INF("reranking: /rerank scores with the model's %d-output classification head",
+                    engine->classifier()->n_out());
+        }
+    }
+
     std::unique_ptr<LoraAdapters> loras;
     try {
         loras = std::make_unique<LoraAdapters>(opts.engine.loras, opts.lora_init_without_apply);

@@ -578,12 +578,16 @@ void Scheduler::pool(Slot & slot) {
             case Pooling::Last:
                 if (last) slot.hidden.assign(h, h + n_embd);
                 break;
+            case Pooling::Rank:
+                if (engine_.classifier()->last_token ? last : pos == 0) slot.hidden.assign(h, h + n_embd);
+                break;
         }
     }
     if (slot.n_prompt_done < task.prompt.size()) return;
     if (task.pooling == Pooling::Mean) {
         for (float & v : slot.hidden) v /= (float) task.prompt.size();
     }
+    if (task.pooling == Pooling::Rank) slot.hidden = engine_.classifier()->apply(slot.hidden.data());
     TaskEvent done;
     done.kind = TaskEvent::Kind::Done;
     done.finish_reason = "stop";

@@ -397,12 +397,14 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
             o.pooling = Pooling::Last;
             break;
         case LLAMA_POOLING_TYPE_RANK:
-            o.warnings.push_back(
-                "--pooling rank has no effect in llama-tp-server: reranking is not implemented; mean is used");
+            o.pooling = Pooling::Rank;
+            break;
+        case LLAMA_POOLING_TYPE_MEAN:
             o.pooling = Pooling::Mean;
             break;
         default:
             o.pooling = Pooling::Mean;
+            o.pooling_from_model = true;
     }
     d.order.clear();
     for (common_sampler_type t : s.samplers) {

@@ -75,7 +75,8 @@ struct ServerOptions {
     RequestDefaults requests;         // what requests get for the fields they leave out
     bool spm_infill = false;          // /infill puts the suffix before the prefix
     bool embeddings = false;          // --embeddings: the embedding routes, and no generation
-    Pooling pooling = Pooling::Mean;  // --pooling (rank and unspecified: mean)
+    Pooling pooling = Pooling::Mean;  // --pooling; --rerank: rank
+    bool pooling_from_model = false;  // no --pooling: a reranker ranks, any other model means
     int embd_normalize = 2;           // --embd-normalize
     bool verbose = false;
     bool context_given = false;         // -c on the command line or in the environment

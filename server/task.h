@@ -99,7 +99,9 @@ class TaskChannel {
 };
 
 // How an embedding task turns its prompt's hidden states into its answer.
-enum class Pooling { None, Mean, Cls, Last };
+// Rank: the reranker's classification head over the token it scores
+// (ClassifierHead), its outputs the answer.
+enum class Pooling { None, Mean, Cls, Last, Rank };
 
 struct Task {
     uint64_t id = 0;

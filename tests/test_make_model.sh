@@ -167,6 +167,7 @@ expect_error 2 "applies to phi3" --n-ctx-orig 512 -o "$out"
 expect_error 2 "apply to gemma2, gemma3, gemma4 and gpt-oss" --n-swa 64 -o "$out"
 expect_error 2 "applies to gemma2, gemma3 and gemma4 only" --arch gpt-oss --logit-softcap 30 -o "$out"
 expect_error 2 "apply to gemma4 only" --arch gemma3 --n-kv-shared 2 -o "$out"
+expect_error 2 "applies to qwen3 only" --arch llama --reranker -o "$out"
 expect_error 2 "the last global and the one before it sliding" --arch gemma4 --n-layer 4 --swa-pattern 4 \
     --n-kv-shared 2 -o "$out"
 expect_error 2 "must be between 1 and 4096" --arch phi3 --n-ctx-orig 8192 -o "$out"

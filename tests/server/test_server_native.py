@@ -247,10 +247,14 @@ def test_every_llama_server_endpoint_answers_or_says_why_not(server):
     for path in implemented:
         r = server.post(path, {})
         assert r.status_code not in (404, 405), (path, r.status_code)
-    for path in ("/rerank", "/v1/rerank", "/v1/audio/transcriptions", "/tools"):
+    for path in ("/v1/audio/transcriptions", "/tools"):
         r = server.post(path, {})
         assert_error(r, 501)
         assert "not available in llama-tp-server" in r.json()["error"]["message"], path
+    for path, flag in (("/rerank", "--rerank"), ("/v1/rerank", "--rerank"), ("/v1/embeddings", "--embeddings")):
+        r = server.post(path, {})
+        assert_error(r, 501)  # a mode this server was not started in
+        assert flag in r.json()["error"]["message"], path
 
 
 def test_response_fields(server):

@@ -385,6 +385,9 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     if (arch == Arch::llama && o.n_expert_used && !o.n_expert) {
         throw UsageError("--n-expert-used needs --n-expert for llama");
     }
+    if (arch != Arch::qwen3 && o.reranker) {
+        throw UsageError("--reranker applies to qwen3 only (Qwen3-Reranker), not " + name);
+    }
 }
 
 std::string arch_key(Arch arch, const char * suffix) {
@@ -477,8 +480,8 @@ const char * default_chat_template_file(Arch arch) {
 
 bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
-           swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || head_dim_global ||
-           n_head_kv_global || n_embd_per_layer || n_kv_shared;
+           swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || reranker ||
+           head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -558,6 +561,7 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     }
     // gemma2's head is always its embedding table, and Gemma 4's releases tie theirs.
     s.tied_output = o.tied_output || arch == Arch::gemma2 || arch == Arch::gemma4;
+    s.reranker = o.reranker;
     if (o.head_dim) {
         s.head_dim = *o.head_dim;
     } else {
@@ -641,6 +645,9 @@ std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type
     if (!s.tied_output) {
         planner.embedding("output.weight", {s.n_embd, n_vocab}, kLogitSpread * inv_sqrt_embd);
     }
+    // Yes and no about one apart, so that scores spread over (0, 1) rather
+    // than pile up at its ends.
+    if (s.reranker) planner.embedding("cls.output.weight", {s.n_embd, 2}, 0.5f * inv_sqrt_embd);
     return planner.take();
 }
 
@@ -702,6 +709,15 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.attn_factor").c_str(), static_cast<float>(attn_factor));
     }
     if (arch == Arch::gemma4) set_gemma4_metadata(gguf, s);
+    if (s.reranker) {
+        set_u32("pooling_type", 4);  // LLAMA_POOLING_TYPE_RANK
+        const char * labels[] = {"yes", "no"};
+        gguf_set_arr_str(gguf, arch_key(arch, "classifier.output_labels").c_str(), labels, 2);
+        // The prompt a query and a document fill, in Qwen3-Reranker's turn format.
+        gguf_set_val_str(gguf, "tokenizer.chat_template.rerank",
+                         "<|im_start|>user\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+                         "<|im_start|>assistant\n");
+    }
     if (has_experts(s)) {
         set_u32("expert_count", s.n_expert);
         set_u32("expert_used_count", s.n_expert_used);

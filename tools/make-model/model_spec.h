@@ -62,6 +62,10 @@ struct Shape {
     int64_t swa_pattern = 0;     // every swa_pattern-th layer is global (0: the architecture's default)
     double logit_softcap = 0.0;  // gemma3: final logit soft-cap (0: none)
     bool tied_output = false;
+    // qwen3: a reranker, as upstream converts Qwen3-Reranker: rank pooling,
+    // a two-row classification head (cls.output.weight: "yes", "no") and a
+    // rerank prompt template.
+    bool reranker = false;
     // gemma4: global (not sliding) layers' head size and KV heads (their
     // values are their keys), per-layer token embeddings' width (0: none),
     // and the last layers that share an earlier layer's KV cache (their FFN
@@ -81,6 +85,7 @@ struct ShapeOverrides {
     std::optional<double> logit_softcap;
     std::optional<int64_t> head_dim_global, n_head_kv_global, n_embd_per_layer, n_kv_shared;
     bool tied_output = false;
+    bool reranker = false;
 
     bool any() const;
 };

@@ -163,6 +163,10 @@ void parse_argument(ParseState & state, const std::vector<std::string> & args, s
         state.overrides.tied_output = true;
         return;
     }
+    if (flag == "--reranker" && !value) {
+        state.overrides.reranker = true;
+        return;
+    }
     if (flag == "--dry-run" && !value) {
         state.options.dry_run = true;
         return;
@@ -272,6 +276,8 @@ shape overrides (positive integers unless noted):
                                       --n-expert and --n-expert-used, default 2, for
                                       Mixtral-style experts --n-ff wide)
   --tied-output                       no output.weight: the head reuses token_embd
+  --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
+                                      a rerank prompt template)
 
 The vocabulary size always comes from the vocabulary file.
 Exit status: 0 success, 1 file error, 2 bad arguments.
