@@ -38,13 +38,13 @@ std::vector<std::vector<int32_t>> prompts(const Tokenizer & tok) {
     return out;
 }
 
-std::unique_ptr<Engine> load(int tp) {
+std::unique_ptr<Engine> load(int tp, bool embeddings = true) {
     EngineOptions o;
     o.model_path = g_model;
     o.n_ctx = 256;
     o.n_threads = 2;
     o.tp = tp;
-    o.embeddings = true;
+    o.embeddings = embeddings;
     o.progress = false;
     return Engine::load(o);
 }
@@ -128,12 +128,7 @@ TEST(Rerank, TwoRanksScoreAsOne) {
 }
 
 TEST(Rerank, TheHeadIsReadOnlyForEmbeddings) {
-    EngineOptions o;
-    o.model_path = g_model;
-    o.n_ctx = 256;
-    o.n_threads = 2;
-    o.progress = false;
-    EXPECT_EQ(Engine::load(o)->classifier(), nullptr);
+    EXPECT_EQ(load(1, false)->classifier(), nullptr);
 }
 
 }  // namespace
