@@ -296,6 +296,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->n_predict = (int32_t) n_predict;
     task->ignore_eos = gr.ignore_eos;
     task->cache_prompt = gr.cache_prompt;
+    task->n_cache_reuse = gr.n_cache_reuse;
     task->n_top_logprobs = gr.logprobs ? gr.top_logprobs : -1;
     task->return_tokens = gr.return_tokens;
     if (gr.id_slot >= st.scheduler->n_slots()) {

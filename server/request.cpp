@@ -658,6 +658,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     parse_more_samplers(body, s);
     r.ignore_eos = get_bool(body, "ignore_eos", defaults.ignore_eos);
     r.cache_prompt = get_bool(body, "cache_prompt", defaults.cache_prompt);
+    r.n_cache_reuse = (int32_t) get_int(body, "n_cache_reuse", 0, kMax, defaults.n_cache_reuse);
     r.sse_ping_interval_s = (int32_t) get_int(body, "sse_ping_interval", std::numeric_limits<int32_t>::min(), kMax,
                                               defaults.sse_ping_interval_s);
 

@@ -37,6 +37,7 @@ struct RequestDefaults {
     SamplingParams sampling;
     bool ignore_eos = false;           // --ignore-eos
     bool cache_prompt = true;          // --no-cache-prompt: reuse nothing cached
+    int32_t n_cache_reuse = 0;         // --cache-reuse
     int32_t sse_ping_interval_s = 30;  // --sse-ping-interval: a comment line after this long silent (<= 0: never)
 };
 
@@ -74,6 +75,7 @@ struct GenerationRequest {
     std::vector<std::string> stop;
     bool ignore_eos = false;
     bool cache_prompt = true;          // false: decode the whole prompt, reuse nothing cached
+    int32_t n_cache_reuse = 0;         // cached chunks of at least this many tokens are moved (0: none)
     int32_t sse_ping_interval_s = 30;  // streaming: a ping comment after this long without an event
     SamplingParams sampling;
     std::string json_schema;  // response_format: turned into a grammar by the route

@@ -381,6 +381,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     for (const llama_logit_bias & b : s.logit_bias) d.logit_bias.emplace_back(b.token, b.bias);
     o.requests.ignore_eos = s.ignore_eos;
     o.requests.cache_prompt = p.cache_prompt;
+    o.requests.n_cache_reuse = std::max(0, p.n_cache_reuse);
     o.requests.sse_ping_interval_s = p.sse_ping_interval;
     o.spm_infill = p.spm_infill;
     o.embeddings = p.embedding;

@@ -76,6 +76,9 @@ class Slot {
 
     // Drops the cache too (after a failed decode the cache state is unknown).
     void clear_cache(Engine & engine);
+
+  private:
+    size_t reuse_chunks(Engine & engine, size_t keep, size_t most, int32_t min_chunk);
 };
 
 }  // namespace llama_tp::server

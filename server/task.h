@@ -109,7 +109,10 @@ struct Task {
     int32_t n_predict = 0;  // resolved cap on generated tokens (>= 0)
     std::vector<std::string> stop;
     bool ignore_eos = false;
-    bool cache_prompt = true;               // false: reuse no cached prefix
+    bool cache_prompt = true;  // false: reuse no cached prefix
+    // After the common prefix, cached chunks of at least this many tokens
+    // that the prompt holds too are moved to its positions (0: none).
+    int32_t n_cache_reuse = 0;
     std::vector<int32_t> preserved_tokens;  // sorted: special tokens shown as text
     bool special_as_text = false;           // every special token shown as text (--special)
     int32_t n_top_logprobs = -1;            // -1: no logprobs; 0: only the chosen token's
