@@ -505,6 +505,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         x = ggml_add(ctx, x, cur);
         if (per_layer) x = b.add_per_layer_input(il, x, per_layer);
         if (l.out_scale) x = ggml_mul(ctx, x, l.out_scale);
+        if (l.control) x = ggml_add(ctx, x, l.control);
     }
     ggml_tensor * hidden = b.norm(x, w.output_norm);
     if (rows_at_end) hidden = ggml_get_rows(ctx, hidden, in.out_rows);

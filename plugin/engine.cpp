@@ -98,6 +98,9 @@ class TensorParallelEngine final : public Engine {
         setup.cpu_ops = cpu_ops_;
         setup.portable_graph = options_.portable_graph;
         for (const auto & a : adapters) setup.adapters.push_back(a.get());
+        const ControlVector control = load_control_vector();
+        if (n_processes > 1) MpiRankGroup::agree(*processes, control.describe() + "\n");
+        setup.control = control.empty() ? nullptr : &control;
         std::unique_ptr<AllReduceEngine> allreduce;
         if (n_processes > 1) {
             allreduce = process_allreduce(*processes);
@@ -452,6 +455,17 @@ class TensorParallelEngine final : public Engine {
         } catch (const Error & e) {
             throw Error("LoRA adapter: " + std::string(e.what()));
         }
+    }
+
+    ControlVector load_control_vector() const {
+        if (options_.control_range.first > 0 && options_.control_range.last > 0 &&
+            options_.control_range.first > options_.control_range.last) {
+            throw Error("control vector layer range " + std::to_string(options_.control_range.first) + " to " +
+                        std::to_string(options_.control_range.last) + " is empty");
+        }
+        ControlVector cv(options_.control_vectors, hp_.n_layer, hp_.n_embd, options_.control_range);
+        if (!options_.control_vectors.empty()) std::fprintf(stderr, "llama-tp: %s\n", cv.describe().c_str());
+        return cv;
     }
 
     // Every process must apply the same adapters.

@@ -4,6 +4,7 @@
 
 #include "plugin/batch.h"
 #include "plugin/classifier_head.h"
+#include "plugin/control_vector.h"
 #include "plugin/kv_cache.h"
 #include "plugin/model_info.h"
 #include "plugin/rank_devices.h"
@@ -63,6 +64,10 @@ struct EngineOptions {
     // LoRA adapters of the model (at most 64), split as the matrices they
     // change; Batch::lora scales them token by token.
     std::vector<LoraOptions> loras;
+    // Control vectors, summed at their scales, added to the outputs of the
+    // layers in range on every rank (plugin/control_vector.h).
+    std::vector<ControlVectorOptions> control_vectors;
+    ControlVectorRange control_range;
 
     // Tensor parallelism: tp ranks in this process (threads), times the
     // processes of an MPI launch (join_launched_processes(); nullptr: this

@@ -46,6 +46,8 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, config.split_invariant, device, config.progress,
                                               config.adapters);
     config_.adapters.clear();  // open for the load only
+    if (config.control) weights_->add_control_vector(*config.control);
+    config_.control = nullptr;
     vocab_begin_ = config.shard ? config.shard->vocab.begin : 0;
     backend_.reset(ggml_backend_dev_init(device, nullptr));
     if (!backend_) {

@@ -24,6 +24,7 @@
 
 namespace llama_tp {
 
+class ControlVector;
 class GgufFile;
 struct RankShard;
 
@@ -43,7 +44,8 @@ struct RankConfig {
     KvTypes kv_types;
     bool embeddings = false;  // outputs are hidden states (n_embd), not logits
     bool progress = false;
-    std::vector<const GgufFile *> adapters;  // LoRA adapter files, open for the load
+    std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
+    const ControlVector * control = nullptr;  // added to the layers' outputs (nullptr: none)
 };
 
 class Rank {

@@ -31,6 +31,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.embeddings = o.embeddings;
             rc.progress = o.progress && rc.rank == 0;
             rc.adapters = setup.adapters;
+            rc.control = setup.control;
             ranks_[local] = std::make_unique<Rank>(*setup.file, *setup.hp, rc);
         },
         [](int, const char *) {});

@@ -15,6 +15,7 @@
 
 namespace llama_tp {
 
+class ControlVector;
 class GgufFile;
 class Rank;
 class RankThreads;
@@ -35,6 +36,7 @@ struct RankSetup {
     bool cpu_ops = true;                      // graphs may use ggml-ext's CPU-only operations
     bool portable_graph = false;              // EngineOptions::portable_graph
     std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
+    const ControlVector * control = nullptr;  // nullptr: none
 };
 
 class ThreadRankGroup final : public RankGroup {

@@ -2,6 +2,7 @@
 
 #include "ggml-ext/exact_matmul.h"
 
+#include "plugin/control_vector.h"
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 #include "plugin/shard_plan.h"
@@ -451,6 +452,22 @@ const std::vector<ModelWeights::Part> & ModelWeights::parts_of(const ggml_tensor
 const LoraWeight * ModelWeights::lora(size_t i, const ggml_tensor * base) const {
     const auto it = loras[i].weights.find(base);
     return it == loras[i].weights.end() ? nullptr : &it->second;
+}
+
+void ModelWeights::add_control_vector(const ControlVector & cv) {
+    control_ctx_.reset(new_meta_context(layers.size()));
+    for (size_t il = 0; il < layers.size(); ++il) {
+        if (cv.layer((int32_t) il)) {
+            layers[il].control = ggml_new_tensor_1d(control_ctx_.get(), GGML_TYPE_F32, tok_embd->ne[0]);
+        }
+    }
+    if (!ggml_get_first_tensor(control_ctx_.get())) return;
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(control_ctx_.get(), host_buft_);
+    if (!buf) throw Error("out of memory allocating a control vector");
+    buffers_.emplace_back(buf);
+    for (size_t il = 0; il < layers.size(); ++il) {
+        if (ggml_tensor * t = layers[il].control) ggml_backend_tensor_set(t, cv.layer((int32_t) il), 0, ggml_nbytes(t));
+    }
 }
 
 uint64_t ModelWeights::total_bytes() const {

@@ -20,6 +20,7 @@ struct ggml_tensor;
 
 namespace llama_tp {
 
+class ControlVector;
 class GgufFile;
 struct RankShard;
 
@@ -118,6 +119,7 @@ struct LayerWeights {
     ggml_tensor * per_layer_proj = nullptr;
     ggml_tensor * per_layer_norm = nullptr;
     ggml_tensor * out_scale = nullptr;
+    ggml_tensor * control = nullptr;  // a control vector's direction, added to the layer's output
 };
 
 class ModelWeights {
@@ -166,6 +168,9 @@ class ModelWeights {
     // upstream decides it (n_ctx_seq rounded up to 256 cells).
     ggml_tensor * rope_factors(int32_t n_ctx_seq, const HParams & hp) const;
 
+    // Adds a control vector's directions (whole on every rank) to the layers it changes.
+    void add_control_vector(const ControlVector & cv);
+
     uint64_t total_bytes() const;
     int64_t n_params() const { return n_params_; }
 
@@ -205,6 +210,7 @@ class ModelWeights {
     ggml_backend_buffer_type_t repack_buft_ = nullptr;
     ggml_context_ptr host_ctx_;
     ggml_context_ptr repack_ctx_;
+    ggml_context_ptr control_ctx_;
     std::vector<ggml_backend_buffer_ptr> buffers_;
     int64_t n_params_ = 0;
 };

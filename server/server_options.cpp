@@ -303,6 +303,10 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.engine.devices.gpu_layers = std::max(-2, p.n_gpu_layers);
     for (const common_adapter_lora_info & l : p.lora_adapters) o.engine.loras.push_back({l.path, l.scale});
     o.lora_init_without_apply = p.lora_init_without_apply;
+    for (const common_control_vector_load_info & c : p.control_vectors) {
+        o.engine.control_vectors.push_back({c.fname, c.strength});
+    }
+    o.engine.control_range = {p.control_vector_layer_start, p.control_vector_layer_end};
     o.engine.kv_types.k = p.cache_type_k;
     o.engine.kv_types.v = p.cache_type_v;
     o.engine.rope = rope_overrides(p);
@@ -509,6 +513,7 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
         const common_arg * upstream;
         std::string name;
         std::string value;
+        std::string value2;  // the few flags that take two
     };
     std::vector<Pending> pending;
     std::vector<std::string> own_given;
@@ -540,12 +545,17 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
             if (i + 1 >= argc) throw UsageError(w.name + ": missing value");
             w.value = argv[++i];
         }
+        std::string value2;
+        if (opt && UpstreamFlags::takes_two_values(*opt)) {
+            if (i + 1 >= argc) throw UsageError(w.name + ": missing second value");
+            value2 = argv[++i];
+        }
         if (own) {
             own_given.push_back(own->names.front());
         } else {
             upstream_given.push_back(opt);
         }
-        pending.push_back({own, opt, w.name, w.value});
+        pending.push_back({own, opt, w.name, w.value, value2});
     }
 
     // The environment first, so that the command line wins. llama-server's
@@ -565,7 +575,7 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
     for (const Pending & p : pending) {
         if (p.upstream == nullptr) continue;
         try {
-            up.apply(*p.upstream, p.name, p.value);
+            up.apply(*p.upstream, p.name, p.value, p.value2);
         } catch (const std::exception & e) {
             throw UsageError(p.name + ": " + without_error_prefix(e.what()));
         }

@@ -35,6 +35,9 @@ const std::map<std::string, std::string> & honoured() {
         {"--kv-unified-per-slot", "caps each slot's context at N; without -c the cache holds slots x N cells"},
         {"--lora", "split as the matrices they change; requests may pick adapters and scales (\"lora\")"},
         {"--lora-scaled", ""},
+        {"--control-vector", "added to the hidden state after each layer on every rank, as upstream"},
+        {"--control-vector-scaled", ""},
+        {"--control-vector-layer-range", ""},
         {"--lora-init-without-apply", "the global scales start at 0 (POST /lora-adapters sets them)"},
         {"--swa-full", "without it sliding-window layers keep their window and a batch, as upstream's"},
         {"-kvu", "one cell pool and ggml's attention; without it each slot owns its cells (faster)"},
@@ -213,10 +216,11 @@ bool UpstreamFlags::takes_value(const common_arg & opt) const {
     return opt.handler_int || opt.handler_string || opt.handler_str_str;
 }
 
-void UpstreamFlags::apply(const common_arg & opt, const std::string & word, const std::string & value) {
+void UpstreamFlags::apply(const common_arg & opt, const std::string & word, const std::string & value,
+                          const std::string & value2) {
     mark_given(opt, word);
     if (support(opt).honoured) {
-        run_handler(opt, params_, word, value);
+        run_handler(opt, params_, word, value, value2);
     } else if (takes_value(opt) && checks_value_alone(opt)) {
         // No effect here, but a value llama-server refuses is refused here
         // too: the handler checks it on a copy of the parameters.
@@ -226,7 +230,7 @@ void UpstreamFlags::apply(const common_arg & opt, const std::string & word, cons
 }
 
 void UpstreamFlags::run_handler(const common_arg & opt, common_params & params, const std::string & word,
-                                const std::string & value) const {
+                                const std::string & value, const std::string & value2) const {
     if (opt.handler_void) {
         opt.handler_void(params);
     } else if (opt.handler_bool) {
@@ -248,8 +252,12 @@ void UpstreamFlags::run_handler(const common_arg & opt, common_params & params, 
             const bool bare = why == "invalid value" || why.rfind("sto", 0) == 0;
             throw std::invalid_argument("invalid value '" + value + "'" + (bare ? "" : ": " + why));
         }
-    } else if (&params == &params_) {
-        throw std::invalid_argument("takes two values, which llama-tp-server does not read");
+    } else if (opt.handler_str_str) {
+        try {
+            opt.handler_str_str(params, value, value2);
+        } catch (const std::exception &) {
+            throw std::invalid_argument("invalid values '" + value + "' '" + value2 + "'");
+        }
     }
 }
 

@@ -29,12 +29,15 @@ class UpstreamFlags {
     const common_arg * find(const std::string & word) const;
     bool is_negative(const common_arg & opt, const std::string & word) const;
     bool takes_value(const common_arg & opt) const;
+    // Whether it takes a second value, the next word (--control-vector-layer-range START END).
+    static bool takes_two_values(const common_arg & opt) { return opt.handler_str_str != nullptr; }
 
     // Runs the option's own handler where llama-tp-server honours it; one
     // without effect here is recorded, and its value checked by its handler
     // on a copy of the parameters. Throws std::exception on a bad value
     // (callers add the flag's name).
-    void apply(const common_arg & opt, const std::string & word, const std::string & value);
+    void apply(const common_arg & opt, const std::string & word, const std::string & value,
+               const std::string & value2 = "");
     // Applies every option whose LLAMA_ARG_* variable is set, except those in
     // `skip` (given on the command line, which wins).
     void apply_environment(const std::vector<const common_arg *> & skip);
@@ -60,7 +63,7 @@ class UpstreamFlags {
   private:
     void mark_given(const common_arg & opt, const std::string & word);
     void run_handler(const common_arg & opt, common_params & params, const std::string & word,
-                     const std::string & value) const;
+                     const std::string & value, const std::string & value2 = "") const;
     static bool checks_value_alone(const common_arg & opt);
 
     common_params params_;

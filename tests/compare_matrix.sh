@@ -12,6 +12,7 @@
 #     q8_0 and dense, float sums elsewhere;
 #   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral, gpt-oss and
 #     Gemma 4 with experts with their experts' pairs), the same checks;
+#   - a control vector (every architecture), against upstream and across ranks;
 #   - the graphs a GPU rank runs (--portable-graph: ggml's operations only,
 #     collectives between segments through host memory), on the CPU.
 # Every verdict is llama-tp-compare's own: the accuracy contract's clause for
@@ -230,6 +231,16 @@ if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 || $a
             --no-split-invariant --prompts 3 --n-tokens 12
     fi
 fi
+# A control vector (a direction added after layer 1, the last one here,
+# where only the output rows go on): against upstream's loader and graph,
+# and across ranks, each rank adding the whole direction.
+model="$work/$arch-q8_0.gguf"
+"$make_model" --control-vector-of "$model" --seed 5 -o "$work/cvec.gguf" >/dev/null 2>"$work/make.log" ||
+    cat "$work/make.log" >&2
+check "$arch q8_0 control vector vs upstream" -m "$model" --control-vector-scaled "$work/cvec.gguf:0.8" \
+    --reference upstream --no-split-invariant --prompts 3 --n-tokens 12
+check "$arch q8_0 control vector tp2 split-invariant vs tp1" -m "$model" --control-vector "$work/cvec.gguf" \
+    --reference tp1 --tp 2 --split-invariant --prompts 3 --n-tokens 12
 rm -f "$work"/*.gguf
 echo "$arch: $((cases - failures)) passed, $failures failed"
 ((failures == 0))

@@ -171,6 +171,8 @@ int run(const Options & o) {
         uo.swa_full = eo.swa_full;  // as llama-server, which keeps the window unless told
         uo.rope = eo.rope;
         uo.loras = eo.loras;
+        uo.control_vectors = eo.control_vectors;
+        uo.control_range = eo.control_range;
         uo.devices = eo.devices;
         up = std::make_unique<UpstreamDecoder>(uo);
     }

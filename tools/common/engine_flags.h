@@ -2,7 +2,7 @@
 // The flags every tool that loads a model shares, with the same names and
 // meaning as the server's: -m, -t, --tp, -ts, -dev, -ngl, --allreduce,
 // --bf16-wire, --[no-]split-invariant, -ctk/-ctv, --swa-full, the RoPE
-// overrides.
+// overrides, LoRA adapters and control vectors.
 
 #include "ggml-ext/process_group.h"
 #include "plugin/engine.h"
@@ -29,8 +29,10 @@ struct EngineFlags {
     KvTypes kv_types;
     bool swa_full = false;
     RopeOverrides rope;
-    std::vector<LoraOptions> loras;  // --lora / --lora-scaled, in order
-    DeviceOptions devices;           // -dev, -ngl
+    std::vector<LoraOptions> loras;                     // --lora / --lora-scaled, in order
+    std::vector<ControlVectorOptions> control_vectors;  // --control-vector / --control-vector-scaled
+    ControlVectorRange control_range;                   // --control-vector-layer-range
+    DeviceOptions devices;                              // -dev, -ngl
     bool portable_graph = false;
     std::map<int, std::string> model_path_of_process;
     // The processes of an MPI launch (see join_launched_processes), owned by main.
@@ -58,6 +60,9 @@ struct EngineFlags {
         "  --swa-full                sliding-window layers keep every cell, not their window\n"
         "  --lora FILE[,FILE..]      LoRA adapters at scale 1 (repeatable; upstream's too)\n"
         "  --lora-scaled F:S[,F:S..] LoRA adapters at those scales\n"
+        "  --control-vector F[,F..]  control vectors at scale 1 (upstream's too)\n"
+        "  --control-vector-scaled F:S[,F:S..]  control vectors at those scales\n"
+        "  --control-vector-layer-range A B  the layers they change, both inclusive (default: all)\n"
         "  --rope-scaling T, --rope-scale N, --rope-freq-base N, --rope-freq-scale N,\n"
         "  --yarn-orig-ctx N, --yarn-ext-factor N, --yarn-attn-factor N, --yarn-beta-slow N,\n"
         "  --yarn-beta-fast N        RoPE overrides, as llama-server's (none, linear, yarn)\n";
@@ -89,9 +94,17 @@ struct EngineFlags {
             bf16 = true;
         else if (f == "--swa-full")
             swa_full = true;
-        else if (f == "--lora" || f == "--lora-scaled")
-            take_loras(f, a.value(f), a);
-        else if (f == "--split-invariant")
+        else if (f == "--lora" || f == "--lora-scaled") {
+            for (auto & [path, scale] : scaled_files(f, a.value(f), f == "--lora-scaled", a))
+                loras.push_back({path, scale});
+        } else if (f == "--control-vector" || f == "--control-vector-scaled") {
+            for (auto & [path, scale] : scaled_files(f, a.value(f), f == "--control-vector-scaled", a)) {
+                control_vectors.push_back({path, scale});
+            }
+        } else if (f == "--control-vector-layer-range") {
+            control_range.first = (int32_t) a.integer(f, 0, 1 << 20);
+            control_range.last = (int32_t) a.integer(f, 0, 1 << 20);
+        } else if (f == "--split-invariant")
             split_invariant = true;
         else if (f == "--no-split-invariant")
             split_invariant = false;
@@ -115,15 +128,18 @@ struct EngineFlags {
         return true;
     }
 
-    // --lora FILE[,FILE..] and --lora-scaled FILE:SCALE[,FILE:SCALE..], as llama-server's.
-    void take_loras(const std::string & f, const std::string & v, ArgReader & a) {
+    // FILE[,FILE..] at scale 1, or with `scaled` FILE:SCALE[,FILE:SCALE..], as
+    // llama-server's --lora / --lora-scaled and --control-vector[-scaled].
+    static std::vector<std::pair<std::string, float>> scaled_files(const std::string & f, const std::string & v,
+                                                                   bool scaled, ArgReader & a) {
+        std::vector<std::pair<std::string, float>> files;
         size_t at = 0;
         while (at <= v.size()) {
             const size_t comma = std::min(v.find(',', at), v.size());
             const std::string item = v.substr(at, comma - at);
             at = comma + 1;
-            if (f == "--lora") {
-                loras.push_back({item, 1.0f});
+            if (!scaled) {
+                files.emplace_back(item, 1.0f);
                 continue;
             }
             const size_t colon = item.rfind(':');
@@ -132,8 +148,9 @@ struct EngineFlags {
             if (colon == std::string::npos || colon == 0 || end == item.c_str() + colon + 1 || *end != '\0') {
                 a.fail(f + " expects FILE:SCALE, not '" + item + "'");
             }
-            loras.push_back({item.substr(0, colon), (float) scale});
+            files.emplace_back(item.substr(0, colon), (float) scale);
         }
+        return files;
     }
 
     // The RoPE overrides; false if f is none of them.
@@ -190,6 +207,8 @@ struct EngineFlags {
         eo.swa_full = swa_full;
         eo.rope = rope;
         eo.loras = loras;
+        eo.control_vectors = control_vectors;
+        eo.control_range = control_range;
         eo.devices = devices;
         eo.portable_graph = portable_graph;
         if (degree > 1 || eo.processes) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "common.h"
 #include "ggml-cpu.h"
 #include "llama.h"
 
@@ -70,6 +71,20 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
     }
     if (!loras_.empty() && llama_set_adapters_lora(ctx_, loras_.data(), loras_.size(), scales.data()) != 0) {
         throw Error("upstream libllama could not apply the LoRA adapters");
+    }
+    if (!o.control_vectors.empty()) apply_control_vectors(o);
+}
+
+void UpstreamDecoder::apply_control_vectors(const UpstreamOptions & o) {
+    std::vector<common_control_vector_load_info> infos;
+    for (const ControlVectorOptions & c : o.control_vectors) infos.push_back({c.scale, c.path});
+    const common_control_vector_data cv = common_control_vector_load(infos);
+    if (cv.n_embd == -1) throw Error("upstream libcommon could not load the control vectors");
+    const int32_t n_layer = llama_model_n_layer(model_);
+    const int32_t first = o.control_range.first > 0 ? o.control_range.first : 1;
+    const int32_t last = o.control_range.last > 0 ? o.control_range.last : n_layer;
+    if (llama_set_adapter_cvec(ctx_, cv.data.data(), cv.data.size(), cv.n_embd, first, last) != 0) {
+        throw Error("upstream libllama could not apply the control vectors");
     }
 }
 

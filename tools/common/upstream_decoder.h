@@ -33,7 +33,10 @@ struct UpstreamOptions {
     bool swa_full = true;
     RopeOverrides rope;              // --rope-* / --yarn-*, as llama_context_params take them
     std::vector<LoraOptions> loras;  // applied to the context at their scales
-    DeviceOptions devices;           // the whole model on the device llama-tp's rank 0 would take
+    // Read by libcommon's loader, applied as llama-server applies them.
+    std::vector<ControlVectorOptions> control_vectors;
+    ControlVectorRange control_range;
+    DeviceOptions devices;  // the whole model on the device llama-tp's rank 0 would take
 };
 
 class UpstreamDecoder {
@@ -49,6 +52,8 @@ class UpstreamDecoder {
     int32_t n_vocab() const;
 
   private:
+    void apply_control_vectors(const UpstreamOptions & o);
+
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;
     ggml_threadpool * threadpool_ = nullptr;

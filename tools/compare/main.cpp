@@ -231,6 +231,8 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
         uo.kv_types = o.engine.kv_types;
         uo.rope = o.engine.rope;
         uo.loras = o.engine.loras;
+        uo.control_vectors = o.engine.control_vectors;
+        uo.control_range = o.engine.control_range;
         uo.devices = o.engine.devices;
         UpstreamDecoder ref(uo);
         return reference_traces(ref, prompts, o.n_tokens, n_vocab);

@@ -101,6 +101,12 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
 int run(const Options & options, const char * argv0) {
     const int n_threads =
         options.n_threads > 0 ? options.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (!options.control_vector.base_path.empty()) {
+        const ControlVectorResult r = write_control_vector(options.output_path, options.control_vector);
+        std::fprintf(stderr, "wrote %s: control vector for %s, %lld directions of %lld\n", options.output_path.c_str(),
+                     options.control_vector.base_path.c_str(), (long long) r.n_layers, (long long) r.n_embd);
+        return 0;
+    }
     if (!options.lora.base_path.empty()) {
         const LoraResult r = write_lora_adapter(options.output_path, options.lora, n_threads);
         std::fprintf(stderr, "wrote %s: LoRA adapter of rank %lld for %s, %zu pairs, %.1f KiB\n",

@@ -138,6 +138,8 @@ const std::map<std::string, ValueHandler> & value_flags() {
              }
          }},
         {"--lora-of", [](ParseState & s, const std::string &, const std::string & v) { s.options.lora.base_path = v; }},
+        {"--control-vector-of",
+         [](ParseState & s, const std::string &, const std::string & v) { s.options.control_vector.base_path = v; }},
         {"--lora-rank", [](ParseState & s, const std::string & f,
                            const std::string & v) { s.options.lora.rank = parse_positive(f, v); }},
         {"--lora-alpha", [](ParseState & s, const std::string & f,
@@ -198,6 +200,12 @@ Options parse_options(const std::vector<std::string> & args) {
     if (options.output_path.empty() && !options.dry_run) {
         throw UsageError("an output file is required (-o FILE)");
     }
+    if (!options.control_vector.base_path.empty()) {
+        if (!options.lora.base_path.empty())
+            throw UsageError("--control-vector-of and --lora-of write different files");
+        options.control_vector.seed = options.spec.seed;
+        return options;
+    }
     if (!options.lora.base_path.empty()) {
         // An adapter: its halves in F32 unless --type says F16 or Q8_0.
         const std::map<std::string, ggml_type> types = {
@@ -250,6 +258,9 @@ by upstream libllama. Same arguments and seed give a byte-identical file.
                                       pair for every attention and FFN projection
                                       (experts' too) and the output head, upstream's
                                       layout (--type f32 (default), f16 or q8_0)
+  --control-vector-of MODEL.gguf      write a control vector for MODEL instead: a seeded
+                                      direction.N (F32, the hidden state's width) for
+                                      every layer from 1 to the last but one
   --lora-rank N, --lora-alpha X       the adapter's rank (default 8) and alpha
                                       (default twice the rank)
 

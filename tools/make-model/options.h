@@ -1,6 +1,7 @@
 #pragma once
 // Command-line options of llama-tp-make-model.
 
+#include "tools/make-model/control_vector_output.h"
 #include "tools/make-model/lora_output.h"
 #include "tools/make-model/model_spec.h"
 
@@ -21,6 +22,8 @@ struct Options {
     bool dry_run = false;  // print the plan and file size, write nothing
     // --lora-of: a LoRA adapter for that model instead of a model.
     LoraSpec lora;
+    // --control-vector-of: a control vector for that model instead of a model.
+    ControlVectorSpec control_vector;
 };
 
 // Throws UsageError on anything malformed or inconsistent.
