@@ -49,13 +49,16 @@ bool is_half(ggml_type type) {
 class TensorParallelEngine final : public Engine {
   public:
     explicit TensorParallelEngine(const EngineOptions & options) : options_(options) {
-        GgufFile file(options_.model_path);
+        GgufFile file(options_.model_path, options_.metadata_overrides);
         ProcessGroup * processes = options_.processes;
         const int n_processes = processes ? processes->size() : 1;
         std::vector<std::unique_ptr<GgufFile>> adapters;  // open for the load
         for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
         if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file) + adapters_text(adapters));
         hp_ = read_hparams(file);
+        for (const MetadataOverride & o : options_.metadata_overrides) {
+            if (file.has_key(o.key)) std::fprintf(stderr, "llama-tp: metadata override %s\n", o.describe().c_str());
+        }
         if (options_.rope.any()) {
             apply_rope_overrides(hp_, options_.rope);
             std::fprintf(stderr,
@@ -64,7 +67,7 @@ class TensorParallelEngine final : public Engine {
                          hp_.rope_freq_base, hp_.rope_freq_scale, hp_.yarn_ext_factor, hp_.yarn_attn_factor,
                          hp_.yarn_beta_fast, hp_.yarn_beta_slow, hp_.rope_n_ctx_orig);
         }
-        tokenizer_ = std::make_unique<Tokenizer>(options_.model_path);
+        tokenizer_ = std::make_unique<Tokenizer>(options_.model_path, options_.metadata_overrides);
         if (tokenizer_->n_vocab() != hp_.n_vocab) {
             throw Error("model file '" + options_.model_path + "': vocabulary has " +
                         std::to_string(tokenizer_->n_vocab()) + " tokens but token_embd.weight has " +
@@ -494,7 +497,13 @@ class TensorParallelEngine final : public Engine {
                " sequences, " + (options_.kv_unified ? "unified" : "per sequence") +
                (options_.swa_full ? ", swa full" : "") + ", k " + kv_type_name(options_.kv_types.k) + ", v " +
                kv_type_name(options_.kv_types.v) + "\n" + "batch: " + std::to_string(options_.n_batch) + "\n" +
-               rope_text() + "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n";
+               rope_text() + "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n" + overrides_text();
+    }
+
+    std::string overrides_text() const {
+        std::string s;
+        for (const MetadataOverride & o : options_.metadata_overrides) s += "metadata override: " + o.describe() + "\n";
+        return s;
     }
 
     void validate_batch(const Batch & batch) const {

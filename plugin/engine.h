@@ -5,6 +5,7 @@
 #include "plugin/batch.h"
 #include "plugin/classifier_head.h"
 #include "plugin/control_vector.h"
+#include "plugin/gguf_file.h"
 #include "plugin/kv_cache.h"
 #include "plugin/model_info.h"
 #include "plugin/rank_devices.h"
@@ -61,9 +62,14 @@ struct EngineOptions {
     // machine.
     bool portable_graph = false;
     bool progress = true;  // load progress on stderr for large files
+    // Every weight value read is checked, and a NaN, an infinity or a bad
+    // block scale stops the load naming the tensor (--check-tensors).
+    bool check_tensors = false;
     // LoRA adapters of the model (at most 64), split as the matrices they
     // change; Batch::lora scales them token by token.
     std::vector<LoraOptions> loras;
+    // Metadata read in place of the model file's (--override-kv).
+    std::vector<MetadataOverride> metadata_overrides;
     // Control vectors, summed at their scales, added to the outputs of the
     // layers in range on every rank (plugin/control_vector.h).
     std::vector<ControlVectorOptions> control_vectors;

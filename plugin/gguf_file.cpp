@@ -1,6 +1,8 @@
 #include "plugin/gguf_file.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <cstdio>
 #include <vector>
 
@@ -103,7 +105,7 @@ struct GgufFile::Part {
     }
 };
 
-GgufFile::GgufFile(const std::string & path) {
+GgufFile::GgufFile(const std::string & path, const std::vector<MetadataOverride> & overrides) {
     parts_.push_back(std::make_unique<Part>(path));
     gguf_context * first = parts_[0]->gguf.get();
     const int64_t count = split_key(first, "split.count");
@@ -123,6 +125,134 @@ GgufFile::GgufFile(const std::string & path) {
         throw Error("model file '" + path + "': its " + std::to_string(count) + " parts hold " +
                     std::to_string(n_tensors()) + " tensors, but split.tensors.count says " + std::to_string(expected));
     }
+    take_overrides(overrides);
+}
+
+namespace {
+
+// The override type a metadata value of the file is read as.
+std::optional<MetadataOverride::Type> override_type(gguf_type t) {
+    switch (t) {
+        case GGUF_TYPE_UINT8:
+        case GGUF_TYPE_INT8:
+        case GGUF_TYPE_UINT16:
+        case GGUF_TYPE_INT16:
+        case GGUF_TYPE_UINT32:
+        case GGUF_TYPE_INT32:
+        case GGUF_TYPE_UINT64:
+        case GGUF_TYPE_INT64:
+            return MetadataOverride::Type::Int;
+        case GGUF_TYPE_FLOAT32:
+        case GGUF_TYPE_FLOAT64:
+            return MetadataOverride::Type::Float;
+        case GGUF_TYPE_BOOL:
+            return MetadataOverride::Type::Bool;
+        case GGUF_TYPE_STRING:
+            return MetadataOverride::Type::Str;
+        default:
+            return std::nullopt;  // arrays: not overridable
+    }
+}
+
+const char * type_name(MetadataOverride::Type t) {
+    switch (t) {
+        case MetadataOverride::Type::Int:
+            return "int";
+        case MetadataOverride::Type::Float:
+            return "float";
+        case MetadataOverride::Type::Bool:
+            return "bool";
+        case MetadataOverride::Type::Str:
+            return "str";
+    }
+    return "?";
+}
+
+}  // namespace
+
+void GgufFile::take_overrides(const std::vector<MetadataOverride> & overrides) {
+    for (const MetadataOverride & o : overrides) {
+        const int64_t id = key_id(o.key);
+        if (id >= 0) {
+            const auto file_type = override_type(gguf_get_kv_type(parts_[0]->gguf.get(), id));
+            if (file_type != o.type) {
+                std::fprintf(stderr,
+                             "llama-tp: warning: model file '%s': metadata override %s dropped: the file's "
+                             "value is %s\n",
+                             path().c_str(), o.describe().c_str(), file_type ? type_name(*file_type) : "an array");
+                continue;
+            }
+        }
+        overrides_.push_back(o);
+    }
+}
+
+const MetadataOverride * GgufFile::override_of(const std::string & key) const {
+    for (const MetadataOverride & o : overrides_) {
+        if (o.key == key) return &o;
+    }
+    return nullptr;
+}
+
+MetadataOverride MetadataOverride::parse(const std::string & text) {
+    const size_t eq = text.find('=');
+    const size_t colon = eq == std::string::npos ? eq : text.find(':', eq);
+    if (eq == std::string::npos || eq == 0 || colon == std::string::npos) {
+        throw Error("metadata override '" + text + "': expected KEY=TYPE:VALUE");
+    }
+    MetadataOverride o;
+    o.key = text.substr(0, eq);
+    const std::string type = text.substr(eq + 1, colon - eq - 1), value = text.substr(colon + 1);
+    // libllama keeps keys and string values in 128 bytes.
+    if (o.key.size() > 127) throw Error("metadata override '" + text + "': the key is longer than 127 bytes");
+    char * end = nullptr;
+    if (type == "int") {
+        o.type = Type::Int;
+        o.i = std::strtoll(value.c_str(), &end, 10);
+    } else if (type == "float") {
+        o.type = Type::Float;
+        o.f = std::strtod(value.c_str(), &end);
+    } else if (type == "bool") {
+        o.type = Type::Bool;
+        if (value != "true" && value != "false") {
+            throw Error("metadata override '" + text + "': a bool is true or false");
+        }
+        o.b = value == "true";
+        return o;
+    } else if (type == "str") {
+        o.type = Type::Str;
+        if (value.size() > 127) throw Error("metadata override '" + text + "': the value is longer than 127 bytes");
+        o.s = value;
+        return o;
+    } else {
+        throw Error("metadata override '" + text + "': the type is int, float, bool or str, not '" + type + "'");
+    }
+    if (value.empty() || *end != '\0') {
+        throw Error("metadata override '" + text + "': '" + value + "' is not a" + (type == "int" ? "n " : " ") + type);
+    }
+    return o;
+}
+
+std::string MetadataOverride::describe() const {
+    std::string v;
+    switch (type) {
+        case Type::Int:
+            v = std::to_string(i);
+            break;
+        case Type::Float: {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.17g", f);
+            v = buf;
+            break;
+        }
+        case Type::Bool:
+            v = b ? "true" : "false";
+            break;
+        case Type::Str:
+            v = s;
+            break;
+    }
+    return key + "=" + type_name(type) + ":" + v;
 }
 
 GgufFile::~GgufFile() = default;
@@ -193,10 +323,16 @@ int64_t GgufFile::key_id(const std::string & key) const {
 }
 
 bool GgufFile::has_key(const std::string & key) const {
-    return key_id(key) >= 0;
+    return override_of(key) || key_id(key) >= 0;
 }
 
 std::string GgufFile::get_string(const std::string & key) const {
+    if (const MetadataOverride * o = override_of(key)) {
+        if (o->type != MetadataOverride::Type::Str) {
+            throw Error("model file '" + path() + "': metadata override " + o->describe() + " is not a string");
+        }
+        return o->s;
+    }
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
     if (gguf_get_kv_type(parts_[0]->gguf.get(), id) != GGUF_TYPE_STRING) {
@@ -210,6 +346,11 @@ std::string GgufFile::get_string(const std::string & key, const std::string & fa
 }
 
 int64_t GgufFile::get_int(const std::string & key) const {
+    if (const MetadataOverride * o = override_of(key)) {
+        if (o->type == MetadataOverride::Type::Int) return o->i;
+        if (o->type == MetadataOverride::Type::Bool) return o->b ? 1 : 0;
+        throw Error("model file '" + path() + "': metadata override " + o->describe() + " is not an integer");
+    }
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
     switch (gguf_get_kv_type(parts_[0]->gguf.get(), id)) {
@@ -240,6 +381,11 @@ int64_t GgufFile::get_int(const std::string & key, int64_t fallback) const {
 }
 
 double GgufFile::get_float(const std::string & key) const {
+    if (const MetadataOverride * o = override_of(key)) {
+        if (o->type == MetadataOverride::Type::Float) return o->f;
+        if (o->type == MetadataOverride::Type::Int) return (double) o->i;
+        throw Error("model file '" + path() + "': metadata override " + o->describe() + " is not a number");
+    }
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
     switch (gguf_get_kv_type(parts_[0]->gguf.get(), id)) {

@@ -18,9 +18,28 @@ struct ggml_tensor;
 
 namespace llama_tp {
 
+// A metadata value read in place of the file's (llama-server's --override-kv
+// KEY=TYPE:VALUE): int, float, bool or str.
+struct MetadataOverride {
+    enum class Type { Int, Float, Bool, Str };
+    std::string key;
+    Type type = Type::Int;
+    int64_t i = 0;
+    double f = 0.0;
+    bool b = false;
+    std::string s;
+
+    // KEY=TYPE:VALUE; throws llama_tp::Error saying what is wrong.
+    static MetadataOverride parse(const std::string & text);
+    std::string describe() const;  // KEY=TYPE:VALUE
+};
+
 class GgufFile {
   public:
-    explicit GgufFile(const std::string & path);
+    // overrides replace the file's values of their keys (or add keys); one
+    // whose type differs from the file's value is dropped with a warning on
+    // stderr, as upstream drops it.
+    explicit GgufFile(const std::string & path, const std::vector<MetadataOverride> & overrides = {});
     ~GgufFile();
     GgufFile(const GgufFile &) = delete;
     GgufFile & operator=(const GgufFile &) = delete;
@@ -63,11 +82,14 @@ class GgufFile {
     void open_other_parts(int n_parts);
     void index_tensors(const Part & part);
     int64_t key_id(const std::string & key) const;
+    const MetadataOverride * override_of(const std::string & key) const;
+    void take_overrides(const std::vector<MetadataOverride> & overrides);
 
     std::vector<std::unique_ptr<Part>> parts_;
     std::vector<Tensor> tensors_;
     std::unordered_map<std::string, size_t> by_name_;
     std::unordered_map<const ggml_tensor *, size_t> by_desc_;  // reads name their tensor by description
+    std::vector<MetadataOverride> overrides_;
 };
 
 }  // namespace llama_tp

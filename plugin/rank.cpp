@@ -43,8 +43,14 @@ uint64_t active_adapters(const Batch & batch, size_t n_adapters) {
 Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config) : hp_(hp), config_(config) {
     ggml_backend_dev_t device = config.device;
     if (!device) throw Error("rank " + std::to_string(config.rank) + " has no backend device");
-    weights_ = std::make_unique<ModelWeights>(file, hp, config.shard, config.split_invariant, device, config.progress,
-                                              config.adapters);
+    WeightsLoad load;
+    load.shard = config.shard;
+    load.split_invariant = config.split_invariant;
+    load.device = device;
+    load.progress = config.progress;
+    load.check_data = config.check_tensors;
+    load.adapters = config.adapters;
+    weights_ = std::make_unique<ModelWeights>(file, hp, load);
     config_.adapters.clear();  // open for the load only
     if (config.control) weights_->add_control_vector(*config.control);
     config_.control = nullptr;

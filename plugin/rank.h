@@ -44,6 +44,7 @@ struct RankConfig {
     KvTypes kv_types;
     bool embeddings = false;  // outputs are hidden states (n_embd), not logits
     bool progress = false;
+    bool check_tensors = false;               // every value read is checked (WeightsLoad::check_data)
     std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
     const ControlVector * control = nullptr;  // added to the layers' outputs (nullptr: none)
 };

@@ -30,6 +30,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.kv_types = o.kv_types;
             rc.embeddings = o.embeddings;
             rc.progress = o.progress && rc.rank == 0;
+            rc.check_tensors = o.check_tensors;
             rc.adapters = setup.adapters;
             rc.control = setup.control;
             ranks_[local] = std::make_unique<Rank>(*setup.file, *setup.hp, rc);

@@ -27,13 +27,45 @@ void init_llama_once() {
 
 }  // namespace
 
-Tokenizer::Tokenizer(const std::string & gguf_path) {
+std::vector<llama_model_kv_override> to_llama_overrides(const std::vector<MetadataOverride> & overrides) {
+    std::vector<llama_model_kv_override> out;
+    for (const MetadataOverride & o : overrides) {
+        llama_model_kv_override k{};
+        std::snprintf(k.key, sizeof k.key, "%s", o.key.c_str());
+        switch (o.type) {
+            case MetadataOverride::Type::Int:
+                k.tag = LLAMA_KV_OVERRIDE_TYPE_INT;
+                k.val_i64 = o.i;
+                break;
+            case MetadataOverride::Type::Float:
+                k.tag = LLAMA_KV_OVERRIDE_TYPE_FLOAT;
+                k.val_f64 = o.f;
+                break;
+            case MetadataOverride::Type::Bool:
+                k.tag = LLAMA_KV_OVERRIDE_TYPE_BOOL;
+                k.val_bool = o.b;
+                break;
+            case MetadataOverride::Type::Str:
+                k.tag = LLAMA_KV_OVERRIDE_TYPE_STR;
+                std::snprintf(k.val_str, sizeof k.val_str, "%s", o.s.c_str());
+                break;
+        }
+        out.push_back(k);
+    }
+    out.emplace_back();  // the end: an empty key
+    out.back().key[0] = '\0';
+    return out;
+}
+
+Tokenizer::Tokenizer(const std::string & gguf_path, const std::vector<MetadataOverride> & overrides) {
     // Our reader names what is wrong with a file (or with one part of a split
     // model); libllama's loader would only say that it failed.
     { const GgufFile file(gguf_path); }
     init_llama_once();
     llama_model_params params = llama_model_default_params();
     params.vocab_only = true;
+    const std::vector<llama_model_kv_override> kv = to_llama_overrides(overrides);
+    if (!overrides.empty()) params.kv_overrides = kv.data();
     model_ = llama_model_load_from_file(gguf_path.c_str(), params);
     if (!model_) throw Error("model file '" + gguf_path + "': could not load its vocabulary (tokenizer.* metadata)");
     vocab_ = llama_model_get_vocab(model_);

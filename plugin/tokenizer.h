@@ -12,13 +12,20 @@
 
 struct llama_model;
 struct llama_vocab;
+struct llama_model_kv_override;
 
 namespace llama_tp {
+
+struct MetadataOverride;
+
+// Overrides in libllama's form (llama_model_params::kv_overrides), ended by an empty key.
+std::vector<llama_model_kv_override> to_llama_overrides(const std::vector<MetadataOverride> & overrides);
 
 class Tokenizer {
   public:
     // Throws llama_tp::Error when the file has no usable vocabulary.
-    explicit Tokenizer(const std::string & gguf_path);
+    // overrides: metadata read in place of the file's (tokenizer.* keys).
+    explicit Tokenizer(const std::string & gguf_path, const std::vector<MetadataOverride> & overrides = {});
     ~Tokenizer();
     Tokenizer(const Tokenizer &) = delete;
     Tokenizer & operator=(const Tokenizer &) = delete;

@@ -84,9 +84,12 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
     return true;
 }
 
-ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, bool split_invariant,
-                           ggml_backend_dev_t device, bool progress, const std::vector<const GgufFile *> & adapters)
-    : device_(device) {
+ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const WeightsLoad & load)
+    : device_(load.device), check_data_(load.check_data) {
+    const RankShard * shard = load.shard;
+    const bool split_invariant = load.split_invariant;
+    const ggml_backend_dev_t device = load.device;
+    const std::vector<const GgufFile *> & adapters = load.adapters;
     host_buft_ = ggml_backend_dev_buffer_type(device);
     repack_buft_ = find_repack_buft(device);
     // Split-invariant sums may keep every cell of a row-parallel matrix in a
@@ -270,7 +273,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Rank
         l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cells, 1, F, false);
     }
     for (const GgufFile * a : adapters) declare_adapter(*a, file, hp);
-    allocate_and_read(file, progress);
+    allocate_and_read(file, load.progress);
     if (!output) output = tok_embd;
 }
 
@@ -408,6 +411,10 @@ void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts,
         }
     } else {
         for (const Part & part : parts) dst += read_part(*part.file, t, part, dst);
+    }
+    if (check_data_ && !ggml_validate_row_data(t->type, host ? t->data : staged, n)) {
+        throw Error("model file '" + parts.front().file->path() + "': tensor '" + parts.front().name +
+                    "' has invalid data (a NaN, an infinity or a bad block scale)");
     }
     if (!host) ggml_backend_tensor_set(t, staged, 0, n);
 }

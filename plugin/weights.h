@@ -122,19 +122,28 @@ struct LayerWeights {
     ggml_tensor * control = nullptr;  // a control vector's direction, added to the layer's output
 };
 
+// How one rank's weights are read.
+struct WeightsLoad {
+    const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
+    // The row-parallel matrices are multiplied cell by cell (ShardPlan, RowParallelWeight).
+    bool split_invariant = false;
+    ggml_backend_dev_t device = nullptr;
+    bool progress = false;  // a progress line on stderr for large files
+    // Every value read is checked (NaN, infinity, a bad block scale), as
+    // upstream's --check-tensors does.
+    bool check_data = false;
+    // LoRA adapter files, each matrix split as its base matrix is; a tensor
+    // that changes no matrix llama-tp applies LoRA to is an error naming it.
+    std::vector<const GgufFile *> adapters;
+};
+
 class ModelWeights {
   public:
-    // Loads the whole model (shard == nullptr) or one rank's shard of it; a
-    // rank reads only the bytes of its own slices. Throws llama_tp::Error
-    // naming the file and tensor when a tensor is missing, has the wrong
-    // shape, or cannot be read.
-    // split_invariant: the row-parallel matrices are multiplied cell by cell
-    // (ShardPlan, RowParallelWeight).
-    // adapters: LoRA adapter files, each matrix split as its base matrix
-    // is; a tensor that changes no matrix llama-tp applies LoRA to is an
-    // error naming it.
-    ModelWeights(const GgufFile & file, const HParams & hp, const RankShard * shard, bool split_invariant,
-                 ggml_backend_dev_t device, bool progress, const std::vector<const GgufFile *> & adapters = {});
+    // Loads the whole model or one rank's shard of it; a rank reads only the
+    // bytes of its own slices. Throws llama_tp::Error naming the file and
+    // tensor when a tensor is missing, has the wrong shape, cannot be read
+    // or (check_data) holds invalid values.
+    ModelWeights(const GgufFile & file, const HParams & hp, const WeightsLoad & load);
     ModelWeights(const ModelWeights &) = delete;
     ModelWeights & operator=(const ModelWeights &) = delete;
 
@@ -206,6 +215,7 @@ class ModelWeights {
 
     std::vector<std::pair<ggml_tensor *, std::vector<Part>>> sources_;
     ggml_backend_dev_t device_;
+    bool check_data_ = false;
     ggml_backend_buffer_type_t host_buft_ = nullptr;
     ggml_backend_buffer_type_t repack_buft_ = nullptr;
     ggml_context_ptr host_ctx_;

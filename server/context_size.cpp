@@ -45,8 +45,9 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
     return c;
 }
 
-KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full) {
-    GgufFile file(model_path);
+KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
+                         const std::vector<MetadataOverride> & overrides) {
+    GgufFile file(model_path, overrides);
     const HParams hp = read_hparams(file);
     KvFootprint kv;
     kv.n_ctx_train = hp.n_ctx_train;

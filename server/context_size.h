@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "plugin/gguf_file.h"
 
 namespace llama_tp::server {
 
@@ -28,7 +31,8 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
 
 // Reads the model file's header (no tensor data). n_batch and swa_full: the
 // server's -b and --swa-full, which size the sliding-window layers' cache.
-KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full);
+KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
+                         const std::vector<MetadataOverride> & overrides = {});
 
 // MemAvailable of /proc/meminfo; 0 when it cannot be read.
 uint64_t available_memory_bytes();

@@ -132,9 +132,9 @@ void choose_default_context(ServerOptions & opts, ProcessGroup * processes) {
     int32_t n_ctx = 0;
     if (processes == nullptr || processes->rank() == 0) {
         try {
-            const ContextChoice c =
-                fit_context(kv_footprint(opts.engine.model_path, opts.engine.n_batch, opts.engine.swa_full),
-                            opts.n_parallel, available_memory_bytes());
+            const ContextChoice c = fit_context(kv_footprint(opts.engine.model_path, opts.engine.n_batch,
+                                                             opts.engine.swa_full, opts.engine.metadata_overrides),
+                                                opts.n_parallel, available_memory_bytes());
             n_ctx = c.n_ctx;
             SRV_INF("context: %d slots x %d cells = %d (%s; -c sets the total)", opts.n_parallel, c.per_slot, c.n_ctx,
                     c.reason.c_str());

@@ -38,6 +38,8 @@ const std::map<std::string, std::string> & honoured() {
         {"--control-vector", "added to the hidden state after each layer on every rank, as upstream"},
         {"--control-vector-scaled", ""},
         {"--control-vector-layer-range", ""},
+        {"--check-tensors", "each rank checks the values it reads; an invalid one stops the load naming the tensor"},
+        {"--override-kv", "read in place of the model file's values, by the weights' loader and the tokenizer"},
         {"--lora-init-without-apply", "the global scales start at 0 (POST /lora-adapters sets them)"},
         {"--swa-full", "without it sliding-window layers keep their window and a batch, as upstream's"},
         {"-kvu", "one cell pool and ggml's attention; without it each slot owns its cells (faster)"},

@@ -15,11 +15,13 @@
 namespace llama_tp::test {
 
 void copy_gguf(const std::string & src, const std::string & dst, const std::function<void(gguf_context *)> & edit,
-               const std::function<bool(const std::string &)> & keep) {
+               const std::function<bool(const std::string &)> & keep,
+               const std::function<void(ggml_context *)> & change_data) {
     ggml_context * data = nullptr;
     gguf_init_params params = {/*no_alloc =*/false, &data};
     gguf_context * in = gguf_init_from_file(src.c_str(), params);
     if (!in) throw std::runtime_error("cannot read " + src);
+    if (change_data) change_data(data);
     gguf_context * out = gguf_init_empty();
     gguf_set_kv(out, in);
     for (int64_t i = 0; i < gguf_get_n_tensors(in); ++i) {
@@ -31,6 +33,20 @@ void copy_gguf(const std::string & src, const std::string & dst, const std::func
     gguf_free(out);
     gguf_free(in);
     ggml_free(data);
+}
+
+void copy_gguf_with_value(const std::string & src, const std::string & dst, const std::string & name, int64_t i,
+                          float value) {
+    copy_gguf(
+        src, dst, nullptr, [](const std::string &) { return true; },
+        [&](ggml_context * data) {
+            ggml_tensor * t = ggml_get_tensor(data, name.c_str());
+            if (!t || t->type != GGML_TYPE_F32 || i >= ggml_nelements(t)) {
+                throw std::runtime_error(src + " has no F32 tensor " + name + " of more than " + std::to_string(i) +
+                                         " elements");
+            }
+            ((float *) t->data)[i] = value;
+        });
 }
 
 void truncate_copy(const std::string & src, const std::string & dst, long n) {

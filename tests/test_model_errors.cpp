@@ -2,6 +2,7 @@
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -65,6 +66,32 @@ TEST(ModelErrors, WrongShapeIsNamed) {
         [](const std::string &) { return true; });
     const std::string msg = load_error(path);
     EXPECT_NE(msg.find("ffn_gate.weight' has shape"), std::string::npos) << msg;
+    std::remove(path.c_str());
+}
+
+// --check-tensors: each rank checks the values it reads; without it a NaN
+// loads (as upstream's loader, which checks nothing by default).
+TEST(ModelErrors, InvalidValuesAreNamedWhenChecked) {
+    const std::string path = test::temp_path("nan.gguf");
+    test::copy_gguf_with_value(LLAMA_TP_TEST_MODEL, path, "blk.2.ffn_down.weight", 5, std::nanf(""));
+    for (int tp : {1, 2}) {
+        EngineOptions o;
+        o.model_path = path;
+        o.n_ctx = 64;
+        o.tp = tp;
+        o.n_threads = 2;
+        EXPECT_NO_THROW(Engine::load(o)) << "tp " << tp;
+        o.check_tensors = true;
+        try {
+            Engine::load(o);
+            ADD_FAILURE() << "loaded a NaN under check_tensors, tp " << tp;
+        } catch (const Error & e) {
+            const std::string msg = e.what();
+            EXPECT_NE(msg.find("tensor 'blk.2.ffn_down.weight' has invalid data"), std::string::npos) << msg;
+        }
+        o.model_path = LLAMA_TP_TEST_MODEL;
+        EXPECT_NO_THROW(Engine::load(o)) << "tp " << tp;
+    }
     std::remove(path.c_str());
 }
 

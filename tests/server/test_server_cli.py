@@ -252,3 +252,36 @@ def test_several_hosts_and_a_unix_socket(tmp_path):
         assert f"http://127.0.0.1:{port}, http://127.0.0.2:{port}, unix:{sock}" in ready, ready
     finally:
         assert s.stop() == 0
+
+
+def test_override_kv_replaces_the_files_metadata():
+    s = ServerProcess("-np", "1", "-c", "256", "-t", "1", "--override-kv",
+                      "llama.context_length=int:777,tokenizer.ggml.add_bos_token=bool:false")
+    try:
+        meta = s.get("/v1/models").json()["data"][0]["meta"]
+        assert meta["n_ctx_train"] == 777
+        assert "metadata override llama.context_length=int:777" in s.log_text()
+        # Without BOS the prompt is one token shorter than the file's tokenizer makes it.
+        tokens = s.post("/tokenize", {"content": "Once upon a time", "add_special": True}).json()["tokens"]
+    finally:
+        assert s.stop() == 0
+    plain = ServerProcess("-np", "1", "-c", "256", "-t", "1")
+    try:
+        assert len(plain.post("/tokenize", {"content": "Once upon a time", "add_special": True}).json()["tokens"]) \
+            == len(tokens) + 1
+    finally:
+        assert plain.stop() == 0
+    r = run("-m", str(model_path()), "--override-kv", "llama.context_length:777")
+    assert r.returncode == 2 and "--override-kv" in r.stderr, r.stderr
+
+
+def test_check_tensors_and_two_value_flags_are_read():
+    s = ServerProcess("-np", "1", "-c", "256", "-t", "1", "--check-tensors", "--control-vector-layer-range", "1", "2")
+    try:
+        r = s.post("/completion", {"prompt": "Once", "n_predict": 2})
+        assert r.status_code == 200, r.text
+        assert "has no effect" not in s.log_text()
+    finally:
+        assert s.stop() == 0
+    r = run("-m", str(model_path()), "--control-vector-layer-range", "1")
+    assert r.returncode == 2 and "--control-vector-layer-range" in r.stderr, r.stderr

@@ -173,6 +173,7 @@ int run(const Options & o) {
         uo.loras = eo.loras;
         uo.control_vectors = eo.control_vectors;
         uo.control_range = eo.control_range;
+        uo.metadata_overrides = eo.metadata_overrides;
         uo.devices = eo.devices;
         up = std::make_unique<UpstreamDecoder>(uo);
     }
@@ -215,7 +216,7 @@ int run(const Options & o) {
     // sliding-window layers only the window.
     const double embd_bytes = (double) mi.n_vocab * mi.n_embd * (double) mi.weight_bytes / (double) mi.n_params;
     const double cells = o.depth + o.n_gen / 2.0;
-    const HParams hp = read_hparams(GgufFile(o.engine.model));
+    const HParams hp = read_hparams(GgufFile(o.engine.model, o.engine.metadata_overrides));
     double kv_bytes = 0.0;
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         const double read = hp.is_swa(il) && hp.n_swa > 0 ? std::min(cells, (double) hp.n_swa) : cells;

@@ -28,6 +28,8 @@ struct EngineFlags {
     std::optional<bool> split_invariant;  // unset: the engine decides (EngineOptions)
     KvTypes kv_types;
     bool swa_full = false;
+    bool check_tensors = false;
+    std::vector<MetadataOverride> metadata_overrides;  // --override-kv
     RopeOverrides rope;
     std::vector<LoraOptions> loras;                     // --lora / --lora-scaled, in order
     std::vector<ControlVectorOptions> control_vectors;  // --control-vector / --control-vector-scaled
@@ -58,6 +60,8 @@ struct EngineFlags {
         "                            q4_1, q5_0, q5_1, iq4_nl\n"
         "  -ctv, --cache-type-v T    the same for values\n"
         "  --swa-full                sliding-window layers keep every cell, not their window\n"
+        "  --check-tensors           check every weight value read (NaN, infinity, block scales)\n"
+        "  --override-kv K=T:V[,..]  metadata read in place of the file's (T: int, float, bool, str)\n"
         "  --lora FILE[,FILE..]      LoRA adapters at scale 1 (repeatable; upstream's too)\n"
         "  --lora-scaled F:S[,F:S..] LoRA adapters at those scales\n"
         "  --control-vector F[,F..]  control vectors at scale 1 (upstream's too)\n"
@@ -94,7 +98,21 @@ struct EngineFlags {
             bf16 = true;
         else if (f == "--swa-full")
             swa_full = true;
-        else if (f == "--lora" || f == "--lora-scaled") {
+        else if (f == "--check-tensors")
+            check_tensors = true;
+        else if (f == "--override-kv") {
+            const std::string v = a.value(f);
+            size_t at = 0;
+            while (at <= v.size()) {
+                const size_t comma = std::min(v.find(',', at), v.size());
+                try {
+                    metadata_overrides.push_back(MetadataOverride::parse(v.substr(at, comma - at)));
+                } catch (const Error & e) {
+                    a.fail(f + ": " + e.what());
+                }
+                at = comma + 1;
+            }
+        } else if (f == "--lora" || f == "--lora-scaled") {
             for (auto & [path, scale] : scaled_files(f, a.value(f), f == "--lora-scaled", a))
                 loras.push_back({path, scale});
         } else if (f == "--control-vector" || f == "--control-vector-scaled") {
@@ -205,6 +223,8 @@ struct EngineFlags {
         if (!split_invariant && bf16) eo.split_invariant = false;
         eo.kv_types = kv_types;
         eo.swa_full = swa_full;
+        eo.check_tensors = check_tensors;
+        eo.metadata_overrides = metadata_overrides;
         eo.rope = rope;
         eo.loras = loras;
         eo.control_vectors = control_vectors;

@@ -1,6 +1,7 @@
 #include "tools/common/upstream_decoder.h"
 
 #include "plugin/error.h"
+#include "plugin/tokenizer.h"
 
 #include <algorithm>
 #include <thread>
@@ -23,6 +24,8 @@ UpstreamDecoder::UpstreamDecoder(const UpstreamOptions & o) {
         mp.split_mode = LLAMA_SPLIT_MODE_NONE;
         mp.n_gpu_layers = -1;
     }
+    const std::vector<llama_model_kv_override> kv = to_llama_overrides(o.metadata_overrides);
+    if (!o.metadata_overrides.empty()) mp.kv_overrides = kv.data();
     model_ = llama_model_load_from_file(o.model_path.c_str(), mp);
     if (!model_) throw Error("upstream libllama could not load '" + o.model_path + "'");
     llama_context_params cp = llama_context_default_params();

@@ -36,7 +36,8 @@ struct UpstreamOptions {
     // Read by libcommon's loader, applied as llama-server applies them.
     std::vector<ControlVectorOptions> control_vectors;
     ControlVectorRange control_range;
-    DeviceOptions devices;  // the whole model on the device llama-tp's rank 0 would take
+    std::vector<MetadataOverride> metadata_overrides;  // as llama_model_params::kv_overrides
+    DeviceOptions devices;                             // the whole model on the device llama-tp's rank 0 would take
 };
 
 class UpstreamDecoder {

@@ -233,6 +233,7 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
         uo.loras = o.engine.loras;
         uo.control_vectors = o.engine.control_vectors;
         uo.control_range = o.engine.control_range;
+        uo.metadata_overrides = o.engine.metadata_overrides;
         uo.devices = o.engine.devices;
         UpstreamDecoder ref(uo);
         return reference_traces(ref, prompts, o.n_tokens, n_vocab);
