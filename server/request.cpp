@@ -634,6 +634,8 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     r.n_discard = (int32_t) get_int(body, "n_discard", 0, kMax, 0);
 
     parse_stop(body, r);
+    // As llama-server: no effective stop string in the request takes -r's.
+    if (r.stop.empty()) r.stop = defaults.stop;
 
     SamplingParams & s = r.sampling;
     s.temperature = (float) get_number(body, "temperature", 0.0, 1e4, s.temperature);

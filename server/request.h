@@ -38,6 +38,7 @@ struct RequestDefaults {
     bool ignore_eos = false;           // --ignore-eos
     bool cache_prompt = true;          // --no-cache-prompt: reuse nothing cached
     int32_t n_cache_reuse = 0;         // --cache-reuse
+    std::vector<std::string> stop;     // -r / --reverse-prompt
     int32_t sse_ping_interval_s = 30;  // --sse-ping-interval: a comment line after this long silent (<= 0: never)
 };
 

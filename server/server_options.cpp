@@ -402,6 +402,9 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     d.dry_allowed_length = s.dry_allowed_length;
     d.dry_penalty_last_n = s.dry_penalty_last_n;
     d.dry_sequence_breakers = s.dry_sequence_breakers;
+    if (p.escape) {
+        for (std::string & b : d.dry_sequence_breakers) string_process_escapes(b);
+    }
     d.mirostat = s.mirostat;
     d.mirostat_tau = s.mirostat_tau;
     d.mirostat_eta = s.mirostat_eta;
@@ -411,6 +414,11 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.requests.ignore_eos = s.ignore_eos;
     o.requests.cache_prompt = p.cache_prompt;
     o.requests.n_cache_reuse = std::max(0, p.n_cache_reuse);
+    o.requests.stop = p.antiprompt;
+    // As llama-server: "\\n" and the like in -r and --dry-sequence-breaker are escapes, unless --no-escape.
+    if (p.escape) {
+        for (std::string & s : o.requests.stop) string_process_escapes(s);
+    }
     o.requests.sse_ping_interval_s = p.sse_ping_interval;
     o.spm_infill = p.spm_infill;
     o.embeddings = p.embedding;

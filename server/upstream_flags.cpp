@@ -83,6 +83,8 @@ const std::map<std::string, std::string> & honoured() {
         {"--path", "files served under the API prefix, as llama-server"},
         {"--sse-ping-interval", "requests may set sse_ping_interval"},
         {"--cache-prompt", "the default of requests that leave cache_prompt out"},
+        {"-r", "stop strings of requests that give none (repeatable), as llama-server"},
+        {"-e", "escapes (\\n, \\t, ...) in -r and --dry-sequence-breaker are processed (the default)"},
         {"--cache-reuse",
          "cached chunks of at least N tokens after the common prefix move to where the prompt has them; "
          "requests may set n_cache_reuse"},

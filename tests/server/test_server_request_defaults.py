@@ -1,6 +1,7 @@
 """llama-server flags that set what requests get by default or how the server
 is reached: --no-cache-prompt, --sse-ping-interval, --reasoning-effort,
---skip-chat-parsing, -a/--tags in /v1/models, --path and --reuse-port."""
+--skip-chat-parsing, -r/--reverse-prompt, -a/--tags in /v1/models, --path
+and --reuse-port."""
 
 import socket
 import subprocess
@@ -180,3 +181,37 @@ def test_without_reuse_port_a_taken_port_is_refused():
         assert r.returncode != 0 and "cannot listen" in r.stderr + r.stdout
     finally:
         holder.close()
+
+
+def test_reverse_prompts_are_the_stop_strings_of_requests_that_give_none():
+    body = {"prompt": PROMPT, "n_predict": 48, "temperature": 0, "ignore_eos": True}
+    plain = ServerProcess("-np", "1", "-t", "1")
+    try:
+        text = plain.post("/completion", body).json()["content"]
+    finally:
+        assert plain.stop() == 0
+    words = text.split()
+    assert len(words) > 4, text
+    word = words[3]
+    s = ServerProcess("-np", "1", "-t", "1", "-r", word, "--reverse-prompt", "never-generated-text")
+    try:
+        stopped = s.post("/completion", body).json()
+        assert stopped["stop_type"] == "word" and stopped["stopping_word"] == word, stopped
+        assert stopped["content"] == text[:text.index(word)]
+        assert stopped["generation_settings"]["stop"] == [word, "never-generated-text"]
+        # A request's own stop strings replace them; an empty list does not.
+        own = s.post("/completion", {**body, "stop": ["never-generated-text"]}).json()
+        assert own["content"] == text and own["stop_type"] != "word"
+        assert s.post("/completion", {**body, "stop": []}).json()["stopping_word"] == word
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.mark.parametrize("escape", [True, False])
+def test_escapes_in_reverse_prompts_are_processed_unless_no_escape(escape):
+    s = ServerProcess("-np", "1", "-t", "1", "-r", "a\\tb", *([] if escape else ["--no-escape"]))
+    try:
+        body = s.post("/completion", {"prompt": PROMPT, "n_predict": 1}).json()
+        assert body["generation_settings"]["stop"] == ["a\tb" if escape else "a\\tb"]
+    finally:
+        assert s.stop() == 0
