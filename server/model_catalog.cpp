@@ -56,8 +56,14 @@ std::vector<CatalogModel> load_catalog(const std::string & models_dir, const std
     common_preset_context ctx(LLAMA_EXAMPLE_SERVER);
     common_preset global;
     common_presets folder, presets;
+    // The cache's models (USER/REPO:TAG, each served with -hf), then the
+    // folder's, which win over a cached one of the same name.
+    folder = loaded("llama-server's cache", [&] { return ctx.load_from_cache(); });
     if (!models_dir.empty()) {
-        folder = loaded("--models-dir " + models_dir, [&] { return ctx.load_from_models_dir(models_dir); });
+        for (auto & [name, preset] :
+             loaded("--models-dir " + models_dir, [&] { return ctx.load_from_models_dir(models_dir); })) {
+            folder[name] = preset;
+        }
     }
     if (!presets_file.empty()) {
         presets = loaded("--models-preset " + presets_file, [&] { return ctx.load_from_ini(presets_file, global); });

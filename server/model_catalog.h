@@ -1,6 +1,7 @@
 #pragma once
 // The models a router serves, read with libcommon's own preset loader (the
-// pinned llama-server's rules): the models of --models-dir (each top-level
+// pinned llama-server's rules): the models in llama-server's cache
+// (LLAMA_CACHE; USER/REPO:TAG, served with -hf), the models of --models-dir (each top-level
 // .gguf file named by its file name without ".gguf", each subfolder by its
 // name, projectors and draft models beside them not counted), and the
 // sections of --models-preset (an INI file of llama-server options by name;

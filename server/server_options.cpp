@@ -3,6 +3,7 @@
 #include "server/request.h"
 #include "server/upstream_flags.h"
 
+#include "download.h"
 #include "sampling.h"
 
 #include <algorithm>
@@ -622,10 +623,12 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
 
     const bool has_model = !o.engine.model_path.empty() || o.model_source.remote();
     if (has_model) o.models_dir.clear(), o.models_preset.clear();  // a model of its own: not a router
+    if (!has_model && !o.router()) o.models_from_cache = !common_list_cached_models().empty();
     if (!has_model && !o.router()) {
         throw UsageError(
             "no model given: pass -m/--model FNAME, -hf REPO[:QUANT] to download one, or --models-dir DIR "
-            "(--models-preset FILE) to serve several (router mode; see --help)");
+            "(--models-preset FILE) to serve several (router mode; see --help); llama-server's cache "
+            "(LLAMA_CACHE) holds no model to serve");
     }
     const bool tp_given = std::find(own_given.begin(), own_given.end(), "--tp") != own_given.end() ||
                           std::getenv("LLAMA_ARG_TP") != nullptr;

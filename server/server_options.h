@@ -30,7 +30,9 @@ struct ServerOptions {
     int32_t models_max = 4;     // children at once (0: no limit)
     bool models_autoload = true;
     std::vector<std::string> arguments;  // the command line after the program's name
-    bool router() const { return !models_dir.empty() || !models_preset.empty(); }
+    // No model given, and llama-server's cache holds some: a router over them, as llama-server.
+    bool models_from_cache = false;
+    bool router() const { return !models_dir.empty() || !models_preset.empty() || models_from_cache; }
 
     std::vector<std::string> hosts{"127.0.0.1"};  // one listener each (a .sock path: a UNIX socket)
     int port = 8080;

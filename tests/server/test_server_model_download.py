@@ -167,7 +167,31 @@ def test_a_signal_stops_a_download_and_the_server(hub, tmp_path):
     assert not list(tmp_path.rglob("*.downloadInProgress"))
 
 
-def test_no_model_at_all_names_both_ways():
-    r = run({}, "-np", "1")
+def test_no_model_at_all_names_both_ways(tmp_path):
+    r = run({"LLAMA_CACHE": str(tmp_path)}, "-np", "1")
     assert r.returncode == 2
     assert "-m/--model" in r.stderr and "-hf" in r.stderr
+
+
+def test_without_a_model_the_router_serves_the_cache(hub, tmp_path):
+    env = environment(hub, tmp_path)
+    # An empty cache and no model: nothing to serve.
+    r = run(env)
+    assert r.returncode == 2 and "holds no model" in r.stderr, r.stderr
+    s = serve(env, "-hf", REPO + ":Q8_0")
+    try:
+        answer = completes(s)
+    finally:
+        assert s.stop() == 0
+    # No model given: a router over the cache, each model named USER/REPO:TAG, as llama-server.
+    port = free_port()
+    router = ServerProcess("-t", "1", "-np", "1", "-c", "256", env=env,
+                           leading_args=["--host", "127.0.0.1", "--port", str(port)], port=port)
+    try:
+        assert [m["id"] for m in router.get("/v1/models").json()["data"]] == [REPO + ":Q8_0"]
+        r = router.post("/completion", {"model": REPO + ":Q8_0", "prompt": "Once upon a time", "n_predict": 4,
+                                        "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["content"] == answer
+    finally:
+        assert router.stop() == 0
