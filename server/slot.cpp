@@ -26,7 +26,7 @@ size_t Slot::reuse_chunks(Engine & engine, size_t keep, size_t most, int32_t min
             head_c++;
             continue;
         }
-        engine.seq_remove(id, (int32_t) head_p, (int32_t) head_c);
+        if (head_c > head_p) engine.seq_remove(id, (int32_t) head_p, (int32_t) head_c);
         engine.seq_shift(id, (int32_t) head_c, (int32_t) (head_c + n), (int32_t) head_p - (int32_t) head_c);
         std::copy(kv_tokens.begin() + (long) head_c, kv_tokens.begin() + (long) (head_c + n),
                   kv_tokens.begin() + (long) head_p);

@@ -60,6 +60,8 @@ COMMAND_LINES = [
     "-m MODEL --offline",
     "-m MODEL --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 32768",
     "-m MODEL --override-kv tokenizer.ggml.add_bos_token=bool:false",
+    "-m MODEL --check-tensors -r 'User:' -r '\\n\\n'",
+    "-m MODEL --control-vector-layer-range 1 4 --no-escape",
     "-m MODEL --cors-origins http://localhost:3000",
     "-m MODEL --embeddings --pooling mean",
     "-m MODEL -sm layer -ts 3,1 -mg 0",
