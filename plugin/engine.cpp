@@ -461,7 +461,7 @@ class TensorParallelEngine final : public Engine {
     }
 
     ControlVector load_control_vector() const {
-        if (options_.control_range.first > 0 && options_.control_range.last > 0 &&
+        if (!options_.control_vectors.empty() && options_.control_range.first > 0 && options_.control_range.last > 0 &&
             options_.control_range.first > options_.control_range.last) {
             throw Error("control vector layer range " + std::to_string(options_.control_range.first) + " to " +
                         std::to_string(options_.control_range.last) + " is empty");

@@ -187,9 +187,14 @@ void GgufFile::take_overrides(const std::vector<MetadataOverride> & overrides) {
     }
 }
 
-const MetadataOverride * GgufFile::override_of(const std::string & key) const {
+const MetadataOverride * GgufFile::override_of(const std::string & key, MetadataOverride::Type wanted) const {
     for (const MetadataOverride & o : overrides_) {
-        if (o.key == key) return &o;
+        if (o.key != key) continue;
+        if (o.type == wanted) return &o;
+        // Read as another type than given: ignored, as upstream's loader ignores it.
+        std::fprintf(stderr, "llama-tp: warning: model file '%s': metadata override %s ignored: %s is read as %s\n",
+                     path().c_str(), o.describe().c_str(), key.c_str(), type_name(wanted));
+        return nullptr;
     }
     return nullptr;
 }
@@ -323,16 +328,12 @@ int64_t GgufFile::key_id(const std::string & key) const {
 }
 
 bool GgufFile::has_key(const std::string & key) const {
-    return override_of(key) || key_id(key) >= 0;
+    if (key_id(key) >= 0) return true;
+    return std::any_of(overrides_.begin(), overrides_.end(), [&](const MetadataOverride & o) { return o.key == key; });
 }
 
 std::string GgufFile::get_string(const std::string & key) const {
-    if (const MetadataOverride * o = override_of(key)) {
-        if (o->type != MetadataOverride::Type::Str) {
-            throw Error("model file '" + path() + "': metadata override " + o->describe() + " is not a string");
-        }
-        return o->s;
-    }
+    if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Str)) return o->s;
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
     if (gguf_get_kv_type(parts_[0]->gguf.get(), id) != GGUF_TYPE_STRING) {
@@ -342,15 +343,12 @@ std::string GgufFile::get_string(const std::string & key) const {
 }
 
 std::string GgufFile::get_string(const std::string & key, const std::string & fallback) const {
-    return has_key(key) ? get_string(key) : fallback;
+    if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Str)) return o->s;
+    return key_id(key) >= 0 ? get_string(key) : fallback;
 }
 
 int64_t GgufFile::get_int(const std::string & key) const {
-    if (const MetadataOverride * o = override_of(key)) {
-        if (o->type == MetadataOverride::Type::Int) return o->i;
-        if (o->type == MetadataOverride::Type::Bool) return o->b ? 1 : 0;
-        throw Error("model file '" + path() + "': metadata override " + o->describe() + " is not an integer");
-    }
+    if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Int)) return o->i;
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
     switch (gguf_get_kv_type(parts_[0]->gguf.get(), id)) {
@@ -377,15 +375,12 @@ int64_t GgufFile::get_int(const std::string & key) const {
 }
 
 int64_t GgufFile::get_int(const std::string & key, int64_t fallback) const {
-    return has_key(key) ? get_int(key) : fallback;
+    if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Int)) return o->i;
+    return key_id(key) >= 0 ? get_int(key) : fallback;
 }
 
 double GgufFile::get_float(const std::string & key) const {
-    if (const MetadataOverride * o = override_of(key)) {
-        if (o->type == MetadataOverride::Type::Float) return o->f;
-        if (o->type == MetadataOverride::Type::Int) return (double) o->i;
-        throw Error("model file '" + path() + "': metadata override " + o->describe() + " is not a number");
-    }
+    if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Float)) return o->f;
     const int64_t id = key_id(key);
     if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
     switch (gguf_get_kv_type(parts_[0]->gguf.get(), id)) {
@@ -399,7 +394,8 @@ double GgufFile::get_float(const std::string & key) const {
 }
 
 double GgufFile::get_float(const std::string & key, double fallback) const {
-    return has_key(key) ? get_float(key) : fallback;
+    if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Float)) return o->f;
+    return key_id(key) >= 0 ? get_float(key) : fallback;
 }
 
 bool GgufFile::is_array(const std::string & key) const {

@@ -82,7 +82,8 @@ class GgufFile {
     void open_other_parts(int n_parts);
     void index_tensors(const Part & part);
     int64_t key_id(const std::string & key) const;
-    const MetadataOverride * override_of(const std::string & key) const;
+    // The override of a key read as `wanted`; nullptr (with a warning) when it gives another type.
+    const MetadataOverride * override_of(const std::string & key, MetadataOverride::Type wanted) const;
     void take_overrides(const std::vector<MetadataOverride> & overrides);
 
     std::vector<std::unique_ptr<Part>> parts_;

@@ -212,6 +212,8 @@ PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, st
     PreparedPrompt out;
     if (gr.endpoint == Endpoint::Chat) {
         ChatPrompt cp = st.chat->apply(gr.messages, gr.tools, turn_options(st, gr));
+        // The template's stops count as the request's, as llama-server: -r's then give way.
+        if (!cp.stops.empty() && gr.stop_is_default) stops.clear();
         stops.insert(stops.end(), cp.stops.begin(), cp.stops.end());
         SRV_DBG("chat prompt: %s", cp.prompt.c_str());
         // deepseek-legacy keeps the thinking inline while streaming, as llama-server.

@@ -635,7 +635,10 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
 
     parse_stop(body, r);
     // As llama-server: no effective stop string in the request takes -r's.
-    if (r.stop.empty()) r.stop = defaults.stop;
+    if (r.stop.empty()) {
+        r.stop = defaults.stop;
+        r.stop_is_default = true;
+    }
 
     SamplingParams & s = r.sampling;
     s.temperature = (float) get_number(body, "temperature", 0.0, 1e4, s.temperature);

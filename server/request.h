@@ -74,6 +74,7 @@ struct GenerationRequest {
     int32_t n_keep = -2;      // context shift: prompt tokens kept (-1: all; -2: the server's --keep)
     int32_t n_discard = 0;    // context shift: tokens dropped (0: half of those after n_keep)
     std::vector<std::string> stop;
+    bool stop_is_default = false;  // stop holds -r's strings (the request gave none)
     bool ignore_eos = false;
     bool cache_prompt = true;          // false: decode the whole prompt, reuse nothing cached
     int32_t n_cache_reuse = 0;         // cached chunks of at least this many tokens are moved (0: none)

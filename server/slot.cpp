@@ -28,8 +28,10 @@ size_t Slot::reuse_chunks(Engine & engine, size_t keep, size_t most, int32_t min
         }
         if (head_c > head_p) engine.seq_remove(id, (int32_t) head_p, (int32_t) head_c);
         engine.seq_shift(id, (int32_t) head_c, (int32_t) (head_c + n), (int32_t) head_p - (int32_t) head_c);
-        std::copy(kv_tokens.begin() + (long) head_c, kv_tokens.begin() + (long) (head_c + n),
-                  kv_tokens.begin() + (long) head_p);
+        if (head_c > head_p) {
+            std::copy(kv_tokens.begin() + (long) head_c, kv_tokens.begin() + (long) (head_c + n),
+                      kv_tokens.begin() + (long) head_p);
+        }
         head_c += n;
         head_p += n;
     }

@@ -55,6 +55,8 @@ TEST(MetadataOverride, TheFileReadsTheOverride) {
     EXPECT_TRUE(file.has_key("made.up"));
     EXPECT_EQ(file.get_float("made.up"), 2.5);
     EXPECT_THROW(file.get_string("made.up"), Error);
+    // Read as another type: ignored, so the reader's fallback stands.
+    EXPECT_EQ(file.get_int("made.up", 7), 7);
 }
 
 TEST(MetadataOverride, TheEngineAndTheTokenizerTakeThem) {

@@ -21,7 +21,18 @@ struct GgmlContextDeleter {
 int64_t model_int(const gguf_context * g, const std::string & key, const std::string & path) {
     const int64_t id = gguf_find_key(g, key.c_str());
     if (id < 0) throw IoError("model file '" + path + "' has no " + key);
-    return (int64_t) gguf_get_val_u32(g, id);
+    switch (gguf_get_kv_type(g, id)) {
+        case GGUF_TYPE_UINT32:
+            return (int64_t) gguf_get_val_u32(g, id);
+        case GGUF_TYPE_INT32:
+            return (int64_t) gguf_get_val_i32(g, id);
+        case GGUF_TYPE_UINT64:
+            return (int64_t) gguf_get_val_u64(g, id);
+        case GGUF_TYPE_INT64:
+            return gguf_get_val_i64(g, id);
+        default:
+            throw IoError("model file '" + path + "': " + key + " is not an integer");
+    }
 }
 
 }  // namespace

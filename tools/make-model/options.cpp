@@ -200,6 +200,9 @@ Options parse_options(const std::vector<std::string> & args) {
     if (options.output_path.empty() && !options.dry_run) {
         throw UsageError("an output file is required (-o FILE)");
     }
+    if ((!options.control_vector.base_path.empty() || !options.lora.base_path.empty()) && options.output_path.empty()) {
+        throw UsageError("an output file is required (-o FILE); --dry-run is for models");
+    }
     if (!options.control_vector.base_path.empty()) {
         if (!options.lora.base_path.empty())
             throw UsageError("--control-vector-of and --lora-of write different files");
