@@ -57,6 +57,35 @@ std::vector<llama_model_kv_override> to_llama_overrides(const std::vector<Metada
     return out;
 }
 
+std::vector<MetadataOverride> from_llama_overrides(const std::vector<llama_model_kv_override> & kv) {
+    std::vector<MetadataOverride> out;
+    for (const llama_model_kv_override & k : kv) {
+        if (k.key[0] == '\0') break;  // the end
+        MetadataOverride m;
+        m.key = k.key;
+        switch (k.tag) {
+            case LLAMA_KV_OVERRIDE_TYPE_INT:
+                m.type = MetadataOverride::Type::Int;
+                m.i = k.val_i64;
+                break;
+            case LLAMA_KV_OVERRIDE_TYPE_FLOAT:
+                m.type = MetadataOverride::Type::Float;
+                m.f = k.val_f64;
+                break;
+            case LLAMA_KV_OVERRIDE_TYPE_BOOL:
+                m.type = MetadataOverride::Type::Bool;
+                m.b = k.val_bool;
+                break;
+            case LLAMA_KV_OVERRIDE_TYPE_STR:
+                m.type = MetadataOverride::Type::Str;
+                m.s = k.val_str;
+                break;
+        }
+        out.push_back(m);
+    }
+    return out;
+}
+
 Tokenizer::Tokenizer(const std::string & gguf_path, const std::vector<MetadataOverride> & overrides) {
     // Our reader names what is wrong with a file (or with one part of a split
     // model); libllama's loader would only say that it failed.

@@ -20,6 +20,8 @@ struct MetadataOverride;
 
 // Overrides in libllama's form (llama_model_params::kv_overrides), ended by an empty key.
 std::vector<llama_model_kv_override> to_llama_overrides(const std::vector<MetadataOverride> & overrides);
+// And back (libcommon's --override-kv parse): up to an empty key, if any.
+std::vector<MetadataOverride> from_llama_overrides(const std::vector<llama_model_kv_override> & kv);
 
 class Tokenizer {
   public:

@@ -1,5 +1,6 @@
 #include "server/server_options.h"
 
+#include "plugin/tokenizer.h"
 #include "server/request.h"
 #include "server/upstream_flags.h"
 
@@ -309,30 +310,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     }
     o.engine.control_range = {p.control_vector_layer_start, p.control_vector_layer_end};
     o.engine.check_tensors = p.check_tensors;
-    for (const llama_model_kv_override & k : p.kv_overrides) {
-        if (k.key[0] == '\0') break;  // the end
-        MetadataOverride m;
-        m.key = k.key;
-        switch (k.tag) {
-            case LLAMA_KV_OVERRIDE_TYPE_INT:
-                m.type = MetadataOverride::Type::Int;
-                m.i = k.val_i64;
-                break;
-            case LLAMA_KV_OVERRIDE_TYPE_FLOAT:
-                m.type = MetadataOverride::Type::Float;
-                m.f = k.val_f64;
-                break;
-            case LLAMA_KV_OVERRIDE_TYPE_BOOL:
-                m.type = MetadataOverride::Type::Bool;
-                m.b = k.val_bool;
-                break;
-            case LLAMA_KV_OVERRIDE_TYPE_STR:
-                m.type = MetadataOverride::Type::Str;
-                m.s = k.val_str;
-                break;
-        }
-        o.engine.metadata_overrides.push_back(m);
-    }
+    o.engine.metadata_overrides = from_llama_overrides(p.kv_overrides);
     o.engine.kv_types.k = p.cache_type_k;
     o.engine.kv_types.v = p.cache_type_v;
     o.engine.rope = rope_overrides(p);

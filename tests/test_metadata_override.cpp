@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "llama.h"
+
 namespace llama_tp {
 namespace {
 
@@ -21,6 +23,15 @@ TEST(MetadataOverride, ParsesEachType) {
     EXPECT_FALSE(MetadataOverride::parse("a.b=bool:false").b);
     EXPECT_EQ(MetadataOverride::parse("a.b=str:x:y").s, "x:y");
     EXPECT_EQ(MetadataOverride::parse("a.b=int:-3").describe(), "a.b=int:-3");
+}
+
+TEST(MetadataOverride, LibllamasFormKeepsEveryType) {
+    const std::vector<MetadataOverride> given = {
+        MetadataOverride::parse("a.i=int:-3"), MetadataOverride::parse("a.f=float:0.5"),
+        MetadataOverride::parse("a.b=bool:true"), MetadataOverride::parse("a.s=str:text")};
+    const std::vector<MetadataOverride> back = from_llama_overrides(to_llama_overrides(given));
+    ASSERT_EQ(back.size(), given.size());
+    for (size_t i = 0; i < given.size(); ++i) EXPECT_EQ(back[i].describe(), given[i].describe());
 }
 
 TEST(MetadataOverride, MalformedOnesSayWhy) {

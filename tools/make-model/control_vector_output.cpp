@@ -1,11 +1,8 @@
 #include "tools/make-model/control_vector_output.h"
 
-#include "tools/make-model/atomic_file.h"
 #include "tools/make-model/gguf_output.h"
 #include "tools/make-model/model_spec.h"
-#include "tools/make-model/tensor_data.h"
 
-#include <memory>
 #include <vector>
 
 #include "ggml.h"
@@ -13,10 +10,6 @@
 
 namespace llama_tp::make_model {
 namespace {
-
-struct GgmlContextDeleter {
-    void operator()(ggml_context * ctx) const { ggml_free(ctx); }
-};
 
 int64_t model_int(const gguf_context * g, const std::string & key, const std::string & path) {
     const int64_t id = gguf_find_key(g, key.c_str());
@@ -63,28 +56,7 @@ ControlVectorResult write_control_vector(const std::string & path, const Control
     gguf_set_val_str(out.get(), "controlvector.model_hint", arch.c_str());
     gguf_set_val_i32(out.get(), "controlvector.layer_count", (int32_t) plans.size());
 
-    ggml_init_params tp = {plans.size() * ggml_tensor_overhead(), nullptr, /*no_alloc =*/true};
-    const std::unique_ptr<ggml_context, GgmlContextDeleter> tensors(ggml_init(tp));
-    for (const TensorPlan & p : plans) {
-        ggml_tensor * t = ggml_new_tensor(tensors.get(), p.type, (int) p.ne.size(), p.ne.data());
-        ggml_set_name(t, p.name.c_str());
-        gguf_add_tensor(out.get(), t);
-    }
-    AtomicFile file(path);
-    std::vector<char> header(gguf_get_meta_size(out.get()));
-    gguf_get_meta_data(out.get(), header.data());
-    file.write(header.data(), header.size());
-    const TensorDataGenerator generator(spec.seed, 1);
-    const size_t alignment = gguf_get_alignment(out.get());
-    for (const TensorPlan & p : plans) {
-        size_t size = 0;
-        generator.generate(p, [&](const void * data, size_t n) {
-            file.write(data, n);
-            size += n;
-        });
-        file.write_zeros(GGML_PAD(size, alignment) - size);
-    }
-    file.commit();
+    write_planned_file(path, out.get(), plans, spec.seed, 1);
     return ControlVectorResult{(int64_t) plans.size(), n_embd};
 }
 

@@ -311,4 +311,32 @@ WriteResult write_model(const std::string & path, const ModelSpec & spec, const 
     return result;
 }
 
+uint64_t write_planned_file(const std::string & path, gguf_context * meta, const std::vector<TensorPlan> & plans,
+                            uint64_t seed, int n_threads) {
+    ggml_init_params tp = {plans.size() * ggml_tensor_overhead(), nullptr, /*no_alloc =*/true};
+    const GgmlContextPtr tensors(ggml_init(tp));
+    for (const TensorPlan & p : plans) {
+        ggml_tensor * t = ggml_new_tensor(tensors.get(), p.type, (int) p.ne.size(), p.ne.data());
+        ggml_set_name(t, p.name.c_str());
+        gguf_add_tensor(meta, t);
+    }
+    AtomicFile file(path);
+    std::vector<char> header(gguf_get_meta_size(meta));
+    gguf_get_meta_data(meta, header.data());
+    file.write(header.data(), header.size());
+    const TensorDataGenerator generator(seed, n_threads);
+    const size_t alignment = gguf_get_alignment(meta);
+    for (const TensorPlan & p : plans) {
+        size_t size = 0;
+        generator.generate(p, [&](const void * data, size_t n) {
+            file.write(data, n);
+            size += n;
+        });
+        file.write_zeros(GGML_PAD(size, alignment) - size);
+    }
+    const uint64_t bytes = file.bytes_written();
+    file.commit();
+    return bytes;
+}
+
 }  // namespace llama_tp::make_model

@@ -55,6 +55,11 @@ std::vector<std::string> part_paths(const std::string & path, size_t n_parts, bo
 uint64_t planned_file_size(const ModelSpec & spec, const Vocabulary & vocab, const std::vector<TensorPlan> & plans,
                            uint64_t max_part_bytes);
 
+// Writes one GGUF file atomically: the metadata of `meta` with the planned
+// tensors, each generated from `seed`. Returns the file's size.
+uint64_t write_planned_file(const std::string & path, gguf_context * meta, const std::vector<TensorPlan> & plans,
+                            uint64_t seed, int n_threads);
+
 // Generates every planned tensor from the spec's seed and writes the GGUF to
 // `path` atomically, in parts when max_part_bytes > 0 (the first holds the
 // metadata; every part the split.* keys upstream reads). The bytes depend

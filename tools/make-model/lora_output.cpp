@@ -1,9 +1,7 @@
 #include "tools/make-model/lora_output.h"
 
-#include "tools/make-model/atomic_file.h"
 #include "tools/make-model/gguf_output.h"
 #include "tools/make-model/model_spec.h"
-#include "tools/make-model/tensor_data.h"
 
 #include <cmath>
 #include <memory>
@@ -75,30 +73,7 @@ LoraResult write_lora_adapter(const std::string & path, const LoraSpec & spec, i
     gguf_set_val_str(out.get(), "adapter.type", "lora");
     gguf_set_val_f32(out.get(), "adapter.lora.alpha", spec.alpha > 0.0f ? spec.alpha : 2.0f * (float) spec.rank);
 
-    ggml_init_params tp = {plans.size() * ggml_tensor_overhead(), nullptr, /*no_alloc =*/true};
-    const std::unique_ptr<ggml_context, GgmlContextDeleter> tensors(ggml_init(tp));
-    for (const TensorPlan & p : plans) {
-        ggml_tensor * t = ggml_new_tensor(tensors.get(), p.type, (int) p.ne.size(), p.ne.data());
-        ggml_set_name(t, p.name.c_str());
-        gguf_add_tensor(out.get(), t);
-    }
-    AtomicFile file(path);
-    std::vector<char> header(gguf_get_meta_size(out.get()));
-    gguf_get_meta_data(out.get(), header.data());
-    file.write(header.data(), header.size());
-    const TensorDataGenerator generator(spec.seed, n_threads);
-    const size_t alignment = gguf_get_alignment(out.get());
-    for (const TensorPlan & p : plans) {
-        size_t size = 0;
-        generator.generate(p, [&](const void * data, size_t n) {
-            file.write(data, n);
-            size += n;
-        });
-        file.write_zeros(GGML_PAD(size, alignment) - size);
-    }
-    LoraResult result{plans.size() / 2, file.bytes_written()};
-    file.commit();
-    return result;
+    return LoraResult{plans.size() / 2, write_planned_file(path, out.get(), plans, spec.seed, n_threads)};
 }
 
 }  // namespace llama_tp::make_model
