@@ -28,7 +28,7 @@ int32_t direction_layer(const std::string & name) {
 
 ControlVector::ControlVector(const std::vector<ControlVectorOptions> & files, int32_t n_layer, int64_t n_embd,
                              ControlVectorRange range)
-    : n_embd_(n_embd), layers_((size_t) n_layer) {
+    : layers_((size_t) n_layer) {
     const int32_t first = range.first > 0 ? range.first : 1;
     const int32_t last = range.last > 0 ? range.last : n_layer;
     std::vector<float> row((size_t) n_embd);

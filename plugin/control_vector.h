@@ -38,7 +38,6 @@ class ControlVector {
     std::string describe() const;
 
   private:
-    int64_t n_embd_ = 0;
     std::vector<std::vector<float>> layers_;  // empty where nothing is added
 };
 

@@ -57,7 +57,7 @@ class TensorParallelEngine final : public Engine {
         if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file) + adapters_text(adapters));
         hp_ = read_hparams(file);
         for (const MetadataOverride & o : options_.metadata_overrides) {
-            if (file.has_key(o.key)) std::fprintf(stderr, "llama-tp: metadata override %s\n", o.describe().c_str());
+            std::fprintf(stderr, "llama-tp: metadata override %s\n", o.describe().c_str());
         }
         if (options_.rope.any()) {
             apply_rope_overrides(hp_, options_.rope);
