@@ -55,6 +55,11 @@ struct EngineOptions {
     // --swa-full) instead of their window and a batch (KvPoolSizes).
     bool swa_full = false;
     int32_t n_threads = 0;  // 0: all cores
+    // Another engine of this process computes on the same cores between this
+    // one's steps (a draft model): the CPU ranks' threads then sleep between
+    // graphs instead of polling, so that the two pools do not spin against
+    // each other.
+    bool shares_cores = false;
     DeviceOptions devices;  // where the ranks run (-dev, -ngl)
     // Every rank's graph takes ggml's operations only, as on a GPU, even on
     // the CPU: ggml's attention, float sums, collectives between graph

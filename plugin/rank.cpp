@@ -62,9 +62,10 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     }
     if (ggml_backend_is_cpu(backend_.get())) {
         // A persistent pool: no thread creation per decode step. With several
-        // ranks sharing the cores its threads must not poll between graphs.
+        // ranks (or engines) sharing the cores its threads must not poll
+        // between graphs.
         ggml_threadpool_params tpp = ggml_threadpool_params_default(config.n_threads);
-        tpp.poll = config.n_ranks > 1 ? 0 : 50;
+        tpp.poll = config.n_ranks > 1 || !config.threads_poll ? 0 : 50;
         threadpool_ = ggml_threadpool_new(&tpp);
         if (!threadpool_) throw Error("could not create a thread pool for rank " + std::to_string(config.rank));
         ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);

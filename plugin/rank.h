@@ -40,6 +40,7 @@ struct RankConfig {
     bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
     AllReduceEngine * allreduce = nullptr;
     int32_t n_threads = 1;
+    bool threads_poll = true;  // the CPU pool's threads poll between graphs (alone on its cores)
     KvPoolSizes kv_sizes;
     KvTypes kv_types;
     bool embeddings = false;  // outputs are hidden states (n_embd), not logits

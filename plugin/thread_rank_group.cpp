@@ -26,6 +26,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.split_invariant = o.exact_sums();
             rc.allreduce = allreduce_.get();
             rc.n_threads = setup.n_threads;
+            rc.threads_poll = !o.shares_cores;
             rc.kv_sizes = setup.kv_sizes;
             rc.kv_types = o.kv_types;
             rc.embeddings = o.embeddings;

@@ -678,6 +678,7 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
                              ? st.engine->tokenizer().detokenize(task->prompt, true)
                              : gr.prompt_text;
             ctx.settings = native_settings(gr, task->n_predict);
+            ctx.settings["speculative.types"] = st.speculative_types;
             ctx.response_fields = gr.response_fields;
         }
         if (i == 0) first = ctx;
@@ -738,10 +739,9 @@ json props_json(const ServerState & st) {
     const auto stats = st.scheduler->stats();
     const Tokenizer & tok = st.engine->tokenizer();
     auto token_text = [&tok](int32_t id) { return id >= 0 ? tok.piece(id, true) : std::string(); };
-    return {{"default_generation_settings",
-             {{"n_ctx", st.n_ctx_slot},
-              {"params",
-               sampling_settings_json(st.opts.requests.sampling, st.opts.n_predict, st.opts.requests.ignore_eos)}}},
+    json params = sampling_settings_json(st.opts.requests.sampling, st.opts.n_predict, st.opts.requests.ignore_eos);
+    params["speculative.types"] = st.speculative_types;
+    return {{"default_generation_settings", {{"n_ctx", st.n_ctx_slot}, {"params", params}}},
             {"total_slots", st.scheduler->n_slots()},
             {"model_alias", st.model_name},
             {"model_path", st.opts.engine.model_path},
@@ -766,7 +766,10 @@ json props_json(const ServerState & st) {
 }
 
 json slot_json(const ServerState & st, const Scheduler::SlotView & v) {
-    json j = {{"id", v.id}, {"n_ctx", st.n_ctx_slot}, {"speculative", false}, {"is_processing", v.busy}};
+    json j = {{"id", v.id},
+              {"n_ctx", st.n_ctx_slot},
+              {"speculative", st.speculative_types != "none"},
+              {"is_processing", v.busy}};
     if (v.busy) {
         j["id_task"] = v.task_id;
         j["n_prompt_tokens"] = v.n_prompt;

@@ -36,10 +36,11 @@ struct ServerState {
     Scheduler * scheduler = nullptr;
     ChatFormatter * chat = nullptr;
     LoraAdapters * loras = nullptr;
-    std::string model_name;  // --alias, else the model file name
-    int32_t n_ctx = 0;       // KV cells in all
-    int32_t n_ctx_slot = 0;  // per slot
-    int64_t created = 0;     // load time, unix seconds
+    std::string model_name;                  // --alias, else the model file name
+    int32_t n_ctx = 0;                       // KV cells in all
+    int32_t n_ctx_slot = 0;                  // per slot
+    std::string speculative_types = "none";  // the drafters in use, as --spec-type names them
+    int64_t created = 0;                     // load time, unix seconds
 
     std::atomic<uint64_t> next_task_id{1};
     Metrics metrics;

@@ -409,6 +409,17 @@ int main(int argc, char ** argv) {
         SRV_INF("LoRA adapter %zu: %s, scale %g", i, opts.engine.loras[i].path.c_str(), loras->scales()[i]);
     }
 
+    std::vector<std::unique_ptr<Drafter>> drafters;
+    if (opts.speculative.enabled() && opts.embeddings) {
+        SRV_WRN("speculative decoding has no effect with --embeddings: nothing is generated");
+    } else if (opts.speculative.enabled()) {
+        try {
+            drafters = make_drafters(opts.speculative, *engine, opts.n_parallel, n_ctx_slot);
+        } catch (const std::exception & e) {
+            return fail_startup(std::string("speculative decoding: ") + e.what());
+        }
+    }
+
     SlotReuse reuse;
     reuse.prompt_similarity = opts.slot_prompt_similarity;
     reuse.prompt_cache_bytes = opts.cache_ram_mib < 0 ? -1 : (int64_t) opts.cache_ram_mib << 20;
@@ -421,6 +432,8 @@ int main(int argc, char ** argv) {
     // Whenever the server falls idle, the allocator hands freed pages back.
     scheduler.set_on_idle(release_free_memory);
     scheduler.set_on_group_failed(stop_after_group_failure);
+    const bool speculative = !drafters.empty();
+    scheduler.set_drafters(std::move(drafters));
     scheduler.start();
 
     const ModelInfo & info = engine->info();
@@ -431,6 +444,7 @@ int main(int argc, char ** argv) {
     state.model_name = model_name(opts);
     state.n_ctx = n_ctx;
     state.n_ctx_slot = n_ctx_slot;
+    state.speculative_types = speculative ? opts.speculative.type_names() : "none";
     state.created =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     state.ready = true;

@@ -50,6 +50,13 @@ void Metrics::count_finished(int32_t n_cached, int32_t n_tokens) {
     longest_ = std::max(longest_, n_tokens);
 }
 
+void Metrics::count_drafts(int32_t n_drafted, int32_t n_accepted) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    drafted_tokens_ += (uint64_t) std::max(0, n_drafted);
+    accepted_tokens_ += (uint64_t) std::max(0, n_accepted);
+    drafts_++;
+}
+
 void Metrics::forget_old_steps(std::chrono::steady_clock::time_point now) const {
     while (!recent_.empty() && now - recent_.front().at > kWindow) {
         recent_.pop_front();
@@ -75,6 +82,12 @@ void Metrics::upstream_series(std::ostringstream & out, const SchedulerGauges & 
          generate_ms_ / 1e3);
     item("counter", "n_decode_total", "Decode steps.", (double) steps_);
     item("counter", "n_tokens_max", "Largest observed sequence length (prompt + generation).", (double) longest_);
+    item("counter", "spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated",
+         (double) drafted_tokens_);
+    item("counter", "spec_decode_num_accepted_tokens_total",
+         "Speculative: Total draft tokens accepted by the target model", (double) accepted_tokens_);
+    item("counter", "spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
+         (double) drafts_);
     item("gauge", "prompt_tokens_seconds", "Prompt throughput in tokens/s over the last 10 s.", prompt_rate);
     item("gauge", "predicted_tokens_seconds", "Generation throughput in tokens/s over the last 10 s.", gen_rate);
     item("gauge", "requests_processing", "Number of requests processing.", gauges.busy_slots);

@@ -36,6 +36,8 @@ class Metrics {
     // A finished request: prompt tokens it reused from the cache, and its
     // length (prompt and generated).
     void count_finished(int32_t n_cached, int32_t n_tokens);
+    // One slot's drafts checked in a step: tokens proposed, and confirmed.
+    void count_drafts(int32_t n_drafted, int32_t n_accepted);
 
     std::string prometheus(const SchedulerGauges & gauges) const;
 
@@ -60,6 +62,9 @@ class Metrics {
     double generate_ms_ = 0;   // of steps that sampled tokens
     uint64_t busy_slots_ = 0;  // summed over steps
     uint64_t cached_tokens_ = 0;
+    uint64_t drafted_tokens_ = 0;
+    uint64_t accepted_tokens_ = 0;
+    uint64_t drafts_ = 0;
     int32_t longest_ = 0;              // longest request, prompt and generated
     mutable std::deque<Step> recent_;  // the last kWindow of steps, for rates
 };

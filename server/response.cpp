@@ -129,15 +129,21 @@ json timings_json(const TaskEvent & done) {
     const auto & t = done.timings;
     auto per_token = [](double ms, int32_t n) { return n > 0 ? ms / n : 0.0; };
     auto per_second = [](double ms, int32_t n) { return ms > 0 ? 1e3 * n / ms : 0.0; };
-    return {{"cache_n", done.n_cached},
-            {"prompt_n", t.prompt_n},
-            {"prompt_ms", t.prompt_ms},
-            {"prompt_per_token_ms", per_token(t.prompt_ms, t.prompt_n)},
-            {"prompt_per_second", per_second(t.prompt_ms, t.prompt_n)},
-            {"predicted_n", t.predicted_n},
-            {"predicted_ms", t.predicted_ms},
-            {"predicted_per_token_ms", per_token(t.predicted_ms, t.predicted_n)},
-            {"predicted_per_second", per_second(t.predicted_ms, t.predicted_n)}};
+    json j = {{"cache_n", done.n_cached},
+              {"prompt_n", t.prompt_n},
+              {"prompt_ms", t.prompt_ms},
+              {"prompt_per_token_ms", per_token(t.prompt_ms, t.prompt_n)},
+              {"prompt_per_second", per_second(t.prompt_ms, t.prompt_n)},
+              {"predicted_n", t.predicted_n},
+              {"predicted_ms", t.predicted_ms},
+              {"predicted_per_token_ms", per_token(t.predicted_ms, t.predicted_n)},
+              {"predicted_per_second", per_second(t.predicted_ms, t.predicted_n)}};
+    // As llama-server: present once speculative decoding proposed something.
+    if (t.draft_n > 0) {
+        j["draft_n"] = t.draft_n;
+        j["draft_n_accepted"] = t.draft_n_accepted;
+    }
+    return j;
 }
 
 std::string finish_reason_after(const std::string & reason, bool called_tools) {

@@ -448,19 +448,29 @@ void Scheduler::build_batch() {
     step_prompt_tokens_ = 0;
 
     // One token for every generating slot first: generation never stalls
-    // behind a long prompt.
+    // behind a long prompt. Then the tokens drafted to follow it.
+    std::vector<Slot *> generating;
     for (auto & slot : slots_) {
         slot->logits_row = -1;
         slot->first_row = -1;
+        slot->draft.clear();
         if (slot->state != Slot::State::Generating || budget == 0) {
             continue;
         }
         if (slot->task->context_shift && slot->n_past() + 1 >= n_ctx_slot_) shift_context(*slot);
-        slot->logits_row = batch_.size();
-        batch_.add(slot->pending, slot->n_past(), slot->id, true);
-        batch_.lora.insert(batch_.lora.end(), slot->task->lora.begin(), slot->task->lora.end());
-        slot->inflight.push_back(slot->pending);
+        generating.push_back(slot.get());
         budget--;
+    }
+    propose_drafts(generating, budget);
+    for (Slot * slot : generating) {
+        auto add = [&](int32_t token) {
+            batch_.add(token, slot->n_past(), slot->id, true);
+            batch_.lora.insert(batch_.lora.end(), slot->task->lora.begin(), slot->task->lora.end());
+            slot->inflight.push_back(token);
+        };
+        slot->logits_row = batch_.size();
+        add(slot->pending);
+        for (const int32_t token : slot->draft) add(token);
     }
 
     // Then prompt chunks, starting with a different slot each step.
@@ -490,6 +500,43 @@ void Scheduler::build_batch() {
         step_prompt_tokens_ += (int32_t) take;
     }
     prompt_rr_ = (prompt_rr_ + 1) % std::max<size_t>(1, n);
+}
+
+// Speculative decoding: each generating slot gets what the first drafter
+// with a proposal for it proposes, within the batch's budget, its context
+// (the sampled token, the drafts and one more position must fit) and the
+// tokens it may still generate.
+void Scheduler::propose_drafts(const std::vector<Slot *> & generating, int32_t & budget) {
+    if (drafters_.empty()) return;
+    std::vector<DraftRequest> requests;
+    requests.reserve(generating.size());
+    int32_t room_left = budget;
+    for (Slot * slot : generating) {
+        const Task & task = *slot->task;
+        const int32_t room =
+            std::min({room_left, n_ctx_slot_ - slot->n_past() - 2, task.n_predict - slot->n_decoded - 1});
+        if (room <= 0) continue;
+        DraftRequest r;
+        r.seq = slot->id;
+        r.cached = &slot->kv_tokens;
+        r.last = slot->pending;
+        r.n_max = room;
+        requests.push_back(std::move(r));
+        room_left -= room;
+    }
+    std::vector<DraftRequest *> open;
+    for (DraftRequest & r : requests) open.push_back(&r);
+    for (const auto & drafter : drafters_) {
+        if (open.empty()) break;
+        drafter->draft(open);
+        open.erase(std::remove_if(open.begin(), open.end(), [](const DraftRequest * r) { return !r->tokens.empty(); }),
+                   open.end());
+    }
+    for (DraftRequest & r : requests) {
+        if ((int32_t) r.tokens.size() > r.n_max) r.tokens.resize(r.n_max);
+        budget -= (int32_t) r.tokens.size();
+        slots_[r.seq]->draft = std::move(r.tokens);
+    }
 }
 
 // No step can run again: every task gets 503 now, and so will later ones.
@@ -619,9 +666,12 @@ void Scheduler::report_progress(Slot & slot) {
     slot.task->channel->push(std::move(ev));
 }
 
+// Samples from the slot's first logits row and, while the sampled token is
+// the one drafted to come next, from the next row too: every token is
+// sampled from the target's own logits, so drafts change the speed, never
+// the distribution. The cells of drafts that were not confirmed are dropped.
 void Scheduler::sample(Slot & slot) {
     Task & task = *slot.task;
-    const Tokenizer & tok = engine_.tokenizer();
     const auto now = std::chrono::steady_clock::now();
     if (slot.state == Slot::State::Prompt) {
         slot.t_first_token = now;
@@ -631,8 +681,40 @@ void Scheduler::sample(Slot & slot) {
         finish(slot, StopKind::Limit);
         return;
     }
+    const std::vector<int32_t> draft = std::move(slot.draft);
+    slot.draft.clear();
+    // The slot's cache holds the sampled token's input and every draft now.
+    const int32_t n_before = (int32_t) slot.kv_tokens.size() - (int32_t) draft.size();
+    size_t n_accepted = 0;
+    std::optional<StopKind> stop;
+    int32_t token = -1;
+    for (size_t i = 0;; ++i) {
+        token = sample_token(slot, slot.logits_row + (int32_t) i, now);
+        const bool confirmed = i < draft.size() && token == draft[i];
+        if (confirmed) n_accepted++;
+        stop = stop_after(slot, token, n_before + (int32_t) i, now);
+        if (stop || !confirmed) break;
+    }
+    if (!draft.empty()) {
+        const int32_t keep = n_before + (int32_t) n_accepted;
+        engine_.seq_remove(slot.id, keep, -1);
+        slot.kv_tokens.resize(keep);
+        slot.n_drafted += (int32_t) draft.size();
+        slot.n_draft_accepted += (int32_t) n_accepted;
+        if (metrics_ != nullptr) metrics_->count_drafts((int32_t) draft.size(), (int32_t) n_accepted);
+    }
+    if (stop) {
+        finish(slot, *stop);
+    } else {
+        slot.pending = token;
+    }
+}
 
-    const float * logits = engine_.logits(slot.logits_row);
+// One token from one row of logits, sent to the client.
+int32_t Scheduler::sample_token(Slot & slot, int32_t row, std::chrono::steady_clock::time_point now) {
+    Task & task = *slot.task;
+    const Tokenizer & tok = engine_.tokenizer();
+    const float * logits = engine_.logits(row);
     const int32_t token = task.sampler->sample(logits);
     const bool as_text =
         task.special_as_text || std::binary_search(task.preserved_tokens.begin(), task.preserved_tokens.end(), token);
@@ -671,17 +753,20 @@ void Scheduler::sample(Slot & slot) {
     if (!ev.text.empty() || !ev.logprobs.empty() || !ev.tokens.empty()) {
         task.channel->push(std::move(ev));
     }
+    return token;
+}
 
-    if (eog) {
-        finish(slot, StopKind::Eos);
-    } else if (slot.stream.stopped()) {
-        finish(slot, StopKind::Word);
-    } else if (slot.n_decoded >= task.n_predict || (!task.context_shift && slot.n_past() >= n_ctx_slot_) ||
-               over_time(slot, now)) {
-        finish(slot, StopKind::Limit);
-    } else {
-        slot.pending = token;
+// Whether generation ends with `token`, sampled from the logits of the last
+// of the n_past positions the slot's cache holds.
+std::optional<Scheduler::StopKind> Scheduler::stop_after(const Slot & slot, int32_t token, int32_t n_past,
+                                                         std::chrono::steady_clock::time_point now) const {
+    const Task & task = *slot.task;
+    if (engine_.tokenizer().is_eog(token) && !task.ignore_eos) return StopKind::Eos;
+    if (slot.stream.stopped()) return StopKind::Word;
+    if (slot.n_decoded >= task.n_predict || (!task.context_shift && n_past >= n_ctx_slot_) || over_time(slot, now)) {
+        return StopKind::Limit;
     }
+    return std::nullopt;
 }
 
 void Scheduler::finish(Slot & slot, StopKind kind) {
@@ -707,6 +792,8 @@ void Scheduler::finish(Slot & slot, StopKind kind) {
     done.timings.prompt_ms = ms_between(slot.t_start, slot.t_first_token);
     done.timings.predicted_n = slot.n_decoded;
     done.timings.predicted_ms = ms_between(slot.t_first_token, now);
+    done.timings.draft_n = slot.n_drafted;
+    done.timings.draft_n_accepted = slot.n_draft_accepted;
     SRV_INF(
         "slot %d: task %llu done: prompt %d (%d cached), generated %d, %s, queued %.1f ms, prompt %.1f ms, "
         "gen %.1f ms",

@@ -6,6 +6,7 @@
 
 #include "plugin/batch.h"
 #include "plugin/engine.h"
+#include "server/drafter.h"
 #include "server/metrics.h"
 #include "server/prompt_cache.h"
 #include "server/slot.h"
@@ -20,6 +21,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -56,6 +58,10 @@ class Scheduler {
     // fails for good (set before start()). Running and queued tasks, and
     // every later one, get 503 with the reason.
     void set_on_group_failed(std::function<void(const std::string &)> fn) { on_group_failed_ = std::move(fn); }
+
+    // Speculative decoding: the drafters asked in turn for tokens to check
+    // after each generating slot's sampled token (set before start()).
+    void set_drafters(std::vector<std::unique_ptr<Drafter>> drafters) { drafters_ = std::move(drafters); }
 
     void start();
     // Asks the thread to stop after its current step, and waits up to
@@ -130,12 +136,16 @@ class Scheduler {
     void build_batch();
     // A generating slot whose context is full makes room (Task::context_shift).
     void shift_context(Slot & slot);
+    void propose_drafts(const std::vector<Slot *> & generating, int32_t & budget);
     void decode_and_sample();
     void sample(Slot & slot);
+    int32_t sample_token(Slot & slot, int32_t row, std::chrono::steady_clock::time_point now);
     void report_progress(Slot & slot);
     void pool(Slot & slot);
     bool over_time(const Slot & slot, std::chrono::steady_clock::time_point now) const;
     enum class StopKind { Eos, Word, Limit };  // why generation ended
+    std::optional<StopKind> stop_after(const Slot & slot, int32_t token, int32_t n_past,
+                                       std::chrono::steady_clock::time_point now) const;
     void finish(Slot & slot, StopKind kind);
     void fail(Slot & slot, int status, const std::string & message);
     void fail_group(const std::string & why);
@@ -150,6 +160,7 @@ class Scheduler {
     int32_t step_prompt_tokens_ = 0;  // of the batch being decoded
     int32_t step_sampled_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;
+    std::vector<std::unique_ptr<Drafter>> drafters_;
     Batch batch_;
     size_t prompt_rr_ = 0;  // which slot gets prompt budget first (fairness)
 

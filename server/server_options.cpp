@@ -5,7 +5,9 @@
 #include "server/upstream_flags.h"
 
 #include "download.h"
+#include "ggml-backend.h"
 #include "sampling.h"
+#include "speculative.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -281,6 +283,48 @@ RopeOverrides rope_overrides(const common_params & p) {
 }
 
 // The llama-server options llama-tp-server honours, from libcommon's params.
+// llama-server's speculative settings: the kinds implemented here are read,
+// any other is ignored with a warning. A draft model given is used (as
+// draft-simple), with or without --spec-type, as llama-server did before
+// --spec-type existed.
+void read_speculative(const UpstreamFlags & up, ServerOptions & o) {
+    const common_params_speculative & s = up.params().speculative;
+    SpeculativeOptions & spec = o.speculative;
+    bool draft_simple = false;
+    for (common_speculative_type t : s.types) {
+        if (t == COMMON_SPECULATIVE_TYPE_NONE) continue;
+        if (t == COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE) {
+            spec.ngram = true;
+        } else if (t == COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE) {
+            draft_simple = true;
+        } else {
+            o.warnings.push_back(
+                "--spec-type " + common_speculative_type_to_str(t) +
+                " has no effect in llama-tp-server: not implemented (draft-simple and ngram-simple are)");
+        }
+    }
+    spec.draft_model = s.draft.mparams.path;
+    if (draft_simple && spec.draft_model.empty()) {
+        throw UsageError("--spec-type draft-simple: no draft model (-md FILE)");
+    }
+    spec.draft_n_max = s.draft.n_max;
+    spec.draft_n_min = s.draft.n_min;
+    spec.draft_p_min = s.draft.p_min;
+    spec.ngram_size_n = s.ngram_simple.size_n;
+    spec.ngram_size_m = s.ngram_simple.size_m;
+    spec.draft_kv.k = s.draft.cache_type_k;
+    spec.draft_kv.v = s.draft.cache_type_v;
+    spec.draft_threads = up.was_given("--spec-draft-threads") ? s.draft.cpuparams.n_threads : 0;
+    spec.draft_devices = o.engine.devices;
+    if (spec.draft_devices.names.size() > 1) spec.draft_devices.names.resize(1);  // the first rank's
+    if (up.was_given("--spec-draft-device")) {
+        spec.draft_devices.names.clear();
+        for (ggml_backend_dev_t d : s.draft.devices) spec.draft_devices.names.push_back(ggml_backend_dev_name(d));
+        if (spec.draft_devices.names.empty()) spec.draft_devices.names.push_back("none");
+    }
+    if (up.was_given("--spec-draft-ngl")) spec.draft_devices.gpu_layers = std::max(-2, s.draft.n_gpu_layers);
+}
+
 void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     const common_params & p = up.params();
     o.engine.model_path = p.model.path;
@@ -456,6 +500,8 @@ void check_ranges(const ServerOptions & o) {
     in("--repeat-penalty", o.requests.sampling.repeat_penalty, 0.0, 1e6);
     in("--presence-penalty", o.requests.sampling.presence_penalty, -2.0, 2.0);
     in("--frequency-penalty", o.requests.sampling.frequency_penalty, -2.0, 2.0);
+    in("--spec-draft-n-min", o.speculative.draft_n_min, 0, 1 << 20);
+    in("--spec-draft-p-min", o.speculative.draft_p_min, 0.0, 1.0);
     if (o.hosts.empty()) throw UsageError("--host: no address");
     for (const auto & k : o.api_keys) {
         if (trim(k).empty()) throw UsageError("--api-key: empty key");
@@ -596,6 +642,8 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
     for (const Pending & p : pending) {
         if (p.own) p.own->apply(o, p.name, p.value);
     }
+    read_speculative(up, o);  // after -dev, which the draft follows
+    o.engine.shares_cores = o.speculative.enabled() && !o.speculative.draft_model.empty();
     warn_about_no_effect(up, o);
     check_ranges(o);
 

@@ -71,6 +71,9 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     n_cached = (int32_t) keep;
     pending = -1;
     n_decoded = 0;
+    n_drafted = 0;
+    n_draft_accepted = 0;
+    draft.clear();
     has_new_line = false;
     hidden.clear();
     prompt_in_step = false;
@@ -88,6 +91,7 @@ std::unique_ptr<Task> Slot::release() {
     pending = -1;
     logits_row = -1;
     inflight.clear();
+    draft.clear();
     return std::move(task);
 }
 

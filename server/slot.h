@@ -44,6 +44,11 @@ class Slot {
     int32_t first_row = -1;         // embedding tasks: the batch row of this step's first prompt token
     std::vector<float> hidden;      // embedding tasks: pooled (or every) hidden state so far
     std::vector<int32_t> inflight;  // tokens this slot put into the current batch
+    // Speculative decoding: tokens proposed to follow `pending`, in the
+    // current batch after it (rows logits_row + 1...), checked when sampling.
+    std::vector<int32_t> draft;
+    int32_t n_drafted = 0;         // proposed tokens this request's steps checked
+    int32_t n_draft_accepted = 0;  // of those, the ones sampling confirmed
 
     std::chrono::steady_clock::time_point t_start;
     std::chrono::steady_clock::time_point t_last_used;  // when its last task ended (never: the epoch)

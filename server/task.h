@@ -29,6 +29,8 @@ struct Timings {
     double prompt_ms = 0;
     int32_t predicted_n = 0;
     double predicted_ms = 0;
+    int32_t draft_n = 0;           // speculative decoding: tokens proposed
+    int32_t draft_n_accepted = 0;  // and confirmed
 };
 
 struct TaskEvent {

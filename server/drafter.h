@@ -1,0 +1,72 @@
+#pragma once
+// Speculative decoding: a Drafter proposes tokens that may follow a slot's
+// tokens; the scheduler puts them into the slot's next step after its last
+// sampled token, and the target model's logits of that one step check them
+// all (server/README.md, "Speculative decoding").
+
+#include "plugin/kv_cache.h"
+#include "plugin/rank_devices.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+class Engine;
+}
+
+namespace llama_tp::server {
+
+// What one slot asks a drafter for in a step.
+struct DraftRequest {
+    int32_t seq = 0;                                // the slot (its sequence in the engines' caches)
+    const std::vector<int32_t> * cached = nullptr;  // tokens in the slot's cache, positions 0..n-1
+    int32_t last = 0;                               // then the token sampled last, at position n
+    int32_t n_max = 0;                              // most tokens the step has room for
+    std::vector<int32_t> tokens;                    // out: the proposal, to follow `last`
+};
+
+class Drafter {
+  public:
+    virtual ~Drafter() = default;
+    // llama-server's name of the kind (--spec-type).
+    virtual const char * name() const = 0;
+    // Most tokens it proposes in one step.
+    virtual int32_t n_max() const = 0;
+    // Fills `tokens` of the requests it has a proposal for (at most their
+    // n_max); leaves the others empty. Never throws: a drafter that fails
+    // proposes nothing, and generation goes on without it.
+    virtual void draft(std::vector<DraftRequest *> & requests) = 0;
+};
+
+// llama-server's speculative settings (--spec-type, -md, --spec-draft-*,
+// --spec-ngram-simple-*).
+struct SpeculativeOptions {
+    // ngram-simple: the tokens after the last earlier occurrence of the
+    // slot's last size_n tokens.
+    bool ngram = false;
+    int32_t ngram_size_n = 12;
+    int32_t ngram_size_m = 48;
+    // draft-simple: a smaller model with the target's vocabulary, greedy.
+    std::string draft_model;
+    int32_t draft_n_max = 3;
+    int32_t draft_n_min = 0;      // a shorter proposal is dropped
+    float draft_p_min = 0.0f;     // a proposal ends at a token less likely than this (among the top 10)
+    KvTypes draft_kv;             // -ctkd / -ctvd
+    int32_t draft_threads = 0;    // -td (0: as the target's)
+    DeviceOptions draft_devices;  // -devd / -ngld
+    bool enabled() const { return ngram || !draft_model.empty(); }
+    // The kinds in use, as llama-server lists them ("none" when off).
+    std::string type_names() const;
+};
+
+// The drafters the options ask for, in llama-server's order of preference
+// (n-grams before a draft model). The draft model is loaded here, on this
+// process alone, for n_slots slots of n_ctx_slot positions each; throws
+// llama_tp::Error naming the file when it cannot be loaded or its
+// vocabulary differs from the target's.
+std::vector<std::unique_ptr<Drafter>> make_drafters(const SpeculativeOptions & options, const Engine & target,
+                                                    int32_t n_slots, int32_t n_ctx_slot);
+
+}  // namespace llama_tp::server
