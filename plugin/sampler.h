@@ -77,6 +77,9 @@ class Sampler {
     int32_t sample(const float * logits);
     // Feeds a prompt token into the penalty state without sampling.
     void accept(int32_t token);
+    // The constraint given at construction (nullptr: none), for its owner's
+    // own calls between samples (libcommon's reasoning budget: force its end).
+    llama_sampler * constraint() const { return constraint_.get(); }
 
     // Log-probabilities (full softmax of the raw logits) of one token and of
     // the n most likely tokens; computed only when asked (a pass over the

@@ -76,13 +76,14 @@ std::vector<int32_t> tokens_in_text(const Tokenizer & tok, const std::string & t
 }
 
 // The request's budget, else the server's; none where the template has no
-// thinking tags, as upstream.
+// thinking tags, as upstream. A request that may end its thinking while it
+// runs (reasoning_control) gets one without a limit.
 ThinkingBudget thinking_budget(const ServerState & st, const GenerationRequest & gr, const ChatPrompt & cp) {
     ThinkingBudget b;
     const int32_t n = gr.reasoning_budget >= 0 ? gr.reasoning_budget : st.opts.reasoning_budget;
-    if (n < 0 || cp.thinking_start.empty() || cp.thinking_ends.empty()) return b;
+    if ((n < 0 && !gr.reasoning_control) || cp.thinking_start.empty() || cp.thinking_ends.empty()) return b;
     const Tokenizer & tok = st.engine->tokenizer();
-    b.tokens = n;
+    b.tokens = n < 0 ? INT32_MAX : n;
     b.start = tokens_in_text(tok, cp.thinking_start);
     for (const std::string & end : cp.thinking_ends) b.ends.push_back(tokens_in_text(tok, end));
     b.forced = tok.tokenize(gr.reasoning_budget_message.value_or(st.opts.reasoning_budget_message), false, true);
@@ -673,6 +674,8 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
                                                              gr.logprobs, &st.engine->tokenizer())
                                      : first;
         ctx.index = i;
+        task->completion_id = ctx.id;
+        task->reasoning_control = gr.reasoning_control;
         if (shape_kind == Shape::Native) {
             ctx.prompt = gr.prompt_is_tokens || endpoint == Endpoint::Infill
                              ? st.engine->tokenizer().detokenize(task->prompt, true)
@@ -809,6 +812,35 @@ Scheduler::SlotAction run_slot_action(const ServerState & st, Scheduler::SlotAct
     a = st.scheduler->slot_action(std::move(a)).get();
     if (a.status != 0) throw ApiError(a.status, a.message, "id_slot", a.status == 501 ? "" : "slot_action_failed");
     return a;
+}
+
+// POST /v1/chat/completions/control {id, action: "reasoning_end"}, as
+// llama-server: a running completion that armed reasoning_control ends its
+// thinking now. An id that matches nothing running is not an error
+// (the completion may just have finished): {"success": false, "message"}.
+json control_completion(const ServerState & st, const Request & req) {
+    const json body = parse_json_body(req.body);
+    auto text = [&body](const char * name) {
+        const auto it = body.find(name);
+        if (it == body.end() || it->is_null()) return std::string();
+        if (!it->is_string()) throw bad_request(std::string("'") + name + "' must be a string", name, "invalid_type");
+        return it->get<std::string>();
+    };
+    const std::string id = text("id");
+    const std::string action = text("action");
+    if (id.empty()) throw bad_request("missing completion id", "id", "invalid_value");
+    if (action != "reasoning_end") {
+        throw bad_request("unknown control action '" + action + "' (reasoning_end is the one there is)", "action",
+                          "invalid_value");
+    }
+    Scheduler::SlotAction a;
+    a.kind = Scheduler::SlotAction::Kind::EndReasoning;
+    a.completion_id = id;
+    a = st.scheduler->slot_action(std::move(a)).get();
+    if (a.status == 503) throw ApiError(503, a.message);
+    json r = {{"success", a.status == 0}};
+    if (a.status != 0) r["message"] = a.message;
+    return r;
 }
 
 // POST /slots/{id}?action=save|restore|erase, as llama-server.
@@ -983,6 +1015,9 @@ void register_routes(httplib::Server & http, ServerState & st) {
             res, {{"object", "response.input_tokens"}, {"input_tokens", prompt_tokens(st, parse_json_body(req.body))}});
     });
     http.Post(at("/v1/chat/completions/input_tokens"), input_tokens);
+    http.Post(at("/v1/chat/completions/control"), guarded([&st](const Request & req, Response & res) {
+                  send_json(res, control_completion(st, req));
+              }));
     auto responses = guarded([&st](const Request & req, Response & res) {
         handle_generation(st, Endpoint::Chat, req, res, Shape::Responses);
     });
@@ -1096,7 +1131,6 @@ void register_routes(httplib::Server & http, ServerState & st) {
     static const std::pair<const char *, const char *> missing[] = {
         {"/v1/audio/transcriptions", "audio input is not implemented"},
         {"/audio/transcriptions", "audio input is not implemented"},
-        {"/v1/chat/completions/control", "generation control is not implemented"},
         {"/cors-proxy", "there is no web UI and no CORS proxy"},
         {"/tools", "server-side tools are not implemented"},
     };

@@ -473,6 +473,7 @@ void parse_chat_turn(const json & body, GenerationRequest & r) {
     // upstream's name, then the one it also takes
     const char * budget = field(body, "reasoning_budget_tokens") ? "reasoning_budget_tokens" : "thinking_budget_tokens";
     r.reasoning_budget = (int32_t) get_int(body, budget, -1, INT32_MAX, -1);
+    r.reasoning_control = get_bool(body, "reasoning_control", false);
     if (field(body, "reasoning_budget_message")) {
         r.reasoning_budget_message = get_string(body, "reasoning_budget_message", "");
     }

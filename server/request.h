@@ -68,6 +68,8 @@ struct GenerationRequest {
     // goes before the forced end tag (--reasoning-budget-message).
     int32_t reasoning_budget = -1;
     std::optional<std::string> reasoning_budget_message;
+    // The thinking can be ended while it runs (POST /v1/chat/completions/control).
+    bool reasoning_control = false;
     bool add_generation_prompt = true;
 
     int32_t max_tokens = -1;  // -1: server default / until the context is full

@@ -5,6 +5,8 @@
 #include "server/log.h"
 #include "server/token_prefix.h"
 
+#include "reasoning-budget.h"
+
 #include <algorithm>
 
 namespace llama_tp::server {
@@ -217,6 +219,10 @@ void Scheduler::run_slot_actions() {
 }
 
 void Scheduler::apply(SlotAction & a) {
+    if (a.kind == SlotAction::Kind::EndReasoning) {
+        end_reasoning(a);
+        return;
+    }
     if (a.slot < 0 || a.slot >= n_slots()) {
         a.status = 400;
         a.message = "no slot " + std::to_string(a.slot) + " (slots 0 to " + std::to_string(n_slots() - 1) + ")";
@@ -262,6 +268,29 @@ void Scheduler::apply(SlotAction & a) {
             a.tokens = slot.kv_tokens;
             slot.clear_cache(engine_);
             return;
+        case SlotAction::Kind::EndReasoning:
+            return;
+    }
+}
+
+// The reasoning budget of the running task forces the end of its thinking
+// from its next token on (all its choices: they share the response's id).
+// Ending thinking that is not open (done, or not begun) changes nothing.
+void Scheduler::end_reasoning(SlotAction & a) {
+    bool found = false;
+    for (auto & slot : slots_) {
+        if (!slot->busy() || slot->task->completion_id != a.completion_id) continue;
+        found = true;
+        if (!slot->task->reasoning_control) {
+            a.status = 409;
+            a.message = "reasoning control not enabled for this completion";
+            return;
+        }
+        common_reasoning_budget_force(slot->task->sampler->constraint());
+    }
+    if (!found) {
+        a.status = 404;
+        a.message = "no active completion for this id";
     }
 }
 

@@ -101,11 +101,13 @@ class Scheduler {
 
     // Save, restore or erase one idle slot's cache, between decode steps on
     // the scheduler thread (the caller does the file I/O). Save fills tokens
-    // and kv; Restore takes them. The future's status is 0 on success, else
-    // an HTTP status with message.
+    // and kv; Restore takes them. EndReasoning ends the thinking of the
+    // running task whose response has completion_id (reasoning_control).
+    // The future's status is 0 on success, else an HTTP status with message.
     struct SlotAction {
-        enum class Kind { Save, Restore, Erase } kind = Kind::Save;
+        enum class Kind { Save, Restore, Erase, EndReasoning } kind = Kind::Save;
         int32_t slot = 0;
+        std::string completion_id;
         std::vector<int32_t> tokens;
         std::vector<uint8_t> kv;
         std::vector<float> lora;  // Restore: the LoRA scales the cells are taken to have
@@ -177,6 +179,7 @@ class Scheduler {
     void publish_views();
     void run_slot_actions();
     void apply(SlotAction & a);
+    void end_reasoning(SlotAction & a);
     struct PendingAction {
         SlotAction action;
         std::promise<SlotAction> done;

@@ -133,6 +133,10 @@ struct Task {
     bool embedding = false;   // no generation: the Done event carries the pooled hidden states
     std::vector<float> lora;  // each LoRA adapter's scale for this task (empty: no adapters)
     Pooling pooling = Pooling::Mean;
+    // The response's id ("chatcmpl-..."), by which a control request finds
+    // the task, and whether it may end the thinking (reasoning_control).
+    std::string completion_id;
+    bool reasoning_control = false;
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
     std::chrono::steady_clock::time_point t_submit = std::chrono::steady_clock::now();

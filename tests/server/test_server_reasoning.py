@@ -1,8 +1,9 @@
 """Reasoning models: thinking goes to reasoning_content (whole and in stream
 deltas), --reasoning-format and the request's reasoning_format, thinking
 switched off by --reasoning / chat_template_kwargs / reasoning_effort,
-reasoning given back in history, and a trailing assistant message continued
-(prefill). The tiny model is made to "think" by a grammar."""
+reasoning given back in history, a trailing assistant message continued
+(prefill), the reasoning budget, and thinking ended while it runs
+(reasoning_control, /v1/chat/completions/control). The tiny model is made to "think" by a grammar."""
 
 import json
 from pathlib import Path
@@ -152,6 +153,51 @@ def test_server_reasoning_budget():
         assert "no effect" not in s.log_text()
     finally:
         assert s.stop() == 0
+
+
+def stream_with_control(server, control_body=None, **body):
+    """Streams a chat completion whose thinking would not end; after its
+    first thinking delta, POSTs /v1/chat/completions/control with the
+    stream's id (and control_body). Returns the control's answer, the
+    thinking and the content."""
+    body = {"messages": USER, "grammar": OPEN_THOUGHT, "max_tokens": 900, "stream": True, **body}
+    r = server.post("/v1/chat/completions", body, stream=True)
+    assert r.status_code == 200, r.text
+    answer, thinking, content = None, "", ""
+    for line in r.iter_lines(decode_unicode=True):
+        if not line or not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        for choice in chunk["choices"]:
+            thinking += choice["delta"].get("reasoning_content") or ""
+            content += choice["delta"].get("content") or ""
+        if answer is None and thinking:
+            c = server.post("/v1/chat/completions/control",
+                            {"id": chunk["id"], "action": "reasoning_end", **(control_body or {})})
+            assert c.status_code == 200, c.text
+            answer = c.json()
+    return answer, thinking, content
+
+
+def test_control_ends_the_thinking_of_a_running_completion(open_thinker):
+    answer, thinking, content = stream_with_control(open_thinker, reasoning_control=True)
+    assert answer == {"success": True}
+    # The end tag came while the words would have run on to the token limit.
+    assert content == "The answer.", (thinking, content)
+    n = len(open_thinker.post("/tokenize", {"content": thinking}).json()["tokens"])
+    assert 1 <= n < 450, thinking
+    # Without reasoning_control the completion is not armed: it thinks on.
+    answer, thinking, content = stream_with_control(open_thinker, max_tokens=200)
+    assert answer == {"success": False, "message": "reasoning control not enabled for this completion"}
+    assert content == ""
+
+
+def test_control_requests_that_match_nothing_or_are_malformed(open_thinker):
+    r = open_thinker.post("/v1/chat/completions/control", {"id": "chatcmpl-gone", "action": "reasoning_end"})
+    assert r.status_code == 200 and r.json() == {"success": False, "message": "no active completion for this id"}
+    assert_error(open_thinker.post("/v1/chat/completions/control", {"action": "reasoning_end"}), 400, "id")
+    assert_error(open_thinker.post("/v1/chat/completions/control", {"id": "x", "action": "stop"}), 400, "action")
+    assert_error(open_thinker.post("/v1/chat/completions/control", {"id": 5, "action": "reasoning_end"}), 400, "id")
 
 
 @pytest.mark.parametrize("field,value", [
