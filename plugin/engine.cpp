@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "ggml.h"
@@ -88,14 +89,37 @@ class TensorParallelEngine final : public Engine {
         cells_ = std::make_unique<KvPools>(kv_sizes_);
         log_window_pool();
         RankSetup setup;
+        std::unique_ptr<ThreadRankGroup> local = load_local_ranks(file, adapters, setup);
+        if (n_processes > 1) {
+            log_ranks(setup, *processes, local->reports());
+            auto group = std::make_unique<MpiRankGroup>(
+                *processes, std::move(local), process_vocab(n_processes), row_width(), process_kv_heads(n_processes),
+                [this](int32_t n) { return KvImageLayout::of(hp_, options_.kv_types, n, kv_sizes_.window_keep); });
+            processes_group_ = group.get();
+            group_ = std::move(group);
+        } else {
+            group_ = std::move(local);
+        }
+        fill_info(file);
+        if (options_.embeddings && !follower()) head_ = ClassifierHead::read(file, hp_);
+    }
+
+    // This process's ranks, loaded from the file with the adapters and the
+    // control vector (agreed with the other processes of a launch).
+    std::unique_ptr<ThreadRankGroup> load_local_ranks(const GgufFile & file,
+                                                      const std::vector<std::unique_ptr<GgufFile>> & adapters,
+                                                      RankSetup & setup) {
+        ProcessGroup * processes = options_.processes;
+        const int n_processes = processes ? processes->size() : 1;
+        const int tp = options_.tp;
         setup.file = &file;
         setup.hp = &hp_;
-        setup.plan = sharded ? &plan_ : nullptr;
+        setup.plan = plan_.ranks.empty() ? nullptr : &plan_;
         setup.options = &options_;
         setup.kv_sizes = kv_sizes_;
         setup.first_rank = processes ? processes->rank() * tp : 0;
         setup.n_local = tp;
-        setup.n_ranks = n_ranks;
+        setup.n_ranks = tp * n_processes;
         setup.n_threads = std::max(1, options_.n_threads / tp);
         setup.devices = devices_.devices;
         setup.cpu_ops = cpu_ops_;
@@ -111,22 +135,47 @@ class TensorParallelEngine final : public Engine {
             allreduce = make_allreduce_engine(allreduce_config(tp));
         }
         auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
-        if (n_processes > 1) {
-            log_ranks(setup, *processes, local->reports());
-            auto group = std::make_unique<MpiRankGroup>(
-                *processes, std::move(local), process_vocab(n_processes), row_width(), process_kv_heads(n_processes),
-                [this](int32_t n) { return KvImageLayout::of(hp_, options_.kv_types, n, kv_sizes_.window_keep); });
-            processes_group_ = group.get();
-            group_ = std::move(group);
-        } else {
-            group_ = std::move(local);
-        }
-        fill_info(file);
-        if (options_.embeddings && !follower()) head_ = ClassifierHead::read(file, hp_);
+        setup.control = nullptr;  // gone with this call
+        setup.adapters.clear();
+        return local;
     }
 
-    std::string failure() const override { return group_->failure(); }
-    void abort(const std::string & why) override { group_->abort(why); }
+    std::string failure() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return group_ ? group_->failure() : "";
+    }
+    void abort(const std::string & why) override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        if (group_) group_->abort(why);
+    }
+
+    void sleep() override {
+        if (options_.processes && options_.processes->size() > 1) {
+            throw Error("a group of processes cannot sleep: the other processes hold their shards");
+        }
+        if (!group_) return;
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        slept_stats_ = collective_stats_locked();
+        slept_graph_builds_ += group_->graph_builds();
+        group_.reset();
+        cells_ = std::make_unique<KvPools>(kv_sizes_);
+        pending_edits_.clear();
+        std::vector<float>().swap(logits_);
+        output_index_.clear();
+    }
+
+    void wake() override {
+        if (group_) return;
+        GgufFile file(options_.model_path, options_.metadata_overrides);
+        std::vector<std::unique_ptr<GgufFile>> adapters;
+        for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
+        RankSetup setup;
+        std::unique_ptr<RankGroup> group = load_local_ranks(file, adapters, setup);
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        group_ = std::move(group);
+    }
+
+    bool asleep() const override { return !group_; }
 
     bool follower() const override { return options_.processes && options_.processes->rank() != 0; }
 
@@ -137,6 +186,7 @@ class TensorParallelEngine final : public Engine {
 
     void decode(const Batch & batch) override {
         if (follower()) throw Error("only process 0 of the group decodes");
+        require_awake();
         validate_batch(batch);
         Step step;
         KvPlacement placement;
@@ -166,6 +216,7 @@ class TensorParallelEngine final : public Engine {
 
     std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) override {
         if (follower()) throw Error("only process 0 of the group reads sequences");
+        require_awake();
         std::vector<int64_t> cells, window_cells;
         if (!cells_->cells_of(seq, n, cells, window_cells)) {
             throw Error("positions [0, " + std::to_string(n) + ") of sequence " + std::to_string(seq) +
@@ -192,6 +243,7 @@ class TensorParallelEngine final : public Engine {
 
     void write_sequence(int32_t seq, const std::vector<int32_t> & tokens, const std::vector<uint8_t> & image) override {
         if (follower()) throw Error("only process 0 of the group writes sequences");
+        require_awake();
         if (seq < 0 || seq >= options_.n_seq_max) throw Error("sequence " + std::to_string(seq) + " out of range");
         const int32_t n = (int32_t) tokens.size();
         const KvImageLayout layout = image_layout(n);
@@ -266,15 +318,42 @@ class TensorParallelEngine final : public Engine {
     const ModelInfo & info() const override { return info_; }
     const ClassifierHead * classifier() const override { return head_ ? &*head_ : nullptr; }
     const EngineOptions & options() const override { return options_; }
-    int64_t graph_builds() const override { return group_->graph_builds(); }
-    std::vector<CollectiveStats> collective_stats() const override { return group_->collective_stats(); }
+    int64_t graph_builds() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return slept_graph_builds_ + (group_ ? group_->graph_builds() : 0);
+    }
+    std::vector<CollectiveStats> collective_stats() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return collective_stats_locked();
+    }
     std::vector<uint64_t> rank_memory_bytes() const override {
-        std::vector<uint64_t> out;
-        for (const RankReport & r : group_->reports()) out.push_back(r.memory_bytes);
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        std::vector<uint64_t> out(info_.tp, 0);  // asleep: none
+        if (group_) {
+            out.clear();
+            for (const RankReport & r : group_->reports()) out.push_back(r.memory_bytes);
+        }
         return out;
     }
 
   private:
+    void require_awake() const {
+        if (!group_) throw Error("the model is unloaded while the engine sleeps (wake() loads it again)");
+    }
+
+    // Since loading: the ranks' now, and those of the groups before a sleep.
+    std::vector<CollectiveStats> collective_stats_locked() const {
+        std::vector<CollectiveStats> out = slept_stats_;
+        if (!group_) return out;
+        const std::vector<CollectiveStats> now = group_->collective_stats();
+        out.resize(std::max(out.size(), now.size()));
+        for (size_t r = 0; r < now.size(); ++r) {
+            out[r].calls += now[r].calls;
+            out[r].seconds += now[r].seconds;
+        }
+        return out;
+    }
+
     int32_t row_width() const { return options_.embeddings ? hp_.n_embd : hp_.n_vocab; }
 
     KvImageLayout image_layout(int32_t n) const {
@@ -595,7 +674,12 @@ class TensorParallelEngine final : public Engine {
     KvPoolSizes kv_sizes_;
     std::unique_ptr<KvPools> cells_;
     std::vector<KvEdit> pending_edits_;
+    // Null while asleep. Replaced only by the owning thread (sleep, wake),
+    // under group_mutex_, which the calls safe from any thread take.
     std::unique_ptr<RankGroup> group_;
+    mutable std::mutex group_mutex_;
+    std::vector<CollectiveStats> slept_stats_;  // of the groups before a sleep
+    int64_t slept_graph_builds_ = 0;
     MpiRankGroup * processes_group_ = nullptr;  // group_, when it spans processes
     std::vector<float> logits_;
     std::vector<int32_t> output_index_;

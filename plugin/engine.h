@@ -126,6 +126,16 @@ class Engine {
     // returns at once and throws. The group stays failed.
     virtual void abort(const std::string & why) = 0;
 
+    // Frees every rank's weights, KV cache and buffers, keeping the
+    // tokenizer, info() and options(); until wake() loads the ranks again
+    // (from the model file, the cache empty) decode and the sequence calls
+    // throw. One process only: throws llama_tp::Error in a group of
+    // processes. wake() throws llama_tp::Error as load() does, the engine
+    // staying asleep.
+    virtual void sleep() = 0;
+    virtual void wake() = 0;
+    virtual bool asleep() const = 0;
+
     // Logits of batch row i of the last decode(); only rows that asked for them.
     virtual const float * logits(int32_t batch_row) const = 0;
     // With EngineOptions::embeddings: the hidden state (n_embd floats) of batch row i.

@@ -38,6 +38,10 @@ class Drafter {
     // n_max); leaves the others empty. Never throws: a drafter that fails
     // proposes nothing, and generation goes on without it.
     virtual void draft(std::vector<DraftRequest *> & requests) = 0;
+    // --sleep-idle-seconds: a drafter holding a model frees it, and loads it
+    // again (Engine::sleep, wake; wake throws as Engine::wake does).
+    virtual void sleep() {}
+    virtual void wake() {}
 };
 
 // llama-server's speculative settings (--spec-type, -md, --spec-draft-*,

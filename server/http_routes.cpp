@@ -757,7 +757,7 @@ json props_json(const ServerState & st) {
             {"bos_token", token_text(tok.bos())},
             {"eos_token", token_text(tok.eos())},
             {"build_info", "llama-tp"},
-            {"is_sleeping", false},
+            {"is_sleeping", st.scheduler->asleep()},
             // llama-tp's own
             {"busy_slots", stats.busy},
             {"queued_requests", stats.queued},
@@ -1015,9 +1015,8 @@ void register_routes(httplib::Server & http, ServerState & st) {
             res, {{"object", "response.input_tokens"}, {"input_tokens", prompt_tokens(st, parse_json_body(req.body))}});
     });
     http.Post(at("/v1/chat/completions/input_tokens"), input_tokens);
-    http.Post(at("/v1/chat/completions/control"), guarded([&st](const Request & req, Response & res) {
-                  send_json(res, control_completion(st, req));
-              }));
+    http.Post(at("/v1/chat/completions/control"),
+              guarded([&st](const Request & req, Response & res) { send_json(res, control_completion(st, req)); }));
     auto responses = guarded([&st](const Request & req, Response & res) {
         handle_generation(st, Endpoint::Chat, req, res, Shape::Responses);
     });

@@ -338,7 +338,10 @@ int main(int argc, char ** argv) {
             return 1;
         }
     }
-    if (processes && processes->rank() != 0) return follow_process_zero(opts, *processes, sigs);
+    if (processes && processes->rank() != 0) {
+        opts.engine.shares_cores = false;  // the draft model runs on process 0 only
+        return follow_process_zero(opts, *processes, sigs);
+    }
     std::thread(signal_thread, sigs).detach();
 
     ServerState state(opts);
@@ -434,6 +437,11 @@ int main(int argc, char ** argv) {
     scheduler.set_on_group_failed(stop_after_group_failure);
     const bool speculative = !drafters.empty();
     scheduler.set_drafters(std::move(drafters));
+    if (opts.sleep_idle_seconds > 0 && processes && processes->size() > 1) {
+        SRV_WRN("--sleep-idle-seconds has no effect under mpirun: the other processes keep their shards loaded");
+    } else if (opts.sleep_idle_seconds > 0) {
+        scheduler.set_sleep_after(std::chrono::seconds(opts.sleep_idle_seconds));
+    }
     scheduler.start();
 
     const ModelInfo & info = engine->info();

@@ -93,22 +93,36 @@ void ModelDrafter::forget_all() {
     }
 }
 
+void ModelDrafter::sleep() {
+    engine_->sleep();
+    for (auto & c : cached_) c.clear();
+}
+
+void ModelDrafter::wake() {
+    engine_->wake();
+}
+
 void ModelDrafter::draft(std::vector<DraftRequest *> & requests) {
     std::vector<DraftRequest *> mine;
     for (DraftRequest * r : requests) {
         if (r->n_max > 0 && r->seq >= 0 && r->seq < (int32_t) cached_.size()) mine.push_back(r);
     }
-    if (mine.empty() || n_max_ == 0) return;
+    if (mine.empty() || n_max_ == 0 || failures_ >= kMaxFailures) return;
     std::vector<int32_t> next(mine.size(), -1);  // each request's next token, once picked
     try {
         catch_up(mine, next);
         extend(mine, next);
+        failures_ = 0;
     } catch (const std::exception & e) {
-        SRV_WRN("the draft model failed (%s); its cache starts again empty", e.what());
         for (DraftRequest * r : mine) r->tokens.clear();
         try {
             forget_all();
         } catch (const std::exception &) {
+        }
+        if (++failures_ >= kMaxFailures) {
+            SRV_ERR("the draft model failed %d times in a row (%s): no more drafts from it", failures_, e.what());
+        } else {
+            SRV_WRN("the draft model failed (%s); its cache starts again empty", e.what());
         }
         return;
     }
@@ -118,42 +132,41 @@ void ModelDrafter::draft(std::vector<DraftRequest *> & requests) {
 }
 
 // Decodes what each slot holds beyond the prefix the draft's cache shares
-// with it, the last sampled token last, and picks the first proposal.
+// with it, the last sampled token last, and picks the first proposal. One
+// batch a step: a slot further behind (a new long prompt, a context shift)
+// catches up over several steps, proposing nothing meanwhile, so that the
+// other slots' steps do not wait for it. A slot holding a token the draft's
+// vocabulary lacks gets no proposal.
 void ModelDrafter::catch_up(std::vector<DraftRequest *> & requests, std::vector<int32_t> & next) {
     const int32_t n_batch = engine_->options().n_batch;
-    std::vector<size_t> done(requests.size());  // of each slot's tokens, the ones in the draft's cache
-    for (size_t i = 0; i < requests.size(); ++i) {
+    const int32_t n_vocab = engine_->info().n_vocab;
+    Batch batch;
+    std::vector<std::pair<size_t, int32_t>> rows;  // request, batch row of its last token
+    for (size_t i = 0; i < requests.size() && batch.size() < n_batch; ++i) {
         const DraftRequest & r = *requests[i];
         std::vector<int32_t> & have = cached_[r.seq];
         // The last sampled token is decoded in any case, for its logits.
-        size_t keep = common_prefix(have, *r.cached);
-        if (keep < have.size()) {
-            if (!engine_->seq_resumable(r.seq, (int32_t) keep)) keep = 0;
-            engine_->seq_remove(r.seq, (int32_t) keep, -1);
-            have.resize(keep);
+        size_t done = common_prefix(have, *r.cached);
+        const size_t n = r.cached->size() + 1;
+        auto token_at = [&r, n](size_t k) { return k + 1 == n ? r.last : (*r.cached)[k]; };
+        bool known = true;
+        for (size_t k = done; k < n && known; ++k) known = token_at(k) >= 0 && token_at(k) < n_vocab;
+        if (done < have.size()) {
+            if (!engine_->seq_resumable(r.seq, (int32_t) done)) done = 0;
+            engine_->seq_remove(r.seq, (int32_t) done, -1);
+            have.resize(done);
         }
-        done[i] = keep;
-    }
-    Batch batch;
-    for (;;) {
-        batch.clear();
-        std::vector<std::pair<size_t, int32_t>> rows;  // request, batch row of its last token
-        for (size_t i = 0; i < requests.size() && batch.size() < n_batch; ++i) {
-            const DraftRequest & r = *requests[i];
-            const size_t n = r.cached->size() + 1;
-            while (done[i] < n && batch.size() < n_batch) {
-                const bool last = done[i] + 1 == n;
-                const int32_t token = last ? r.last : (*r.cached)[done[i]];
-                if (last) rows.emplace_back(i, batch.size());
-                batch.add(token, (int32_t) done[i], r.seq, last);
-                cached_[r.seq].push_back(token);
-                done[i]++;
-            }
+        if (!known) continue;
+        for (; done < n && batch.size() < n_batch; ++done) {
+            const bool last = done + 1 == n;
+            if (last) rows.emplace_back(i, batch.size());
+            batch.add(token_at(done), (int32_t) done, r.seq, last);
+            have.push_back(token_at(done));
         }
-        if (batch.size() == 0) return;
-        engine_->decode(batch);
-        for (const auto & [i, row] : rows) next[i] = proposal(row);
     }
+    if (batch.size() == 0) return;
+    engine_->decode(batch);
+    for (const auto & [i, row] : rows) next[i] = proposal(row);
 }
 
 // Greedy steps of every slot still drafting, together, until each has its

@@ -26,6 +26,8 @@ class ModelDrafter : public Drafter {
     const char * name() const override { return "draft-simple"; }
     int32_t n_max() const override { return n_max_; }
     void draft(std::vector<DraftRequest *> & requests) override;
+    void sleep() override;
+    void wake() override;
 
   private:
     void catch_up(std::vector<DraftRequest *> & requests, std::vector<int32_t> & next);
@@ -33,6 +35,9 @@ class ModelDrafter : public Drafter {
     int32_t proposal(int32_t row) const;
     void forget_all();
 
+    // A draft engine that keeps failing is no longer asked.
+    static constexpr int kMaxFailures = 3;
+    int failures_ = 0;
     std::unique_ptr<Engine> engine_;
     const int32_t n_vocab_target_;
     const int32_t n_max_;

@@ -7,17 +7,19 @@ namespace llama_tp::server {
 NgramDrafter::NgramDrafter(int32_t size_n, int32_t size_m)
     : size_n_(std::max<int32_t>(1, size_n)), size_m_(std::max<int32_t>(0, size_m)) {}
 
+// llama-server's rules: at least n + m + 2 tokens, the most recent earlier
+// occurrence (the text nearest to where we are) other than at position 0,
+// and no proposal shorter than n.
 std::vector<int32_t> NgramDrafter::propose(const std::vector<int32_t> & tokens, int32_t n_max) const {
     const int64_t n = (int64_t) tokens.size();
-    const int64_t want = std::min<int64_t>(size_m_, n_max);
-    if (want <= 0 || n <= size_n_) return {};
+    if (n_max <= 0 || n <= (int64_t) size_n_ + size_m_ + 1) return {};
     const auto pattern = tokens.end() - size_n_;
-    // The most recent earlier occurrence: the text nearest to where we are.
-    for (int64_t start = n - size_n_ - 1; start >= 0; --start) {
+    for (int64_t start = n - size_n_ - 1; start > 0; --start) {
         if (!std::equal(pattern, tokens.end(), tokens.begin() + start)) continue;
         const int64_t from = start + size_n_;
-        const int64_t to = std::min(n, from + want);
-        return {tokens.begin() + from, tokens.begin() + to};
+        const int64_t length = std::min<int64_t>(size_m_, n - from);
+        if (length < size_n_) return {};
+        return {tokens.begin() + from, tokens.begin() + from + std::min<int64_t>(length, n_max)};
     }
     return {};
 }

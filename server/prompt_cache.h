@@ -53,6 +53,10 @@ class PromptCache {
     size_t longest_prefix(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
                           size_t usable = SIZE_MAX) const;
 
+    void clear() {
+        kept_.clear();
+        bytes_ = 0;
+    }
     size_t size() const { return kept_.size(); }
     size_t bytes() const { return bytes_; }
 

@@ -146,11 +146,21 @@ void Scheduler::run() {
                 lock.lock();
             }
             had_work = false;
-            cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy_ > 0 || !actions_.empty(); });
+            auto has_work = [&] { return stopping_ || !queue_.empty() || busy_ > 0 || !actions_.empty(); };
+            if (sleep_after_.count() > 0 && !asleep_) {
+                if (!cv_.wait_for(lock, sleep_after_, has_work)) {
+                    lock.unlock();
+                    fall_asleep();
+                    continue;
+                }
+            } else {
+                cv_.wait(lock, has_work);
+            }
             if (stopping_) {
                 break;
             }
         }
+        if (asleep_ && !wake_up()) continue;
         run_slot_actions();
         admit();
         drop_cancelled();
@@ -182,6 +192,56 @@ void Scheduler::run() {
     actions_.clear();
     finished_ = true;
     cv_.notify_all();
+}
+
+// Every slot is idle: the model and the caches go; slots keep no tokens.
+void Scheduler::fall_asleep() {
+    try {
+        engine_.sleep();
+        for (const auto & d : drafters_) d->sleep();
+    } catch (const std::exception & e) {
+        SRV_WRN("cannot sleep: %s", e.what());
+        sleep_after_ = std::chrono::seconds(0);
+        return;
+    }
+    for (auto & slot : slots_) {
+        slot->kv_tokens.clear();
+        slot->kv_lora.clear();
+    }
+    prompt_cache_.clear();
+    asleep_ = true;
+    SRV_INF("sleeping after %lld s without requests: the model is unloaded until the next one",
+            (long long) sleep_after_.count());
+    if (on_idle_) on_idle_();
+    publish_views();
+}
+
+bool Scheduler::wake_up() {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        engine_.wake();
+        for (const auto & d : drafters_) d->wake();
+    } catch (const std::exception & e) {
+        const std::string message = std::string("the model could not be loaded again: ") + e.what();
+        SRV_ERR("%s", message.c_str());
+        std::deque<std::unique_ptr<Task>> queued;
+        std::deque<PendingAction> actions;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            queued.swap(queue_);
+            actions.swap(actions_);
+        }
+        for (auto & t : queued) t->channel->push(error_event(500, message));
+        for (PendingAction & p : actions) {
+            p.action.status = 500;
+            p.action.message = message;
+            p.done.set_value(std::move(p.action));
+        }
+        return false;
+    }
+    asleep_ = false;
+    SRV_INF("awake: the model is loaded again (%.0f ms)", ms_between(t0, std::chrono::steady_clock::now()));
+    return true;
 }
 
 std::future<Scheduler::SlotAction> Scheduler::slot_action(SlotAction action) {
@@ -537,13 +597,15 @@ void Scheduler::build_batch() {
 // tokens it may still generate.
 void Scheduler::propose_drafts(const std::vector<Slot *> & generating, int32_t & budget) {
     if (drafters_.empty()) return;
+    int32_t most = 0;  // that any drafter proposes
+    for (const auto & d : drafters_) most = std::max(most, d->n_max());
     std::vector<DraftRequest> requests;
     requests.reserve(generating.size());
     int32_t room_left = budget;
     for (Slot * slot : generating) {
         const Task & task = *slot->task;
-        const int32_t room =
-            std::min({room_left, n_ctx_slot_ - slot->n_past() - 2, task.n_predict - slot->n_decoded - 1});
+        const int32_t room = std::min(
+            {most, room_left, n_ctx_slot_ - slot->n_past() - 2, task.n_predict - slot->n_decoded - 1});
         if (room <= 0) continue;
         DraftRequest r;
         r.seq = slot->id;
@@ -775,6 +837,8 @@ int32_t Scheduler::sample_token(Slot & slot, int32_t row, std::chrono::steady_cl
         ev.timings.prompt_ms = ms_between(slot.t_start, slot.t_first_token);
         ev.timings.predicted_n = slot.n_decoded;
         ev.timings.predicted_ms = ms_between(slot.t_first_token, now);
+        ev.timings.draft_n = slot.n_drafted;
+        ev.timings.draft_n_accepted = slot.n_draft_accepted;
     }
     ev.id_slot = slot.id;
     ev.n_prompt = (int32_t) task.prompt.size();

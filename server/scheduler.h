@@ -62,6 +62,11 @@ class Scheduler {
     // Speculative decoding: the drafters asked in turn for tokens to check
     // after each generating slot's sampled token (set before start()).
     void set_drafters(std::vector<std::unique_ptr<Drafter>> drafters) { drafters_ = std::move(drafters); }
+    // llama-server's --sleep-idle-seconds: after this long without a task the
+    // engine (and a draft model) frees the model and every cache; the next
+    // task or slot action loads it again (set before start(); 0: never).
+    void set_sleep_after(std::chrono::seconds idle) { sleep_after_ = idle; }
+    bool asleep() const { return asleep_; }
 
     void start();
     // Asks the thread to stop after its current step, and waits up to
@@ -118,6 +123,8 @@ class Scheduler {
 
   private:
     void run();
+    void fall_asleep();
+    bool wake_up();                               // false: the model could not be loaded; what waited got 500
     void admit();                                 // queued tasks -> idle slots
     Slot * choose_slot(const Task & task) const;  // null: the task's own slot is busy
     struct Admission {
@@ -188,6 +195,8 @@ class Scheduler {
     mutable std::mutex views_mutex_;
     std::vector<SlotView> views_;  // under views_mutex_
 
+    std::chrono::seconds sleep_after_{0};
+    std::atomic<bool> asleep_{false};
     std::atomic<int32_t> busy_{0};
     std::atomic<uint64_t> tasks_done_{0};
     std::atomic<uint64_t> steps_{0};

@@ -100,6 +100,9 @@ const std::map<std::string, std::string> & honoured() {
         {"--spec-draft-ngl", "the draft model's -ngl (default: as -ngl)"},
         {"--spec-ngram-simple-size-n", ""},
         {"--spec-ngram-simple-size-m", ""},
+        {"--sleep-idle-seconds",
+         "the model and its caches are freed after SECONDS without a request, loaded again by the next; one "
+         "process only"},
         {"--cors-methods", ""},
         {"--cors-headers", ""},
         {"--cors-credentials", ""},

@@ -170,6 +170,36 @@ TEST(Engine, RemovingATailAndRedecodingGivesTheSameLogits) {
     EXPECT_LT(max_abs_diff(first, row(*e, tail.size() - 1)), 1e-4f);
 }
 
+// Asleep, the engine holds no ranks: steps are refused and the cells are
+// gone; awake again, it loads them and answers as before, its statistics
+// counted on.
+TEST(TensorParallelEngine, SleepsAndWakesWithTheSameAnswers) {
+    auto e = load_test_model(2, 256, 2);
+    const auto p = e->tokenizer().tokenize("The sun was shining and the sky", true, false);
+    Batch b;
+    for (size_t i = 0; i < p.size(); ++i) b.add(p[i], (int) i, 1, i + 1 == p.size());
+    e->decode(b);
+    const auto before = row(*e, b.size() - 1);
+    const auto calls = e->collective_stats().at(0).calls;
+    ASSERT_GT(calls, 0);
+    EXPECT_FALSE(e->asleep());
+    e->sleep();
+    EXPECT_TRUE(e->asleep());
+    EXPECT_EQ(e->failure(), "");
+    EXPECT_EQ(e->seq_pos_max(1), -1);
+    EXPECT_EQ(e->rank_memory_bytes(), (std::vector<uint64_t>{0, 0}));
+    EXPECT_EQ(e->collective_stats().at(0).calls, calls);
+    EXPECT_THROW(e->decode(b), Error);
+    EXPECT_THROW(e->read_sequence(1, 1), Error);
+    EXPECT_EQ(e->tokenizer().tokenize("The sun was shining and the sky", true, false), p);  // still there
+    e->wake();
+    EXPECT_FALSE(e->asleep());
+    EXPECT_GT(e->rank_memory_bytes().at(1), 0u);
+    e->decode(b);
+    EXPECT_EQ(max_abs_diff(before, row(*e, b.size() - 1)), 0.0f);
+    EXPECT_GT(e->collective_stats().at(0).calls, calls);
+}
+
 // A prompt copied from another sequence continues as if computed there: the
 // copied cells hold the same keys and values in the same order, so the last
 // prompt token decoded after the copy gives the same bits as after the same

@@ -1,5 +1,7 @@
-// ngram-simple's proposals: what followed the last earlier occurrence of the
-// slot's last n tokens, at most m of them and at most the step's room.
+// ngram-simple's proposals, by llama-server's rules: what followed the last
+// earlier occurrence (not at position 0) of the slot's last n tokens, at
+// most m of them and at most the step's room, none shorter than n, and none
+// before the slot holds n + m + 2 tokens.
 
 #include "server/ngram_drafter.h"
 
@@ -12,32 +14,33 @@ using llama_tp::server::NgramDrafter;
 using Tokens = std::vector<int32_t>;
 
 TEST(NgramDrafter, ProposesWhatFollowedTheLastEarlierOccurrence) {
-    const NgramDrafter d(2, 8);
-    // "1 2" occurs at 0 (followed by 3 4) and at 4 (followed by 9 1 2): the later one counts.
-    EXPECT_EQ(d.propose({1, 2, 3, 4, 1, 2, 9, 1, 2}, 8), (Tokens{9, 1, 2}));
-    EXPECT_EQ(d.propose({1, 2, 3, 4, 5, 1, 2}, 8), (Tokens{3, 4, 5, 1, 2}));
+    const NgramDrafter d(2, 3);
+    // "1 2" occurs at 1 (followed by 3 4 5) and at 6 (followed by 6 7 1): the later one counts.
+    EXPECT_EQ(d.propose({0, 1, 2, 3, 4, 5, 1, 2, 6, 7, 1, 2}, 8), (Tokens{6, 7, 1}));
+    EXPECT_EQ(d.propose({0, 1, 2, 3, 4, 5, 8, 9, 1, 2}, 8), (Tokens{3, 4, 5}));
 }
 
 TEST(NgramDrafter, StopsAtTheSizeAndTheRoom) {
     const NgramDrafter d(1, 3);
-    const Tokens t = {7, 1, 2, 3, 4, 5, 7};
+    const Tokens t = {0, 7, 1, 2, 3, 4, 5, 7};
     EXPECT_EQ(d.propose(t, 10), (Tokens{1, 2, 3}));
     EXPECT_EQ(d.propose(t, 2), (Tokens{1, 2}));
     EXPECT_TRUE(d.propose(t, 0).empty());
 }
 
-TEST(NgramDrafter, NothingWithoutAnEarlierOccurrence) {
-    const NgramDrafter d(3, 8);
-    EXPECT_TRUE(d.propose({1, 2, 3, 4, 5, 6}, 8).empty());
-    EXPECT_TRUE(d.propose({1, 2, 3}, 8).empty());  // the pattern is the whole text
+TEST(NgramDrafter, NothingWithoutAnEarlierOccurrenceOrEnoughText) {
+    const NgramDrafter d(2, 2);
+    EXPECT_TRUE(d.propose({1, 2, 3, 4, 5, 6, 7}, 8).empty());
     EXPECT_TRUE(d.propose({}, 8).empty());
-    // A run of one token: the pattern's own start one position back.
-    EXPECT_EQ(d.propose({5, 5, 5, 5}, 8), (Tokens{5}));
+    EXPECT_TRUE(d.propose({1, 2, 3, 1, 2}, 8).empty());          // fewer than n + m + 2 tokens
+    EXPECT_TRUE(d.propose({1, 2, 3, 4, 5, 6, 1, 2}, 8).empty());  // only at position 0
+    // A proposal shorter than n is none: the last "5 5" but one is followed by one token only.
+    EXPECT_TRUE(d.propose({0, 9, 9, 9, 9, 9, 5, 5, 5}, 8).empty());
 }
 
 TEST(NgramDrafter, RequestsReadTheCacheThenTheLastToken) {
-    NgramDrafter d(2, 4);
-    const Tokens cached = {1, 2, 3, 4, 1};
+    NgramDrafter d(2, 2);
+    const Tokens cached = {0, 1, 2, 3, 4, 5, 1};
     DraftRequest hit;
     hit.cached = &cached;
     hit.last = 2;  // "1 2" again
@@ -46,7 +49,7 @@ TEST(NgramDrafter, RequestsReadTheCacheThenTheLastToken) {
     miss.last = 9;
     std::vector<DraftRequest *> requests = {&hit, &miss};
     d.draft(requests);
-    EXPECT_EQ(hit.tokens, (Tokens{3, 4, 1, 2}));
+    EXPECT_EQ(hit.tokens, (Tokens{3, 4}));
     EXPECT_TRUE(miss.tokens.empty());
 }
 

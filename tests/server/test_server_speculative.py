@@ -30,6 +30,8 @@ def models(tmp_path_factory):
 def complete(s, prompt=PROMPT, n=64, **fields):
     body = {"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True, "return_tokens": True,
             "n_probs": 2, **fields}
+    if n is None:
+        del body["n_predict"]  # until the slot's context is full
     r = s.post("/completion", body)
     assert r.status_code == 200, r.text
     return r.json()
@@ -93,10 +95,11 @@ def test_ngrams_of_the_slots_own_text_on_a_real_model():
 
 def test_the_draft_model_follows_the_slots_and_the_tensor_parallel_target(models):
     target, close, _ = models
+    prompts = [PROMPT, "The quick brown fox", "In a land far away"]
+    lengths = [40, 40, None]  # the last one to the end of its slot's context
     s = ServerProcess("-np", "3", "-c", "1536", "-t", "2", "--split-invariant", model=target)
     try:
-        prompts = [PROMPT, "The quick brown fox", "In a land far away"]
-        expected = [complete(s, p, n=40) for p in prompts]
+        expected = [complete(s, p, n=n) for p, n in zip(prompts, lengths)]
     finally:
         assert s.stop() == 0
     s = ServerProcess("-np", "3", "-c", "1536", "-t", "2", "--split-invariant", "--tp", "2", "-md", close,
@@ -105,7 +108,7 @@ def test_the_draft_model_follows_the_slots_and_the_tensor_parallel_target(models
         results = [None] * 3
 
         def run(i):
-            results[i] = complete(s, prompts[i], n=40)
+            results[i] = complete(s, prompts[i], n=lengths[i])
 
         # Three slots drafting in the same steps, then one slot reused by a
         # new prompt (the draft's cache drops what it no longer shares).
@@ -116,6 +119,8 @@ def test_the_draft_model_follows_the_slots_and_the_tensor_parallel_target(models
             t.join()
         for got, want in zip(results, expected):
             same_answer(want, got)
+            assert got["timings"]["draft_n"] > 0, got["timings"]  # every slot drafted
+        assert results[2]["stop_type"] == "limit" and results[2]["tokens_predicted"] > 400
         again = complete(s, prompts[1] + " jumps", n=40, id_slot=0)
         assert again["timings"]["draft_n"] > 0
         m = parse_metrics(s.get("/metrics").text)
@@ -173,6 +178,38 @@ def test_drafts_stay_inside_the_slot_and_the_request(models):
         assert got["tokens_predicted"] == 5
     finally:
         assert s.stop() == 0
+
+
+def test_a_context_shift_and_a_stop_in_the_middle_of_drafts(models):
+    target, close, _ = models
+    small = ["-np", "1", "-c", "48", "-t", "2", "--context-shift"]
+    s = ServerProcess(*small, model=target)
+    try:
+        shifted = complete(s, n=120)
+    finally:
+        assert s.stop() == 0
+    # The draft's cache catches up with the shifted slot.
+    s = ServerProcess(*small, "-md", close, "--spec-draft-n-max", "4", model=target)
+    try:
+        got = complete(s, n=120)
+        same_answer(shifted, got)
+        assert got["tokens_predicted"] == 120
+    finally:
+        assert s.stop() == 0
+    # The real model ends its story (EOS) and meets stop words inside confirmed drafts.
+    fields = {"ignore_eos": False, "n": 400}
+    plain, _ = answer(model_path(), **fields)
+    spec, _ = answer(model_path(), "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", **fields)
+    same_answer(plain, spec)
+    assert spec["stop_type"] == plain["stop_type"]
+    words = plain["content"].split()
+    stop = " ".join(words[len(words) // 2:len(words) // 2 + 2])
+    plain, _ = answer(model_path(), stop=[stop], **fields)
+    spec, _ = answer(model_path(), "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", stop=[stop],
+                     **fields)
+    assert plain["stop_type"] == "word" and plain["stopping_word"] == stop
+    same_answer(plain, spec)
+    assert (spec["stop_type"], spec["stopping_word"]) == ("word", stop)
 
 
 def test_p_min_and_n_min_drop_proposals(models):
