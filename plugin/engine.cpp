@@ -127,6 +127,15 @@ class TensorParallelEngine final : public Engine {
         for (const auto & a : adapters) setup.adapters.push_back(a.get());
         const ControlVector control = load_control_vector();
         if (n_processes > 1) MpiRankGroup::agree(*processes, control.describe() + "\n");
+        // What the shard plan, the cache sizes and info() were made from: a
+        // reload after a sleep must find the same files.
+        const std::string source = setup_text(file) + adapters_text(adapters) + control.describe();
+        if (loaded_from_.empty()) {
+            loaded_from_ = source;
+        } else if (source != loaded_from_) {
+            throw Error("model file '" + options_.model_path +
+                        "' (or an adapter or control vector) changed since it was loaded; restart the server");
+        }
         setup.control = control.empty() ? nullptr : &control;
         std::unique_ptr<AllReduceEngine> allreduce;
         if (n_processes > 1) {
@@ -142,10 +151,11 @@ class TensorParallelEngine final : public Engine {
 
     std::string failure() const override {
         std::lock_guard<std::mutex> lock(group_mutex_);
-        return group_ ? group_->failure() : "";
+        return group_ ? group_->failure() : aborted_;
     }
     void abort(const std::string & why) override {
         std::lock_guard<std::mutex> lock(group_mutex_);
+        if (aborted_.empty()) aborted_ = why.empty() ? "aborted" : why;
         if (group_) group_->abort(why);
     }
 
@@ -166,16 +176,25 @@ class TensorParallelEngine final : public Engine {
 
     void wake() override {
         if (group_) return;
+        auto refuse_if_aborted = [this] {
+            std::lock_guard<std::mutex> lock(group_mutex_);
+            if (!aborted_.empty()) throw Error("the engine was stopped: " + aborted_);
+        };
+        refuse_if_aborted();
         GgufFile file(options_.model_path, options_.metadata_overrides);
         std::vector<std::unique_ptr<GgufFile>> adapters;
         for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
         RankSetup setup;
         std::unique_ptr<RankGroup> group = load_local_ranks(file, adapters, setup);
+        refuse_if_aborted();  // stopped while loading: the new ranks go again
         std::lock_guard<std::mutex> lock(group_mutex_);
         group_ = std::move(group);
     }
 
-    bool asleep() const override { return !group_; }
+    bool asleep() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return !group_;
+    }
 
     bool follower() const override { return options_.processes && options_.processes->rank() != 0; }
 
@@ -678,6 +697,8 @@ class TensorParallelEngine final : public Engine {
     // under group_mutex_, which the calls safe from any thread take.
     std::unique_ptr<RankGroup> group_;
     mutable std::mutex group_mutex_;
+    std::string aborted_;                       // abort()'s reason, kept while asleep
+    std::string loaded_from_;                   // the files the ranks were loaded from (load_local_ranks)
     std::vector<CollectiveStats> slept_stats_;  // of the groups before a sleep
     int64_t slept_graph_builds_ = 0;
     MpiRankGroup * processes_group_ = nullptr;  // group_, when it spans processes

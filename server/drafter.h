@@ -39,7 +39,8 @@ class Drafter {
     // proposes nothing, and generation goes on without it.
     virtual void draft(std::vector<DraftRequest *> & requests) = 0;
     // --sleep-idle-seconds: a drafter holding a model frees it, and loads it
-    // again (Engine::sleep, wake; wake throws as Engine::wake does).
+    // again. Never throw: one whose model cannot be loaded again proposes
+    // nothing from then on.
     virtual void sleep() {}
     virtual void wake() {}
 };

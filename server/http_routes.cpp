@@ -837,7 +837,7 @@ json control_completion(const ServerState & st, const Request & req) {
     a.kind = Scheduler::SlotAction::Kind::EndReasoning;
     a.completion_id = id;
     a = st.scheduler->slot_action(std::move(a)).get();
-    if (a.status == 503) throw ApiError(503, a.message);
+    if (a.status != 0 && a.status != 404 && a.status != 409) throw ApiError(a.status, a.message);
     json r = {{"success", a.status == 0}};
     if (a.status != 0) r["message"] = a.message;
     return r;

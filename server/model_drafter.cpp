@@ -94,12 +94,23 @@ void ModelDrafter::forget_all() {
 }
 
 void ModelDrafter::sleep() {
-    engine_->sleep();
+    try {
+        engine_->sleep();
+    } catch (const std::exception & e) {
+        SRV_WRN("the draft model cannot sleep: %s", e.what());
+    }
     for (auto & c : cached_) c.clear();
 }
 
 void ModelDrafter::wake() {
-    engine_->wake();
+    if (!engine_->asleep()) return;
+    try {
+        engine_->wake();
+        failures_ = 0;
+    } catch (const std::exception & e) {
+        SRV_ERR("the draft model could not be loaded again (%s): no more drafts from it", e.what());
+        failures_ = kMaxFailures;
+    }
 }
 
 void ModelDrafter::draft(std::vector<DraftRequest *> & requests) {

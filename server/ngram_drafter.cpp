@@ -7,17 +7,19 @@ namespace llama_tp::server {
 NgramDrafter::NgramDrafter(int32_t size_n, int32_t size_m)
     : size_n_(std::max<int32_t>(1, size_n)), size_m_(std::max<int32_t>(0, size_m)) {}
 
-// llama-server's rules: at least n + m + 2 tokens, the most recent earlier
-// occurrence (the text nearest to where we are) other than at position 0,
-// and no proposal shorter than n.
+// llama-server's rules, over the slot's tokens before the last sampled one
+// (h of them): more than n + m + 1 of them, the most recent earlier
+// occurrence (the text nearest to where we are) other than at position 0
+// and other than one overlapping the last n, a proposal taken from those h
+// tokens, and none shorter than n.
 std::vector<int32_t> NgramDrafter::propose(const std::vector<int32_t> & tokens, int32_t n_max) const {
-    const int64_t n = (int64_t) tokens.size();
-    if (n_max <= 0 || n <= (int64_t) size_n_ + size_m_ + 1) return {};
+    const int64_t h = (int64_t) tokens.size() - 1;
+    if (n_max <= 0 || h <= (int64_t) size_n_ + size_m_ + 1) return {};
     const auto pattern = tokens.end() - size_n_;
-    for (int64_t start = n - size_n_ - 1; start > 0; --start) {
+    for (int64_t start = h - size_n_ - 1; start > 0; --start) {
         if (!std::equal(pattern, tokens.end(), tokens.begin() + start)) continue;
         const int64_t from = start + size_n_;
-        const int64_t length = std::min<int64_t>(size_m_, n - from);
+        const int64_t length = std::min<int64_t>(size_m_, h - from);
         if (length < size_n_) return {};
         return {tokens.begin() + from, tokens.begin() + from + std::min<int64_t>(length, n_max)};
     }

@@ -161,6 +161,10 @@ void Scheduler::run() {
             }
         }
         if (asleep_ && !wake_up()) continue;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (stopping_) break;  // asked while the model loaded
+        }
         run_slot_actions();
         admit();
         drop_cancelled();
@@ -196,9 +200,9 @@ void Scheduler::run() {
 
 // Every slot is idle: the model and the caches go; slots keep no tokens.
 void Scheduler::fall_asleep() {
+    for (const auto & d : drafters_) d->sleep();
     try {
         engine_.sleep();
-        for (const auto & d : drafters_) d->sleep();
     } catch (const std::exception & e) {
         SRV_WRN("cannot sleep: %s", e.what());
         sleep_after_ = std::chrono::seconds(0);
@@ -220,7 +224,6 @@ bool Scheduler::wake_up() {
     const auto t0 = std::chrono::steady_clock::now();
     try {
         engine_.wake();
-        for (const auto & d : drafters_) d->wake();
     } catch (const std::exception & e) {
         const std::string message = std::string("the model could not be loaded again: ") + e.what();
         SRV_ERR("%s", message.c_str());
@@ -239,6 +242,7 @@ bool Scheduler::wake_up() {
         }
         return false;
     }
+    for (const auto & d : drafters_) d->wake();
     asleep_ = false;
     SRV_INF("awake: the model is loaded again (%.0f ms)", ms_between(t0, std::chrono::steady_clock::now()));
     return true;
@@ -604,8 +608,8 @@ void Scheduler::propose_drafts(const std::vector<Slot *> & generating, int32_t &
     int32_t room_left = budget;
     for (Slot * slot : generating) {
         const Task & task = *slot->task;
-        const int32_t room = std::min(
-            {most, room_left, n_ctx_slot_ - slot->n_past() - 2, task.n_predict - slot->n_decoded - 1});
+        const int32_t room =
+            std::min({most, room_left, n_ctx_slot_ - slot->n_past() - 2, task.n_predict - slot->n_decoded - 1});
         if (room <= 0) continue;
         DraftRequest r;
         r.seq = slot->id;

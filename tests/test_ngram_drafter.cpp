@@ -1,7 +1,7 @@
 // ngram-simple's proposals, by llama-server's rules: what followed the last
 // earlier occurrence (not at position 0) of the slot's last n tokens, at
 // most m of them and at most the step's room, none shorter than n, and none
-// before the slot holds n + m + 2 tokens.
+// before the slot holds n + m + 3 tokens (the last sampled one included).
 
 #include "server/ngram_drafter.h"
 
@@ -32,10 +32,10 @@ TEST(NgramDrafter, NothingWithoutAnEarlierOccurrenceOrEnoughText) {
     const NgramDrafter d(2, 2);
     EXPECT_TRUE(d.propose({1, 2, 3, 4, 5, 6, 7}, 8).empty());
     EXPECT_TRUE(d.propose({}, 8).empty());
-    EXPECT_TRUE(d.propose({1, 2, 3, 1, 2}, 8).empty());          // fewer than n + m + 2 tokens
+    EXPECT_TRUE(d.propose({1, 2, 3, 1, 2}, 8).empty());           // fewer than n + m + 3 tokens
     EXPECT_TRUE(d.propose({1, 2, 3, 4, 5, 6, 1, 2}, 8).empty());  // only at position 0
-    // A proposal shorter than n is none: the last "5 5" but one is followed by one token only.
-    EXPECT_TRUE(d.propose({0, 9, 9, 9, 9, 9, 5, 5, 5}, 8).empty());
+    // A proposal shorter than n is none: the earlier "8 9" is followed by one token before the last.
+    EXPECT_TRUE(d.propose({0, 1, 2, 3, 4, 5, 8, 9, 8, 9}, 8).empty());
 }
 
 TEST(NgramDrafter, RequestsReadTheCacheThenTheLastToken) {
