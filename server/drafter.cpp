@@ -4,12 +4,19 @@
 #include "server/log.h"
 #include "server/model_drafter.h"
 #include "server/ngram_drafter.h"
+#include "speculative.h"
 
 namespace llama_tp::server {
 
 std::string SpeculativeOptions::type_names() const {
     std::string names;
-    if (ngram) names = "ngram-simple";
+    if (ngram) {
+        std::vector<common_speculative_type> kinds;
+        for (common_speculative_type t : ngram->types) {
+            if (NgramDrafter::takes(t)) kinds.push_back(t);
+        }
+        names = common_speculative_type_name_str(kinds);
+    }
     if (!draft_model.empty()) names += std::string(names.empty() ? "" : ",") + "draft-simple";
     return names.empty() ? "none" : names;
 }
@@ -18,9 +25,8 @@ std::vector<std::unique_ptr<Drafter>> make_drafters(const SpeculativeOptions & o
                                                     int32_t n_slots, int32_t n_ctx_slot) {
     std::vector<std::unique_ptr<Drafter>> drafters;
     if (options.ngram) {
-        drafters.push_back(std::make_unique<NgramDrafter>(options.ngram_size_n, options.ngram_size_m));
-        SRV_INF("speculative decoding: ngram-simple, up to %d tokens a step (the %d tokens before them matched)",
-                drafters.back()->n_max(), options.ngram_size_n);
+        drafters.push_back(std::make_unique<NgramDrafter>(*options.ngram, n_slots));
+        SRV_INF("speculative decoding: %s, up to %d tokens a step", drafters.back()->name(), drafters.back()->n_max());
     }
     if (!options.draft_model.empty()) {
         EngineOptions e;

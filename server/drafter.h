@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+struct common_params_speculative;
+
 namespace llama_tp {
 class Engine;
 }
@@ -25,6 +27,7 @@ struct DraftRequest {
     int32_t last = 0;                               // then the token sampled last, at position n
     int32_t n_max = 0;                              // most tokens the step has room for
     std::vector<int32_t> tokens;                    // out: the proposal, to follow `last`
+    int32_t by = -1;                                // the drafter that filled it (set by the caller)
 };
 
 class Drafter {
@@ -38,6 +41,10 @@ class Drafter {
     // n_max); leaves the others empty. Never throws: a drafter that fails
     // proposes nothing, and generation goes on without it.
     virtual void draft(std::vector<DraftRequest *> & requests) = 0;
+    // A slot starts generating: its prompt is in its cache (tokens 0..n-1).
+    virtual void begin(int32_t /*seq*/, const std::vector<int32_t> & /*prompt*/) {}
+    // n_accepted of the tokens it proposed for the slot were confirmed.
+    virtual void accept(int32_t /*seq*/, int32_t /*n_accepted*/) {}
     // --sleep-idle-seconds: a drafter holding a model frees it, and loads it
     // again. Never throw: one whose model cannot be loaded again proposes
     // nothing from then on.
@@ -46,13 +53,12 @@ class Drafter {
 };
 
 // llama-server's speculative settings (--spec-type, -md, --spec-draft-*,
-// --spec-ngram-simple-*).
+// --spec-ngram-*, -lcs, -lcd).
 struct SpeculativeOptions {
-    // ngram-simple: the tokens after the last earlier occurrence of the
-    // slot's last size_n tokens.
-    bool ngram = false;
-    int32_t ngram_size_n = 12;
-    int32_t ngram_size_m = 48;
+    // The n-gram kinds asked for (ngram-simple, ngram-map-k, ngram-map-k4v,
+    // ngram-mod, ngram-cache) in its types, with their settings as
+    // llama-server read them; null when none is.
+    std::shared_ptr<const common_params_speculative> ngram;
     // draft-simple: a smaller model with the target's vocabulary, greedy.
     std::string draft_model;
     int32_t draft_n_max = 3;
@@ -61,7 +67,7 @@ struct SpeculativeOptions {
     KvTypes draft_kv;             // -ctkd / -ctvd
     int32_t draft_threads = 0;    // -td (0: as the target's)
     DeviceOptions draft_devices;  // -devd / -ngld
-    bool enabled() const { return ngram || !draft_model.empty(); }
+    bool enabled() const { return ngram != nullptr || !draft_model.empty(); }
     // The kinds in use, as llama-server lists them ("none" when off).
     std::string type_names() const;
 };

@@ -1,37 +1,109 @@
 #include "server/ngram_drafter.h"
 
+#include "ngram-cache.h"
+#include "plugin/error.h"
+#include "speculative.h"
+
 #include <algorithm>
+#include <exception>
 
 namespace llama_tp::server {
 
-NgramDrafter::NgramDrafter(int32_t size_n, int32_t size_m)
-    : size_n_(std::max<int32_t>(1, size_n)), size_m_(std::max<int32_t>(0, size_m)) {}
+namespace {
 
-// llama-server's rules, over the slot's tokens before the last sampled one
-// (h of them): more than n + m + 1 of them, the most recent earlier
-// occurrence (the text nearest to where we are) other than at position 0
-// and other than one overlapping the last n, a proposal taken from those h
-// tokens, and none shorter than n.
-std::vector<int32_t> NgramDrafter::propose(const std::vector<int32_t> & tokens, int32_t n_max) const {
-    const int64_t h = (int64_t) tokens.size() - 1;
-    if (n_max <= 0 || h <= (int64_t) size_n_ + size_m_ + 1) return {};
-    const auto pattern = tokens.end() - size_n_;
-    for (int64_t start = h - size_n_ - 1; start > 0; --start) {
-        if (!std::equal(pattern, tokens.end(), tokens.begin() + start)) continue;
-        const int64_t from = start + size_n_;
-        const int64_t length = std::min<int64_t>(size_m_, h - from);
-        if (length < size_n_) return {};
-        return {tokens.begin() + from, tokens.begin() + from + std::min<int64_t>(length, n_max)};
+// libcommon stops the process on a lookup cache it cannot read: read each
+// once here first, so that a wrong path is an error naming the file.
+void check_lookup_cache(const std::string & path, const char * flag) {
+    if (path.empty()) return;
+    try {
+        common_ngram_cache_load(path);
+    } catch (const std::exception & e) {
+        throw Error(std::string(flag) + " " + path + ": cannot read the lookup cache (" + e.what() + ")");
     }
-    return {};
 }
 
+}  // namespace
+
+bool NgramDrafter::takes(common_speculative_type type) {
+    switch (type) {
+        case COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE:
+        case COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K:
+        case COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K4V:
+        case COMMON_SPECULATIVE_TYPE_NGRAM_MOD:
+        case COMMON_SPECULATIVE_TYPE_NGRAM_CACHE:
+            return true;
+        default:
+            return false;
+    }
+}
+
+NgramDrafter::NgramDrafter(const common_params_speculative & params, int32_t n_slots)
+    : spec_(nullptr, common_speculative_free), n_slots_(n_slots), seen_(std::max(0, n_slots), 0) {
+    common_params_speculative own = params;
+    own.types.clear();
+    for (common_speculative_type t : params.types) {
+        if (takes(t)) own.types.push_back(t);
+    }
+    if (own.types.empty()) throw Error("speculative decoding: no n-gram kind to draft with");
+    if (std::find(own.types.begin(), own.types.end(), COMMON_SPECULATIVE_TYPE_NGRAM_CACHE) != own.types.end()) {
+        check_lookup_cache(own.ngram_cache.lookup_cache_static, "--lookup-cache-static");
+        check_lookup_cache(own.ngram_cache.lookup_cache_dynamic, "--lookup-cache-dynamic");
+    }
+    own.draft = {};  // these kinds read no model
+    spec_.reset(common_speculative_init(own, (uint32_t) n_slots));
+    if (!spec_) throw Error("speculative decoding: libcommon made no n-gram drafter");
+    names_ = common_speculative_type_name_str(own.types);
+    n_max_ = common_speculative_n_max(spec_.get());
+}
+
+NgramDrafter::~NgramDrafter() = default;
+
+void NgramDrafter::begin(int32_t seq, const std::vector<int32_t> & prompt) {
+    if (seq < 0 || seq >= n_slots_) return;
+    seen_[seq] = prompt.size();
+    try {
+        common_speculative_begin(spec_.get(), seq, prompt);
+    } catch (const std::exception &) {
+        // A drafter never stops generation: the slot drafts from what it has.
+    }
+}
+
+// One common_speculative_draft for every request: libcommon's kinds take
+// their turns as in llama-server, the first with a proposal for a slot
+// giving it.
 void NgramDrafter::draft(std::vector<DraftRequest *> & requests) {
-    std::vector<int32_t> tokens;
+    std::vector<DraftRequest *> asked;
     for (DraftRequest * r : requests) {
-        tokens.assign(r->cached->begin(), r->cached->end());
-        tokens.push_back(r->last);
-        r->tokens = propose(tokens, r->n_max);
+        if (r->seq < 0 || r->seq >= n_slots_ || r->n_max <= 0) continue;
+        if (r->cached->size() < seen_[r->seq]) begin(r->seq, *r->cached);
+        seen_[r->seq] = r->cached->size();
+        r->tokens.clear();
+        common_speculative_get_draft_params(spec_.get(), r->seq) = {
+            /* .drafting = */ true,
+            /* .n_max    = */ r->n_max,
+            /* .pos0     = */ (llama_pos) r->cached->size(),
+            /* .id_last  = */ r->last,
+            /* .prompt   = */ r->cached,
+            /* .result   = */ &r->tokens,
+        };
+        asked.push_back(r);
+    }
+    if (asked.empty()) return;
+    try {
+        common_speculative_draft(spec_.get());
+    } catch (const std::exception &) {
+        for (DraftRequest * r : asked) r->tokens.clear();
+    }
+    for (DraftRequest * r : asked) {
+        if ((int32_t) r->tokens.size() > r->n_max) r->tokens.resize(r->n_max);
+    }
+}
+
+void NgramDrafter::accept(int32_t seq, int32_t n_accepted) {
+    if (seq < 0 || seq >= n_slots_) return;
+    try {
+        common_speculative_accept(spec_.get(), seq, (uint16_t) std::clamp(n_accepted, 0, 65535));
+    } catch (const std::exception &) {
     }
 }
 

@@ -547,6 +547,7 @@ void Scheduler::build_batch() {
         slot->logits_row = -1;
         slot->first_row = -1;
         slot->draft.clear();
+        slot->draft_by = -1;
         if (slot->state != Slot::State::Generating || budget == 0) {
             continue;
         }
@@ -621,9 +622,11 @@ void Scheduler::propose_drafts(const std::vector<Slot *> & generating, int32_t &
     }
     std::vector<DraftRequest *> open;
     for (DraftRequest & r : requests) open.push_back(&r);
-    for (const auto & drafter : drafters_) {
-        if (open.empty()) break;
-        drafter->draft(open);
+    for (size_t i = 0; i < drafters_.size() && !open.empty(); ++i) {
+        drafters_[i]->draft(open);
+        for (DraftRequest * r : open) {
+            if (!r->tokens.empty()) r->by = (int32_t) i;
+        }
         open.erase(std::remove_if(open.begin(), open.end(), [](const DraftRequest * r) { return !r->tokens.empty(); }),
                    open.end());
     }
@@ -631,6 +634,7 @@ void Scheduler::propose_drafts(const std::vector<Slot *> & generating, int32_t &
         if ((int32_t) r.tokens.size() > r.n_max) r.tokens.resize(r.n_max);
         budget -= (int32_t) r.tokens.size();
         slots_[r.seq]->draft = std::move(r.tokens);
+        slots_[r.seq]->draft_by = r.by;
     }
 }
 
@@ -771,6 +775,7 @@ void Scheduler::sample(Slot & slot) {
     if (slot.state == Slot::State::Prompt) {
         slot.t_first_token = now;
         slot.state = Slot::State::Generating;
+        for (const auto & d : drafters_) d->begin(slot.id, slot.kv_tokens);
     }
     if (slot.n_decoded >= task.n_predict) {
         finish(slot, StopKind::Limit);
@@ -797,6 +802,7 @@ void Scheduler::sample(Slot & slot) {
         slot.n_drafted += (int32_t) draft.size();
         slot.n_draft_accepted += (int32_t) n_accepted;
         if (metrics_ != nullptr) metrics_->count_drafts((int32_t) draft.size(), (int32_t) n_accepted);
+        if (slot.draft_by >= 0) drafters_[slot.draft_by]->accept(slot.id, (int32_t) n_accepted);
     }
     if (stop) {
         finish(slot, *stop);

@@ -1,6 +1,7 @@
 #include "server/server_options.h"
 
 #include "plugin/tokenizer.h"
+#include "server/ngram_drafter.h"
 #include "server/request.h"
 #include "server/upstream_flags.h"
 
@@ -290,19 +291,20 @@ RopeOverrides rope_overrides(const common_params & p) {
 void read_speculative(const UpstreamFlags & up, ServerOptions & o) {
     const common_params_speculative & s = up.params().speculative;
     SpeculativeOptions & spec = o.speculative;
-    bool draft_simple = false;
+    bool draft_simple = false, ngram = false;
     for (common_speculative_type t : s.types) {
         if (t == COMMON_SPECULATIVE_TYPE_NONE) continue;
-        if (t == COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE) {
-            spec.ngram = true;
+        if (NgramDrafter::takes(t)) {
+            ngram = true;
         } else if (t == COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE) {
             draft_simple = true;
         } else {
-            o.warnings.push_back(
-                "--spec-type " + common_speculative_type_to_str(t) +
-                " has no effect in llama-tp-server: not implemented (draft-simple and ngram-simple are)");
+            o.warnings.push_back("--spec-type " + common_speculative_type_to_str(t) +
+                                 " has no effect in llama-tp-server: not implemented (draft-simple and the "
+                                 "n-gram kinds are)");
         }
     }
+    if (ngram) spec.ngram = std::make_shared<const common_params_speculative>(s);
     spec.draft_model = s.draft.mparams.path;
     if (draft_simple && spec.draft_model.empty()) {
         throw UsageError("--spec-type draft-simple: no draft model (-md FILE)");
@@ -310,8 +312,6 @@ void read_speculative(const UpstreamFlags & up, ServerOptions & o) {
     spec.draft_n_max = s.draft.n_max;
     spec.draft_n_min = s.draft.n_min;
     spec.draft_p_min = s.draft.p_min;
-    spec.ngram_size_n = s.ngram_simple.size_n;
-    spec.ngram_size_m = s.ngram_simple.size_m;
     spec.draft_kv.k = s.draft.cache_type_k;
     spec.draft_kv.v = s.draft.cache_type_v;
     spec.draft_threads = up.was_given("--spec-draft-threads") ? s.draft.cpuparams.n_threads : 0;

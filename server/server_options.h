@@ -77,7 +77,7 @@ struct ServerOptions {
     bool lora_init_without_apply = false;                // the adapters' global scales start at 0
 
     RequestDefaults requests;         // what requests get for the fields they leave out
-    SpeculativeOptions speculative;   // --spec-type, -md, --spec-draft-*, --spec-ngram-simple-*
+    SpeculativeOptions speculative;   // --spec-type, -md, --spec-draft-*, --spec-ngram-*, -lcs, -lcd
     bool spm_infill = false;          // /infill puts the suffix before the prefix
     bool embeddings = false;          // --embeddings: the embedding routes, and no generation
     Pooling pooling = Pooling::Mean;  // --pooling; --rerank: rank

@@ -88,7 +88,9 @@ const std::map<std::string, std::string> & honoured() {
         {"--cache-reuse",
          "cached chunks of at least N tokens after the common prefix move to where the prompt has them; "
          "requests may set n_cache_reuse"},
-        {"--spec-type", "draft-simple and ngram-simple; the other kinds are ignored with a warning (server/README.md)"},
+        {"--spec-type",
+         "draft-simple and the n-gram kinds (ngram-simple, -map-k, -map-k4v, -mod, -cache); the others are ignored "
+         "with a warning (server/README.md)"},
         {"--spec-draft-model", "draft-simple (also without --spec-type): the draft runs unsplit on process 0"},
         {"--spec-draft-n-max", ""},
         {"--spec-draft-n-min", ""},
@@ -100,6 +102,17 @@ const std::map<std::string, std::string> & honoured() {
         {"--spec-draft-ngl", "the draft model's -ngl (default: as -ngl)"},
         {"--spec-ngram-simple-size-n", ""},
         {"--spec-ngram-simple-size-m", ""},
+        {"--spec-ngram-map-k-size-n", ""},
+        {"--spec-ngram-map-k-size-m", ""},
+        {"--spec-ngram-map-k-min-hits", ""},
+        {"--spec-ngram-map-k4v-size-n", ""},
+        {"--spec-ngram-map-k4v-size-m", ""},
+        {"--spec-ngram-map-k4v-min-hits", ""},
+        {"--spec-ngram-mod-n-match", ""},
+        {"--spec-ngram-mod-n-min", ""},
+        {"--spec-ngram-mod-n-max", ""},
+        {"-lcs", "ngram-cache's static lookup cache (llama-lookup-create writes one)"},
+        {"-lcd", "ngram-cache's dynamic lookup cache, read at start (not written back, as llama-server)"},
         {"--sleep-idle-seconds",
          "the model and its caches are freed after SECONDS without a request, loaded again by the next; one "
          "process only"},

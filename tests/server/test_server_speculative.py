@@ -1,5 +1,6 @@
 """Speculative decoding as llama-server's: a draft model (-md, draft-simple)
-or the slot's own tokens (--spec-type ngram-simple) propose tokens, one step
+or the slot's own tokens (--spec-type ngram-simple, ngram-map-k,
+ngram-map-k4v, ngram-mod, ngram-cache) propose tokens, one step
 of the target checks them, and every token is still sampled from the
 target's logits: the answers are those of a server without drafts, only the
 speed and the draft counts (timings.draft_n, /metrics) differ."""
@@ -250,12 +251,35 @@ def test_bad_speculative_flags_are_usage_errors(args, expected):
     assert r.returncode == 2 and expected in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("kind,settings", [
+    ("ngram-map-k", ["--spec-ngram-map-k-size-n", "3", "--spec-ngram-map-k-size-m", "8"]),
+    ("ngram-map-k4v", ["--spec-ngram-map-k4v-size-n", "3", "--spec-ngram-map-k4v-size-m", "8"]),
+    ("ngram-mod", ["--spec-ngram-mod-n-match", "4", "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", "8"]),
+])
+def test_libcommons_other_ngram_kinds_on_a_real_model(kind, settings):
+    """The kinds llama-server drafts with through libcommon, with their own
+    settings: the same answer, some drafts confirmed."""
+    plain, _ = answer(model_path(), n=256)
+    spec, log = answer(model_path(), "--spec-type", kind, *settings, n=256)
+    assert f"speculative decoding: {kind}, up to 8 tokens a step" in log, log
+    same_answer(plain, spec)
+    assert spec["timings"]["draft_n_accepted"] > 0, spec["timings"]
+
+
+def test_a_lookup_cache_that_cannot_be_read_stops_the_server(tmp_path):
+    missing = tmp_path / "static.bin"
+    r = run("-m", model_path(), "--spec-type", "ngram-cache", "-lcs", missing)
+    assert r.returncode == 1, r.stderr
+    assert f"--lookup-cache-static {missing}: cannot read the lookup cache" in r.stderr, r.stderr
+
+
 def test_kinds_not_implemented_are_named_and_ignored():
-    s = ServerProcess("-t", "1", "--spec-type", "ngram-mod,ngram-simple")
+    s = ServerProcess("-t", "1", "--spec-type", "draft-eagle3,ngram-simple,ngram-mod")
     try:
         log = s.log_text()
-        assert "--spec-type ngram-mod has no effect in llama-tp-server" in log, log
-        assert "speculative decoding: ngram-simple" in log, log
-        assert s.get("/props").json()["default_generation_settings"]["params"]["speculative.types"] == "ngram-simple"
+        assert "--spec-type draft-eagle3 has no effect in llama-tp-server" in log, log
+        assert "speculative decoding: ngram-simple,ngram-mod" in log, log
+        types = s.get("/props").json()["default_generation_settings"]["params"]["speculative.types"]
+        assert types == "ngram-simple,ngram-mod"
     finally:
         assert s.stop() == 0
