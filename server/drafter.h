@@ -61,13 +61,15 @@ struct SpeculativeOptions {
     std::shared_ptr<const common_params_speculative> ngram;
     // draft-simple: a smaller model with the target's vocabulary, greedy.
     std::string draft_model;
+    std::string draft_hf_repo;  // -hfd: fetched into draft_model (or the -md path) before the server starts
     int32_t draft_n_max = 3;
     int32_t draft_n_min = 0;      // a shorter proposal is dropped
     float draft_p_min = 0.0f;     // a proposal ends at a token less likely than this (among the top 10)
     KvTypes draft_kv;             // -ctkd / -ctvd
     int32_t draft_threads = 0;    // -td (0: as the target's)
     DeviceOptions draft_devices;  // -devd / -ngld
-    bool enabled() const { return ngram != nullptr || !draft_model.empty(); }
+    bool has_draft_model() const { return !draft_model.empty() || !draft_hf_repo.empty(); }
+    bool enabled() const { return ngram != nullptr || has_draft_model(); }
     // The kinds in use, as llama-server lists them ("none" when off).
     std::string type_names() const;
 };

@@ -1130,12 +1130,24 @@ void register_routes(httplib::Server & http, ServerState & st) {
     static const std::pair<const char *, const char *> missing[] = {
         {"/v1/audio/transcriptions", "audio input is not implemented"},
         {"/audio/transcriptions", "audio input is not implemented"},
-        {"/cors-proxy", "there is no web UI and no CORS proxy"},
-        {"/tools", "server-side tools are not implemented"},
     };
     for (const auto & [path, why] : missing) {
         auto refuse = [path = std::string(path), why = std::string(why)](const Request &, Response & res) {
             send_error(res, not_supported(path + " is not available in llama-tp-server: " + why));
+        };
+        http.Get(at(path), refuse);
+        http.Post(at(path), refuse);
+    }
+    // The web UI's experimental MCP proxy and server-side tools: llama-server
+    // answers 403 feature_disabled unless --webui-mcp-proxy / --tools turn
+    // them on, which have no effect here (a warning at start says so).
+    static const std::pair<const char *, const char *> disabled[] = {
+        {"/cors-proxy", "llama-tp-server has no MCP proxy"},
+        {"/tools", "llama-tp-server has no server-side tools"},
+    };
+    for (const auto & [path, why] : disabled) {
+        auto refuse = [why = std::string(why)](const Request &, Response & res) {
+            send_error(res, ApiError(403, "this feature is disabled (" + why + ")", "", "", "feature_disabled"));
         };
         http.Get(at(path), refuse);
         http.Post(at(path), refuse);

@@ -86,6 +86,17 @@ std::string file_name(const std::string & path) {
 
 // The model's name in the API, as llama-server's: the first alias, else the
 // repository it was fetched from, else (ours) the file's name.
+// -hfd: the draft model from Hugging Face, through the target's cache,
+// token and --offline (the cached file, as -hf's).
+ModelSource draft_source(const ServerOptions & opts) {
+    ModelSource d;
+    d.hf_repo = opts.speculative.draft_hf_repo;
+    d.hf_flag = "-hfd";
+    d.hf_token = opts.model_source.hf_token;
+    d.offline = opts.model_source.offline;
+    return d;
+}
+
 std::string model_name(const ServerOptions & opts) {
     if (!opts.aliases.empty()) return opts.aliases.front();
     if (!opts.model_source.hf_repo.empty()) return opts.model_source.hf_repo;
@@ -302,9 +313,10 @@ int main(int argc, char ** argv) {
 
     // Before MPI starts: a process still downloading would miss the first
     // collective's deadline, while MPI's own start waits for every process.
-    if (opts.model_source.remote()) {
+    if (opts.model_source.remote() || !opts.speculative.draft_hf_repo.empty()) {
         try {
-            opts.engine.model_path = fetch_model(opts.model_source);
+            if (opts.model_source.remote()) opts.engine.model_path = fetch_model(opts.model_source);
+            if (!opts.speculative.draft_hf_repo.empty()) opts.speculative.draft_model = fetch_model(draft_source(opts));
         } catch (const DownloadInterrupted & e) {
             SRV_INF("%s", e.what());
             return 0;

@@ -2,10 +2,12 @@
 
 #include "plugin/error.h"
 
+#include "download.h"
 #include "preset.h"
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 namespace llama_tp::server {
 
@@ -50,6 +52,25 @@ common_presets loaded(const std::string & source, Load load) {
     }
 }
 
+// The cached files that presets with dedup-cache-models resolve to, as
+// llama-server finds them (their hf-repo and the draft's -hfd).
+std::set<std::string> deduplicated_files(const common_presets & presets) {
+    std::set<std::string> files;
+    auto add = [&files](const common_preset & p, const char * repo_env, const char * file_env) {
+        const std::string repo = option(p, repo_env);
+        if (repo.empty()) return;
+        const std::string path = common_download_resolve_path(repo, option(p, file_env));
+        if (!path.empty()) files.insert(path);
+    };
+    for (const auto & [name, p] : presets) {
+        const std::string dedup = option(p, COMMON_ARG_PRESET_DEDUP_CACHE_MODELS);
+        if (dedup.empty() || !common_arg_utils::is_truthy(dedup)) continue;
+        add(p, "LLAMA_ARG_HF_REPO", "LLAMA_ARG_HF_FILE");
+        add(p, "LLAMA_ARG_SPEC_DRAFT_HF_REPO", "LLAMA_ARG_SPEC_DRAFT_MODEL");
+    }
+    return files;
+}
+
 }  // namespace
 
 std::vector<CatalogModel> load_catalog(const std::string & models_dir, const std::string & presets_file) {
@@ -59,19 +80,28 @@ std::vector<CatalogModel> load_catalog(const std::string & models_dir, const std
     // The cache's models (USER/REPO:TAG, each served with -hf), then the
     // folder's, which win over a cached one of the same name.
     folder = loaded("llama-server's cache", [&] { return ctx.load_from_cache(); });
+    std::set<std::string> cached;  // the names only the cache has
+    for (const auto & [name, preset] : folder) cached.insert(name);
     if (!models_dir.empty()) {
         for (auto & [name, preset] :
              loaded("--models-dir " + models_dir, [&] { return ctx.load_from_models_dir(models_dir); })) {
             folder[name] = preset;
+            cached.erase(name);
         }
     }
     if (!presets_file.empty()) {
         presets = loaded("--models-preset " + presets_file, [&] { return ctx.load_from_ini(presets_file, global); });
     }
     // [*] under every model; a section over the folder's model of its name.
-    const common_presets models = ctx.cascade(ctx.cascade(global, folder), ctx.cascade(global, presets));
+    for (const auto & [name, preset] : presets) cached.erase(name);
+    const common_presets with_global = ctx.cascade(global, presets);
+    const std::set<std::string> dedup = deduplicated_files(with_global);
+    const common_presets models = ctx.cascade(ctx.cascade(global, folder), with_global);
     std::vector<CatalogModel> out;
-    for (const auto & [name, preset] : models) out.push_back(model_of(preset));
+    for (const auto & [name, preset] : models) {
+        out.push_back(model_of(preset));
+        out.back().hidden = !dedup.empty() && cached.count(name) && dedup.count(common_download_resolve_path(name));
+    }
     std::sort(out.begin(), out.end(), [](const CatalogModel & a, const CatalogModel & b) { return a.id < b.id; });
     return out;
 }

@@ -19,6 +19,9 @@ struct CatalogModel {
     std::vector<std::string> args;  // the model's options as command-line words, its file's included
     bool load_on_startup = false;   // the preset's load-on-startup
     int stop_timeout_s = 10;        // the preset's stop-timeout: SIGKILL after this much grace
+    // A cached model whose file a preset with dedup-cache-models names
+    // (hf-repo, or its draft's): served, not listed by /v1/models.
+    bool hidden = false;
 };
 
 // Sorted by id. Throws llama_tp::Error naming the file or folder at fault.

@@ -456,6 +456,7 @@ void ModelRouter::list(httplib::Response & res) {
     std::lock_guard<std::mutex> lock(mutex_);
     json data = json::array();
     for (const Model & m : models_) {
+        if (m.entry.hidden) continue;  // a cached model a preset with dedup-cache-models stands for
         const char * value = m.state == State::Unloaded                               ? "unloaded"
                              : m.state == State::Loaded || m.state == State::Stopping ? "loaded"
                                                                                       : "loading";

@@ -129,7 +129,7 @@ common_params download_params(const ModelSource & s) {
 }  // namespace
 
 std::string ModelSource::describe() const {
-    if (!hf_repo.empty()) return "-hf " + hf_repo + (hf_file.empty() ? "" : " -hff " + hf_file);
+    if (!hf_repo.empty()) return hf_flag + " " + hf_repo + (hf_file.empty() ? "" : " -hff " + hf_file);
     if (!docker_repo.empty()) return "-dr " + docker_repo;
     return "-mu " + shown_url(url);
 }

@@ -11,13 +11,14 @@
 namespace llama_tp::server {
 
 struct ModelSource {
-    std::string hf_repo;      // -hf owner/name[:tag]
-    std::string hf_file;      // -hff: a file of the repository instead of the tag's choice
-    std::string hf_token;     // -hft / HF_TOKEN
-    std::string url;          // -mu
-    std::string docker_repo;  // -dr
-    std::string path;         // -m with -mu: where the file is saved
-    bool offline = false;     // --offline: the cache only
+    std::string hf_repo;          // -hf owner/name[:tag]
+    std::string hf_flag = "-hf";  // the flag that named it: -hfd for a draft model
+    std::string hf_file;          // -hff: a file of the repository instead of the tag's choice
+    std::string hf_token;         // -hft / HF_TOKEN
+    std::string url;              // -mu
+    std::string docker_repo;      // -dr
+    std::string path;             // -m with -mu: where the file is saved
+    bool offline = false;         // --offline: the cache only
 
     bool remote() const { return !hf_repo.empty() || !url.empty() || !docker_repo.empty(); }
     // "-hf owner/name:tag" (the flag and its value), for logs and errors.

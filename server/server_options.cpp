@@ -306,8 +306,9 @@ void read_speculative(const UpstreamFlags & up, ServerOptions & o) {
     }
     if (ngram) spec.ngram = std::make_shared<const common_params_speculative>(s);
     spec.draft_model = s.draft.mparams.path;
-    if (draft_simple && spec.draft_model.empty()) {
-        throw UsageError("--spec-type draft-simple: no draft model (-md FILE)");
+    spec.draft_hf_repo = s.draft.mparams.hf_repo;
+    if (draft_simple && !spec.has_draft_model()) {
+        throw UsageError("--spec-type draft-simple: no draft model (-md FILE or -hfd REPO)");
     }
     spec.draft_n_max = s.draft.n_max;
     spec.draft_n_min = s.draft.n_min;
@@ -644,7 +645,7 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
         if (p.own) p.own->apply(o, p.name, p.value);
     }
     read_speculative(up, o);  // after -dev, which the draft follows
-    o.engine.shares_cores = o.speculative.enabled() && !o.speculative.draft_model.empty();
+    o.engine.shares_cores = o.speculative.has_draft_model();
     warn_about_no_effect(up, o);
     check_ranges(o);
 

@@ -19,7 +19,8 @@ const std::map<std::string, std::string> & honoured() {
         {"--list-devices", ""},
         {"--models-dir", "without -m: router mode, a llama-tp-server per model of the folder, started on demand"},
         {"--models-max", "children at once; a load beyond it stops the least recently used idle one"},
-        {"--models-preset", "llama-server's INI of models and options ([*], load-on-startup, stop-timeout)"},
+        {"--models-preset",
+         "llama-server's INI of models and options ([*], load-on-startup, stop-timeout, dedup-cache-models)"},
         {"--models-autoload", "a request naming an unloaded model starts it (?autoload= overrides)"},
         {"-ngl", "all or auto: the ranks on GPUs (one each); 0: on the CPU; a part of the layers is refused"},
         {"-m", ""},
@@ -92,6 +93,7 @@ const std::map<std::string, std::string> & honoured() {
          "draft-simple and the n-gram kinds (ngram-simple, -map-k, -map-k4v, -mod, -cache); the others are ignored "
          "with a warning (server/README.md)"},
         {"--spec-draft-model", "draft-simple (also without --spec-type): the draft runs unsplit on process 0"},
+        {"--spec-draft-hf", "the draft model from Hugging Face, into llama-server's cache as -hf (in place of -md)"},
         {"--spec-draft-n-max", ""},
         {"--spec-draft-n-min", ""},
         {"--spec-draft-p-min", "the most likely draft token's probability among the top 10, as upstream"},

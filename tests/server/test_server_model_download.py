@@ -195,3 +195,52 @@ def test_without_a_model_the_router_serves_the_cache(hub, tmp_path):
         assert r.json()["content"] == answer
     finally:
         assert router.stop() == 0
+
+
+def test_hfd_fetches_the_draft_model(hub, tmp_path):
+    """-hfd as llama-server's: the draft model from the hub, into the same cache."""
+    env = environment(hub, tmp_path)
+    s = serve(env, "-m", str(model_path()), "-hfd", REPO + ":Q8_0")
+    try:
+        r = s.post("/completion", {"prompt": "Once upon a time", "n_predict": 16, "temperature": 0,
+                                   "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        # The model as its own draft: every proposal confirmed.
+        t = r.json()["timings"]
+        assert t["draft_n_accepted"] == t["draft_n"] > 0, t
+    finally:
+        assert s.stop() == 0
+    log = s.log_text()
+    assert "model: -hfd " + REPO + ":Q8_0 is " in log, log
+    assert "speculative decoding: draft-simple" in log, log
+    assert hub.downloads == [f"/{REPO}/resolve/{COMMIT}/stories-Q8_0.gguf"]
+
+    r = run(env, "-m", str(model_path()), "-hfd", "nobody/missing-GGUF")
+    assert r.returncode == 1 and "-hfd nobody/missing-GGUF" in r.stderr, r.stderr
+
+
+def test_dedup_cache_models_hides_the_cached_entry_a_preset_stands_for(hub, tmp_path):
+    env = environment(hub, tmp_path / "cache")
+    s = serve(env, "-hf", REPO + ":Q8_0")  # into the cache
+    try:
+        answer = completes(s)
+    finally:
+        assert s.stop() == 0
+    listed = {}
+    for dedup in ("0", "1"):
+        ini = tmp_path / f"presets-{dedup}.ini"
+        ini.write_text(f"[*]\ndedup-cache-models = {dedup}\n\n[stories]\nhf-repo = {REPO}:Q8_0\n")
+        port = free_port()
+        router = ServerProcess("-t", "1", "-np", "1", "-c", "256", env=env,
+                               leading_args=["--host", "127.0.0.1", "--port", str(port), "--models-preset",
+                                             str(ini)], port=port)
+        try:
+            listed[dedup] = sorted(m["id"] for m in router.get("/v1/models").json()["data"])
+            # Hidden from the list, still served by its name.
+            r = router.post("/completion", {"model": REPO + ":Q8_0", "prompt": "Once upon a time", "n_predict": 4,
+                                            "temperature": 0})
+            assert r.status_code == 200, r.text
+            assert r.json()["content"] == answer
+        finally:
+            assert router.stop() == 0
+    assert listed == {"0": sorted([REPO + ":Q8_0", "stories"]), "1": ["stories"]}

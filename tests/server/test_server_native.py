@@ -247,10 +247,15 @@ def test_every_llama_server_endpoint_answers_or_says_why_not(server):
     for path in implemented:
         r = server.post(path, {})
         assert r.status_code not in (404, 405), (path, r.status_code)
-    for path in ("/v1/audio/transcriptions", "/tools"):
-        r = server.post(path, {})
-        assert_error(r, 501)
-        assert "not available in llama-tp-server" in r.json()["error"]["message"], path
+    r = server.post("/v1/audio/transcriptions", {})
+    assert_error(r, 501)
+    assert "not available in llama-tp-server" in r.json()["error"]["message"]
+    # As llama-server without --tools / --webui-mcp-proxy.
+    for path in ("/tools", "/cors-proxy"):
+        for r in (server.post(path, {}), server.get(path)):
+            assert_error(r, 403)
+            assert r.json()["error"]["type"] == "feature_disabled", (path, r.text)
+            assert r.json()["error"]["message"].startswith("this feature is disabled"), (path, r.text)
     for path, flag in (("/rerank", "--rerank"), ("/v1/rerank", "--rerank"), ("/v1/embeddings", "--embeddings")):
         r = server.post(path, {})
         assert_error(r, 501)  # a mode this server was not started in
