@@ -61,7 +61,8 @@ struct SpeculativeOptions {
     std::shared_ptr<const common_params_speculative> ngram;
     // draft-simple: a smaller model with the target's vocabulary, greedy.
     std::string draft_model;
-    std::string draft_hf_repo;  // -hfd: fetched into draft_model (or the -md path) before the server starts
+    std::string draft_hf_repo;  // -hfd: fetched into draft_model before the server starts
+    std::string draft_hf_file;  // a file of that repository (llama-server's presets name one)
     int32_t draft_n_max = 3;
     int32_t draft_n_min = 0;      // a shorter proposal is dropped
     float draft_p_min = 0.0f;     // a proposal ends at a token less likely than this (among the top 10)

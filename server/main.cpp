@@ -92,6 +92,7 @@ ModelSource draft_source(const ServerOptions & opts) {
     ModelSource d;
     d.hf_repo = opts.speculative.draft_hf_repo;
     d.hf_flag = "-hfd";
+    d.hf_file = opts.speculative.draft_hf_file;
     d.hf_token = opts.model_source.hf_token;
     d.offline = opts.model_source.offline;
     return d;

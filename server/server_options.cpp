@@ -307,6 +307,7 @@ void read_speculative(const UpstreamFlags & up, ServerOptions & o) {
     if (ngram) spec.ngram = std::make_shared<const common_params_speculative>(s);
     spec.draft_model = s.draft.mparams.path;
     spec.draft_hf_repo = s.draft.mparams.hf_repo;
+    spec.draft_hf_file = s.draft.mparams.hf_file;
     if (draft_simple && !spec.has_draft_model()) {
         throw UsageError("--spec-type draft-simple: no draft model (-md FILE or -hfd REPO)");
     }

@@ -73,7 +73,7 @@ COMMAND_LINES = [
     "-m MODEL --cache-ram 0 --ctx-checkpoints 0",
     "-m MODEL --kv-unified -np 2",
     "-m MODEL -dev none --no-op-offload",
-    "-m MODEL --fim-qwen-1.5b-default",
+    "-m MODEL --spec-default",
     "-m MODEL --spec-type ngram-simple --spec-draft-n-max 64",
 ]
 

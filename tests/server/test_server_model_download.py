@@ -244,3 +244,41 @@ def test_dedup_cache_models_hides_the_cached_entry_a_preset_stands_for(hub, tmp_
         finally:
             assert router.stop() == 0
     assert listed == {"0": sorted([REPO + ":Q8_0", "stories"]), "1": ["stories"]}
+
+
+def preset_server(env, preset, *later):
+    """A preset first, the test's host and port after it (a later flag wins, as in llama-server)."""
+    port = free_port()
+    return ServerProcess("-t", "1", "-np", "1", "-c", "256", env=env,
+                         leading_args=[preset, "--host", "127.0.0.1", "--port", str(port), *later], port=port)
+
+
+def test_llama_servers_model_presets_fetch_their_models(hub, tmp_path):
+    model = model_path().read_bytes()
+    hub.repos["ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF"] = {"qwen2.5-coder-7b-q8_0.gguf": model}
+    hub.repos["ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF"] = {"qwen2.5-coder-0.5b-q8_0.gguf": model}
+    env = environment(hub, tmp_path)
+    s = preset_server(env, "--fim-qwen-7b-spec")
+    try:
+        r = s.post("/completion", {"prompt": "Once upon a time", "n_predict": 16, "temperature": 0,
+                                   "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        t = r.json()["timings"]
+        assert t["draft_n_accepted"] == t["draft_n"] > 0, t  # the same file as target and draft
+    finally:
+        assert s.stop() == 0
+    log = s.log_text()
+    assert "has no effect" not in log, log
+    assert "model: -hf ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF -hff qwen2.5-coder-7b-q8_0.gguf is " in log, log
+    assert "model: -hfd ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF -hff qwen2.5-coder-0.5b-q8_0.gguf is " in log, log
+    # The preset's batch; its port 8012 overridden by the later --port.
+    assert "batch 1024" in log, log
+
+
+def test_the_spec_default_preset_drafts_with_ngram_mod():
+    s = ServerProcess("-t", "1", "--spec-default")
+    try:
+        log = s.log_text()
+        assert "speculative decoding: ngram-mod, up to 64 tokens a step" in log, log
+    finally:
+        assert s.stop() == 0
