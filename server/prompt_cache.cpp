@@ -19,6 +19,20 @@ bool PromptCache::covers(const std::vector<int32_t> & tokens, const std::vector<
     return std::any_of(kept_.begin(), kept_.end(), [&](const CachedPrompt & p) { return holds(p, tokens, lora); });
 }
 
+void PromptCache::drop_checkpoints_beyond(int32_t slot, size_t most) {
+    size_t n = 0;
+    for (const CachedPrompt & p : kept_) n += p.checkpoint_of == slot;
+    for (auto it = kept_.begin(); n > most && it != kept_.end();) {
+        if (it->checkpoint_of != slot) {
+            ++it;
+            continue;
+        }
+        bytes_ -= it->image.size();
+        it = kept_.erase(it);
+        n--;
+    }
+}
+
 bool PromptCache::keep(CachedPrompt prompt) {
     const size_t n = prompt.image.size();
     if (!fits(n)) return false;

@@ -17,6 +17,7 @@ struct CachedPrompt {
     std::vector<int32_t> tokens;
     std::vector<float> lora;     // the LoRA scales its cells were computed with
     std::vector<uint8_t> image;  // Engine::read_sequence of the tokens
+    int32_t checkpoint_of = -1;  // a context checkpoint: the slot it was taken from
 };
 
 class PromptCache {
@@ -52,6 +53,9 @@ class PromptCache {
     // The prefix take() would give, leaving the prompt kept (0: none).
     size_t longest_prefix(const std::vector<int32_t> & tokens, const std::vector<float> & lora,
                           size_t usable = SIZE_MAX) const;
+
+    // Drops a slot's oldest context checkpoints beyond `most`.
+    void drop_checkpoints_beyond(int32_t slot, size_t most);
 
     void clear() {
         kept_.clear();

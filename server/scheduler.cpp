@@ -36,7 +36,13 @@ Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32
       metrics_(metrics),
       prompt_similarity_(reuse.prompt_similarity),
       prompt_cache_(reuse.prompt_cache_bytes,
-                    [&engine](size_t n, size_t m) { return engine.image_resumable((int32_t) n, (int32_t) m); }) {
+                    [&engine](size_t n, size_t m) { return engine.image_resumable((int32_t) n, (int32_t) m); }),
+      // A slot's image resuming anywhere (no window pool, or a window as long
+      // as the slot) needs no checkpoints.
+      ctx_checkpoints_(prompt_cache_.enabled() && !engine.image_resumable(n_ctx_slot, 1)
+                           ? std::max<int32_t>(0, reuse.ctx_checkpoints)
+                           : 0),
+      checkpoint_min_step_(std::max<int32_t>(1, reuse.checkpoint_min_step)) {
     for (int32_t i = 0; i < n_slots; i++) {
         slots_.push_back(std::make_unique<Slot>(i));
     }
@@ -404,7 +410,7 @@ bool Scheduler::next_admission(Admission & a) {
         }
         a.slot = best;
         a.donor = donor.slot;
-        a.have = donor.slot ? donor.slot->reusable_prefix(*task) : best_prefix;
+        a.have = donor.slot ? donor.slot->reusable_prefix(*task) : resumable_prefix(*best, *task);
         a.task = std::move(task);
         queue_.erase(it);
         return true;
@@ -467,7 +473,7 @@ Scheduler::PrefixDonor Scheduler::prefix_donor(const Task & task, const Slot & c
 void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_t have) {
     if (!prompt_cache_.enabled()) return;
     const size_t n = slot.kv_tokens.size();
-    const bool loses = !task.cache_prompt || 2 * slot.reusable_prefix(task) < n;
+    const bool loses = !task.cache_prompt || 2 * resumable_prefix(slot, task) < n;
     if (n > 0 && loses && !prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) keep_in_prompt_cache(slot);
     if (!task.cache_prompt) return;
     // The prompt's last token is always decoded (for its logits).
@@ -484,11 +490,42 @@ void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_
     }
     slot.kv_tokens = found->tokens;
     slot.kv_lora = found->lora;
-    SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache", slot.id,
-            std::min(common_prefix(found->tokens, task.prompt), usable), task.prompt.size());
+    SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache%s", slot.id,
+            std::min(common_prefix(found->tokens, task.prompt), usable), task.prompt.size(),
+            found->checkpoint_of >= 0 ? " (a context checkpoint)" : "");
 }
 
-void Scheduler::keep_in_prompt_cache(const Slot & slot) {
+size_t Scheduler::resumable_prefix(const Slot & slot, const Task & task) const {
+    const size_t p = std::min(slot.reusable_prefix(task), task.prompt.empty() ? 0 : task.prompt.size() - 1);
+    return engine_.seq_resumable(slot.id, (int32_t) p) ? p : 0;
+}
+
+// Checkpoints as llama-server's: 4 tokens before the prompt's end (a next
+// prompt often renders the last ones differently: the generation prompt,
+// an end-of-turn marker), and every min_step tokens of a long prompt.
+constexpr size_t kCheckpointTail = 4;
+
+size_t Scheduler::next_checkpoint(const Slot & slot) const {
+    if (ctx_checkpoints_ == 0 || slot.state != Slot::State::Prompt || slot.task->embedding) return SIZE_MAX;
+    const size_t n = slot.task->prompt.size(), done = slot.n_prompt_done;
+    if (n <= kCheckpointTail) return SIZE_MAX;
+    size_t at = n - kCheckpointTail;
+    const size_t spaced = slot.checkpoint_at + (size_t) checkpoint_min_step_;
+    if (spaced < at) at = spaced;
+    return at > done ? at : SIZE_MAX;
+}
+
+void Scheduler::checkpoint(Slot & slot) {
+    const size_t n = slot.kv_tokens.size();
+    const size_t end = slot.task->prompt.size() - kCheckpointTail;
+    if (n != end && n != slot.checkpoint_at + (size_t) checkpoint_min_step_) return;
+    slot.checkpoint_at = n;
+    if (prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) return;
+    keep_in_prompt_cache(slot, true);
+    prompt_cache_.drop_checkpoints_beyond(slot.id, (size_t) ctx_checkpoints_);
+}
+
+void Scheduler::keep_in_prompt_cache(const Slot & slot, bool checkpoint) {
     const size_t n = slot.kv_tokens.size();
     const size_t bytes = engine_.sequence_image_bytes((int32_t) n);
     const double mib = (double) bytes / (1024.0 * 1024.0);
@@ -497,9 +534,11 @@ void Scheduler::keep_in_prompt_cache(const Slot & slot) {
         return;
     }
     try {
-        prompt_cache_.keep(CachedPrompt{slot.kv_tokens, slot.kv_lora, engine_.read_sequence(slot.id, (int32_t) n)});
-        SRV_DBG("slot %d: %zu tokens (%.1f MiB) kept in the prompt cache, which holds %zu prompts, %.1f MiB", slot.id,
-                n, mib, prompt_cache_.size(), (double) prompt_cache_.bytes() / (1024.0 * 1024.0));
+        prompt_cache_.keep(CachedPrompt{slot.kv_tokens, slot.kv_lora, engine_.read_sequence(slot.id, (int32_t) n),
+                                        checkpoint ? slot.id : -1});
+        SRV_DBG("slot %d: %zu tokens (%.1f MiB) kept in the prompt cache%s, which holds %zu prompts, %.1f MiB", slot.id,
+                n, mib, checkpoint ? " as a context checkpoint" : "", prompt_cache_.size(),
+                (double) prompt_cache_.bytes() / (1024.0 * 1024.0));
     } catch (const std::exception & e) {
         SRV_WRN("slot %d: its cells could not be kept in the prompt cache: %s", slot.id, e.what());
     }
@@ -576,7 +615,9 @@ void Scheduler::build_batch() {
         }
         const auto & prompt = slot.task->prompt;
         const bool embedding = slot.task->embedding;
-        const size_t take = std::min<size_t>(prompt.size() - slot.n_prompt_done, (size_t) budget);
+        // A chunk ends where a context checkpoint is to be taken.
+        const size_t take =
+            std::min({prompt.size() - slot.n_prompt_done, (size_t) budget, next_checkpoint(slot) - slot.n_prompt_done});
         if (embedding && take > 0) slot.first_row = batch_.size();
         for (size_t i = 0; i < take; i++) {
             const int32_t tok = prompt[slot.n_prompt_done];
@@ -675,7 +716,12 @@ void Scheduler::decode_and_sample() {
     }
     for (auto & slot : slots_) {
         slot->commit();
-        if (slot->prompt_in_step && slot->busy() && slot->task->return_progress) report_progress(*slot);
+        if (slot->prompt_in_step && slot->busy()) {
+            if (slot->task->return_progress) report_progress(*slot);
+            if (ctx_checkpoints_ > 0 && slot->state == Slot::State::Prompt && !slot->task->embedding) {
+                checkpoint(*slot);
+            }
+        }
         slot->prompt_in_step = false;
     }
     for (auto & slot : slots_) {

@@ -76,6 +76,10 @@ const std::map<std::string, std::string> & honoured() {
         {"-cram",
          "a slot's cells kept in host memory when another prompt takes the slot, given back to a later "
          "prompt that shares more with them (default 8192 MiB, -1: no limit, 0: off)"},
+        {"-ctxcp",
+         "per slot: a prompt's cells kept in the --cache-ram prompt cache 4 tokens before its end and every "
+         "--checkpoint-min-step tokens, where sliding-window layers keep only their window"},
+        {"-cms", ""},
         {"--slots", ""},
         {"--props", ""},
         {"--api-prefix", ""},

@@ -140,3 +140,24 @@ TEST(PromptCache, CountsOnlyTheUsableTokensAndCanLookWithoutTaking) {
     EXPECT_FALSE(cache.take(tokens(0, 40), {}, 39, 39).has_value());
     EXPECT_TRUE(cache.take(tokens(0, 40), {}, 38, 39).has_value());
 }
+
+TEST(PromptCache, KeepsASlotsNewestCheckpointsOnly) {
+    PromptCache cache(-1, [](size_t n, size_t m) { return m >= n; });  // windowed: only whole images resume
+    for (int32_t i = 0; i < 3; ++i) {
+        CachedPrompt p = prompt(1, 10 + 10 * (size_t) i, 100);
+        p.checkpoint_of = 0;
+        ASSERT_TRUE(cache.keep(std::move(p)));
+    }
+    CachedPrompt other = prompt(1, 50, 100);
+    other.checkpoint_of = 1;
+    ASSERT_TRUE(cache.keep(std::move(other)));
+    ASSERT_TRUE(cache.keep(prompt(500, 10, 100)));  // not a checkpoint
+    EXPECT_EQ(cache.size(), 5u);
+    cache.drop_checkpoints_beyond(0, 1);
+    EXPECT_EQ(cache.size(), 3u);
+    EXPECT_EQ(cache.bytes(), 300u);
+    // Slot 0's 10- and 20-token checkpoints are gone, its 30-token one stays.
+    EXPECT_EQ(cache.longest_prefix(tokens(1, 25), {}), 0u);
+    EXPECT_EQ(cache.longest_prefix(tokens(1, 35), {}), 30u);
+    EXPECT_EQ(cache.longest_prefix(tokens(500, 12), {}), 10u);
+}

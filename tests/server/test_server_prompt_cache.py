@@ -4,6 +4,8 @@ for a later prompt that shares them, which then continues exactly as it
 did; --cache-ram 0 turns it off. Of equally good slots, a prompt takes the
 least recently used one (an empty one first)."""
 
+import random
+
 import pytest
 
 from server_harness import ServerProcess, generated_model
@@ -79,5 +81,65 @@ def test_the_cache_holds_every_rank_s_cells(model):
         again = complete(s, STORY)
         assert again["tokens_cached"] == first["tokens_evaluated"] - 1
         assert again["content"] == cached["content"]
+    finally:
+        assert s.stop() == 0
+
+
+def probs_of(answer):
+    return [[(p["id"], p["logprob"]) for p in c["top_logprobs"]] for c in answer["completion_probabilities"]]
+
+
+@pytest.mark.parametrize("checkpoints", ["32", "0"])
+def test_context_checkpoints_resume_a_sliding_window_model(tmp_path, checkpoints):
+    """--ctx-checkpoints as llama-server's: where sliding-window layers keep
+    only their window, a slot that generated far past its prompt cannot
+    resume inside it; the checkpoint taken 4 tokens before the prompt's end
+    can, and the next prompt continues from there with the same numbers."""
+    rng = random.Random(5)
+    model = generated_model(tmp_path / "gemma3.gguf", arch="gemma3", weight_type="f32",
+                            extra=["--n-swa", "8", "--swa-pattern", "2"])
+    # Batches of 16: the window layers hold 512 cells a slot, which 600 generated tokens overrun.
+    s = ServerProcess("-np", "1", "-c", "2048", "-b", "16", "-t", "2", "--ctx-checkpoints", checkpoints,
+                      "-lv", "4", model=model)
+    prompt = [rng.randrange(300, 20000) for _ in range(100)]
+    turn = [rng.randrange(300, 20000) for _ in range(20)]
+    fields = {"temperature": 0, "ignore_eos": True, "n_probs": 3}
+    try:
+        first = s.post("/completion", {"prompt": prompt, "n_predict": 600, **fields}).json()
+        second = s.post("/completion", {"prompt": prompt + turn, "n_predict": 8, **fields}).json()
+        fresh = s.post("/completion", {"prompt": prompt + turn, "n_predict": 8, "cache_prompt": False,
+                                       **fields}).json()
+    finally:
+        assert s.stop() == 0
+    log = s.log_text()
+    if checkpoints == "0":
+        assert second["tokens_cached"] == 0, second
+        assert "context checkpoint" not in log
+    else:
+        assert second["tokens_cached"] == first["tokens_evaluated"] - 4, (first["tokens_evaluated"], second)
+        assert "restored from the prompt cache (a context checkpoint)" in log, log
+    assert second["content"] == fresh["content"]
+    for a, b in zip(probs_of(second), probs_of(fresh)):
+        for (ia, la), (ib, lb) in zip(a, b):
+            assert ia == ib and abs(la - lb) < 1e-5, (a, b)
+
+
+@pytest.mark.parametrize("checkpoints,cached", [("32", 64), ("1", 0)])
+def test_a_long_prompt_checkpoints_every_min_step_tokens(tmp_path, checkpoints, cached):
+    """--checkpoint-min-step 32: checkpoints at 32, 64 and 4 before the end;
+    a prompt diverging at 70 resumes at 64, unless the slot keeps only its
+    newest checkpoint (--ctx-checkpoints 1)."""
+    rng = random.Random(6)
+    model = generated_model(tmp_path / "gemma3.gguf", arch="gemma3", weight_type="f32",
+                            extra=["--n-swa", "8", "--swa-pattern", "2"])
+    s = ServerProcess("-np", "1", "-c", "2048", "-b", "16", "-t", "2", "--ctx-checkpoints", checkpoints,
+                      "--checkpoint-min-step", "32", model=model)
+    prompt = [rng.randrange(300, 20000) for _ in range(100)]
+    fields = {"temperature": 0, "ignore_eos": True}
+    try:
+        s.post("/completion", {"prompt": prompt, "n_predict": 600, **fields})
+        r = s.post("/completion", {"prompt": prompt[:70] + [rng.randrange(300, 20000) for _ in range(10)],
+                                   "n_predict": 4, **fields}).json()
+        assert r["tokens_cached"] == cached, r
     finally:
         assert s.stop() == 0
