@@ -107,6 +107,20 @@ Handler guarded(Handler h) {
     };
 }
 
+void install_disabled_features(httplib::Server & http, const std::string & prefix) {
+    static const std::pair<const char *, const char *> disabled[] = {
+        {"/cors-proxy", "llama-tp-server has no MCP proxy"},
+        {"/tools", "llama-tp-server has no server-side tools"},
+    };
+    for (const auto & [path, why] : disabled) {
+        auto refuse = [why = std::string(why)](const httplib::Request &, httplib::Response & res) {
+            send_error(res, ApiError(403, "this feature is disabled (" + why + ")", "", "", "feature_disabled"));
+        };
+        http.Get(prefix + path, refuse);
+        http.Post(prefix + path, refuse);
+    }
+}
+
 void install_error_handlers(httplib::Server & http) {
     // Unknown routes, wrong methods, and anything else that left no body.
     http.set_error_handler([](const httplib::Request & req, httplib::Response & res) {

@@ -43,4 +43,9 @@ Handler guarded(Handler h);
 // exceptions that escape a handler.
 void install_error_handlers(httplib::Server & http);
 
+// The web UI's experimental MCP proxy (/cors-proxy) and server-side tools
+// (/tools) under the API prefix: 403 feature_disabled, as llama-server
+// answers without --webui-mcp-proxy / --tools (which have no effect here).
+void install_disabled_features(httplib::Server & http, const std::string & prefix);
+
 }  // namespace llama_tp::server

@@ -1138,20 +1138,7 @@ void register_routes(httplib::Server & http, ServerState & st) {
         http.Get(at(path), refuse);
         http.Post(at(path), refuse);
     }
-    // The web UI's experimental MCP proxy and server-side tools: llama-server
-    // answers 403 feature_disabled unless --webui-mcp-proxy / --tools turn
-    // them on, which have no effect here (a warning at start says so).
-    static const std::pair<const char *, const char *> disabled[] = {
-        {"/cors-proxy", "llama-tp-server has no MCP proxy"},
-        {"/tools", "llama-tp-server has no server-side tools"},
-    };
-    for (const auto & [path, why] : disabled) {
-        auto refuse = [why = std::string(why)](const Request &, Response & res) {
-            send_error(res, ApiError(403, "this feature is disabled (" + why + ")", "", "", "feature_disabled"));
-        };
-        http.Get(at(path), refuse);
-        http.Post(at(path), refuse);
-    }
+    install_disabled_features(http, st.opts.api_prefix);
 
     http.Post(at("/apply-template"), guarded([&st](const Request & req, Response & res) {
                   const json body = parse_json_body(req.body);

@@ -440,7 +440,6 @@ int main(int argc, char ** argv) {
     reuse.prompt_similarity = opts.slot_prompt_similarity;
     reuse.prompt_cache_bytes = opts.cache_ram_mib < 0 ? -1 : (int64_t) opts.cache_ram_mib << 20;
     reuse.ctx_checkpoints = opts.ctx_checkpoints;
-    reuse.checkpoint_min_step = opts.checkpoint_min_step;
     if (opts.cache_ram_mib != 0) {
         SRV_INF("prompt cache: slots' prompts kept in host memory, %s (--cache-ram)",
                 opts.cache_ram_mib < 0 ? "no limit" : (std::to_string(opts.cache_ram_mib) + " MiB at most").c_str());

@@ -685,6 +685,7 @@ void ModelRouter::register_routes(httplib::Server & http) {
     for (const char * path : kQueryRoutes) {
         http.Get(at(path), guarded([this](const httplib::Request & q, httplib::Response & r) { route(q, r, false); }));
     }
+    install_disabled_features(http, prefix);
 }
 
 }  // namespace llama_tp::server

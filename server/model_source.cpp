@@ -129,7 +129,11 @@ common_params download_params(const ModelSource & s) {
 }  // namespace
 
 std::string ModelSource::describe() const {
-    if (!hf_repo.empty()) return hf_flag + " " + hf_repo + (hf_file.empty() ? "" : " -hff " + hf_file);
+    if (!hf_repo.empty()) {
+        // With -hfd, -md names the file of the repository (as llama-server).
+        const std::string file_flag = hf_flag == "-hfd" ? " -md " : " -hff ";
+        return hf_flag + " " + hf_repo + (hf_file.empty() ? "" : file_flag + hf_file);
+    }
     if (!docker_repo.empty()) return "-dr " + docker_repo;
     return "-mu " + shown_url(url);
 }

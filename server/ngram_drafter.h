@@ -28,11 +28,18 @@ class NgramDrafter : public Drafter {
     void begin(int32_t seq, const std::vector<int32_t> & prompt) override;
     void draft(std::vector<DraftRequest *> & requests) override;
     void accept(int32_t seq, int32_t n_accepted) override;
+    // As llama-server: the maps are freed while the server sleeps and start
+    // again empty.
+    void sleep() override;
+    void wake() override;
 
     // Whether libcommon drafts this kind without a model.
     static bool takes(common_speculative_type type);
 
   private:
+    void start();
+    void forget(int32_t seq);
+    common_params_speculative params_;  // the n-gram kinds only
     std::unique_ptr<common_speculative, void (*)(common_speculative *)> spec_;
     std::string names_;
     int32_t n_max_ = 0;

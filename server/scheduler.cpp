@@ -41,8 +41,7 @@ Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32
       // as the slot) needs no checkpoints.
       ctx_checkpoints_(prompt_cache_.enabled() && !engine.image_resumable(n_ctx_slot, 1)
                            ? std::max<int32_t>(0, reuse.ctx_checkpoints)
-                           : 0),
-      checkpoint_min_step_(std::max<int32_t>(1, reuse.checkpoint_min_step)) {
+                           : 0) {
     for (int32_t i = 0; i < n_slots; i++) {
         slots_.push_back(std::make_unique<Slot>(i));
     }
@@ -493,6 +492,8 @@ void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_
     SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache%s", slot.id,
             std::min(common_prefix(found->tokens, task.prompt), usable), task.prompt.size(),
             found->checkpoint_of >= 0 ? " (a context checkpoint)" : "");
+    // A checkpoint serves again (a regenerated answer, another branch of the turn).
+    if (found->checkpoint_of >= 0) prompt_cache_.keep(std::move(*found));
 }
 
 size_t Scheduler::resumable_prefix(const Slot & slot, const Task & task) const {
@@ -500,26 +501,23 @@ size_t Scheduler::resumable_prefix(const Slot & slot, const Task & task) const {
     return engine_.seq_resumable(slot.id, (int32_t) p) ? p : 0;
 }
 
-// Checkpoints as llama-server's: 4 tokens before the prompt's end (a next
-// prompt often renders the last ones differently: the generation prompt,
-// an end-of-turn marker), and every min_step tokens of a long prompt.
+// 4 tokens before the prompt's end, as one of llama-server's checkpoints: a
+// next prompt often renders the last ones differently (the generation
+// prompt, an end-of-turn marker).
 constexpr size_t kCheckpointTail = 4;
 
 size_t Scheduler::next_checkpoint(const Slot & slot) const {
-    if (ctx_checkpoints_ == 0 || slot.state != Slot::State::Prompt || slot.task->embedding) return SIZE_MAX;
-    const size_t n = slot.task->prompt.size(), done = slot.n_prompt_done;
-    if (n <= kCheckpointTail) return SIZE_MAX;
-    size_t at = n - kCheckpointTail;
-    const size_t spaced = slot.checkpoint_at + (size_t) checkpoint_min_step_;
-    if (spaced < at) at = spaced;
-    return at > done ? at : SIZE_MAX;
+    if (ctx_checkpoints_ == 0 || slot.state != Slot::State::Prompt) return SIZE_MAX;
+    const Task & task = *slot.task;
+    // A request that keeps nothing of its cache has no later prompt to serve.
+    if (task.embedding || !task.cache_prompt || task.prompt.size() <= kCheckpointTail) return SIZE_MAX;
+    const size_t at = task.prompt.size() - kCheckpointTail;
+    return at > slot.n_prompt_done ? at : SIZE_MAX;
 }
 
 void Scheduler::checkpoint(Slot & slot) {
     const size_t n = slot.kv_tokens.size();
-    const size_t end = slot.task->prompt.size() - kCheckpointTail;
-    if (n != end && n != slot.checkpoint_at + (size_t) checkpoint_min_step_) return;
-    slot.checkpoint_at = n;
+    if (!slot.task->cache_prompt || n + kCheckpointTail != slot.task->prompt.size()) return;
     if (prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) return;
     keep_in_prompt_cache(slot, true);
     prompt_cache_.drop_checkpoints_beyond(slot.id, (size_t) ctx_checkpoints_);

@@ -41,13 +41,12 @@ struct SlotReuse {
     // recently used one (0: always the least recently used).
     float prompt_similarity = 0.1f;
     int64_t prompt_cache_bytes = 0;  // PromptCache's limit (< 0: none, 0: no cache)
-    // llama-server's context checkpoints (--ctx-checkpoints, --checkpoint-min-step),
-    // where sliding-window layers keep only their window: a prompt's cells are
-    // kept in the prompt cache 4 tokens before its end and every min_step
-    // tokens, at most this many per slot, so that a later prompt diverging
-    // after such a point resumes there (0: none).
+    // llama-server's context checkpoints (--ctx-checkpoints), where
+    // sliding-window layers keep only their window: a prompt's cells are kept
+    // in the prompt cache 4 tokens before its end, at most this many per
+    // slot, so that a later prompt diverging after that point resumes there
+    // (0: none).
     int32_t ctx_checkpoints = 0;
-    int32_t checkpoint_min_step = 8192;
 };
 
 class Scheduler {
@@ -151,8 +150,8 @@ class Scheduler {
     // The prompt tokens a slot's own cells give the task: none where the
     // window layers no longer hold what that prefix reads.
     size_t resumable_prefix(const Slot & slot, const Task & task) const;
-    // Where the slot's prompt must pause for a checkpoint (SIZE_MAX: nowhere
-    // ahead), and the checkpoint once it got there.
+    // Where the slot's prompt must pause for a context checkpoint (SIZE_MAX:
+    // nowhere ahead), and the checkpoint once it got there.
     size_t next_checkpoint(const Slot & slot) const;
     void checkpoint(Slot & slot);
     void drop_cancelled();
@@ -182,7 +181,6 @@ class Scheduler {
     PromptCache prompt_cache_;
     // Context checkpoints per slot (0: none: off, or every cache resumes anywhere).
     const int32_t ctx_checkpoints_;
-    const int32_t checkpoint_min_step_;
     int32_t step_prompt_tokens_ = 0;  // of the batch being decoded
     int32_t step_sampled_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;

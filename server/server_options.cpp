@@ -385,7 +385,6 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.slot_save_path = p.slot_save_path;  // the handler checked it is a directory
     o.cache_ram_mib = p.cache_ram_mib;
     o.ctx_checkpoints = std::max(0, p.n_ctx_checkpoints);
-    o.checkpoint_min_step = std::max(1, p.checkpoint_min_step);
     o.slot_prompt_similarity = p.slot_prompt_similarity;
     o.special = p.special;
     o.ssl_key_file = p.ssl_file_key;

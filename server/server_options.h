@@ -61,7 +61,6 @@ struct ServerOptions {
     std::string slot_save_path;               // directory for POST /slots/{id}?action=save|restore ("": off)
     int32_t cache_ram_mib = 8192;             // the prompt cache's host memory (-1: no limit, 0: off)
     int32_t ctx_checkpoints = 32;             // per slot, into the prompt cache (sliding-window models)
-    int32_t checkpoint_min_step = 8192;       // tokens between a long prompt's checkpoints
     float slot_prompt_similarity = 0.1f;      // -sps (SlotReuse)
     bool special = false;                     // -sp: special tokens appear in the generated text
     std::string ssl_key_file, ssl_cert_file;  // both: HTTPS

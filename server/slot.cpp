@@ -68,7 +68,6 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     }
     kv_lora = task->lora;
     n_prompt_done = keep;
-    checkpoint_at = keep;
     n_cached = (int32_t) keep;
     pending = -1;
     n_decoded = 0;

@@ -77,9 +77,8 @@ const std::map<std::string, std::string> & honoured() {
          "a slot's cells kept in host memory when another prompt takes the slot, given back to a later "
          "prompt that shares more with them (default 8192 MiB, -1: no limit, 0: off)"},
         {"-ctxcp",
-         "per slot: a prompt's cells kept in the --cache-ram prompt cache 4 tokens before its end and every "
-         "--checkpoint-min-step tokens, where sliding-window layers keep only their window"},
-        {"-cms", ""},
+         "per slot: a prompt's cells kept in the --cache-ram prompt cache 4 tokens before its end, where "
+         "sliding-window layers keep only their window"},
         {"--slots", ""},
         {"--props", ""},
         {"--api-prefix", ""},
@@ -120,7 +119,8 @@ const std::map<std::string, std::string> & honoured() {
         {"-lcs", "ngram-cache's static lookup cache (llama-lookup-create writes one)"},
         {"-lcd", "ngram-cache's dynamic lookup cache, read at start (not written back, as llama-server)"},
         // llama-server's model presets: the model fetched as -hf's, with the
-        // preset's port, batch, slots, context and sampling (a later flag wins).
+        // preset's port, batch, slots and sampling (a later flag wins; the
+        // context is fitted as without -c).
         {"--embd-gemma-default", "llama-server's preset: EmbeddingGemma, --embeddings, port 8011"},
         {"--fim-qwen-1.5b-default", "llama-server's preset: Qwen 2.5 Coder 1.5B, port 8012"},
         {"--fim-qwen-3b-default", "llama-server's preset: Qwen 2.5 Coder 3B, port 8012"},
@@ -223,6 +223,9 @@ const std::map<std::string, std::string> & no_effect() {
         {"--spec-ngram-min-hits", "removed from llama-server (refused there and here): --spec-ngram-*-min-hits"},
         {"--spec-ngram-simple-min-hits", "llama-server's ngram-simple does not read it either"},
         {"--spec-draft-threads-batch", "the draft model runs one thread pool (-td)"},
+        {"-cms",
+         "context checkpoints are taken 4 tokens before a prompt's end only (llama-server also takes them at "
+         "user-message starts this far apart)"},
         {"--perf", "the timings are always measured (timings in every response)"},
         {"--draft", "removed from llama-server (refused there and here): --spec-draft-n-max"},
         {"--draft-min", "removed from llama-server (refused there and here): --spec-draft-n-min"},

@@ -270,7 +270,7 @@ def test_llama_servers_model_presets_fetch_their_models(hub, tmp_path):
     log = s.log_text()
     assert "has no effect" not in log, log
     assert "model: -hf ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF -hff qwen2.5-coder-7b-q8_0.gguf is " in log, log
-    assert "model: -hfd ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF -hff qwen2.5-coder-0.5b-q8_0.gguf is " in log, log
+    assert "model: -hfd ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF -md qwen2.5-coder-0.5b-q8_0.gguf is " in log, log
     # The preset's batch; its port 8012 overridden by the later --port.
     assert "batch 1024" in log, log
 

@@ -87,6 +87,9 @@ def test_the_folder_models_are_listed_unloaded(models_dir):
         assert "--models-dir" not in args and args[args.index("--alias") + 1] == "stories"
         props = s.get("/props").json()
         assert props["role"] == "router" and props["max_instances"] == 4 and props["models_autoload"] is True
+        # As llama-server's router without --tools / --webui-mcp-proxy.
+        for r in (s.post("/tools", {}), s.get("/cors-proxy")):
+            assert r.status_code == 403 and r.json()["error"]["type"] == "feature_disabled", r.text
     finally:
         assert s.stop() == 0
 
