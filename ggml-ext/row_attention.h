@@ -4,7 +4,11 @@
 // F16 values, in F32, eight cells at a time (head sizes that are not a
 // multiple of 8 add a scalar tail). The same inputs as ggml_flash_attn_ext. Each row's result depends
 // only on its own query, mask row and cells, so it is the same whichever
-// other rows share the batch. (ggml's CPU kernel runs scalar code for F16
+// other rows share the batch and however many threads run it. Past 2048
+// cells a row's cells are taken in chunks, each with its own maximum,
+// combined in cell order; a few decoded rows' chunks are spread over the
+// threads (two graph nodes: the chunks' partial results, then the rows).
+// (ggml's CPU kernel runs scalar code for F16
 // rows shorter than its SIMD step, 128 on CPUs with AVX512-FP16: there a
 // head size of 64 made attention the largest cost of batched decoding.)
 

@@ -26,7 +26,9 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
     }
     // A LoRA pair takes a few nodes, a row-parallel one's A a product per cell.
     const size_t lora = n_adapters * 7 * (pieces + 6);
-    return 8192 + (size_t) hp.n_layer * ((std::max(shape.runs.size(), shape.window_runs.size()) + pieces) * 8 + lora);
+    // A run of attention takes up to 9 nodes (row attention: its partials, then the rows).
+    return 8192 +
+           (size_t) hp.n_layer * (std::max(shape.runs.size(), shape.window_runs.size()) * 10 + pieces * 8 + lora);
 }
 
 // Bit i: some token of the batch has a nonzero scale for adapter i.

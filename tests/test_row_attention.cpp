@@ -112,22 +112,28 @@ TEST_P(RowAttention, MatchesFlashAttention) {
 }
 
 // Each row's result is the same bits whichever tokens, heads and threads
-// share its work item: 7 tokens of 8 query heads, in one call on 1 to 8
+// share its work item: T tokens of 8 query heads, in one call on 1 to 8
 // threads, against every token alone on 1 to 8 threads. Over 2 KV heads
 // every item has several rows; over 8, a token alone has one row per KV
 // head, which reads its keys and values in place instead of through the
 // converted copies, and an item of a token alone holds the heads of 1 to 8
 // KV heads (as many as leave every thread an item). 130 cells end in a
-// partial block. With and without a soft-cap on the scores.
+// partial block. With and without a soft-cap on the scores. Past 2048
+// cells a row's cells are taken in chunks: with one KV head, a token alone has
+// fewer items than threads and its chunks are split between them, while 20
+// tokens keep one thread per row; attention sinks join at the end.
 struct BatchCase {
     int64_t n_head_kv;
     float softcap;
+    int64_t n_kv = 130;
+    int64_t T = 7;
+    bool sinks = false;
 };
 class RowAttentionBatch : public ::testing::TestWithParam<BatchCase> {};
 
 TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
-    constexpr int64_t D = 64, n_head = 8, n_kv = 130, T = 7;
-    const int64_t n_head_kv = GetParam().n_head_kv;
+    constexpr int64_t D = 64, n_head = 8;
+    const int64_t n_head_kv = GetParam().n_head_kv, n_kv = GetParam().n_kv, T = GetParam().T;
     const float softcap = GetParam().softcap;
     ggml_init_params params = {64u << 20, nullptr, false};
     ggml_context * ctx = ggml_init(params);
@@ -140,6 +146,11 @@ TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
     fill(q, rng, -1.0f, 1.0f);
     fill(k, rng, -1.0f, 1.0f);
     fill(v, rng, -1.0f, 1.0f);
+    ggml_tensor * sinks = nullptr;
+    if (GetParam().sinks) {
+        sinks = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n_head);
+        fill(sinks, rng, -2.0f, 3.0f);
+    }
     for (int64_t t = 0; t < T; ++t) {
         for (int64_t c = 0; c < n_kv; ++c) {
             static_cast<ggml_fp16_t *>(mask->data)[t * n_kv + c] =
@@ -162,11 +173,11 @@ TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
         ggml_tensor * m =
             ggml_view_4d(ctx, mask, n_kv, 1, 1, 1, mask->nb[1], mask->nb[2], mask->nb[3], t * mask->nb[1]);
         const std::vector<float> y =
-            compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, softcap), 1);
+            compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, sinks, 0.125f, softcap), 1);
         for (const int threads : {2, 3, 8}) {
             SCOPED_TRACE("alone, threads=" + std::to_string(threads));
             const std::vector<float> again =
-                compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, nullptr, 0.125f, softcap), threads);
+                compute(ggml_ext_row_attention(ctx, tokens(t, 1), k, v, m, sinks, 0.125f, softcap), threads);
             EXPECT_EQ(0, std::memcmp(again.data(), y.data(), y.size() * sizeof(float)));
         }
         alone.insert(alone.end(), y.begin(), y.end());
@@ -175,7 +186,7 @@ TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
     for (const int threads : {1, 2, 3, 4, 8}) {
         SCOPED_TRACE("threads=" + std::to_string(threads));
         const std::vector<float> batch =
-            compute(ggml_ext_row_attention(ctx, tokens(0, T), k, v, mask, nullptr, 0.125f, softcap), threads);
+            compute(ggml_ext_row_attention(ctx, tokens(0, T), k, v, mask, sinks, 0.125f, softcap), threads);
         ASSERT_EQ(batch.size(), alone.size());
         EXPECT_EQ(0, std::memcmp(batch.data(), alone.data(), alone.size() * sizeof(float)));
     }
@@ -183,7 +194,9 @@ TEST_P(RowAttentionBatch, EveryRowIsTheSameInAnyBatchAndThreadCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KvHeads, RowAttentionBatch,
-                         ::testing::Values(BatchCase{2, 0.0f}, BatchCase{8, 0.0f}, BatchCase{8, 0.5f}));
+                         ::testing::Values(BatchCase{2, 0.0f}, BatchCase{8, 0.0f}, BatchCase{8, 0.5f},
+                                           BatchCase{1, 0.0f, 9000}, BatchCase{1, 0.0f, 9000, 20, true},
+                                           BatchCase{2, 0.5f, 8500, 7, true}));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RowAttention,
                          ::testing::Values(Shape{64, 12, 12, 256, 3, 300, 1, 2},       // head size 64, decode streams
@@ -194,6 +207,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RowAttention,
                                            Shape{32, 4, 4, 64, 1, 64, 64, 3},          // a whole causal prompt
                                            Shape{64, 8, 2, 200, 2, 200, 1, 2, true},   // sinks, decode
                                            Shape{64, 8, 4, 128, 2, 128, 16, 3, true},  // sinks, prompt
-                                           Shape{64, 8, 4, 128, 2, 128, 16, 2, false, 0.5f}));  // soft-capped
+                                           Shape{64, 8, 4, 128, 2, 128, 16, 2, false, 0.5f},  // soft-capped
+                                           Shape{64, 8, 1, 9000, 2, 9000, 1, 4, true},        // chunks split, sinks
+                                           Shape{128, 4, 1, 8300, 1, 8300, 3, 3}));           // chunks, a few tokens
 
 }  // namespace
