@@ -14,10 +14,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ggml-alloc.h"
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -74,9 +76,8 @@ Options parse(int argc, char ** argv) {
 // Seconds per call of one attention op over T queries and n_kv cells, the
 // last T of them the queries' own (causal), best of seven timings.
 double seconds(const Shape & s, int T, int n_kv, bool row, int threads) {
-    const size_t bytes = ggml_tensor_overhead() * 10 + ggml_graph_overhead() + (size_t) s.head_dim * T * s.n_head * 4 +
-                         2 * (size_t) s.head_dim * n_kv * s.n_head_kv * 2 + (size_t) n_kv * T * 2 +
-                         (size_t) s.head_dim * T * s.n_head * 4 + (1 << 20);
+    const size_t bytes = ggml_tensor_overhead() * 8 + (size_t) s.head_dim * T * s.n_head * 4 +
+                         2 * (size_t) s.head_dim * n_kv * s.n_head_kv * 2 + (size_t) n_kv * T * 2 + (1 << 20);
     ggml_context_ptr ctx(ggml_init({bytes, nullptr, false}));
     ggml_tensor * q = ggml_new_tensor_4d(ctx.get(), GGML_TYPE_F32, s.head_dim, T, s.n_head, 1);
     // As in the model's cache: one row of all KV heads per cell, viewed per head.
@@ -102,16 +103,26 @@ double seconds(const Shape & s, int T, int n_kv, bool row, int threads) {
                 ggml_fp32_to_fp16(c <= n_kv - T + t ? 0.0f : -INFINITY);
         }
     }
+    // The op's own tensors (however many it makes) go into a buffer of the
+    // graph allocator's.
+    const size_t n_ops = 16;
+    ggml_context_ptr ops(ggml_init({ggml_tensor_overhead() * n_ops + ggml_graph_overhead_custom(n_ops, false), nullptr,
+                                    /*no_alloc =*/true}));
     const float scale = 1.0f / std::sqrt((float) s.head_dim);
     ggml_tensor * out = nullptr;
     if (row) {
-        out = ggml_ext_row_attention(ctx.get(), q, k, v, mask, nullptr, scale, 0.0f);
+        out = ggml_ext_row_attention(ops.get(), q, k, v, mask, nullptr, scale, 0.0f);
     } else {
-        out = ggml_flash_attn_ext(ctx.get(), q, k, v, mask, scale, 0.0f, 0.0f);
+        out = ggml_flash_attn_ext(ops.get(), q, k, v, mask, scale, 0.0f, 0.0f);
         ggml_prec_set_acc(out, GGML_PREC_F32);
     }
-    ggml_cgraph * gf = ggml_new_graph(ctx.get());
+    ggml_cgraph * gf = ggml_new_graph_custom(ops.get(), n_ops, false);
     ggml_build_forward_expand(gf, out);
+    ggml_gallocr_ptr alloc(ggml_gallocr_new(ggml_backend_cpu_buffer_type()));
+    if (!ggml_gallocr_alloc_graph(alloc.get(), gf)) {
+        std::fprintf(stderr, "llama-tp-attention-bench: out of memory\n");
+        std::exit(1);
+    }
     ggml_cplan plan = ggml_graph_plan(gf, threads, nullptr);
     std::vector<uint8_t> work(plan.work_size + 64);
     plan.work_data = work.data();
