@@ -21,8 +21,9 @@ struct RowShare {
     }
 };
 
-// The cell bounds as offsets in blocks of `block` columns.
+// The cell bounds as offsets in blocks of `block` columns (no bounds: one cell).
 std::vector<int64_t> bounds_in_blocks(const int64_t * bounds, int64_t width, int64_t block) {
+    if (!bounds) return {0, width / block};
     std::vector<int64_t> out{0};
     for (int64_t c = 1; out.back() * block < width; ++c) out.push_back(bounds[c] / block);
     return out;
@@ -97,6 +98,7 @@ void product(ggml_tensor * dst, int ith, int nth, void * userdata) {
 }
 
 void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
+    if (!bounds) return;
     const int64_t K = w->ne[0];
     GGML_ASSERT(bounds[0] == 0);
     for (int64_t c = 0; bounds[c] < K; ++c) {
@@ -115,6 +117,10 @@ bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
 
 const char * ggml_ext_exact_matmul_kernel(void) {
     return ggml_ext::q8_kernel_name(ggml_ext::q8_best_kernel());
+}
+
+bool ggml_ext_exact_matmul_preferred(void) {
+    return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
 }
 
 ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, const int64_t * bounds,

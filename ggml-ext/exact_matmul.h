@@ -25,11 +25,16 @@ bool ggml_ext_exact_matmul_takes(enum ggml_type type);
 // the best this build has and the CPU supports.
 const char * ggml_ext_exact_matmul_kernel(void);
 
+// Whether this CPU's kernel multiplies q8_0 faster than ggml's own q8_0
+// product, so that matrices which need no exact sums are better multiplied by
+// it too (with one cell: NULL bounds), each output then the same in any batch.
+bool ggml_ext_exact_matmul_preferred(void);
+
 // w:      [K, M] of a type it takes, in ggml's plain layout (not repacked)
 // x:      F32 [K, T], rows contiguous
 // bounds: column offsets 0 = b[0] < b[1] < ... = K of the cells, each a
 //         multiple of w's block size; read while the graph runs, so they must
-//         outlive every graph holding the node
+//         outlive every graph holding the node. NULL: one cell, the whole row.
 // out_type: F64 [M, T], the sums to reduce across ranks (exact_sum.h), or
 //           F32 [M, T], each sum rounded once, where no other rank adds to it.
 struct ggml_tensor * ggml_ext_exact_matmul(struct ggml_context * ctx, struct ggml_tensor * w, struct ggml_tensor * x,

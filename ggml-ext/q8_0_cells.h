@@ -34,6 +34,10 @@ constexpr int kQ8TileRows = 4, kQ8TileTokens = 8;
 // The most tokens a tile of this kernel should take (any up to kQ8TileTokens work).
 int q8_tile_tokens(Q8Kernel kernel);
 
+// Whether the kernel multiplies q8_0 matrices faster than ggml's own q8_0
+// product on the CPUs it runs on (measured: docs/benchmarks.md).
+bool q8_kernel_beats_ggml(Q8Kernel kernel);
+
 // Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kQ8TileRows and
 // nc <= kQ8TileTokens, each row and token n_blocks blocks long, cut into cells
 // at the block offsets bounds[0] = 0 < ... = n_blocks:

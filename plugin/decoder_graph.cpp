@@ -140,8 +140,14 @@ struct Builder {
         ggml_tensor * scale = lora_scale(lw.scale, t->ne[2]);
         return ggml_mul(ctx, ggml_mul_mat_id(ctx, lw.b, t, picked), ggml_reshape_3d(ctx, scale, 1, 1, t->ne[2]));
     }
+    // A matrix that needs no exact sums: ggml's product, or the one-pass
+    // kernel's with one cell (ModelWeights::one_pass_product).
+    ggml_tensor * product(ggml_tensor * weight, ggml_tensor * x) const {
+        if (w.one_pass_product(weight)) return ggml_ext_exact_matmul(ctx, weight, x, nullptr, GGML_TYPE_F32);
+        return ggml_mul_mat(ctx, weight, x);
+    }
     ggml_tensor * project(ggml_tensor * weight, ggml_tensor * x) const {
-        return with_lora(ggml_mul_mat(ctx, weight, x), weight, false, x, nullptr);
+        return with_lora(product(weight, x), weight, false, x, nullptr);
     }
     // row_parallel's matrix product with the adapters' changes.
     ggml_tensor * project(const RowParallelWeight & weight, ggml_tensor * x, ggml_tensor * rows) const {

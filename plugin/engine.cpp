@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -441,20 +442,41 @@ class TensorParallelEngine final : public Engine {
                             "): use --no-split-invariant");
             }
             options_.split_invariant = false;
+            decide_products();
             return;
         }
         const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
         if (!asked) options_.split_invariant = one_pass && !options_.allreduce_bf16;
+        decide_products();
         if (options_.processes && options_.processes->rank() != 0) return;
         if (*options_.split_invariant && one_pass) {
             std::fprintf(stderr,
-                         "llama-tp: split-invariant sums, one pass over every q8_0 row-parallel matrix (%s kernel)\n",
-                         ggml_ext_exact_matmul_kernel());
+                         "llama-tp: split-invariant sums, one pass over every q8_0 row-parallel matrix (%s kernel); "
+                         "the other q8_0 matrices %s\n",
+                         ggml_ext_exact_matmul_kernel(),
+                         *options_.one_pass_products ? "through the same kernel (batch-invariant)"
+                                                     : "through ggml's q8_0 product");
         } else if (!asked && !one_pass) {
             std::fprintf(stderr,
                          "llama-tp: float sums (results move with --tp / -ts): this model's attn_output and "
                          "ffn_down are not all dense q8_0, which split-invariant sums multiply in one pass; "
                          "--split-invariant forces them (one product per grid cell, 7-15%% slower on one device)\n");
+        }
+    }
+
+    // The other q8_0 products go through the one-pass kernel only with
+    // split-invariant sums (else the products are upstream's), where asked,
+    // else where LLAMA_TP_ONE_PASS_PRODUCTS says, else where it is faster.
+    void decide_products() {
+        const char * env = std::getenv("LLAMA_TP_ONE_PASS_PRODUCTS");
+        const std::string forced = env ? env : "";
+        if (!forced.empty() && forced != "0" && forced != "1") {
+            throw Error("LLAMA_TP_ONE_PASS_PRODUCTS must be 0 or 1, not '" + forced + "'");
+        }
+        if (!options_.exact_sums()) {
+            options_.one_pass_products = false;
+        } else if (!options_.one_pass_products) {
+            options_.one_pass_products = forced.empty() ? ggml_ext_exact_matmul_preferred() : forced == "1";
         }
     }
 

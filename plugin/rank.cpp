@@ -48,6 +48,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     WeightsLoad load;
     load.shard = config.shard;
     load.split_invariant = config.split_invariant;
+    load.one_pass_products = config.one_pass_products;
     load.device = device;
     load.progress = config.progress;
     load.check_data = config.check_tensors;

@@ -38,6 +38,7 @@ struct RankConfig {
     bool host_staging = false;
     const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
     bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
+    bool one_pass_products = false;     // EngineOptions::one_pass_products
     AllReduceEngine * allreduce = nullptr;
     int32_t n_threads = 1;
     bool threads_poll = true;  // the CPU pool's threads poll between graphs (alone on its cores)

@@ -24,6 +24,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.host_staging = setup.portable_graph;
             rc.shard = setup.plan ? &setup.plan->ranks[rc.rank] : nullptr;
             rc.split_invariant = o.exact_sums();
+            rc.one_pass_products = o.one_pass_products.value_or(false);
             rc.allreduce = allreduce_.get();
             rc.n_threads = setup.n_threads;
             rc.threads_poll = !o.shares_cores;

@@ -71,6 +71,11 @@ bool one_pass(const ggml_tensor * desc, bool experts) {
     return desc && !experts && ggml_ext_exact_matmul_takes(desc->type);
 }
 
+// A plain matrix (not stacked experts) ggml_ext_exact_matmul takes.
+bool one_pass_matrix(ggml_type type, int n_dims) {
+    return n_dims == 2 && ggml_ext_exact_matmul_takes(type);
+}
+
 }  // namespace
 
 bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams & hp) {
@@ -85,7 +90,7 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
 }
 
 ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const WeightsLoad & load)
-    : device_(load.device), check_data_(load.check_data) {
+    : device_(load.device), check_data_(load.check_data), one_pass_products_(load.one_pass_products) {
     const RankShard * shard = load.shard;
     const bool split_invariant = load.split_invariant;
     const ggml_backend_dev_t device = load.device;
@@ -332,12 +337,18 @@ ggml_tensor * ModelWeights::declare_rows(const GgufFile & file, const std::strin
     return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, std::move(sources));
 }
 
+bool ModelWeights::one_pass_product(const ggml_tensor * weight) const {
+    return one_pass_products_ && one_pass_matrix(weight->type, ggml_n_dims(weight));
+}
+
 ggml_tensor * ModelWeights::add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne,
                                        bool matrix, std::vector<Part> parts) {
     ggml_tensor probe{};
     probe.type = type;
     std::copy(ne, ne + GGML_MAX_DIMS, probe.ne);
-    const bool repack = matrix && repack_buft_ && buft_takes_matrix(device_, repack_buft_, &probe);
+    // A matrix of the one-pass kernel keeps ggml's plain layout.
+    const bool repack = matrix && !(one_pass_products_ && one_pass_matrix(type, n_dims)) && repack_buft_ &&
+                        buft_takes_matrix(device_, repack_buft_, &probe);
     ggml_tensor * t = ggml_new_tensor(repack ? repack_ctx_.get() : host_ctx_.get(), type, n_dims, ne);
     ggml_set_name(t, name.c_str());
     n_params_ += ggml_nelements(t);

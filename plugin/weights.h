@@ -127,6 +127,9 @@ struct WeightsLoad {
     const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
     // The row-parallel matrices are multiplied cell by cell (ShardPlan, RowParallelWeight).
     bool split_invariant = false;
+    // The other matrices ggml_ext_exact_matmul takes are multiplied by it too
+    // (EngineOptions::one_pass_products): they keep ggml's plain layout.
+    bool one_pass_products = false;
     ggml_backend_dev_t device = nullptr;
     bool progress = false;  // a progress line on stderr for large files
     // Every value read is checked (NaN, infinity, a bad block scale), as
@@ -177,6 +180,10 @@ class ModelWeights {
     // upstream decides it (n_ctx_seq rounded up to 256 cells).
     ggml_tensor * rope_factors(int32_t n_ctx_seq, const HParams & hp) const;
 
+    // Whether a matrix that needs no exact sums is multiplied by
+    // ggml_ext_exact_matmul, in one cell (WeightsLoad::one_pass_products).
+    bool one_pass_product(const ggml_tensor * weight) const;
+
     // Adds a control vector's directions (whole on every rank) to the layers it changes.
     void add_control_vector(const ControlVector & cv);
 
@@ -216,6 +223,7 @@ class ModelWeights {
     std::vector<std::pair<ggml_tensor *, std::vector<Part>>> sources_;
     ggml_backend_dev_t device_;
     bool check_data_ = false;
+    bool one_pass_products_ = false;
     ggml_backend_buffer_type_t host_buft_ = nullptr;
     ggml_backend_buffer_type_t repack_buft_ = nullptr;
     ggml_context_ptr host_ctx_;

@@ -121,6 +121,27 @@ TEST(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
     }
 }
 
+// Without bounds the whole row is one cell: what a matrix that needs no
+// exact sums is multiplied with, each output the same in any batch.
+TEST(ExactMatmul, NoBoundsIsOneCellOfTheWholeRow) {
+    Context c;
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 9));
+    const std::vector<float> xs = random_values(kK * kT, 10);
+    const std::vector<int64_t> one_cell{0, kK};
+    const std::vector<float> batch =
+        compute<float>(c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, xs, kT), nullptr, GGML_TYPE_F32), 2);
+    const std::vector<float> bounded = compute<float>(
+        c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, xs, kT), one_cell.data(), GGML_TYPE_F32), 3);
+    EXPECT_EQ(0, std::memcmp(batch.data(), bounded.data(), batch.size() * sizeof(float)));
+    for (int64_t t = 0; t < kT; ++t) {
+        SCOPED_TRACE("token=" + std::to_string(t));
+        const std::vector<float> one(xs.begin() + t * kK, xs.begin() + (t + 1) * kK);
+        const std::vector<float> alone =
+            compute<float>(c.ctx, ggml_ext_exact_matmul(c.ctx, w, tokens(c.ctx, one, 1), nullptr, GGML_TYPE_F32), 1);
+        EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * kM, kM * sizeof(float)));
+    }
+}
+
 TEST(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 5));
@@ -191,6 +212,18 @@ TEST(Q8Cells, EveryKernelGivesTheScalarKernelsBits) {
     std::printf("q8_0 kernels compared:%s\n", names.c_str());
     // The op runs the last (best) of them.
     EXPECT_STREQ(ggml_ext_exact_matmul_kernel(), ggml_ext::q8_kernel_name(kernels.back()));
+}
+
+// The kernel takes the products of matrices that need no exact sums where
+// it was measured faster than ggml's: the AVX-512 VNNI one, whatever this
+// CPU has.
+TEST(Q8Cells, OnlyTheAvx512KernelIsPreferredToGgmls) {
+    using ggml_ext::Q8Kernel;
+    for (Q8Kernel kernel : {Q8Kernel::Scalar, Q8Kernel::Avx2, Q8Kernel::Vnni, Q8Kernel::Avx512}) {
+        SCOPED_TRACE(ggml_ext::q8_kernel_name(kernel));
+        EXPECT_EQ(ggml_ext::q8_kernel_beats_ggml(kernel), kernel == Q8Kernel::Avx512);
+    }
+    EXPECT_EQ(ggml_ext_exact_matmul_preferred(), ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel()));
 }
 
 }  // namespace

@@ -227,11 +227,13 @@ int run(const Options & o) {
     const double roofline = bw > 0 ? tg * bytes_per_token / bw : 0.0;
 
     std::printf(
-        "{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"processes\": %d, \"split_invariant\": %s, \"n_prompt\": "
-        "%d, "
-        "\"n_gen\": %d, \"parallel\": %d, \"depth\": %d, \"repetitions\": %d",
+        "{\"model\": \"%s\", \"threads\": %d, \"tp\": %d, \"processes\": %d, \"split_invariant\": %s, "
+        "\"one_pass_products\": %s, \"n_prompt\": %d, \"n_gen\": %d, \"parallel\": %d, \"depth\": %d, "
+        "\"repetitions\": %d",
         o.engine.model.c_str(), threads, mi.tp, o.engine.processes ? o.engine.processes->size() : 1,
-        ours->options().exact_sums() ? "true" : "false", o.n_prompt, o.n_gen, o.n_parallel, o.depth, o.reps);
+        ours->options().exact_sums() ? "true" : "false",
+        ours->options().one_pass_products.value_or(false) ? "true" : "false", o.n_prompt, o.n_gen, o.n_parallel,
+        o.depth, o.reps);
     std::printf(", \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f", median(f.ours_pp), tg);
     if (up) {
         const double upp = median(f.up_pp), utg = median(f.up_tg);
