@@ -1,6 +1,7 @@
 #include "ggml-ext/q8_0_cells.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include "ggml-cpu.h"
@@ -164,8 +165,45 @@ struct VnniLaneSums {
 // Two tokens per 512-bit register, one in each half, against the row's bytes
 // in both halves: one instruction forms the lane sums of two tokens. (A lone
 // last token pairs with zeros, whose sums come out zero and are dropped.)
-template <int RM, int RN>
-void tile_avx512(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
+// A pair's register for one block: its bytes plus 128 (unsigned, for
+// dpbusd) and its two scales, each over its half.
+struct PairBlock {
+    __m512i xu;
+    __m512 dx;
+};
+
+// Forms each pair's register from the tokens' blocks, as a tile reads them.
+template <int RN>
+struct PairsInline {
+    const BlockQ8_0 * const * x;
+    PairBlock at(int64_t b, int p) const {
+        const __m512i bias = _mm512_set1_epi8((char) 0x80);
+        const bool pair = 2 * p + 1 < RN;
+        const __m256i lo = load_qs(x[2 * p][b]);
+        const __m256i hi = pair ? load_qs(x[2 * p + 1][b]) : _mm256_set1_epi8((char) 0x80);
+        const __m256 dlo = _mm256_set1_ps(half(x[2 * p][b].d));
+        const __m256 dhi = _mm256_set1_ps(pair ? half(x[2 * p + 1][b].d) : 0.0f);
+        return {_mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), bias),
+                _mm512_castpd_ps(
+                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(dlo)), _mm256_castps_pd(dhi), 1))};
+    }
+};
+
+// Reads them where Q8Tokens laid them out: block by block, pair by pair,
+// each pair's bytes then its scales (64 bytes each, in any alignment).
+constexpr size_t kPairBytes = 128;
+
+template <int RN>
+struct PairsLaidOut {
+    const uint8_t * data;
+    PairBlock at(int64_t b, int p) const {
+        const uint8_t * at = data + (size_t) (b * ((RN + 1) / 2) + p) * kPairBytes;
+        return {_mm512_loadu_si512(at), _mm512_loadu_ps(at + 64)};
+    }
+};
+
+template <int RM, int RN, typename Pairs>
+void tile_avx512(const BlockQ8_0 * const * w, const Pairs & pairs, const int64_t * bounds, int64_t n_blocks,
                  double * out, int64_t ld) {
     constexpr int NP = (RN + 1) / 2;
     __m512d total[RM][2 * NP];
@@ -177,26 +215,16 @@ void tile_avx512(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const
         for (int i = 0; i < RM; ++i)
             for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
         for (; b < bounds[c]; ++b) {
-            __m512i xu[NP];
-            __m512 dx[NP];
-            for (int p = 0; p < NP; ++p) {
-                const bool pair = 2 * p + 1 < RN;
-                const __m256i lo = load_qs(x[2 * p][b]);
-                const __m256i hi = pair ? load_qs(x[2 * p + 1][b]) : _mm256_set1_epi8((char) 0x80);
-                xu[p] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), bias);
-                const __m256 dlo = _mm256_set1_ps(half(x[2 * p][b].d));
-                const __m256 dhi = _mm256_set1_ps(pair ? half(x[2 * p + 1][b].d) : 0.0f);
-                dx[p] = _mm512_castpd_ps(
-                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(dlo)), _mm256_castps_pd(dhi), 1));
-            }
+            PairBlock xp[NP];
+            for (int p = 0; p < NP; ++p) xp[p] = pairs.at(b, p);
             for (int i = 0; i < RM; ++i) {
                 const __m512i wq = _mm512_broadcast_i64x4(load_qs(w[i][b]));
                 const __m512 dw = _mm512_set1_ps(half(w[i][b].d));
                 const __m512i start =
                     _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wq));
                 for (int p = 0; p < NP; ++p) {
-                    const __m512i sums = _mm512_dpbusd_epi32(start, xu[p], wq);
-                    acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(sums), acc[i][p]);
+                    const __m512i sums = _mm512_dpbusd_epi32(start, xp[p].xu, wq);
+                    acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xp[p].dx), _mm512_cvtepi32_ps(sums), acc[i][p]);
                 }
             }
         }
@@ -217,6 +245,26 @@ void tile_avx512(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const
             out[j * ld + i] = lane_total(lanes);
         }
     }
+}
+
+// Every block's pair registers of RN tokens, for PairsLaidOut.
+template <int RN>
+void lay_out_pairs(const BlockQ8_0 * const * x, int64_t n_blocks, uint8_t * out) {
+    const PairsInline<RN> pairs{x};
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        for (int p = 0; p < (RN + 1) / 2; ++p) {
+            const PairBlock pb = pairs.at(b, p);
+            uint8_t * at = out + (size_t) (b * ((RN + 1) / 2) + p) * kPairBytes;
+            _mm512_storeu_si512(at, pb.xu);
+            _mm512_storeu_ps(at + 64, pb.dx);
+        }
+    }
+}
+
+template <int RM, int RN>
+void tile_avx512_laid_out(const BlockQ8_0 * const * w, const uint8_t * tokens, const int64_t * bounds, int64_t n_blocks,
+                          double * out, int64_t ld) {
+    tile_avx512<RM, RN>(w, PairsLaidOut<RN>{tokens}, bounds, n_blocks, out, ld);
 }
 #endif
 
@@ -251,7 +299,7 @@ void tile_avx512_or_below(const BlockQ8_0 * const * w, const BlockQ8_0 * const *
     if constexpr (RN == 1) {
         tile_vnni<RM, RN>(w, x, bounds, n_blocks, out, ld);
     } else {
-        tile_avx512<RM, RN>(w, x, bounds, n_blocks, out, ld);
+        tile_avx512<RM, RN>(w, PairsInline<RN>{x}, bounds, n_blocks, out, ld);
     }
 #else
     tile_vnni<RM, RN>(w, x, bounds, n_blocks, out, ld);
@@ -320,6 +368,41 @@ bool q8_kernel_beats_ggml(Q8Kernel kernel) {
     // (AMD EPYC: 1.06-1.19x one token to 512, decode and prefill of whole
     // models 1.1-1.25x). The 256-bit paths were not measured faster.
     return kernel == Q8Kernel::Avx512;
+}
+
+#if defined(LLAMA_TP_Q8_AVX512)
+namespace {
+using LayOutFn = void (*)(const BlockQ8_0 * const *, int64_t, uint8_t *);
+const LayOutFn kLayOut[kQ8TileTokens] = {lay_out_pairs<1>, lay_out_pairs<2>, lay_out_pairs<3>, lay_out_pairs<4>,
+                                         lay_out_pairs<5>, lay_out_pairs<6>, lay_out_pairs<7>, lay_out_pairs<8>};
+using LaidOutFn = void (*)(const BlockQ8_0 * const *, const uint8_t *, const int64_t *, int64_t, double *, int64_t);
+const LaidOutFn kLaidOut[kQ8TileRows][kQ8TileTokens] = LLAMA_TP_TILES(tile_avx512_laid_out);
+}  // namespace
+#endif
+
+Q8Tokens::Q8Tokens(Q8Kernel kernel, const BlockQ8_0 * const * x, int nc, int64_t n_blocks) : nc_(nc) {
+    std::copy(x, x + nc, x_);
+#if defined(LLAMA_TP_Q8_AVX512)
+    // One token takes the 256-bit path, which reads its blocks as they are.
+    if (kernel == Q8Kernel::Avx512 && nc > 1) {
+        laid_out_.resize((size_t) n_blocks * (size_t) ((nc + 1) / 2) * kPairBytes);
+        kLayOut[nc - 1](x, n_blocks, laid_out_.data());
+    }
+#else
+    (void) kernel;
+    (void) n_blocks;
+#endif
+}
+
+void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const Q8Tokens & x, const int64_t * bounds,
+             int64_t n_blocks, double * out, int64_t ld) {
+#if defined(LLAMA_TP_Q8_AVX512)
+    if (!x.laid_out_.empty()) {
+        kLaidOut[nr - 1][x.nc_ - 1](w, x.laid_out_.data(), bounds, n_blocks, out, ld);
+        return;
+    }
+#endif
+    q8_tile(kernel, w, nr, x.x_, x.nc_, bounds, n_blocks, out, ld);
 }
 
 int q8_tile_tokens(Q8Kernel kernel) {

@@ -45,4 +45,24 @@ bool q8_kernel_beats_ggml(Q8Kernel kernel);
 void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
 
+// A tile's tokens laid out once for all the tiles of rows that read them,
+// where the kernel has a layout of its own (the AVX-512 kernel's pairs of
+// tokens: their bytes biased and scales converted), so that a product of a
+// few tokens does not form it again for every four rows.
+class Q8Tokens {
+  public:
+    Q8Tokens(Q8Kernel kernel, const BlockQ8_0 * const * x, int nc, int64_t n_blocks);
+
+  private:
+    friend void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const Q8Tokens & x,
+                        const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
+    const BlockQ8_0 * x_[kQ8TileTokens];
+    int nc_;
+    std::vector<uint8_t> laid_out_;  // empty: the kernel reads x_ as it is
+};
+
+// q8_tile on tokens laid out once (the same bits).
+void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const Q8Tokens & x, const int64_t * bounds,
+             int64_t n_blocks, double * out, int64_t ld);
+
 }  // namespace ggml_ext

@@ -110,13 +110,18 @@ TEST(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3));
     const std::vector<float> xs = random_values(kK * kT, 4);
-    const std::vector<double> batch = sums(c.ctx, w, xs, kT, 2);
-    for (const int threads : {1, 3}) {
-        for (int64_t t = 0; t < kT; ++t) {
-            SCOPED_TRACE("threads=" + std::to_string(threads) + " token=" + std::to_string(t));
-            const std::vector<float> one(xs.begin() + t * kK, xs.begin() + (t + 1) * kK);
-            const std::vector<double> alone = sums(c.ctx, w, one, 1, threads);
-            EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * kM, kM * sizeof(double)));
+    // 11 tokens (tiles of four rows, token blocks), 6 (one tile of tokens
+    // laid out once) and 3 (tiles of one row), against each token alone.
+    for (const int64_t n : {kT, int64_t(6), int64_t(3)}) {
+        const std::vector<double> batch = sums(c.ctx, w, xs, n, 2);
+        for (const int threads : {1, 3}) {
+            for (int64_t t = 0; t < n; ++t) {
+                SCOPED_TRACE("batch=" + std::to_string(n) + " threads=" + std::to_string(threads) +
+                             " token=" + std::to_string(t));
+                const std::vector<float> one(xs.begin() + t * kK, xs.begin() + (t + 1) * kK);
+                const std::vector<double> alone = sums(c.ctx, w, one, 1, threads);
+                EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * kM, kM * sizeof(double)));
+            }
         }
     }
 }
@@ -197,11 +202,16 @@ TEST(Q8Cells, EveryKernelGivesTheScalarKernelsBits) {
                 std::vector<double> got(ld * nc), want(ld * nc);
                 ggml_ext::q8_tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
                 ggml_ext::q8_tile(ggml_ext::Q8Kernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
+                // The same tokens laid out once for several tiles of rows.
+                std::vector<double> laid_out(ld * nc);
+                const ggml_ext::Q8Tokens tokens(kernel, x, nc, n_blocks);
+                ggml_ext::q8_tile(kernel, w, nr, tokens, bounds.data(), n_blocks, laid_out.data(), ld);
                 for (int j = 0; j < nc; ++j) {
                     // A 1 x 1 tile computes the same output as this tile's.
                     double alone = 0.0;
                     ggml_ext::q8_tile(ggml_ext::Q8Kernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
                     EXPECT_EQ(0, std::memcmp(&got[j * ld], &want[j * ld], nr * sizeof(double)));
+                    EXPECT_EQ(0, std::memcmp(&laid_out[j * ld], &want[j * ld], nr * sizeof(double)));
                     EXPECT_EQ(alone, want[j * ld]);
                 }
             }
