@@ -5,6 +5,7 @@
 #include "plugin/kv_pools.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -21,6 +22,10 @@ std::string gib(uint64_t bytes) {
     return buf;
 }
 
+uint64_t free_after_weights(const KvFootprint & kv, uint64_t available_bytes) {
+    return available_bytes > kv.weight_bytes ? available_bytes - kv.weight_bytes : 0;
+}
+
 }  // namespace
 
 ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t available_bytes) {
@@ -29,8 +34,8 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
     c.per_slot = train;
     c.reason = "the model's training context per slot";
     if (available_bytes > 0 && kv.bytes_per_cell > 0) {
-        const uint64_t free_after_weights = available_bytes > kv.weight_bytes ? available_bytes - kv.weight_bytes : 0;
-        const uint64_t budget = free_after_weights / 2, per_slot = budget / (uint64_t) n_slots;
+        const uint64_t spare = free_after_weights(kv, available_bytes);
+        const uint64_t budget = spare / 2, per_slot = budget / (uint64_t) n_slots;
         const uint64_t fits =
             per_slot > kv.window_bytes_per_slot ? (per_slot - kv.window_bytes_per_slot) / kv.bytes_per_cell : 0;
         if (fits < (uint64_t) train) {
@@ -38,10 +43,30 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
             c.per_slot = std::max<int32_t>(floor_cells, (int32_t) (fits / kCellStep * kCellStep));
             c.reason = "training context " + std::to_string(train) + " per slot limited so that the KV cache (" +
                        gib((kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots) +
-                       ") fits in half of the " + gib(free_after_weights) + " the weights leave free";
+                       ") fits in half of the " + gib(spare) + " the weights leave free";
         }
     }
     c.n_ctx = c.per_slot * n_slots;
+    return c;
+}
+
+ContextChoice fit_requested_context(const KvFootprint & kv, int32_t n_slots, int32_t n_ctx, uint64_t available_bytes) {
+    ContextChoice c;
+    c.per_slot = n_ctx > 0 ? n_ctx : std::max<int32_t>(kv.n_ctx_train, 1);
+    const uint64_t regions = (kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots;
+    const uint64_t spare = free_after_weights(kv, available_bytes), budget = spare / 2;
+    if (available_bytes > 0 && regions <= budget && (int64_t) c.per_slot * n_slots <= INT32_MAX) {
+        c.n_ctx = c.per_slot * n_slots;
+        c.reason = "every slot its own " + std::to_string(c.per_slot) + " cells, as the KV cache (" + gib(regions) +
+                   ") fits in half of the " + gib(spare) + " the weights leave free";
+        return c;
+    }
+    c.n_ctx = c.per_slot;
+    c.shared = true;
+    c.reason = "the slots share " + std::to_string(c.per_slot) + " cells, any slot up to all of them, as " +
+               (available_bytes > 0 ? "a region of that many cells for each slot (" + gib(regions) +
+                                          ") would not fit in half of the " + gib(spare) + " the weights leave free"
+                                    : std::string("the free memory is unknown"));
     return c;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// The KV context a server gets when the command line gives no -c: every slot
-// may hold the model's training context, as far as the cache fits in half of
-// the memory the weights leave free (a 128K-context model must not take tens
-// of GiB of KV cache by default).
+// The KV context a server gets when the command line gives no -c, or gives
+// one and leaves the slots to the automatic choice: every slot may hold the
+// context, as far as the cache fits in half of the memory the weights leave
+// free (a 128K-context model must not take tens of GiB of KV cache by
+// default).
 
 #include <cstdint>
 #include <string>
@@ -23,11 +24,19 @@ struct KvFootprint {
 
 struct ContextChoice {
     int32_t n_ctx = 0;     // cells in all
-    int32_t per_slot = 0;  // n_ctx / slots
+    int32_t per_slot = 0;  // cells one slot may use: n_ctx / slots, or n_ctx when shared
+    bool shared = false;   // one pool of n_ctx cells for every slot (llama-server's kv_unified)
     std::string reason;    // one line for the log
 };
 
 ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t available_bytes);
+
+// -c N with the slots left to llama-server's automatic choice, where every
+// slot may use all N cells of a shared pool: each slot gets a region of N
+// cells (the faster layout) when n_slots of them fit in half of the memory
+// the weights leave free, else the slots share N cells as llama-server's do.
+// n_ctx 0: the training context.
+ContextChoice fit_requested_context(const KvFootprint & kv, int32_t n_slots, int32_t n_ctx, uint64_t available_bytes);
 
 // Reads the model file's header (no tensor data). n_batch and swa_full: the
 // server's -b and --swa-full, which size the sliding-window layers' cache.

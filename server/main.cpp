@@ -138,35 +138,43 @@ void release_free_memory() {
 #endif
 }
 
-// Without -c the context is fitted to process 0's memory, and every process
-// of a launch takes that choice (they must agree on the cache's shape).
-void choose_default_context(ServerOptions & opts, ProcessGroup * processes) {
-    int32_t n_ctx = 0;
+// Without -c, or with -c and the slots left automatic, the context is fitted
+// to process 0's memory, and every process of a launch takes that choice
+// (they must agree on the cache's shape).
+void choose_context(ServerOptions & opts, ProcessGroup * processes) {
+    int32_t choice[2] = {0, 0};  // cells, shared
     if (processes == nullptr || processes->rank() == 0) {
         try {
-            const ContextChoice c = fit_context(kv_footprint(opts.engine.model_path, opts.engine.n_batch,
-                                                             opts.engine.swa_full, opts.engine.metadata_overrides),
-                                                opts.n_parallel, available_memory_bytes());
-            n_ctx = c.n_ctx;
-            SRV_INF("context: %d slots x %d cells = %d (%s; -c sets the total)", opts.n_parallel, c.per_slot, c.n_ctx,
-                    c.reason.c_str());
+            const KvFootprint kv = kv_footprint(opts.engine.model_path, opts.engine.n_batch, opts.engine.swa_full,
+                                                opts.engine.metadata_overrides);
+            const ContextChoice c = opts.context_given ? fit_requested_context(kv, opts.n_parallel, opts.engine.n_ctx,
+                                                                               available_memory_bytes())
+                                                       : fit_context(kv, opts.n_parallel, available_memory_bytes());
+            choice[0] = c.n_ctx;
+            choice[1] = c.shared;
+            SRV_INF("context: %d slots x %d cells%s = %d (%s; %s)", opts.n_parallel, c.per_slot,
+                    c.shared ? " of one shared pool" : "", c.n_ctx, c.reason.c_str(),
+                    opts.context_given ? "-np sets the slots, -kvu shares the cells" : "-c sets the total");
         } catch (const Error &) {
-            n_ctx = 0;  // the model's load reports what is wrong with the file
+            // The model's load reports what is wrong with the file.
+            choice[0] = opts.context_given ? opts.engine.n_ctx : 0;
         }
     }
     if (processes != nullptr) {
-        std::vector<uint8_t> bytes(sizeof n_ctx);
-        std::memcpy(bytes.data(), &n_ctx, sizeof n_ctx);
+        std::vector<uint8_t> bytes(sizeof choice);
+        std::memcpy(bytes.data(), choice, sizeof choice);
         processes->broadcast(bytes, Patience::Startup);
-        std::memcpy(&n_ctx, bytes.data(), sizeof n_ctx);
+        std::memcpy(choice, bytes.data(), sizeof choice);
     }
-    opts.engine.n_ctx = n_ctx;
+    opts.engine.n_ctx = choice[0];
+    opts.engine.kv_unified = choice[1] != 0;
 }
 
 // The cells one slot may use: its share of the cache, at most
 // --kv-unified-per-slot; a cap above the share says it cannot bind.
 int32_t slot_context(int32_t n_ctx, const ServerOptions & opts) {
-    const int32_t share = n_ctx / opts.n_parallel;
+    // A shared pool (llama-server's kv_unified) lets any slot use every cell.
+    const int32_t share = opts.engine.kv_unified ? n_ctx : n_ctx / opts.n_parallel;
     const int32_t cap = opts.slot_context_cap;
     if (cap > 0 && cap < share) {
         SRV_INF("context: each slot capped at %d of its %d cells (--kv-unified-per-slot)", cap, share);
@@ -343,9 +351,9 @@ int main(int argc, char ** argv) {
         opts.engine.n_ctx = opts.n_parallel * opts.slot_context_cap;
         SRV_INF("context: %d slots x %d cells = %d (--kv-unified-per-slot; -c sets the total)", opts.n_parallel,
                 opts.slot_context_cap, opts.engine.n_ctx);
-    } else if (!opts.context_given) {
+    } else if (!opts.context_given || (opts.slots_automatic && !opts.engine.kv_unified)) {
         try {
-            choose_default_context(opts, processes.get());
+            choose_context(opts, processes.get());
         } catch (const Error & e) {
             SRV_ERR("%s", e.what());
             return 1;

@@ -572,9 +572,48 @@ void Scheduler::shift_context(Slot & slot) {
     slot.kv_tokens.erase(slot.kv_tokens.begin() + n_keep, slot.kv_tokens.begin() + n_keep + n_discard);
 }
 
+// With one pool of cells for every slot (-kvu) a slot may grow past its
+// share, so a step takes at most the free cells. When they are fewer than
+// the step wants, the idle slots' caches go first (into the prompt cache
+// where it is on), as llama-server's do; with none left, the busy slot
+// holding the most cells fails and frees them, so that the others go on.
+int32_t Scheduler::cells_for_step() {
+    if (!engine_.options().kv_unified) return n_batch_;
+    int64_t wanted = 0;
+    for (const auto & slot : slots_) {
+        if (slot->state == Slot::State::Generating) wanted += 1;
+        if (slot->state == Slot::State::Prompt) wanted += (int64_t) (slot->task->prompt.size() - slot->n_prompt_done);
+    }
+    if (engine_.n_free_cells() < std::min<int64_t>(wanted, n_batch_)) {
+        for (auto & slot : slots_) {
+            if (slot->busy() || slot->kv_tokens.empty()) continue;
+            if (prompt_cache_.enabled() && !prompt_cache_.covers(slot->kv_tokens, slot->kv_lora)) {
+                keep_in_prompt_cache(*slot);
+            }
+            slot->clear_cache(engine_);
+        }
+    }
+    while (wanted > 0 && engine_.n_free_cells() == 0) {
+        Slot * largest = nullptr;
+        for (auto & slot : slots_) {
+            if (slot->busy() && (!largest || slot->kv_tokens.size() > largest->kv_tokens.size())) largest = slot.get();
+        }
+        if (largest == nullptr || largest->kv_tokens.empty()) break;
+        const std::string held = std::to_string(largest->kv_tokens.size());
+        SRV_WRN("slot %d: the shared KV cache is full; its request, holding the most cells (%s), fails", largest->id,
+                held.c_str());
+        fail(*largest, 500,
+             "context size exceeded: the KV cache the slots share (-kvu) is full, and this request held the most "
+             "of its cells (" +
+                 held + ")");
+        largest->clear_cache(engine_);
+    }
+    return std::min(n_batch_, engine_.n_free_cells());
+}
+
 void Scheduler::build_batch() {
     batch_.clear();
-    int32_t budget = n_batch_;
+    int32_t budget = cells_for_step();
     step_prompt_tokens_ = 0;
 
     // One token for every generating slot first: generation never stalls

@@ -155,6 +155,7 @@ class Scheduler {
     size_t next_checkpoint(const Slot & slot) const;
     void checkpoint(Slot & slot);
     void drop_cancelled();
+    int32_t cells_for_step();
     void build_batch();
     // A generating slot whose context is full makes room (Task::context_shift).
     void shift_context(Slot & slot);

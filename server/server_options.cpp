@@ -677,7 +677,8 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
         throw UsageError("--tensor-split has " + std::to_string(o.engine.tensor_split.size()) +
                          " entries but --tp is " + std::to_string(o.engine.tp));
     }
-    if (o.n_parallel == -1) o.n_parallel = kAutoSlots;
+    o.slots_automatic = o.n_parallel == -1;
+    if (o.slots_automatic) o.n_parallel = kAutoSlots;
     if (o.engine.n_ctx > 0 && o.engine.n_ctx < o.n_parallel) {
         throw UsageError("--ctx-size " + std::to_string(o.engine.n_ctx) + " is smaller than --parallel " +
                          std::to_string(o.n_parallel) + ": every slot needs room");

@@ -86,6 +86,7 @@ struct ServerOptions {
     int embd_normalize = 2;           // --embd-normalize
     bool verbose = false;
     bool context_given = false;         // -c on the command line or in the environment
+    bool slots_automatic = false;       // -np left to llama-server's automatic choice (-1 or not given)
     int32_t slot_context_cap = 0;       // --kv-unified-per-slot: most cells one slot uses; 0: no cap
     std::vector<std::string> warnings;  // one line per flag accepted without effect
     LogOptions log;

@@ -6,6 +6,7 @@
 
 using llama_tp::server::ContextChoice;
 using llama_tp::server::fit_context;
+using llama_tp::server::fit_requested_context;
 using llama_tp::server::KvFootprint;
 
 namespace {
@@ -67,4 +68,32 @@ TEST(ContextSize, SlidingWindowLayersKeepingTheirWindowLeaveRoomForMore) {
     EXPECT_LE(((uint64_t) windowed.per_slot * window.bytes_per_cell + window.window_bytes_per_slot) * 2, 8 * GiB);
     EXPECT_GT(((uint64_t) (windowed.per_slot + 256) * window.bytes_per_cell + window.window_bytes_per_slot) * 2,
               8 * GiB);
+}
+
+// -c with the slots left automatic (llama-server shares -c cells among them).
+TEST(ContextSize, RequestedContextGivesEverySlotItsOwnCellsWhenTheyFit) {
+    // 4 x 8192 cells of 128 KiB: 4 GiB, within half of 64 - 8 GiB.
+    const ContextChoice c = fit_requested_context(eight_b(131072), 4, 8192, 64 * GiB);
+    EXPECT_FALSE(c.shared);
+    EXPECT_EQ(c.per_slot, 8192);
+    EXPECT_EQ(c.n_ctx, 4 * 8192);
+    EXPECT_NE(c.reason.find("its own 8192 cells"), std::string::npos) << c.reason;
+}
+
+TEST(ContextSize, RequestedContextIsSharedWhenRegionsWouldNotFit) {
+    // 4 x 65536 cells would take 32 GiB; half of 24 - 8 GiB is 8.
+    const ContextChoice c = fit_requested_context(eight_b(131072), 4, 65536, 24 * GiB);
+    EXPECT_TRUE(c.shared);
+    EXPECT_EQ(c.per_slot, 65536);
+    EXPECT_EQ(c.n_ctx, 65536);
+    EXPECT_NE(c.reason.find("share 65536 cells"), std::string::npos) << c.reason;
+    // Unknown free memory: the cells asked for, shared.
+    EXPECT_TRUE(fit_requested_context(eight_b(131072), 4, 8192, 0).shared);
+}
+
+TEST(ContextSize, RequestedContextZeroIsTheTrainingContext) {
+    const ContextChoice c = fit_requested_context(eight_b(4096), 2, 0, 64 * GiB);
+    EXPECT_FALSE(c.shared);
+    EXPECT_EQ(c.per_slot, 4096);
+    EXPECT_EQ(c.n_ctx, 8192);
 }
