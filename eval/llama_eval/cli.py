@@ -32,6 +32,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _token_limit(text: str):
+    """A positive reply limit, or -1 for none (None: nothing is sent)."""
+    value = _int(text)
+    if value == -1:
+        return None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or -1, got {text!r}")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     value = _int(text)
     if value < 0:
@@ -83,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     sampling.add_argument("--top-p", type=_float_range(0, 1))
     sampling.add_argument("--top-k", type=_non_negative_int)
     sampling.add_argument("--min-p", type=_float_range(0, 1))
-    sampling.add_argument("--max-tokens", type=_positive_int)
+    sampling.add_argument("--max-tokens", "--n_predict", dest="max_tokens", type=_token_limit,
+                          help="reply limit per request (-1: none, the peer tool's default)")
     sampling.add_argument("--seed", type=_int, help="request seed, plus the repeat index (default 42; "
                                                     "negative: send none)")
     sampling.add_argument("--system-prompt", help="system message placed before every question")
@@ -108,8 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="default: regex for math datasets, mc for multiple choice")
     grading.add_argument("--grader-script", help="for --grader cli: run as SCRIPT PREDICTED REFERENCE, "
                                                  "exit 0 = correct")
-    grading.add_argument("--judge-server", help="for --grader llm: URL of the judge model's server")
-    grading.add_argument("--judge-model", help="for --grader llm: judge model id")
+    grading.add_argument("--judge-server", "--grader-server", dest="judge_server",
+                         help="for --grader llm: URL of the judge model's server (default: the first --server)")
+    grading.add_argument("--judge-model", "--grader-model", dest="judge_model",
+                         help="for --grader llm: judge model id (default: --model)")
     grading.add_argument("--judge-api-key", help="for --grader llm: API key of the judge server")
     grading.add_argument("--judge-max-tokens", type=_positive_int, help="for --grader llm: judge reply limit")
 
@@ -123,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--save-interval", type=_float_range(0, 3600), default=1.0,
                         help="at most this many seconds between state file writes (default 1; 0 = every result)")
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
+    output.add_argument("--verbose", action="store_true",
+                        help="one line per finished task: its case, answer, reference and verdict")
 
     compare = parser.add_argument_group("comparing two runs")
     compare.add_argument("--compare", nargs=2, metavar=("STATE_A", "STATE_B"),

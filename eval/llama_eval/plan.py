@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Tuple
 from .cases import Case
 from .datasets import (DEFAULT_GRADER, GPQA, KNOWN_DATASETS, SHIPPED, load_dataset_file, load_gpqa, load_shipped,
                        sample_cases)
-from .errors import UsageError
+from .errors import UsageError, warn
 from .graders import GRADER_NAMES, script_command
 from .http_client import normalise_server_url
 from .tasks import new_task
@@ -21,9 +21,27 @@ def split_list(text: Optional[str]) -> List[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
+# The peer tool's names for datasets shipped here under another name, and
+# what the substitute leaves out.
+PEER_DATASETS = {
+    "aime": ("aime2024", "its aime is AI-MO/aimo-validation-aime from Hugging Face (AIME 2022-2024, 90 "
+                         "problems), which is not shipped; the 2024 problems are"),
+}
+NOT_SHIPPED = {
+    "aime2026": "the peer tool reads it from Hugging Face, and it is not shipped here",
+}
+
+
 def _dataset_specs(args) -> List[Dict]:
     specs = []
     for name in split_list(args.dataset):
+        if name in PEER_DATASETS:
+            shipped, why = PEER_DATASETS[name]
+            warn(f"--dataset {name}: {why}: running {shipped}")
+            name = shipped
+        if name in NOT_SHIPPED:
+            raise UsageError(f"dataset {name!r}: {NOT_SHIPPED[name]}; give a JSONL copy with --dataset-file "
+                             f"PATH --question-field problem --answer-field answer")
         if name == GPQA:
             if not args.gpqa_file:
                 raise UsageError("gpqa is not shipped (its authors ask that it not be republished); "
@@ -75,12 +93,17 @@ def _grader_config(args) -> Dict:
         raise UsageError("--grader cli needs --grader-script PATH")
     if args.grader_script:
         script_command(args.grader_script)  # fails now rather than after the state file exists
-    if args.grader == "llm" and not args.judge_server:
-        raise UsageError("--grader llm needs --judge-server URL")
+    judge_server, judge_model = args.judge_server, args.judge_model
+    if args.grader == "llm" and not judge_server:
+        # As the peer tool: the model under test judges, on the first server.
+        servers = split_list(args.server)
+        if not servers:
+            raise UsageError("--grader llm needs --judge-server URL (or a --server to judge on)")
+        judge_server, judge_model = servers[0], judge_model or args.model
     return {"type": args.grader,
             "script": str(Path(args.grader_script).resolve()) if args.grader_script else None,
-            "judge_server": normalise_server_url(args.judge_server) if args.judge_server else None,
-            "judge_model": args.judge_model, "judge_max_tokens": args.judge_max_tokens}
+            "judge_server": normalise_server_url(judge_server) if judge_server else None,
+            "judge_model": judge_model, "judge_max_tokens": args.judge_max_tokens}
 
 
 def server_list(args, stored: Optional[List[Dict]] = None) -> List[Dict]:

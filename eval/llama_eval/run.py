@@ -13,17 +13,13 @@ except ImportError:  # a Python without tqdm: PlainProgress below
     tqdm = None
 
 from .case_log import CaseLog
-from .errors import RunError, UsageError
+from .errors import RunError, UsageError, warn
 from .graders import ChoiceGrader, JudgeGrader, RegexGrader, ScriptGrader
 from .http_client import ChatClient
 from .report_text import summary_table
 from .scheduler import Runner, Server
 from .state import StateStore
 from .tasks import DONE, ERROR, request_payload
-
-
-def warn(message: str) -> None:
-    print(f"llama-eval: warning: {message}", file=sys.stderr, flush=True)
 
 
 def make_graders(config: Dict, settings: Dict, judge_api_key: Optional[str], needed: set) -> Dict:
@@ -81,6 +77,10 @@ class PlainProgress:
         if self._printed_n != self._n:
             self._print()
 
+    @staticmethod
+    def write(line: str, file=sys.stderr) -> None:
+        print(line, file=file, flush=True)
+
     def _print(self) -> None:
         if not self._enabled:
             return
@@ -97,10 +97,20 @@ def progress_bar(total: int, enabled: bool, bar_class=None):
     return bar_class(total=total, file=sys.stderr, disable=not enabled, unit="task", dynamic_ncols=True)
 
 
+def task_line(task: Dict) -> str:
+    """--verbose: one finished task, as the peer tool prints each case."""
+    where = f"{task['id']} on {task.get('server') or '-'}"
+    if task.get("status") == ERROR:
+        return f"{where}: error: {task.get('error')}"
+    verdict = "correct" if task.get("correct") else "wrong"
+    return f"{where}: answer {task.get('extracted')!r}, reference {task.get('reference')!r}: {verdict}"
+
+
 class Progress:
-    def __init__(self, total: int, enabled: bool, log: Optional[CaseLog]):
+    def __init__(self, total: int, enabled: bool, log: Optional[CaseLog], verbose: bool = False):
         self._bar = progress_bar(total, enabled)
         self._log = log
+        self._verbose = verbose
         self._lock = threading.Lock()
         self._done = self._correct = self._errors = 0
 
@@ -116,6 +126,8 @@ class Progress:
             accuracy = f"{100 * self._correct / self._done:.1f}%" if self._done else "-"
             self._bar.set_postfix(acc=accuracy, errors=self._errors, refresh=False)
             self._bar.update(1)
+            if self._verbose:
+                self._bar.write(task_line(task), file=sys.stderr)  # above tqdm's bar, not through it
 
     def close(self) -> None:
         self._bar.close()
@@ -156,7 +168,7 @@ def execute(store: StateStore, server_specs: List[Dict], settings: Dict, args, r
         print(f"resuming {store.path}: {len(store.state['tasks']) - len(pending)} task(s) done, "
               f"{len(pending)} to run", file=sys.stderr, flush=True)
     log = CaseLog(log_path, append=resumed)
-    progress = Progress(len(pending), not args.no_progress, log)
+    progress = Progress(len(pending), not args.no_progress, log, args.verbose)
     runner = Runner(store, servers, graders.__getitem__,
                     lambda task, server: request_payload(task, config, config.get("model") or server.model),
                     progress.on_result)

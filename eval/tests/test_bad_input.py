@@ -43,7 +43,7 @@ BAD_INPUTS = [
     ((*SERVER, "--dataset", "gsm8k", "--no-such-flag"), "unrecognized arguments"),
     ((*SERVER, "--dataset", "gsm8k", "--grader", "cli"), "--grader-script"),
     ((*SERVER, "--dataset", "gsm8k", "--grader", "cli", "--grader-script", "{tmp}/nope.sh"), "does not exist"),
-    ((*SERVER, "--dataset", "gsm8k", "--grader", "llm"), "--judge-server"),
+    (("--dataset", "gsm8k", "--grader", "llm"), "--judge-server"),
     ((*SERVER, "--dataset", "gsm8k", "--grader", "llm", "--judge-server", "judge:1"), "bad server URL"),
     ((*SERVER, "--dataset", "gsm8k", "--grader", "fuzzy"), "invalid choice"),
     ((*SERVER, "--dataset", "gsm8k", "--grader", "mc"), "needs choices"),

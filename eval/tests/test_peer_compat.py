@@ -6,6 +6,8 @@ import os
 import subprocess
 
 from conftest import EVAL_SCRIPT, PYTHON, load_state, run_eval
+from llama_eval.cli import build_parser
+from llama_eval.plan import _grader_config
 from llama_eval.run import PlainProgress, progress_bar
 
 
@@ -62,3 +64,48 @@ def test_progress_bar_uses_tqdm_where_given():
 
     assert isinstance(progress_bar(3, True, bar_class=FakeBar), FakeBar)
     assert made["total"] == 3 and made["disable"] is False
+
+
+def test_peer_flags_for_limits_and_output(simulator, tmp_path):
+    sim = simulator("--success-rate", "1.0")
+    out = tmp_path / "state.json"
+    # --n_predict -1: no limit, the peer tool's default; --verbose: a line per case.
+    result = run_eval("--server", sim.url, "--dataset", "gsm8k", "--n_cases", "3", "--n_predict", "-1",
+                      "--grader-type", "regex", "--verbose", "--threads", "1", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert load_state(out)["config"]["sampling"]["max_tokens"] is None
+    lines = [l for l in result.stderr.splitlines() if "reference" in l]
+    assert len(lines) == 3, result.stderr
+    assert all(l.startswith("gsm8k") and l.endswith(": correct") for l in lines), lines
+    out2 = tmp_path / "state2.json"
+    result = run_eval("--server", sim.url, "--dataset", "gsm8k", "--n_cases", "2", "--n_predict", "64",
+                      "--output", str(out2))
+    assert result.returncode == 0, result.stderr
+    assert load_state(out2)["config"]["sampling"]["max_tokens"] == 64
+    assert run_eval("--server", sim.url, "--dataset", "gsm8k", "--n_predict", "0",
+                    "--output", str(tmp_path / "bad.json")).returncode == 2
+
+
+def test_peer_judge_defaults_to_the_model_under_test():
+    def grader(*flags):
+        return _grader_config(build_parser().parse_args(["--dataset", "gsm8k", "--grader-type", "llm", *flags]))
+
+    # As the peer tool: the first server and --model judge unless told otherwise.
+    g = grader("--server", "http://127.0.0.1:9/,http://127.0.0.1:10", "--model", "m")
+    assert (g["judge_server"], g["judge_model"]) == ("http://127.0.0.1:9", "m")
+    g = grader("--server", "http://127.0.0.1:9", "--model", "m", "--grader-server", "http://127.0.0.1:11",
+               "--grader-model", "judge")
+    assert (g["judge_server"], g["judge_model"]) == ("http://127.0.0.1:11", "judge")
+
+
+def test_peer_dataset_names(simulator, tmp_path):
+    sim = simulator("--success-rate", "1.0")
+    out = tmp_path / "state.json"
+    result = run_eval("--server", sim.url, "--dataset", "aime", "--n_cases", "2", "--grader-type", "regex",
+                      "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "--dataset aime:" in result.stderr and "running aime2024" in result.stderr
+    assert [d["name"] for d in load_state(out)["config"]["datasets"]] == ["aime2024"]
+    refused = run_eval("--server", sim.url, "--dataset", "aime2026", "--output", str(tmp_path / "no.json"))
+    assert refused.returncode == 2
+    assert "aime2026" in refused.stderr and "--dataset-file" in refused.stderr
