@@ -17,6 +17,8 @@
 #include "plugin/weights.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -39,6 +41,21 @@ bool has_layer_matrix(const GgufFile & file, bool (*of_type)(ggml_type)) {
         if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2 && of_type(t->type)) return true;
     }
     return false;
+}
+
+// The type of most of the layers' matrix bytes, in capitals ("Q8_0"); "" for none.
+std::string main_weight_type(const GgufFile & file) {
+    std::map<ggml_type, size_t> bytes;
+    for (int64_t i = 0; i < file.n_tensors(); ++i) {
+        const ggml_tensor * t = file.tensor_at(i);
+        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2) bytes[t->type] += ggml_nbytes(t);
+    }
+    if (bytes.empty()) return "";
+    const auto most = std::max_element(bytes.begin(), bytes.end(),
+                                       [](const auto & a, const auto & b) { return a.second < b.second; });
+    std::string name = ggml_type_name(most->first);
+    for (char & c : name) c = (char) std::toupper((unsigned char) c);
+    return name;
 }
 
 bool is_half(ggml_type type) {
@@ -693,6 +710,7 @@ class TensorParallelEngine final : public Engine {
         info_.moe = hp_.is_moe();
         info_.quantized = has_layer_matrix(file, ggml_is_quantized);
         info_.half_weights = !info_.quantized && has_layer_matrix(file, is_half);
+        info_.weight_type = main_weight_type(file);
         // Per rank figures summed; mirrored tensors count once per rank.
         for (const RankReport & r : group_->reports()) {
             info_.n_params += r.n_params;

@@ -2,6 +2,7 @@
 // An error answered to the client as an OpenAI error object:
 // {"error": {"message", "type", "param", "code"}}.
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,10 @@ class ApiError : public std::runtime_error {
     std::string param;  // the request field at fault; "" -> null
     std::string code;   // machine-readable code; "" -> null
     std::string type;
+    // A prompt longer than a slot: both sizes, in the error object as
+    // llama-server's (n_prompt_tokens, n_ctx); 0 where they do not apply.
+    int32_t n_prompt_tokens = 0;
+    int32_t n_ctx = 0;
 
     static std::string default_type(int status) {
         switch (status) {
@@ -43,6 +48,16 @@ class ApiError : public std::runtime_error {
 // An endpoint or feature switched off or missing here (llama-server's 501).
 inline ApiError not_supported(const std::string & message) {
     return ApiError(501, message, "", "", "not_supported_error");
+}
+
+// A prompt of n_prompt tokens where a slot holds n_ctx (llama-server's
+// exceed_context_size_error, with OpenAI's code).
+inline ApiError exceeds_context(const std::string & message, const std::string & param, int32_t n_prompt,
+                                int32_t n_ctx) {
+    ApiError e(400, message, param, "context_length_exceeded", "exceed_context_size_error");
+    e.n_prompt_tokens = n_prompt;
+    e.n_ctx = n_ctx;
+    return e;
 }
 
 inline ApiError bad_request(const std::string & message, const std::string & param = "",

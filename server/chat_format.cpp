@@ -74,6 +74,14 @@ std::string ChatFormatter::source() const {
     return common_chat_templates_source(impl_->templates.get());
 }
 
+std::string ChatFormatter::tool_use_source() const {
+    return common_chat_templates_source(impl_->templates.get(), "tool_use");
+}
+
+std::map<std::string, bool> ChatFormatter::capabilities() const {
+    return common_chat_templates_get_caps(impl_->templates.get());
+}
+
 namespace {
 
 common_chat_tool_choice to_common_choice(ToolChoice choice) {

@@ -69,6 +69,11 @@ class ChatFormatter {
     // "model", "override", "builtin:<name>" or "chatml-fallback".
     const std::string & origin() const { return origin_; }
     std::string source() const;
+    // The template's tool-use variant (tokenizer.chat_template.tool_use), "" without one.
+    std::string tool_use_source() const;
+    // What the template can render (libcommon's capability probe: tools,
+    // system role, thinking...), as llama-server's /props shows it.
+    std::map<std::string, bool> capabilities() const;
 
   private:
     struct Impl;

@@ -283,11 +283,10 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
         throw bad_request("the prompt is empty", prompt_param, "invalid_value");
     }
     if (n_prompt >= st.n_ctx_slot) {
-        // llama-server's error type for it, with OpenAI's code.
-        throw ApiError(400,
-                       "the prompt is " + std::to_string(n_prompt) + " tokens, but the context of a slot holds " +
-                           std::to_string(st.n_ctx_slot) + " (prompt and completion together)",
-                       prompt_param, "context_length_exceeded", "exceed_context_size_error");
+        throw exceeds_context("the prompt is " + std::to_string(n_prompt) +
+                                  " tokens, but the context of a slot holds " + std::to_string(st.n_ctx_slot) +
+                                  " (prompt and completion together)",
+                              prompt_param, n_prompt, st.n_ctx_slot);
     }
 
     int64_t n_predict = gr.max_tokens >= 0 ? gr.max_tokens : (st.opts.n_predict >= 0 ? st.opts.n_predict : INT_MAX);
@@ -295,7 +294,10 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->context_shift = st.opts.context_shift;
     task->n_keep = gr.n_keep >= -1 ? gr.n_keep : st.opts.n_keep;
     task->n_discard = gr.n_discard;
-    if (!task->context_shift) n_predict = std::min<int64_t>(n_predict, st.n_ctx_slot - n_prompt);
+    if (!task->context_shift && n_predict > st.n_ctx_slot - n_prompt) {
+        n_predict = st.n_ctx_slot - n_prompt;
+        task->context_ends_it = true;
+    }
     task->n_predict = (int32_t) n_predict;
     task->ignore_eos = gr.ignore_eos;
     task->cache_prompt = gr.cache_prompt;
@@ -507,10 +509,9 @@ std::vector<TaskEvent> run_pooled(ServerState & st, const Request & req,
     std::vector<std::unique_ptr<Task>> tasks;
     for (const auto & prompt : prompts) {
         if ((int32_t) prompt.size() > st.n_ctx_slot) {
-            throw ApiError(400,
-                           "an input is " + std::to_string(prompt.size()) + " tokens, but a slot holds " +
-                               std::to_string(st.n_ctx_slot),
-                           field, "context_length_exceeded", "exceed_context_size_error");
+            throw exceeds_context("an input is " + std::to_string(prompt.size()) + " tokens, but a slot holds " +
+                                      std::to_string(st.n_ctx_slot),
+                                  field, (int32_t) prompt.size(), st.n_ctx_slot);
         }
         auto task = std::make_unique<Task>();
         task->id = st.next_task_id++;
@@ -738,34 +739,50 @@ json piece_json(const std::string & piece) {
     return bytes;
 }
 
+// The text that stands for an image or audio clip in a prompt; multimodal
+// input is not served here, but clients read it from /props.
+std::string media_marker() {
+    const char * pinned = std::getenv("LLAMA_MEDIA_MARKER");  // llama-server's variable
+    return pinned && *pinned ? pinned : "<__media__>";
+}
+
 json props_json(const ServerState & st) {
     const auto stats = st.scheduler->stats();
     const Tokenizer & tok = st.engine->tokenizer();
     auto token_text = [&tok](int32_t id) { return id >= 0 ? tok.piece(id, true) : std::string(); };
     json params = sampling_settings_json(st.opts.requests.sampling, st.opts.n_predict, st.opts.requests.ignore_eos);
     params["speculative.types"] = st.speculative_types;
-    return {{"default_generation_settings", {{"n_ctx", st.n_ctx_slot}, {"params", params}}},
-            {"total_slots", st.scheduler->n_slots()},
-            {"model_alias", st.model_name},
-            {"model_path", st.opts.engine.model_path},
-            {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
-            {"endpoint_slots", st.opts.endpoint_slots},
-            {"endpoint_props", st.opts.endpoint_props},
-            {"endpoint_metrics", st.opts.endpoint_metrics},
-            {"chat_template", st.chat->source()},
-            {"chat_template_origin", st.chat->origin()},
-            {"bos_token", token_text(tok.bos())},
-            {"eos_token", token_text(tok.eos())},
-            {"build_info", "llama-tp"},
-            {"is_sleeping", st.scheduler->asleep()},
-            // llama-tp's own
-            {"busy_slots", stats.busy},
-            {"queued_requests", stats.queued},
-            {"n_ctx", st.n_ctx},
-            {"n_ctx_slot", st.n_ctx_slot},
-            {"tp", st.engine->info().tp},
-            {"cache_type_k", kv_type_name(st.engine->options().kv_types.k)},
-            {"cache_type_v", kv_type_name(st.engine->options().kv_types.v)}};
+    json props = {{"default_generation_settings", {{"n_ctx", st.n_ctx_slot}, {"params", params}}},
+                  {"total_slots", st.scheduler->n_slots()},
+                  {"model_alias", st.model_name},
+                  {"model_path", st.opts.engine.model_path},
+                  {"model_ftype", st.engine->info().weight_type},
+                  {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+                  {"media_marker", media_marker()},
+                  {"endpoint_slots", st.opts.endpoint_slots},
+                  {"endpoint_props", st.opts.endpoint_props},
+                  {"endpoint_metrics", st.opts.endpoint_metrics},
+                  {"ui", false},  // no web UI here
+                  {"ui_settings", json::object()},
+                  {"chat_template", st.chat->source()},
+                  {"chat_template_caps", st.chat->capabilities()},
+                  {"chat_template_origin", st.chat->origin()},
+                  {"bos_token", token_text(tok.bos())},
+                  {"eos_token", token_text(tok.eos())},
+                  {"build_info", "llama-tp"},
+                  {"is_sleeping", st.scheduler->asleep()},
+                  {"cors_proxy_enabled", false},  // /cors-proxy answers 403 here
+                  // llama-tp's own
+                  {"busy_slots", stats.busy},
+                  {"queued_requests", stats.queued},
+                  {"n_ctx", st.n_ctx},
+                  {"n_ctx_slot", st.n_ctx_slot},
+                  {"tp", st.engine->info().tp},
+                  {"cache_type_k", kv_type_name(st.engine->options().kv_types.k)},
+                  {"cache_type_v", kv_type_name(st.engine->options().kv_types.v)}};
+    const std::string tool_use = st.chat->tool_use_source();
+    if (!tool_use.empty()) props["chat_template_tool_use"] = tool_use;
+    return props;
 }
 
 json slot_json(const ServerState & st, const Scheduler::SlotView & v) {

@@ -120,7 +120,7 @@ json native_final(const ResponseContext & ctx, const std::string & content, cons
               {"generation_settings", ctx.settings},
               {"prompt", ctx.prompt},
               {"has_new_line", content.find('\n') != std::string::npos},
-              {"truncated", false},
+              {"truncated", done.truncated},
               {"stop_type", done.stop_type},
               {"stopping_word", done.stopping_word},
               {"tokens_cached", done.n_cached},

@@ -111,11 +111,15 @@ std::string dump_json(const json & j) {
 }
 
 json error_json(const ApiError & e) {
-    return {{"error",
-             {{"message", e.what()},
-              {"type", e.type},
-              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+    json error = {{"message", e.what()},
+                  {"type", e.type},
+                  {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                  {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+    if (e.n_ctx > 0) {
+        error["n_prompt_tokens"] = e.n_prompt_tokens;
+        error["n_ctx"] = e.n_ctx;
+    }
+    return {{"error", error}};
 }
 
 json usage_json(const TaskEvent & done) {

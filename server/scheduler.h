@@ -166,7 +166,9 @@ class Scheduler {
     void report_progress(Slot & slot);
     void pool(Slot & slot);
     bool over_time(const Slot & slot, std::chrono::steady_clock::time_point now) const;
-    enum class StopKind { Eos, Word, Limit };  // why generation ended
+    // Why generation ended; ContextEnd: the slot's context is full and no
+    // shift makes room (a length stop that llama-server reports as truncated).
+    enum class StopKind { Eos, Word, Limit, ContextEnd };
     std::optional<StopKind> stop_after(const Slot & slot, int32_t token, int32_t n_past,
                                        std::chrono::steady_clock::time_point now) const;
     void finish(Slot & slot, StopKind kind);

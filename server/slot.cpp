@@ -71,6 +71,7 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     n_cached = (int32_t) keep;
     pending = -1;
     n_decoded = 0;
+    truncated = false;
     n_drafted = 0;
     n_draft_accepted = 0;
     draft.clear();

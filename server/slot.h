@@ -36,6 +36,7 @@ class Slot {
     int32_t pending = -1;         // last sampled token, decoded in the next step
     int32_t n_decoded = 0;        // tokens sampled for this request
     bool has_new_line = false;    // the text so far holds a newline (t_max_predict_ms)
+    bool truncated = false;       // a context shift dropped some of the request's tokens
     bool prompt_in_step = false;  // this step's batch holds prompt tokens of this slot
     TextStream stream;
 

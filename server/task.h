@@ -52,6 +52,7 @@ struct TaskEvent {
     std::string finish_reason;  // "stop" or "length"
     std::string stop_type;      // llama-server's: "eos", "word" or "limit"
     std::string stopping_word;  // the stop string that matched ("word")
+    bool truncated = false;     // a context shift dropped tokens, or the context ended generation
     int32_t n_cached = 0;
     int32_t n_processed = 0;  // Progress
     // Done of an embedding task: embedding_rows rows of n_embd floats (one when pooled).
@@ -108,7 +109,8 @@ enum class Pooling { None, Mean, Cls, Last, Rank };
 struct Task {
     uint64_t id = 0;
     std::vector<int32_t> prompt;
-    int32_t n_predict = 0;  // resolved cap on generated tokens (>= 0)
+    int32_t n_predict = 0;         // resolved cap on generated tokens (>= 0)
+    bool context_ends_it = false;  // the cap is where the slot's context ends (no context shift)
     std::vector<std::string> stop;
     bool ignore_eos = false;
     bool cache_prompt = true;  // false: reuse no cached prefix

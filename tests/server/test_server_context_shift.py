@@ -42,3 +42,18 @@ def test_without_it_generation_stops_at_the_context():
         assert "context shift" not in s.log_text()
     finally:
         assert s.stop() == 0
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_native_truncated_says_the_context_ran_out(shift):
+    s = ServerProcess("-np", "1", "-c", "128", "-t", "2", *(["--context-shift"] if shift else []))
+    try:
+        native = {"prompt": "Once upon a time", "temperature": 0, "ignore_eos": True}
+        short = s.post("/completion", {**native, "n_predict": 8}).json()
+        assert short["truncated"] is False and short["stop_type"] == "limit"
+        # Past the context: shifted, or stopped where the context ends.
+        long = s.post("/completion", {**native, "n_predict": 200}).json()
+        assert long["truncated"] is True, long
+        assert long["tokens_predicted"] == (200 if shift else 128 - long["tokens_evaluated"])
+    finally:
+        assert s.stop() == 0

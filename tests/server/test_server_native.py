@@ -161,10 +161,15 @@ def test_tokenize_with_pieces(server):
 
 def test_props_shape(server):
     p = server.get("/props").json()
-    for k in ("default_generation_settings", "total_slots", "model_alias", "model_path", "modalities",
-              "endpoint_slots", "endpoint_props", "endpoint_metrics", "chat_template", "bos_token", "eos_token",
-              "build_info", "is_sleeping"):
+    for k in ("default_generation_settings", "total_slots", "model_alias", "model_path", "model_ftype",
+              "modalities", "media_marker", "endpoint_slots", "endpoint_props", "endpoint_metrics", "ui",
+              "ui_settings", "chat_template", "chat_template_caps", "bos_token", "eos_token", "build_info",
+              "is_sleeping", "cors_proxy_enabled"):
         assert k in p, k
+    assert p["model_ftype"] == "F32", p["model_ftype"]  # stories260K's weights
+    assert p["ui"] is False and p["cors_proxy_enabled"] is False and p["ui_settings"] == {}
+    caps = p["chat_template_caps"]
+    assert caps and all(isinstance(v, bool) for v in caps.values()), caps
     assert p["endpoint_metrics"] is True and p["endpoint_slots"] is True and p["endpoint_props"] is False
     assert p["default_generation_settings"]["n_ctx"] == 512
     assert p["total_slots"] == 4
@@ -236,7 +241,10 @@ def test_api_prefix():
 def test_context_overflow_has_llama_servers_error_type(server):
     r = server.post("/completion", {"prompt": "Once upon a time " * 300, "n_predict": 4})
     assert_error(r, 400, param="prompt", code="context_length_exceeded")
-    assert r.json()["error"]["type"] == "exceed_context_size_error"
+    error = r.json()["error"]
+    assert error["type"] == "exceed_context_size_error"
+    # Both sizes, as llama-server gives them.
+    assert error["n_ctx"] == 512 and error["n_prompt_tokens"] > 512, error
 
 
 def test_every_llama_server_endpoint_answers_or_says_why_not(server):
