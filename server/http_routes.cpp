@@ -344,6 +344,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
         throw ApiError(500, std::string("the tool-call grammar rejects the template's generation prompt: ") + e.what(),
                        "", "internal_error");
     }
+    task->settings = dump_json(native_settings(gr, task->n_predict));
     return task;
 }
 
@@ -790,12 +791,18 @@ json slot_json(const ServerState & st, const Scheduler::SlotView & v) {
               {"n_ctx", st.n_ctx_slot},
               {"speculative", st.speculative_types != "none"},
               {"is_processing", v.busy}};
-    if (v.busy) {
+    // The running task's figures, else the last one's, as llama-server.
+    if (v.task_id != 0) {
         j["id_task"] = v.task_id;
         j["n_prompt_tokens"] = v.n_prompt;
-        j["params"] = {{"n_predict", v.n_predict}};
-        j["next_token"] = json::array(
-            {{{"has_next_token", true}, {"n_remain", v.n_predict - v.n_decoded}, {"n_decoded", v.n_decoded}}});
+        j["n_prompt_tokens_processed"] = v.n_prompt_processed;
+        j["n_prompt_tokens_cache"] = v.n_prompt_cached;
+        j["params"] = json::parse(v.settings, nullptr, false);
+        if (j["params"].is_discarded()) j["params"] = {{"n_predict", v.n_predict}};
+        j["next_token"] = json::array({{{"has_next_token", v.busy},
+                                        {"has_new_line", v.has_new_line},
+                                        {"n_remain", v.busy ? v.n_predict - v.n_decoded : 0},
+                                        {"n_decoded", v.n_decoded}}});
     }
     j["n_cached_tokens"] = v.n_cached_tokens;
     return j;

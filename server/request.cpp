@@ -429,29 +429,45 @@ void parse_infill(const json & body, GenerationRequest & r) {
     }
 }
 
+bool non_empty(const json & v) {
+    return !v.is_null() && !((v.is_string() || v.is_array() || v.is_object()) && v.empty());
+}
+
 // llama-server's request fields that would change the answer and that this
 // server does not implement: a 400 naming them, rather than an answer that
 // silently differs. (Fields upstream also ignores without a draft model,
 // such as speculative.*, pass.)
-void refuse_unimplemented(const json & body) {
+void refuse_unimplemented(const json & body, Endpoint endpoint) {
     struct Unimplemented {
         const char * name;
         bool (*used)(const json &);
         const char * what;
+        bool raw_only;  // what llama-server's chat layer hands its raw completion (ignored on chat)
     };
     static const Unimplemented fields[] = {
         {"post_sampling_probs", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
-         "probabilities after the sampler chain"},
+         "probabilities after the sampler chain", false},
         {"t_max_prompt_ms", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
-         "a time limit on prompt processing"},
+         "a time limit on prompt processing", false},
         {"adaptive_target", [](const json & v) { return v.is_number() && v.get<double>() >= 0; },
-         "the adaptive-p sampler"},
-        {"n_indent", [](const json & v) { return v.is_number() && v.get<double>() > 0; }, "indentation limits"},
+         "the adaptive-p sampler", false},
+        {"n_indent", [](const json & v) { return v.is_number() && v.get<double>() > 0; }, "indentation limits", false},
         {"grammar_lazy", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
-         "lazy grammars given in a request"},
-        {"verbose", [](const json & v) { return v.is_boolean() && v.get<bool>(); }, "the __verbose debug field"},
+         "lazy grammars given in a request", false},
+        {"verbose", [](const json & v) { return v.is_boolean() && v.get<bool>(); }, "the __verbose debug field", false},
+        {"grammar_triggers", non_empty, "lazy grammars given in a request", true},
+        {"preserved_tokens", non_empty, "tokens a lazy grammar keeps whole", true},
+        {"chat_format", [](const json & v) { return v.is_number() && v.get<double>() != 0; },
+         "parsing a raw completion in a chat format; use /v1/chat/completions", true},
+        {"chat_parser", non_empty, "parsing a raw completion with a chat parser; use /v1/chat/completions", true},
+        {"generation_prompt", non_empty, "a chat template's generation prompt in a raw completion", true},
+        {"parse_tool_calls", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
+         "tool calls parsed from a raw completion; use /v1/chat/completions", true},
+        {"reasoning_budget_start_tag", non_empty, "reasoning tags in a raw completion; use --reasoning-budget", true},
+        {"reasoning_budget_end_tags", non_empty, "reasoning tags in a raw completion; use --reasoning-budget", true},
     };
     for (const Unimplemented & f : fields) {
+        if (f.raw_only && endpoint == Endpoint::Chat) continue;
         const json * v = field(body, f.name);
         if (v != nullptr && f.used(*v)) {
             throw bad_request(std::string("'") + f.name + "' is not supported by llama-tp-server (" + f.what + ")",
@@ -744,7 +760,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     }
 
     if (endpoint == Endpoint::Chat) parse_chat_turn(body, r);
-    refuse_unimplemented(body);
+    refuse_unimplemented(body, endpoint);
     if (const json * rf = field(body, "response_fields")) {
         if (!rf->is_array()) throw wrong_type("response_fields", "an array of strings", *rf);
         for (const auto & f : *rf) {

@@ -127,12 +127,17 @@ void Scheduler::publish_views() {
         SlotView v;
         v.id = slot->id;
         v.busy = slot->busy();
-        if (slot->task) {
-            v.task_id = slot->task->id;
-            v.n_prompt = (int32_t) slot->task->prompt.size();
-            v.n_predict = slot->task->n_predict;
+        const Slot::TaskSummary task = slot->task ? Slot::TaskSummary::of(*slot->task) : slot->last_task;
+        if (task.id != 0) {
+            v.task_id = task.id;
+            v.n_prompt = task.n_prompt;
+            v.n_predict = task.n_predict;
+            v.settings = task.settings;
+            v.n_prompt_cached = slot->n_cached;
+            v.n_prompt_processed = std::max(0, (int32_t) slot->n_prompt_done - slot->n_cached);
+            v.n_decoded = slot->n_decoded;
+            v.has_new_line = slot->has_new_line;
         }
-        v.n_decoded = slot->busy() ? slot->n_decoded : 0;
         v.n_cached_tokens = (int32_t) slot->kv_tokens.size();
         views.push_back(v);
     }

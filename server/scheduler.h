@@ -102,10 +102,15 @@ class Scheduler {
     struct SlotView {
         int32_t id = 0;
         bool busy = false;
+        // The running task's, else the last one's (task_id 0: none yet).
         uint64_t task_id = 0;
         int32_t n_prompt = 0;
+        int32_t n_prompt_processed = 0;  // prompt tokens computed
+        int32_t n_prompt_cached = 0;     // prompt tokens taken from a cache
         int32_t n_decoded = 0;
         int32_t n_predict = 0;
+        bool has_new_line = false;
+        std::string settings;         // its generation settings, as JSON text
         int32_t n_cached_tokens = 0;  // tokens the slot's KV cells hold
     };
     std::vector<SlotView> slot_views() const;

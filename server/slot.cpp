@@ -87,6 +87,7 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
 }
 
 std::unique_ptr<Task> Slot::release() {
+    if (task) last_task = TaskSummary::of(*task);
     state = State::Idle;
     t_last_used = std::chrono::steady_clock::now();
     pending = -1;

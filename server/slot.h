@@ -56,6 +56,16 @@ class Slot {
     std::chrono::steady_clock::time_point t_last_used;  // when its last task ended (never: the epoch)
     std::chrono::steady_clock::time_point t_first_token;
 
+    // What /slots shows of a task, kept from the last one while the slot is idle.
+    struct TaskSummary {
+        uint64_t id = 0;
+        int32_t n_prompt = 0;
+        int32_t n_predict = 0;
+        std::string settings;
+        static TaskSummary of(const Task & t) { return {t.id, (int32_t) t.prompt.size(), t.n_predict, t.settings}; }
+    };
+    TaskSummary last_task;
+
     bool busy() const { return state != State::Idle; }
     int32_t n_past() const { return (int32_t) kv_tokens.size() + (int32_t) inflight.size(); }
 

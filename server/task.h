@@ -138,6 +138,7 @@ struct Task {
     // The response's id ("chatcmpl-..."), by which a control request finds
     // the task, and whether it may end the thinking (reasoning_control).
     std::string completion_id;
+    std::string settings;  // its generation settings as JSON text, for /slots
     bool reasoning_control = false;
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();

@@ -201,11 +201,20 @@ def test_slots_while_one_generates():
             time.sleep(0.01)
         assert busy is not None, "the slot never showed as processing"
         assert busy["id_task"] >= 1 and busy["params"]["n_predict"] == 1500
+        # The task's whole generation settings, as llama-server shows them.
+        assert busy["params"]["ignore_eos"] is True and "temperature" in busy["params"], busy["params"]
         assert busy["next_token"][0]["n_decoded"] + busy["next_token"][0]["n_remain"] == 1500
+        assert busy["next_token"][0]["has_next_token"] is True
         if not done.is_set():
             r = s.get("/slots?fail_on_no_slot=1")
             assert r.status_code == 503 or done.is_set(), r.text
         t.join(timeout=120)
+        # Idle again: the last task's figures stay, as llama-server's.
+        idle = s.get("/slots").json()[0]
+        assert idle["is_processing"] is False and idle["id_task"] == busy["id_task"], idle
+        assert idle["next_token"][0]["has_next_token"] is False and idle["next_token"][0]["n_decoded"] == 1500
+        assert idle["n_prompt_tokens_processed"] + idle["n_prompt_tokens_cache"] == idle["n_prompt_tokens"]
+        assert idle["n_prompt_tokens_processed"] > 0 and isinstance(idle["next_token"][0]["has_new_line"], bool)
     finally:
         assert s.stop() == 0
 
@@ -280,8 +289,11 @@ def test_response_fields(server):
 
 
 def test_fields_that_would_change_the_answer_are_refused(server):
-    for field, value in (("post_sampling_probs", True), ("t_max_prompt_ms", 50), ("adaptive_target", 0.5), ("grammar_lazy", True),
-                         ("verbose", True)):
+    for field, value in (("post_sampling_probs", True), ("t_max_prompt_ms", 50), ("adaptive_target", 0.5),
+                         ("grammar_lazy", True), ("verbose", True), ("grammar_triggers", [{"type": 0, "value": "x"}]),
+                         ("preserved_tokens", ["<x>"]), ("chat_format", 2), ("chat_parser", "peg"),
+                         ("generation_prompt", "<|assistant|>"), ("parse_tool_calls", True),
+                         ("reasoning_budget_start_tag", "<think>"), ("reasoning_budget_end_tags", ["</think>"])):
         r = server.post("/completion", {"prompt": PROMPT, "n_predict": 2, field: value})
         assert_error(r, 400, param=field)
         assert "not supported by llama-tp-server" in r.json()["error"]["message"]
@@ -289,4 +301,8 @@ def test_fields_that_would_change_the_answer_are_refused(server):
     r = server.post("/completion", {"prompt": PROMPT, "n_predict": 2, "post_sampling_probs": False, "lora": [],
                                     "n_keep": 4, "speculative.n_max": 16, "backend_sampling": True,
                                     "n_cache_reuse": 256, "reasoning_budget_tokens": 100})
+    assert r.status_code == 200, r.text
+    # What llama-server's chat layer hands its raw completion is ignored on chat, as there.
+    r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                                             "parse_tool_calls": True, "chat_format": 2})
     assert r.status_code == 200, r.text
