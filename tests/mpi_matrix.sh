@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Ranks in several processes (mpirun on this machine) against one device:
 # for one architecture, f32 and q8_0 with the float sums and q8_0 with
-# split-invariant sums (identical probabilities), over shared memory with
-# 2 and 4 processes, forced over TCP on loopback, and 2 processes of 2
+# split-invariant sums (identical probabilities), over shared memory and
+# forced over TCP on loopback with 2 and 4 processes, and 2 processes of 2
 # thread ranks each. Verdicts are llama-tp-compare's (the accuracy contract).
 # usage: mpi_matrix.sh MAKE_MODEL COMPARE ARCH WORKDIR
 set -uo pipefail
@@ -60,9 +60,13 @@ for type in f32 q8_0; do
     check "$arch $type 2 processes over tcp" -n 2 "${tcp[@]}" -- -m "$model" --reference tp1 --no-split-invariant
     check "$arch $type 2 processes x 2 ranks" -n 2 -- -m "$model" --reference tp1 --tp 2 --no-split-invariant
 done
+# Four processes: both types over shared memory, and forced over TCP.
+for type in f32 q8_0; do
+    check "$arch $type 4 processes" -n 4 -- -m "$work/$arch-$type.gguf" --reference tp1 --no-split-invariant
+done
 model="$work/$arch-q8_0.gguf"
-check "$arch q8_0 4 processes" -n 4 -- -m "$model" --reference tp1 --no-split-invariant
-for launch in "-n 2" "-n 2 ${tcp[*]}" "-n 4"; do
+check "$arch q8_0 4 processes over tcp" -n 4 "${tcp[@]}" -- -m "$model" --reference tp1 --no-split-invariant
+for launch in "-n 2" "-n 2 ${tcp[*]}" "-n 4" "-n 4 ${tcp[*]}"; do
     # shellcheck disable=SC2086
     check "$arch q8_0 split-invariant $launch" $launch -- -m "$model" --reference tp1 --split-invariant
 done

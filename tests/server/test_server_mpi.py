@@ -163,6 +163,14 @@ def long_generation(server, got):
         got["error"] = repr(e)
 
 
+def queued_request(server, got):
+    try:
+        r = requests.post(server.base + "/v1/completions", json={"prompt": "Once", "max_tokens": 4}, timeout=30)
+        got["status"], got["text"] = r.status_code, r.text
+    except requests.RequestException as e:
+        got["error"] = repr(e)
+
+
 def generation_failed(got):
     if "error" in got or got.get("status") != 200:
         return True
@@ -177,6 +185,12 @@ def test_a_follower_fault_stops_the_group(model, fault):
     client.start()
     time.sleep(1.0)
     assert client.is_alive(), got
+    # A second request waits for the one slot.
+    queued = {}
+    waiting = threading.Thread(target=queued_request, args=(group, queued))
+    waiting.start()
+    time.sleep(0.3)
+    assert waiting.is_alive() and group.get("/slots").json()[0]["is_processing"], queued
     os.kill(group.ranks[1], fault)
     since = time.time()
     health = []
@@ -188,9 +202,12 @@ def test_a_follower_fault_stops_the_group(model, fault):
         time.sleep(0.1)
     took = group.wait_group_gone(since)
     client.join(timeout=30)
+    waiting.join(timeout=30)
     log = group.log_text()
     group.stop()
     assert generation_failed(got), got
+    # The waiting request is answered with an error too, never left hanging.
+    assert "error" in queued or queued.get("status") == 503, queued
     assert group.proc.returncode != 0, log
     print(f"fault {fault.name}: every process gone after {took:.1f} s")
     if fault == signal.SIGSTOP:
@@ -199,6 +216,7 @@ def test_a_follower_fault_stops_the_group(model, fault):
         # (in the AllReduce or in the gather of the logits, wherever it stopped)
         assert "process 1 on" in log and "stopped answering" in log, log
         assert any('"error"' in l and "rank group failed" in l for l in got.get("lines", [])), got
+        assert queued.get("status") == 503 and "rank group failed" in queued["text"], queued
         assert 503 in health, health
 
 
