@@ -55,6 +55,8 @@ void Metrics::count_drafts(int32_t n_drafted, int32_t n_accepted) {
     drafted_tokens_ += (uint64_t) std::max(0, n_drafted);
     accepted_tokens_ += (uint64_t) std::max(0, n_accepted);
     drafts_++;
+    if ((size_t) std::max(0, n_drafted) > accepted_per_position_.size()) accepted_per_position_.resize(n_drafted, 0);
+    for (int32_t i = 0; i < n_accepted && i < n_drafted; ++i) accepted_per_position_[i]++;
 }
 
 void Metrics::forget_old_steps(std::chrono::steady_clock::time_point now) const {
@@ -88,6 +90,14 @@ void Metrics::upstream_series(std::ostringstream & out, const SchedulerGauges & 
          "Speculative: Total draft tokens accepted by the target model", (double) accepted_tokens_);
     item("counter", "spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
          (double) drafts_);
+    if (!accepted_per_position_.empty()) {
+        out << "# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position\n";
+        out << "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+        for (size_t i = 0; i < accepted_per_position_.size(); ++i) {
+            out << "llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"" << i << "\"} "
+                << accepted_per_position_[i] << '\n';
+        }
+    }
     item("gauge", "prompt_tokens_seconds", "Prompt throughput in tokens/s over the last 10 s.", prompt_rate);
     item("gauge", "predicted_tokens_seconds", "Generation throughput in tokens/s over the last 10 s.", gen_rate);
     item("gauge", "requests_processing", "Number of requests processing.", gauges.busy_slots);

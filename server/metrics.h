@@ -65,6 +65,8 @@ class Metrics {
     uint64_t drafted_tokens_ = 0;
     uint64_t accepted_tokens_ = 0;
     uint64_t drafts_ = 0;
+    // [i]: drafts whose token at position i was confirmed (positions up to the longest draft).
+    std::vector<uint64_t> accepted_per_position_;
     int32_t longest_ = 0;              // longest request, prompt and generated
     mutable std::deque<Step> recent_;  // the last kWindow of steps, for rates
 };

@@ -306,3 +306,17 @@ def test_fields_that_would_change_the_answer_are_refused(server):
     r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
                                              "parse_tool_calls": True, "chat_format": 2})
     assert r.status_code == 200, r.text
+
+
+def test_input_tokens_count_what_a_completion_decodes(server):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+    for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):
+        r = server.post(path, {"messages": messages})
+        assert r.status_code == 200, r.text
+        assert r.json()["object"] == "response.input_tokens"
+        done = server.post("/v1/chat/completions", {"messages": messages, "max_tokens": 1}).json()
+        assert r.json()["input_tokens"] == done["usage"]["prompt_tokens"] > 0
+    counted = server.post("/v1/responses/input_tokens", {"input": "Tell me a story."}).json()["input_tokens"]
+    answered = server.post("/v1/responses", {"input": "Tell me a story.", "max_output_tokens": 1}).json()
+    assert counted == answered["usage"]["input_tokens"] > 0
+    assert_error(server.post("/v1/chat/completions/input_tokens", {"messages": "not a list"}), 400)

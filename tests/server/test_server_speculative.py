@@ -130,6 +130,11 @@ def test_the_draft_model_follows_the_slots_and_the_tensor_parallel_target(models
         assert m["llamacpp:spec_decode_num_draft_tokens_total"] == drafted
         assert m["llamacpp:spec_decode_num_accepted_tokens_total"] == accepted
         assert m["llamacpp:spec_decode_num_drafts_total"] > 0
+        # Per draft position, as llama-server: a draft with k confirmed tokens counts at positions 0..k-1.
+        series = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        per_pos = [m[f'{series}{{position="{i}"}}'] for i in range(sum(k.startswith(series) for k in m))]
+        assert per_pos and sum(per_pos) == accepted, per_pos
+        assert all(a >= b for a, b in zip(per_pos, per_pos[1:])), per_pos
         slots = s.get("/slots").json()
         assert all(slot["speculative"] for slot in slots)
         assert s.get("/props").json()["default_generation_settings"]["params"]["speculative.types"] == "draft-simple"
