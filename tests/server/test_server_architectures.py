@@ -10,6 +10,7 @@ from server_harness import ServerProcess, generated_model, server_bin
 ARCHS = {
     "mixtral": ("llama", ["--n-expert", "4"]),
     "phi3": ("phi3", []),
+    "gemma2": ("gemma2", ["--n-swa", "8"]),
     "gemma3": ("gemma3", ["--n-swa", "8", "--swa-pattern", "2"]),
     "gpt-oss": ("gpt-oss", ["--n-swa", "8", "--n-expert", "4", "--n-expert-used", "2"]),
 }
@@ -39,7 +40,7 @@ def test_served_across_two_ranks(models, name):
         r = s.post("/v1/completions", body)
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] == 24
-        # Past gemma3's and gpt-oss's 8-position windows, and the same text again.
+        # Past gemma2's, gemma3's and gpt-oss's 8-position windows, and the same text again.
         assert s.post("/v1/completions", body).json()["choices"][0]["text"] == r.json()["choices"][0]["text"]
         props = s.get("/props").json()
         assert props["model_path"].endswith(f"{name}.gguf")
