@@ -77,6 +77,38 @@ Axis head_axis(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
                 " for blk.*.attn_q.weight / attn_output.weight)"};
 }
 
+// ggml multiplies float matrices of a multiple of 4 rows with its tiled
+// kernel (llamafile's) and others with its own, which adds in another order:
+// a slice is multiplied as the whole head only where both take the same one.
+bool same_float_kernel(int64_t slice_rows, int64_t whole_rows) {
+    return (slice_rows % 4 == 0) == (whole_rows % 4 == 0);
+}
+
+// Vocabulary slices of multiples of 64 rows where the vocabulary is (and of
+// its largest power-of-two divisor up to 64 otherwise): ggml's kernels then
+// run the same tiles over each slice as over the whole head. A vocabulary
+// of no multiple of 4 rows (GPT-2's 50257) is split in slices of no multiple
+// of 4 either, each boundary moved by a row or two where needed.
+std::vector<ShardRange> vocab_slices(int64_t n_vocab, const std::vector<float> & weights) {
+    const std::string what = "the output head vocabulary";
+    if (n_vocab % 4 == 0) return plan_or_explain(n_vocab, std::gcd(n_vocab, 4 * kRowTile), weights, what);
+    std::vector<ShardRange> slices = plan_or_explain(n_vocab, 1, weights, what);
+    if (slices.size() < 2) return slices;
+    auto move_end = [&](size_t r, int64_t rows) { slices[r].end = slices[r + 1].begin = slices[r].end + rows; };
+    for (size_t r = 0; r + 1 < slices.size(); ++r) {
+        while (slices[r].size() % 4 == 0) move_end(r, 1);
+    }
+    // The last slice takes what is left: where that is a multiple of 4, the
+    // boundary before it moves by 1, or by 2 where 1 would give the slice
+    // before it a multiple of 4.
+    const size_t last = slices.size() - 1;
+    if (slices[last].size() % 4 == 0) move_end(last - 1, (slices[last - 1].size() + 1) % 4 == 0 ? 2 : 1);
+    for (const ShardRange & slice : slices) {
+        if (slice.size() <= 0) throw Error("cannot split " + what + " of " + std::to_string(n_vocab) + " rows");
+    }
+    return slices;
+}
+
 // An FFN width of `width` whose down projections are `down`: slices of whole
 // 16-row tiles where the width allows (quantization blocks are already), so
 // that ggml's kernels treat a slice of gate/up as they treat the whole matrix,
@@ -235,12 +267,7 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
         ff_exp = split_axis([&](int64_t n) { return *model_axes(file, hp, n).ff_exp; }, weights, split_invariant,
                             "the experts' FFN width");
     }
-    // Vocabulary slices start at multiples of 64 rows where the vocabulary
-    // allows: ggml's matrix kernels then run the same tiles over each slice as
-    // over the whole head (an f32 head split at row 10667 rounded its last
-    // rows differently).
-    const int64_t vocab_unit = std::gcd(hp.n_vocab, 4 * kRowTile);
-    const auto vocab = plan_or_explain(hp.n_vocab, vocab_unit, weights, "the output head vocabulary");
+    const auto vocab = vocab_slices(hp.n_vocab, weights);
     for (int r = 0; r < n_ranks; ++r) {
         RankShard & s = p.ranks[r];
         s.q_heads = heads.ranges[r];
@@ -262,9 +289,11 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
 
 bool ShardPlan::tiled(const HParams & hp) const {
     auto on_tiles = [](int64_t rows) { return rows % kRowTile == 0; };
+    for (const RankShard & s : ranks) {
+        if (!same_float_kernel(s.vocab.size(), hp.n_vocab)) return false;
+    }
     for (int r = 1; r < n_ranks; ++r) {
         const RankShard & s = ranks[r];
-        if (!on_tiles(s.vocab.begin)) return false;
         for (int il = 0; il < hp.n_layer; ++il) {
             const LayerShard & l = s.layers[il];
             const int64_t hd = hp.layer(il).head_dim;

@@ -54,9 +54,10 @@ struct ShardPlan {
     static ShardPlan plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights,
                           bool split_invariant = false);
     std::string describe() const;
-    // Whether every boundary between ranks, in every matrix, is a multiple of
-    // kRowTile rows: ggml's kernels then compute each slice as they compute
-    // the whole matrix.
+    // Whether ggml's kernels compute each rank's slice of every matrix as
+    // they compute the whole: every boundary between ranks a multiple of
+    // kRowTile rows, and the head's slices (which may end anywhere) of a
+    // multiple of 4 rows exactly where the whole vocabulary is.
     bool tiled(const HParams & hp) const;
     static constexpr int64_t kRowTile = 16;
 };

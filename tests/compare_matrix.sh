@@ -61,12 +61,7 @@ check() {  # description, compare arguments...
     # Split-invariant sums against one rank: the contract's clause is exact
     # only where the slices sit on the 16-row tiles, so the result is checked
     # here too; a split that fell off them would pass the float-sum bounds.
-    # The one known exception: f32 gpt-oss (about 2e-6; docs/benchmarks.md,
-    # "Accuracy of the split"), whose contract clause says so.
-    local off_tiles=false
-    [[ $arch == gpt-oss && $* == *gpt-oss-f32.gguf* ]] && off_tiles=true
-    if [[ $* == *--split-invariant* && $* == *"--reference tp1"* && $off_tiles == false &&
-        $out != *'"max_abs_prob_diff": 0.000e+00,'* ]]; then
+    if [[ $* == *--split-invariant* && $* == *"--reference tp1"* && $out != *'"max_abs_prob_diff": 0.000e+00,'* ]]; then
         echo "FAILED: $what: split-invariant sums gave other probabilities than one rank" >&2
         rc=1
     fi

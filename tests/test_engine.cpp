@@ -548,6 +548,32 @@ TEST(ShardPlan, SplitInvariantPiecesAreCellsOfOneGridForEverySplit) {
     }
 }
 
+// ggml multiplies a float head of a multiple of 4 rows with llamafile's
+// kernel and others with its own: every slice takes the whole head's.
+TEST(ShardPlan, VocabularySlicesTakeTheWholeHeadsKernel) {
+    const GgufFile file(LLAMA_TP_TEST_MODEL);
+    HParams hp = read_hparams(file);
+    const std::vector<std::vector<float>> splits = {{1, 1}, {1, 1, 1}, {1, 1, 1, 1}, {3, 1}, {5, 2, 1}};
+    for (const int64_t n_vocab : {50257, 32000, 151936, 32001, 32002}) {
+        hp.n_vocab = n_vocab;
+        for (const auto & weights : splits) {
+            SCOPED_TRACE("vocabulary " + std::to_string(n_vocab) + ", " + std::to_string(weights.size()) + " ranks");
+            const ShardPlan p = ShardPlan::plan(file, hp, (int) weights.size(), weights, false);
+            int64_t next = 0;
+            for (const RankShard & r : p.ranks) {
+                EXPECT_EQ(r.vocab.begin, next);
+                EXPECT_GT(r.vocab.size(), n_vocab / (int64_t) weights.size() / 10);
+                EXPECT_EQ(r.vocab.size() % 4 == 0, n_vocab % 4 == 0) << r.vocab.size();
+                if (n_vocab % 64 == 0) {
+                    EXPECT_EQ(r.vocab.begin % 64, 0);
+                }
+                next = r.vocab.end;
+            }
+            EXPECT_EQ(next, n_vocab);
+        }
+    }
+}
+
 TEST(ShardPlan, SplitInvariantRefusesASplitThatLeavesARankOffTheGrid) {
     const GgufFile file(LLAMA_TP_TEST_MODEL);
     const HParams hp = read_hparams(file);
