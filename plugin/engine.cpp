@@ -18,9 +18,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <thread>
 

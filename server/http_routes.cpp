@@ -344,7 +344,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
         throw ApiError(500, std::string("the tool-call grammar rejects the template's generation prompt: ") + e.what(),
                        "", "internal_error");
     }
-    task->settings = dump_json(native_settings(gr, task->n_predict));
+    task->settings = std::make_shared<const std::string>(dump_json(native_settings(gr, task->n_predict)));
     return task;
 }
 
@@ -797,8 +797,8 @@ json slot_json(const ServerState & st, const Scheduler::SlotView & v) {
         j["n_prompt_tokens"] = v.n_prompt;
         j["n_prompt_tokens_processed"] = v.n_prompt_processed;
         j["n_prompt_tokens_cache"] = v.n_prompt_cached;
-        j["params"] = json::parse(v.settings, nullptr, false);
-        if (j["params"].is_discarded()) j["params"] = {{"n_predict", v.n_predict}};
+        j["params"] = v.settings ? json::parse(*v.settings, nullptr, false) : json();
+        if (!j["params"].is_object()) j["params"] = {{"n_predict", v.n_predict}};
         j["next_token"] = json::array({{{"has_next_token", v.busy},
                                         {"has_new_line", v.has_new_line},
                                         {"n_remain", v.busy ? v.n_predict - v.n_decoded : 0},

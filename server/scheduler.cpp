@@ -955,14 +955,14 @@ std::optional<Scheduler::StopKind> Scheduler::stop_after(const Slot & slot, int3
     const Task & task = *slot.task;
     if (engine_.tokenizer().is_eog(token) && !task.ignore_eos) return StopKind::Eos;
     if (slot.stream.stopped()) return StopKind::Word;
-    if (slot.n_decoded >= task.n_predict || over_time(slot, now)) return StopKind::Limit;
-    if (!task.context_shift && n_past >= n_ctx_slot_) return StopKind::ContextEnd;
+    if (slot.n_decoded >= task.n_predict || (!task.context_shift && n_past >= n_ctx_slot_) || over_time(slot, now)) {
+        return StopKind::Limit;
+    }
     return std::nullopt;
 }
 
 void Scheduler::finish(Slot & slot, StopKind kind) {
-    const bool length = kind == StopKind::Limit || kind == StopKind::ContextEnd;
-    const char * reason = length ? "length" : "stop";
+    const char * reason = kind == StopKind::Limit ? "length" : "stop";
     Task & task = *slot.task;
     const std::string rest = slot.stream.flush();
     if (!rest.empty()) {
@@ -975,8 +975,10 @@ void Scheduler::finish(Slot & slot, StopKind kind) {
     done.kind = TaskEvent::Kind::Done;
     done.finish_reason = reason;
     done.stop_type = kind == StopKind::Eos ? "eos" : kind == StopKind::Word ? "word" : "limit";
-    done.truncated = slot.truncated || kind == StopKind::ContextEnd ||
-                     (kind == StopKind::Limit && task.context_ends_it && slot.n_decoded >= task.n_predict);
+    // llama-server's truncated: a context shift dropped tokens, or the
+    // context (which capped n_predict) ended generation.
+    done.truncated =
+        slot.truncated || (kind == StopKind::Limit && task.context_ends_it && slot.n_decoded >= task.n_predict);
     if (kind == StopKind::Word) done.stopping_word = slot.stream.stop_word();
     done.id_slot = slot.id;
     done.n_prompt = (int32_t) task.prompt.size();

@@ -110,8 +110,8 @@ class Scheduler {
         int32_t n_decoded = 0;
         int32_t n_predict = 0;
         bool has_new_line = false;
-        std::string settings;         // its generation settings, as JSON text
-        int32_t n_cached_tokens = 0;  // tokens the slot's KV cells hold
+        std::shared_ptr<const std::string> settings;  // its generation settings, as JSON text (may be null)
+        int32_t n_cached_tokens = 0;                  // tokens the slot's KV cells hold
     };
     std::vector<SlotView> slot_views() const;
 
@@ -171,9 +171,7 @@ class Scheduler {
     void report_progress(Slot & slot);
     void pool(Slot & slot);
     bool over_time(const Slot & slot, std::chrono::steady_clock::time_point now) const;
-    // Why generation ended; ContextEnd: the slot's context is full and no
-    // shift makes room (a length stop that llama-server reports as truncated).
-    enum class StopKind { Eos, Word, Limit, ContextEnd };
+    enum class StopKind { Eos, Word, Limit };  // why generation ended
     std::optional<StopKind> stop_after(const Slot & slot, int32_t token, int32_t n_past,
                                        std::chrono::steady_clock::time_point now) const;
     void finish(Slot & slot, StopKind kind);

@@ -61,7 +61,7 @@ class Slot {
         uint64_t id = 0;
         int32_t n_prompt = 0;
         int32_t n_predict = 0;
-        std::string settings;
+        std::shared_ptr<const std::string> settings;
         static TaskSummary of(const Task & t) { return {t.id, (int32_t) t.prompt.size(), t.n_predict, t.settings}; }
     };
     TaskSummary last_task;

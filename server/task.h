@@ -138,7 +138,9 @@ struct Task {
     // The response's id ("chatcmpl-..."), by which a control request finds
     // the task, and whether it may end the thinking (reasoning_control).
     std::string completion_id;
-    std::string settings;  // its generation settings as JSON text, for /slots
+    // Its generation settings as JSON text, for /slots (shared: the views
+    // of every step copy the pointer, not the text).
+    std::shared_ptr<const std::string> settings;
     bool reasoning_control = false;
     std::unique_ptr<Sampler> sampler;
     std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
