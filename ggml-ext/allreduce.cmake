@@ -9,15 +9,19 @@ target_sources(llama-tp-ggml-ext PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/allreduce_wire.cpp
     ${CMAKE_CURRENT_LIST_DIR}/process_group.cpp
 )
-# The GPU engines, relative to the source tree; tests/gpu_compile.sh
+# The GPU engines and exact sums, relative to the source tree; tests/gpu_compile.sh
 # compiles the same files for CUDA and HIP where the build has neither.
-set(_cuda_sources ggml-ext/allreduce_cuda_kernels.cu ggml-ext/allreduce_internal.cpp ggml-ext/cuda_runtime.cpp)
+set(_cuda_sources ggml-ext/allreduce_cuda_kernels.cu ggml-ext/allreduce_internal.cpp ggml-ext/cuda_runtime.cpp
+                  ggml-ext/exact_sum_cuda.cu ggml-ext/cuda_stream_bridge.cpp)
 set(_nccl_sources ggml-ext/allreduce_nccl.cpp)
 set_property(GLOBAL PROPERTY LLAMA_TP_CUDA_SOURCES ${_cuda_sources} ${_nccl_sources} ggml-ext/allreduce_engine.cpp)
 if(LLAMA_TP_CUDA OR LLAMA_TP_HIP)
     list(TRANSFORM _cuda_sources PREPEND "${PROJECT_SOURCE_DIR}/")
     list(TRANSFORM _nccl_sources PREPEND "${PROJECT_SOURCE_DIR}/")
     target_sources(llama-tp-ggml-ext PRIVATE ${_cuda_sources})
+    # The stream bridge reads one field of ggml's backend internals (see the file).
+    set_source_files_properties("${PROJECT_SOURCE_DIR}/ggml-ext/cuda_stream_bridge.cpp" PROPERTIES
+                                INCLUDE_DIRECTORIES "${LLAMA_TP_LLAMA_CPP_SRC}/ggml/src")
     # One GPU code for both runtimes: LLAMA_TP_HAVE_CUDA marks it, LLAMA_TP_HAVE_HIP maps it to HIP.
     target_compile_definitions(llama-tp-ggml-ext PUBLIC LLAMA_TP_HAVE_CUDA)
     if(LLAMA_TP_HIP)

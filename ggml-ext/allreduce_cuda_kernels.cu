@@ -51,7 +51,88 @@ __global__ void add_f64_kernel(double * data, const double * peer, size_t n) {
     }
 }
 
+// Spins until *token >= want; false on the limit or an error word set by anyone.
+__device__ bool await_token(const volatile uint64_t * token, uint64_t want, volatile int * error, long long limit) {
+    const long long start = clock64();
+    while (*token < want) {
+        if (*error != kExchangeOk) return false;
+        if (clock64() - start > limit) {
+            *error = kExchangeTimeout;
+            return false;
+        }
+    }
+    return true;
+}
+
+__global__ void exchange_kernel(ExchangeArgs a) {
+    const int b = blockIdx.x;
+    for (uint64_t c = 0; c < a.n_chunks; ++c) {
+        const uint64_t chunk = a.first_chunk + c;
+        const int parity = (int) (chunk & 1);
+        const size_t chunk_begin = c * a.chunk_elems;
+        const size_t len = a.n - chunk_begin < a.chunk_elems ? a.n - chunk_begin : a.chunk_elems;
+        const size_t lo = len * b / kExchangeBlocks, hi = len * (b + 1) / kExchangeBlocks;
+        // The peer's block has read this slot (it marked the chunk after the one that used it).
+        if (threadIdx.x == 0) (void) await_token(a.peer.tokens + b, chunk - 1, a.error, a.spin_limit_cycles);
+        __syncthreads();
+        if (*a.error != kExchangeOk) return;
+        if (a.element_size == 8) {
+            const double * src = static_cast<const double *>(a.data) + chunk_begin;
+            volatile double * slot = static_cast<volatile double *>(a.me.slots[parity]);
+            for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) slot[i] = src[i];
+        } else if (a.wire == WireType::BF16) {
+            const float * src = static_cast<const float *>(a.data) + chunk_begin;
+            volatile uint16_t * slot = static_cast<volatile uint16_t *>(a.me.slots[parity]);
+            for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) slot[i] = to_bf16(src[i]);
+        } else {
+            const float * src = static_cast<const float *>(a.data) + chunk_begin;
+            volatile float * slot = static_cast<volatile float *>(a.me.slots[parity]);
+            for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) slot[i] = src[i];
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            a.me.counts[2 * b + parity] = (uint64_t) a.n * 16 + a.element_size;
+            __threadfence_system();
+            a.me.tokens[b] = chunk;
+            if (await_token(a.peer.tokens + b, chunk, a.error, a.spin_limit_cycles)) {
+                __threadfence_system();
+                if (a.peer.counts[2 * b + parity] != (uint64_t) a.n * 16 + a.element_size) {
+                    *a.error = kExchangeMismatch;
+                }
+            }
+        }
+        __syncthreads();
+        if (*a.error != kExchangeOk) return;
+        if (a.element_size == 8) {
+            double * dst = static_cast<double *>(a.data) + chunk_begin;
+            const volatile double * peer = static_cast<const volatile double *>(a.peer.slots[parity]);
+            for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = dst[i] + peer[i];
+        } else if (a.wire == WireType::BF16) {
+            float * dst = static_cast<float *>(a.data) + chunk_begin;
+            const volatile uint16_t * peer = static_cast<const volatile uint16_t *>(a.peer.slots[parity]);
+            for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+                dst[i] = from_bf16(to_bf16(dst[i])) + from_bf16(peer[i]);
+            }
+        } else {
+            float * dst = static_cast<float *>(a.data) + chunk_begin;
+            const volatile float * peer = static_cast<const volatile float *>(a.peer.slots[parity]);
+            for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = dst[i] + peer[i];
+        }
+    }
+}
+
 }  // namespace
+
+cudaError_t load_exchange_kernel() {
+    cudaFuncAttributes attributes;
+    return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void *>(exchange_kernel));
+}
+
+cudaError_t launch_exchange(const ExchangeArgs & args, cudaStream_t stream) {
+    exchange_kernel<<<kExchangeBlocks, kThreads, 0, stream>>>(args);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_to_wire(const float * src, void * dst, size_t n, WireType wire, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;

@@ -151,6 +151,14 @@ AllReduceChoice choose_allreduce_engine(const AllReduceConfig & config, const Al
     throw Error(chain.links.size() == 1 ? first_reason : "allreduce: no engine can serve this group (" + skipped + ")");
 }
 
+void AllReduceEngine::allreduce_on_stream(int, float *, size_t, void *) {
+    abort(std::string("allreduce: the ") + name() + " engine does not run on a GPU stream");
+}
+
+void AllReduceEngine::allreduce_on_stream(int, double *, size_t, void *) {
+    abort(std::string("allreduce: the ") + name() + " engine does not run on a GPU stream");
+}
+
 std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config) {
     AllReduceChoice choice = choose_allreduce_engine(config, built_allreduce_engines());
     std::fprintf(stderr, "%s\n", choice.log_line.c_str());

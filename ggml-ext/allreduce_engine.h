@@ -47,6 +47,16 @@ class AllReduceEngine {
     // call uses the same element type.
     virtual void allreduce(int rank, double * data, size_t n) = 0;
 
+    // Whether the sums can be queued on each rank's GPU stream
+    // (allreduce_on_stream): ordered after the work queued there before them
+    // and before the work queued after them, with no wait on the host.
+    virtual bool runs_on_stream() const { return false; }
+    // Queues the sum on stream (a cudaStream_t of the rank's device) and
+    // returns at once. A failure shows in failed() once the stream's work has
+    // run. Only where runs_on_stream(); elsewhere it fails the group.
+    virtual void allreduce_on_stream(int rank, float * data, size_t n, void * stream);
+    virtual void allreduce_on_stream(int rank, double * data, size_t n, void * stream);
+
     virtual bool failed() const = 0;
     virtual std::string error() const = 0;
     // Marks the group failed (for example when a rank hit an error outside

@@ -5,6 +5,7 @@
 #include "ggml-ext/error.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -37,16 +38,98 @@ InternalAllReduce::InternalAllReduce(const AllReduceConfig & config)
         check_device(s.device);
         s.stream = std::make_unique<CudaStream>(s.device);
         CurrentDevice current(s.device);
+        check_cuda(load_exchange_kernel(), "loading the exchange kernel", s.device);
         for (auto & slot : s.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes, s.device);
+        StreamSide & side = stream_sides_[r];
+        for (auto & slot : side.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes, s.device);
+        side.tokens = std::make_unique<MappedHostBuffer>(kExchangeBlocks * sizeof(uint64_t), s.device);
+        side.counts = std::make_unique<MappedHostBuffer>(2 * kExchangeBlocks * sizeof(uint64_t), s.device);
+        std::memset(side.tokens->host(), 0, side.tokens->bytes());
+        std::memset(side.counts->host(), 0, side.counts->bytes());
     }
+    stream_error_ = std::make_unique<MappedHostBuffer>(sizeof(int), ranks_[0].device);
+    std::memset(stream_error_->host(), 0, sizeof(int));
 }
 
 InternalAllReduce::~InternalAllReduce() {
-    // A rank that gave up may have left a kernel reading the other's slot.
+    // A rank that gave up may have left a kernel reading the other's slot;
+    // one queued on a stream of the caller's ends at the abort word.
+    *static_cast<volatile int *>(stream_error_->host()) = kExchangeAborted;
     for (RankState & s : ranks_) {
         if (s.stream) (void) cudaStreamSynchronize(s.stream->get());
+        CurrentDevice current(s.device);
+        (void) cudaDeviceSynchronize();
     }
 }
+
+int InternalAllReduce::stream_error() const {
+    return *static_cast<const volatile int *>(stream_error_->host());
+}
+
+bool InternalAllReduce::failed() const {
+    return failure_.failed() || stream_error() != kExchangeOk;
+}
+
+std::string InternalAllReduce::error() const {
+    if (failure_.failed()) return failure_.message();
+    switch (stream_error()) {
+        case kExchangeTimeout:
+            return "allreduce: the internal engine's sum on a stream waited longer than " +
+                   std::to_string((int) timeout_s_) + " s for the other rank";
+        case kExchangeMismatch:
+            return "allreduce: ranks called with different element counts or types (internal engine, on a stream)";
+        case kExchangeAborted:
+            return "allreduce: the internal engine was aborted";
+        default:
+            return "";
+    }
+}
+
+void InternalAllReduce::abort(const std::string & why) {
+    failure_.fail([&] { return why; });
+    *static_cast<volatile int *>(stream_error_->host()) = kExchangeAborted;
+}
+
+template <typename T>
+void InternalAllReduce::queue(int rank, T * data, size_t n, void * stream) {
+    if (rank < 0 || rank > 1) {
+        failure_.fail([&] { return bad_rank_message(rank, 2); });
+        return;
+    }
+    if (failed()) return;
+    StreamSide & me = stream_sides_[rank];
+    const StreamSide & peer = stream_sides_[1 - rank];
+    ExchangeArgs a{};
+    a.data = data;
+    a.n = n;
+    a.element_size = sizeof(T);
+    a.wire = std::is_same<T, double>::value ? WireType::F32 : wire_;
+    a.chunk_elems = kChunkBytes / (std::is_same<T, double>::value ? sizeof(double) : wire_bytes(wire_));
+    a.n_chunks = exchange_chunks(n, a.chunk_elems);
+    a.first_chunk = me.chunks + 1;
+    me.chunks += a.n_chunks;
+    for (int p = 0; p < 2; ++p) {
+        a.me.slots[p] = me.slots[p]->device();
+        a.peer.slots[p] = peer.slots[p]->device();
+    }
+    a.me.tokens = static_cast<volatile uint64_t *>(me.tokens->device());
+    a.me.counts = static_cast<volatile uint64_t *>(me.counts->device());
+    a.peer.tokens = static_cast<volatile uint64_t *>(peer.tokens->device());
+    a.peer.counts = static_cast<volatile uint64_t *>(peer.counts->device());
+    a.error = static_cast<volatile int *>(stream_error_->device());
+    // clock64 counts the SM's cycles: at most about 3 GHz.
+    a.spin_limit_cycles = (long long) (timeout_s_ * 3e9);
+    try {
+        CurrentDevice current(ranks_[rank].device);
+        check_cuda(launch_exchange(a, static_cast<cudaStream_t>(stream)), "queueing the internal engine's sum",
+                   ranks_[rank].device);
+    } catch (const Error & e) {
+        abort(std::string("allreduce: ") + e.what());
+    }
+}
+
+template void InternalAllReduce::queue<float>(int, float *, size_t, void *);
+template void InternalAllReduce::queue<double>(int, double *, size_t, void *);
 
 template <typename T>
 void InternalAllReduce::run(int rank, T * data, size_t n) {

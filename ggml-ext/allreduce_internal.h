@@ -11,9 +11,15 @@
 // rank has arrived at the next chunk, which it does after reading that slot,
 // so one wait per chunk is enough. Doubles cross exactly. CUDA builds only.
 //
+// On a stream (allreduce_on_stream) the same exchange runs inside one kernel
+// per call on the rank's stream, with a token per block in mapped host
+// memory instead of the host's counters (allreduce_cuda_kernels.h), so the
+// host never waits. Its slots and tokens are its own.
+//
 // Failure: a rank whose peer does not arrive within the timeout, abort(), or
 // a CUDA error fails the group; the other rank stops waiting at once. No
 // rank writes into the other's device memory, so giving up is always safe.
+// On a stream a timeout shows in failed() once the kernel has ended.
 
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/allreduce_failure.h"
@@ -39,6 +45,14 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     bool takes_device_memory() const override { return true; }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
+    bool runs_on_stream() const override { return true; }
+    void allreduce_on_stream(int rank, float * data, size_t n, void * stream) override { queue(rank, data, n, stream); }
+    void allreduce_on_stream(int rank, double * data, size_t n, void * stream) override {
+        queue(rank, data, n, stream);
+    }
+    bool failed() const override;
+    std::string error() const override;
+    void abort(const std::string & why) override;
 
   private:
     // Values shared by chunk parity, like the slots.
@@ -55,8 +69,17 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
         uint64_t chunks = 0;                 // chunks this rank has started (owner only)
     };
 
+    // A rank's side of the exchange on a stream.
+    struct StreamSide {
+        std::unique_ptr<MappedHostBuffer> slots[2], tokens, counts;
+        uint64_t chunks = 0;  // chunks queued (owner only)
+    };
+
     template <typename T>
     void run(int rank, T * data, size_t n);
+    template <typename T>
+    void queue(int rank, T * data, size_t n, void * stream);
+    int stream_error() const;
     template <typename T>
     bool exchange_chunk(int rank, T * data, size_t n, size_t len);
     bool await_peer(int rank, uint64_t chunk);
@@ -64,6 +87,8 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     const WireType wire_;
     const double timeout_s_;
     RankState ranks_[2];
+    StreamSide stream_sides_[2];
+    std::unique_ptr<MappedHostBuffer> stream_error_;  // ExchangeError, written by the kernels
 };
 
 }  // namespace llama_tp

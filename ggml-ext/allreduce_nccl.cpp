@@ -89,49 +89,74 @@ NcclAllReduce::~NcclAllReduce() {
 }
 
 void NcclAllReduce::allreduce(int rank, float * data, size_t n) {
-    if (rank < 0 || rank >= n_ranks()) {
-        fail_and_abort(bad_rank_message(rank, n_ranks()));
-        return;
-    }
-    if (wire_ != WireType::BF16 || n * sizeof(float) < bf16_min_bytes_) {
-        sum(rank, data, n, ncclFloat32);
-        return;
-    }
-    RankState & me = ranks_[rank];
-    try {
-        CurrentDevice current(me.device);
-        void * wire = scratch(me, n * 2);
-        check_cuda(launch_to_wire(data, wire, n, WireType::BF16, me.stream->get()), "rounding to BF16", me.device);
-        sum(rank, wire, n, ncclBfloat16);
-        if (failed()) return;
-        check_cuda(launch_from_wire(wire, data, n, WireType::BF16, me.stream->get()), "widening from BF16", me.device);
-        if (!wait_for_stream(me.stream->get(), me.device, timeout_s_, failure_.flag())) {
-            fail_and_abort("allreduce: widening the BF16 sum did not finish in time");
-        }
-    } catch (const Error & e) {
-        fail_and_abort(std::string("allreduce: ") + e.what());
-    }
+    reduce(rank, data, n, nullptr);
 }
 
 void NcclAllReduce::allreduce(int rank, double * data, size_t n) {
+    reduce(rank, data, n, nullptr);
+}
+
+void NcclAllReduce::allreduce_on_stream(int rank, float * data, size_t n, void * stream) {
+    reduce(rank, data, n, static_cast<cudaStream_t>(stream));
+}
+
+void NcclAllReduce::allreduce_on_stream(int rank, double * data, size_t n, void * stream) {
+    reduce(rank, data, n, static_cast<cudaStream_t>(stream));
+}
+
+void NcclAllReduce::reduce(int rank, float * data, size_t n, cudaStream_t stream) {
     if (rank < 0 || rank >= n_ranks()) {
         fail_and_abort(bad_rank_message(rank, n_ranks()));
         return;
     }
-    sum(rank, data, n, ncclFloat64);
+    if (failed() || n == 0) return;
+    RankState & me = ranks_[rank];
+    const cudaStream_t s = stream ? stream : me.stream->get();
+    try {
+        CurrentDevice current(me.device);
+        if (wire_ != WireType::BF16 || n * sizeof(float) < bf16_min_bytes_) {
+            queue_sum(me, data, n, ncclFloat32, s);
+        } else {
+            void * wire = scratch(me, n * 2);
+            check_cuda(launch_to_wire(data, wire, n, WireType::BF16, s), "rounding to BF16", me.device);
+            queue_sum(me, wire, n, ncclBfloat16, s);
+            check_cuda(launch_from_wire(wire, data, n, WireType::BF16, s), "widening from BF16", me.device);
+        }
+    } catch (const Error & e) {
+        fail_and_abort(std::string("allreduce: ") + e.what());
+        return;
+    }
+    if (!stream) finish(rank);
 }
 
-// In place on the rank's stream, waited for; every failure fails the group.
-void NcclAllReduce::sum(int rank, void * data, size_t n, ncclDataType_t type) {
+void NcclAllReduce::reduce(int rank, double * data, size_t n, cudaStream_t stream) {
+    if (rank < 0 || rank >= n_ranks()) {
+        fail_and_abort(bad_rank_message(rank, n_ranks()));
+        return;
+    }
     if (failed() || n == 0) return;
     RankState & me = ranks_[rank];
     try {
         CurrentDevice current(me.device);
-        {
-            std::shared_lock<std::shared_mutex> comms(comms_mutex_);
-            if (aborted_) return;
-            check_nccl(ncclAllReduce(data, data, n, type, ncclSum, me.comm, me.stream->get()), "ncclAllReduce");
-        }
+        queue_sum(me, data, n, ncclFloat64, stream ? stream : me.stream->get());
+    } catch (const Error & e) {
+        fail_and_abort(std::string("allreduce: ") + e.what());
+        return;
+    }
+    if (!stream) finish(rank);
+}
+
+// In place on the stream; nothing once the group has failed.
+void NcclAllReduce::queue_sum(RankState & me, void * data, size_t n, ncclDataType_t type, cudaStream_t stream) {
+    std::shared_lock<std::shared_mutex> comms(comms_mutex_);
+    if (aborted_) return;
+    check_nccl(ncclAllReduce(data, data, n, type, ncclSum, me.comm, stream), "ncclAllReduce");
+}
+
+// Waits for the rank's own stream; a call that does not end fails the group.
+void NcclAllReduce::finish(int rank) {
+    RankState & me = ranks_[rank];
+    try {
         if (!wait_for_stream(me.stream->get(), me.device, timeout_s_, failure_.flag()) && !failed()) {
             char why[160];
             std::snprintf(why, sizeof why,

@@ -8,7 +8,8 @@
 // sums) and widened back. Doubles cross exactly. CUDA builds with NCCL only.
 //
 // The ranks must pass the same element count and type (the rank group
-// does); NCCL cannot check it.
+// does); NCCL cannot check it. allreduce_on_stream queues the same work on
+// the caller's stream (the rank's graph's) and returns at once.
 //
 // Failure: a call that does not complete within the timeout (a rank that
 // never came) or abort() fails the group and aborts every communicator, so
@@ -46,6 +47,9 @@ class NcclAllReduce final : public AllReduceWithGroupFailure {
     bool takes_device_memory() const override { return true; }
     void allreduce(int rank, float * data, size_t n) override;
     void allreduce(int rank, double * data, size_t n) override;
+    bool runs_on_stream() const override { return true; }
+    void allreduce_on_stream(int rank, float * data, size_t n, void * stream) override;
+    void allreduce_on_stream(int rank, double * data, size_t n, void * stream) override;
     void abort(const std::string & why) override;
 
   private:
@@ -57,7 +61,11 @@ class NcclAllReduce final : public AllReduceWithGroupFailure {
         size_t scratch_bytes = 0;
     };
 
-    void sum(int rank, void * data, size_t n, ncclDataType_t type);
+    // stream: the caller's, or nullptr for the engine's own, waited for.
+    void reduce(int rank, float * data, size_t n, cudaStream_t stream);
+    void reduce(int rank, double * data, size_t n, cudaStream_t stream);
+    void queue_sum(RankState & me, void * data, size_t n, ncclDataType_t type, cudaStream_t stream);
+    void finish(int rank);
     void * scratch(RankState & r, size_t bytes);
     void connect();
     void fail_and_abort(const std::string & why);

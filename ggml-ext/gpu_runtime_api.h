@@ -13,9 +13,14 @@
 
 #define cudaDeviceGetByPCIBusId hipDeviceGetByPCIBusId
 #define cudaDeviceProp hipDeviceProp_t
+#define cudaDeviceSynchronize hipDeviceSynchronize
 #define cudaErrorNotReady hipErrorNotReady
+#define cudaEventRecord hipEventRecord
+#define cudaEvent_t hipEvent_t
 #define cudaError_t hipError_t
 #define cudaFree hipFree
+#define cudaFuncAttributes hipFuncAttributes
+#define cudaFuncGetAttributes hipFuncGetAttributes
 #define cudaFreeHost hipHostFree
 #define cudaGetDevice hipGetDevice
 #define cudaGetDeviceCount hipGetDeviceCount
@@ -40,6 +45,7 @@
 #define cudaStreamNonBlocking hipStreamNonBlocking
 #define cudaStreamQuery hipStreamQuery
 #define cudaStreamSynchronize hipStreamSynchronize
+#define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaStream_t hipStream_t
 #define cudaSuccess hipSuccess
 #else

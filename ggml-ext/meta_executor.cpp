@@ -2,29 +2,47 @@
 
 #include "ggml-ext/collective.h"
 #include "ggml-ext/error.h"
+#include "ggml-ext/exact_sum.h"
 
 #include <string>
 
 namespace llama_tp {
 
-MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode, bool device_memory)
-    : backend_(backend), mode_(mode), device_memory_(device_memory) {}
+MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode, bool device_memory,
+                           std::unique_ptr<ExactSumKernels> exact, std::unique_ptr<StreamBridge> bridge)
+    : backend_(backend),
+      mode_(mode),
+      device_memory_(device_memory),
+      exact_(std::move(exact)),
+      bridge_(std::move(bridge)) {
+    if (bridge_ && (!device_memory_ || !exact_ || mode_ == CollectiveRun::SegmentsThroughHost)) {
+        throw Error("a stream bridge needs collectives and exact sums on the device's memory");
+    }
+}
+
+bool MetaExecutor::is_boundary(ggml_tensor * node) const {
+    if (ggml_cluster_allreduce_info(node, nullptr, nullptr)) return true;
+    if (ggml_ext_exact_node(node, nullptr, nullptr) == GGML_EXT_EXACT_NONE) return false;
+    return mode_ != CollectiveRun::Auto || !ggml_backend_supports_op(backend_, node);
+}
 
 bool MetaExecutor::runs_in_graph(ggml_cgraph * gf) const {
     if (mode_ != CollectiveRun::Auto) return false;
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
-        if (ggml_cluster_allreduce_info(node, nullptr, nullptr)) return ggml_backend_supports_op(backend_, node);
+        const bool ext = ggml_cluster_allreduce_info(node, nullptr, nullptr) ||
+                         ggml_ext_exact_node(node, nullptr, nullptr) != GGML_EXT_EXACT_NONE;
+        if (ext && !ggml_backend_supports_op(backend_, node)) return false;
     }
-    return true;  // no collectives at all
+    return true;
 }
 
 void MetaExecutor::split(ggml_cgraph * gf) {
     segments_.clear();
     const int n = ggml_graph_n_nodes(gf);
-    int n_collectives = 0;
-    for (int i = 0; i < n; ++i) n_collectives += ggml_cluster_allreduce_info(ggml_graph_node(gf, i), nullptr, nullptr);
-    ggml_init_params params = {(size_t) (n_collectives + 1) * ggml_graph_overhead_custom((size_t) n, false), nullptr,
+    int n_boundaries = 0;
+    for (int i = 0; i < n; ++i) n_boundaries += is_boundary(ggml_graph_node(gf, i));
+    ggml_init_params params = {(size_t) (n_boundaries + 1) * ggml_graph_overhead_custom((size_t) n, false), nullptr,
                                true};
     ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("out of memory splitting a graph at its collectives");
@@ -32,8 +50,8 @@ void MetaExecutor::split(ggml_cgraph * gf) {
     seg.graph = ggml_new_graph_custom(ctx_.get(), (size_t) n, false);
     for (int i = 0; i < n; ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
-        if (ggml_cluster_allreduce_info(node, nullptr, nullptr)) {
-            seg.collective = node;
+        if (is_boundary(node)) {
+            seg.boundary = node;
             segments_.push_back(seg);
             seg = Segment{};
             seg.graph = ggml_new_graph_custom(ctx_.get(), (size_t) n, false);
@@ -57,23 +75,49 @@ ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
     if (gf != cached_graph_ || ggml_graph_n_nodes(gf) != cached_n_nodes_) split(gf);
     for (const Segment & seg : segments_) {
         if (ggml_graph_n_nodes(seg.graph) > 0) {
-            const ggml_status st = ggml_backend_graph_compute(backend_, seg.graph);
+            const ggml_status st = bridge_ ? ggml_backend_graph_compute_async(backend_, seg.graph)
+                                           : ggml_backend_graph_compute(backend_, seg.graph);
             if (st != GGML_STATUS_SUCCESS) return st;
         }
-        if (seg.collective) run_collective(seg.collective);
+        if (!seg.boundary) continue;
+        if (bridge_) {
+            queue_on_stream(seg.boundary);
+            continue;
+        }
+        ggml_backend_synchronize(backend_);
+        if (ggml_cluster_allreduce_info(seg.boundary, nullptr, nullptr)) {
+            run_collective(seg.boundary);
+        } else {
+            run_exact(seg.boundary, nullptr);
+        }
     }
+    if (bridge_) ggml_backend_synchronize(backend_);
     return GGML_STATUS_SUCCESS;
+}
+
+void MetaExecutor::queue_on_stream(ggml_tensor * node) {
+    void * stream = bridge_->enter();
+    ggml_cluster_allreduce_fn fn = nullptr;
+    void * user = nullptr;
+    if (ggml_cluster_allreduce_info(node, &fn, &user)) {
+        fn(user, node->data, (size_t) ggml_nelements(node), stream);
+    } else {
+        run_exact(node, stream);
+    }
+    bridge_->leave();
+}
+
+bool MetaExecutor::host_readable(const ggml_tensor * node) const {
+    const ggml_backend_buffer_t buffer = node->view_src ? node->view_src->buffer : node->buffer;
+    return mode_ != CollectiveRun::SegmentsThroughHost && buffer && ggml_backend_buffer_is_host(buffer);
 }
 
 void MetaExecutor::run_collective(ggml_tensor * node) {
     ggml_cluster_allreduce_fn fn = nullptr;
     void * user = nullptr;
     ggml_cluster_allreduce_info(node, &fn, &user);
-    ggml_backend_synchronize(backend_);
     const size_t n = (size_t) ggml_nelements(node);
-    ggml_backend_buffer_t buffer = node->view_src ? node->view_src->buffer : node->buffer;
-    const bool readable = device_memory_ || (buffer && ggml_backend_buffer_is_host(buffer));
-    if (mode_ != CollectiveRun::SegmentsThroughHost && readable) {
+    if (host_readable(node) || (device_memory_ && mode_ != CollectiveRun::SegmentsThroughHost)) {
         fn(user, node->data, n, nullptr);
         return;
     }
@@ -81,6 +125,65 @@ void MetaExecutor::run_collective(ggml_tensor * node) {
     ggml_backend_tensor_get(node, staging_.data(), 0, staging_.size());
     fn(user, staging_.data(), n, nullptr);
     ggml_backend_tensor_set(node, staging_.data(), 0, staging_.size());
+}
+
+void MetaExecutor::run_exact(ggml_tensor * node, void * stream) {
+    int first = 0, n_parts = 0;
+    const ggml_ext_exact_op op = ggml_ext_exact_node(node, &first, &n_parts);
+    // The backend's kernels where it has them, else the host's where it can
+    // read every value, else through host copies.
+    const bool on_device = exact_ && mode_ != CollectiveRun::SegmentsThroughHost;
+    bool on_host = !on_device && host_readable(node);
+    for (int j = 0; j < n_parts && on_host; ++j) on_host = host_readable(node->src[first + j]);
+    if (!on_device && !on_host) {
+        run_exact_through_host(node);
+        return;
+    }
+    const size_t n = (size_t) ggml_nelements(node);
+    if (op == GGML_EXT_EXACT_ROUND) {
+        const double * in = static_cast<const double *>(node->src[0]->data);
+        if (on_device) {
+            exact_->round(in, static_cast<float *>(node->data), n, stream);
+        } else {
+            exact_round_range(in, static_cast<float *>(node->data), 0, n);
+        }
+        return;
+    }
+    const float * parts[GGML_MAX_SRC];
+    for (int j = 0; j < n_parts; ++j) parts[j] = static_cast<const float *>(node->src[first + j]->data);
+    const bool accumulate = op == GGML_EXT_EXACT_ACCUMULATE;
+    if (on_device) {
+        exact_->sum(parts, n_parts, static_cast<double *>(node->data), accumulate, n, stream);
+    } else {
+        exact_sum_range(parts, n_parts, static_cast<double *>(node->data), accumulate, 0, n);
+    }
+}
+
+// The node's sources and (for an accumulation) its running sum copied to the
+// host, the arithmetic there, and the result copied back.
+void MetaExecutor::run_exact_through_host(ggml_tensor * node) {
+    int first = 0, n_parts = 0;
+    const ggml_ext_exact_op op = ggml_ext_exact_node(node, &first, &n_parts);
+    const size_t n = (size_t) ggml_nelements(node);
+    if (op == GGML_EXT_EXACT_ROUND) {
+        std::vector<double> in(n);
+        std::vector<float> out(n);
+        ggml_backend_tensor_get(node->src[0], in.data(), 0, n * sizeof(double));
+        exact_round_range(in.data(), out.data(), 0, n);
+        ggml_backend_tensor_set(node, out.data(), 0, n * sizeof(float));
+        return;
+    }
+    std::vector<std::vector<float>> values((size_t) n_parts, std::vector<float>(n));
+    const float * parts[GGML_MAX_SRC];
+    for (int j = 0; j < n_parts; ++j) {
+        ggml_backend_tensor_get(node->src[first + j], values[j].data(), 0, n * sizeof(float));
+        parts[j] = values[j].data();
+    }
+    const bool accumulate = op == GGML_EXT_EXACT_ACCUMULATE;
+    std::vector<double> out(n);
+    if (accumulate) ggml_backend_tensor_get(node, out.data(), 0, n * sizeof(double));
+    exact_sum_range(parts, n_parts, out.data(), accumulate, 0, n);
+    ggml_backend_tensor_set(node, out.data(), 0, n * sizeof(double));
 }
 
 }  // namespace llama_tp

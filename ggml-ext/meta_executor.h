@@ -1,17 +1,28 @@
 #pragma once
 // Runs one rank's graph on its backend. Where the backend runs collective
 // nodes in-graph (the CPU backend) the graph runs whole. Elsewhere the graph
-// is split at its collective nodes into segments: segment, collective,
-// segment, ... The split is cached and reused while the same graph is run
-// again (every decode step of an unchanged shape), so steady-state decode
-// builds nothing. A collective whose values are not in host memory is
-// copied out to the host for its callback and back again.
+// is split into segments at its collective nodes and at the exact-sum nodes
+// (exact_sum.h) the backend cannot run: segment, node, segment, ... The
+// executor runs those nodes itself between the segments: a collective through
+// its callback, an exact sum through ExactSumKernels on the backend's memory
+// where it has them, else on the host. The split is cached and reused while
+// the same graph is run again (every decode step of an unchanged shape), so
+// steady-state decode builds nothing. Values the host cannot read are copied
+// out to the host and back again where no kernel takes them as they are.
+//
+// With a StreamBridge (a GPU backend whose engine sums on a stream) nothing
+// waits on the host between segments: each segment is queued, the node's
+// work is queued on the bridge's stream after it, and the next segment after
+// that; compute() waits once, at the end.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
+#include "ggml-ext/exact_sum_kernels.h"
+#include "ggml-ext/stream_bridge.h"
 
 namespace llama_tp {
 
@@ -19,7 +30,7 @@ namespace llama_tp {
 // another backend's runs, to check that path on any machine.
 enum class CollectiveRun {
     Auto,                 // in-graph where the backend can, else between segments
-    Segments,             // between segments, always
+    Segments,             // between segments, always (exact sums too)
     SegmentsThroughHost,  // between segments, each copied through host memory
 };
 
@@ -27,7 +38,11 @@ class MetaExecutor {
   public:
     // device_memory: the collectives' callbacks take the backend's memory as
     // it is (a GPU engine's); otherwise memory the host cannot read is copied.
-    explicit MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto, bool device_memory = false);
+    // exact: the exact sums' kernels on the backend's memory (may be null).
+    // bridge: queue the nodes' work on the backend's stream order (may be
+    // null; needs device_memory, exact kernels, and callbacks that take a stream).
+    MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto, bool device_memory = false,
+                 std::unique_ptr<ExactSumKernels> exact = nullptr, std::unique_ptr<StreamBridge> bridge = nullptr);
 
     // Throws llama_tp::Error naming a node the backend cannot run.
     ggml_status compute(ggml_cgraph * gf);
@@ -38,16 +53,23 @@ class MetaExecutor {
 
   private:
     struct Segment {
-        ggml_cgraph * graph = nullptr;       // nodes before the collective (may be empty)
-        ggml_tensor * collective = nullptr;  // nullptr for the tail segment
+        ggml_cgraph * graph = nullptr;     // nodes before the boundary node (may be empty)
+        ggml_tensor * boundary = nullptr;  // a node the executor runs; nullptr for the tail segment
     };
+    bool is_boundary(ggml_tensor * node) const;
     bool runs_in_graph(ggml_cgraph * gf) const;
     void split(ggml_cgraph * gf);
     void run_collective(ggml_tensor * node);
+    void run_exact(ggml_tensor * node, void * stream);
+    void queue_on_stream(ggml_tensor * node);
+    void run_exact_through_host(ggml_tensor * node);
+    bool host_readable(const ggml_tensor * node) const;
 
     ggml_backend_t backend_;
     CollectiveRun mode_;
     bool device_memory_;
+    std::unique_ptr<ExactSumKernels> exact_;
+    std::unique_ptr<StreamBridge> bridge_;
     std::vector<uint8_t> staging_;  // a collective's values in host memory
     ggml_cgraph * cached_graph_ = nullptr;
     int cached_n_nodes_ = -1;

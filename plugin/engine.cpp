@@ -102,8 +102,9 @@ class TensorParallelEngine final : public Engine {
         }
         const bool sharded = n_ranks > 1 || options_.exact_sums();
         if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
+        // GPU ranks attend with ggml's attention, fastest over whole windows.
         kv_sizes_ = KvPoolSizes::of(hp_, options_.n_ctx, options_.n_seq_max, options_.kv_unified, options_.n_batch,
-                                    options_.swa_full);
+                                    options_.swa_full, !cpu_ops_);
         cells_ = std::make_unique<KvPools>(kv_sizes_);
         log_window_pool();
         RankSetup setup;
@@ -160,6 +161,14 @@ class TensorParallelEngine final : public Engine {
             allreduce = process_allreduce(*processes);
         } else if (tp > 1) {
             allreduce = make_allreduce_engine(allreduce_config(tp));
+        }
+        setup.stream_collectives =
+            !cpu_ops_ && !options_.portable_graph && allreduce && collectives_on_stream(allreduce->runs_on_stream());
+        if (!cpu_ops_ && allreduce && (!processes || processes->rank() == 0)) {
+            std::fprintf(stderr, "llama-tp: collectives %s\n",
+                         setup.stream_collectives ? "queued on the GPUs' streams, no wait on the host between "
+                                                    "graph segments"
+                                                  : "between graph segments, each segment waited for on the host");
         }
         auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
         setup.control = nullptr;  // gone with this call
@@ -452,14 +461,16 @@ class TensorParallelEngine final : public Engine {
     void decide_sums(const GgufFile & file) {
         const bool asked = options_.split_invariant.has_value();
         if (!cpu_ops_) {
-            if (options_.split_invariant == true) {
-                throw Error("--split-invariant sums run on CPU ranks only in this build (the ranks run on " +
-                            std::string(ggml_backend_dev_name(devices_.devices[0])) +
-                            (options_.portable_graph ? " with ggml's operations only" : "") +
-                            "): use --no-split-invariant");
+            // One ggml product per grid cell there, its sums added by the meta
+            // executor between graph segments: asked for only.
+            if (!asked) options_.split_invariant = false;
+            options_.one_pass_products = false;
+            if (*options_.split_invariant && (!options_.processes || options_.processes->rank() == 0)) {
+                std::fprintf(stderr,
+                             "llama-tp: split-invariant sums on %s: one product per grid cell, the cells added in "
+                             "double between graph segments\n",
+                             ggml_backend_dev_name(devices_.devices[0]));
             }
-            options_.split_invariant = false;
-            decide_products();
             return;
         }
         const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);

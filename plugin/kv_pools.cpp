@@ -40,11 +40,15 @@ int32_t KvPoolSizes::window_cells_per_sequence(const HParams & hp, int32_t n_bat
 }
 
 KvPoolSizes KvPoolSizes::of(const HParams & hp, int32_t n_ctx, int32_t n_seq_max, bool unified, int32_t n_batch,
-                            bool swa_full) {
+                            bool swa_full, bool whole_windows) {
+    const int32_t g = KvCells::kWindowGranularity;
+    if (whole_windows) {
+        n_ctx = unified ? round_up(n_ctx, g) : round_up(n_ctx / n_seq_max, g) * n_seq_max;
+    }
     KvPoolSizes s{n_ctx, n_seq_max, unified};
     const int32_t per_sequence = window_cells_per_sequence(hp, n_batch);
     if (swa_full || per_sequence == 0) return s;
-    const int32_t keep = hp.n_swa - 1, g = KvCells::kWindowGranularity;
+    const int32_t keep = hp.n_swa - 1;
     const int32_t cells = unified ? round_up(n_seq_max * keep + n_batch, g) + g : n_seq_max * per_sequence;
     if (cells >= n_ctx) return s;
     s.window_keep = keep;

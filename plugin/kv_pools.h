@@ -27,9 +27,12 @@ struct KvPoolSizes {
     // The window pool holds what a batch of n_batch tokens needs besides the
     // window before it, with room to pack, when that is less than n_ctx;
     // swa_full (llama-server's --swa-full): sliding-window layers keep every
-    // cell.
+    // cell. whole_windows: each sequence's region (the pool, unified) is
+    // rounded up to a multiple of KvCells::kWindowGranularity cells, so that
+    // no attention window is capped off one (ggml's CUDA attention takes its
+    // fast kernels for caches of a multiple of 256 cells only).
     static KvPoolSizes of(const HParams & hp, int32_t n_ctx, int32_t n_seq_max, bool unified, int32_t n_batch,
-                          bool swa_full);
+                          bool swa_full, bool whole_windows = false);
     // The window pool's cells for one sequence (per-sequence layout); 0 when
     // the model has no sliding-window layer with a cache of its own.
     static int32_t window_cells_per_sequence(const HParams & hp, int32_t n_batch);

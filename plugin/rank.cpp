@@ -1,6 +1,7 @@
 #include "plugin/rank.h"
 
 #include "plugin/kv_image.h"
+#include "plugin/rank_devices.h"
 
 #include "plugin/error.h"
 #include "plugin/gguf_file.h"
@@ -31,6 +32,36 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
            (size_t) hp.n_layer * (std::max(shape.runs.size(), shape.window_runs.size()) * 10 + pieces * 8 + lora);
 }
 
+// The exact sums' kernels (split-invariant sums, the embedding rows' assembly)
+// for a rank whose graph cannot run ggml-ext's custom operations on its
+// device: on a CUDA GPU our own kernels; elsewhere (null) the meta executor
+// adds on the host.
+std::unique_ptr<ExactSumKernels> exact_sum_kernels(ggml_backend_dev_t device, const RankConfig & config) {
+    if (config.cpu_ops || config.host_staging) return nullptr;
+#if defined(LLAMA_TP_HAVE_CUDA)
+    const int gpu = physical_cuda_device(device);
+    if (gpu >= 0) return make_cuda_exact_sum_kernels(gpu);
+#else
+    (void) device;
+#endif
+    return nullptr;
+}
+
+// A bridge to the GPU's stream where the collectives run there
+// (RankConfig::stream_collectives). GPU builds only.
+std::unique_ptr<StreamBridge> stream_bridge(ggml_backend_t backend, ggml_backend_dev_t device,
+                                            const RankConfig & config) {
+    if (!config.stream_collectives || config.cpu_ops || config.host_staging) return nullptr;
+#if defined(LLAMA_TP_HAVE_CUDA)
+    const int gpu = physical_cuda_device(device);
+    if (gpu >= 0) return make_cuda_stream_bridge(backend, gpu);
+#else
+    (void) backend;
+    (void) device;
+#endif
+    return nullptr;
+}
+
 // Bit i: some token of the batch has a nonzero scale for adapter i.
 uint64_t active_adapters(const Batch & batch, size_t n_adapters) {
     uint64_t bits = 0;
@@ -49,6 +80,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     load.shard = config.shard;
     load.split_invariant = config.split_invariant;
     load.one_pass_products = config.one_pass_products;
+    load.cpu_ops = config.cpu_ops;
     load.device = device;
     load.progress = config.progress;
     load.check_data = config.check_tensors;
@@ -82,7 +114,8 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     executor_ = std::make_unique<MetaExecutor>(
         backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
-        config.allreduce && config.allreduce->takes_device_memory());
+        config.allreduce && config.allreduce->takes_device_memory(), exact_sum_kernels(device, config),
+        stream_bridge(backend_.get(), device, config));
 }
 
 Rank::~Rank() {
@@ -91,8 +124,14 @@ Rank::~Rank() {
     if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
+// A call queued on a stream is counted, its time is the stream's.
 template <typename T>
-void Rank::timed_allreduce(T * data, size_t n) {
+void Rank::timed_allreduce(T * data, size_t n, void * stream) {
+    if (stream) {
+        config_.allreduce->allreduce_on_stream(config_.rank, data, n, stream);
+        collective_calls_.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     config_.allreduce->allreduce(config_.rank, data, n);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
@@ -100,12 +139,13 @@ void Rank::timed_allreduce(T * data, size_t n) {
     collective_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
 }
 
-void Rank::allreduce_callback(void * user, void * data, size_t n, void *) {
-    static_cast<Rank *>(user)->timed_allreduce(static_cast<float *>(data), n);
+// stream: queued there (the meta executor's bridge), else summed now.
+void Rank::allreduce_callback(void * user, void * data, size_t n, void * stream) {
+    static_cast<Rank *>(user)->timed_allreduce(static_cast<float *>(data), n, stream);
 }
 
-void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void *) {
-    static_cast<Rank *>(user)->timed_allreduce(static_cast<double *>(data), n);
+void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void * stream) {
+    static_cast<Rank *>(user)->timed_allreduce(static_cast<double *>(data), n, stream);
 }
 
 void Rank::apply_edits(const std::vector<KvEdit> & edits) {

@@ -36,6 +36,8 @@ struct RankConfig {
     // Collectives run between graph segments through host memory even where
     // the backend's memory is the host's (EngineOptions::portable_graph).
     bool host_staging = false;
+    // Collectives and exact sums queued on the GPU's stream (collectives_on_stream).
+    bool stream_collectives = false;
     const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
     bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
     bool one_pass_products = false;     // EngineOptions::one_pass_products
@@ -103,7 +105,7 @@ class Rank {
     static void allreduce_callback(void * user, void * data, size_t n, void * stream);
     static void allreduce_f64_callback(void * user, void * data, size_t n, void * stream);
     template <typename T>
-    void timed_allreduce(T * data, size_t n);
+    void timed_allreduce(T * data, size_t n, void * stream);
 
     const HParams & hp_;
     RankConfig config_;

@@ -3,6 +3,7 @@
 #include "plugin/error.h"
 
 #include <cctype>
+#include <cstdlib>
 
 #ifdef LLAMA_TP_HAVE_CUDA
 #include "ggml-ext/cuda_runtime.h"
@@ -123,6 +124,15 @@ int physical_cuda_device(ggml_backend_dev_t device) {
     if (props.device_id) return cuda_device_of_bus_id(props.device_id);
 #endif
     return cuda_ordinal(ggml_backend_dev_name(device));
+}
+
+bool collectives_on_stream(bool engine_runs_on_stream) {
+    const char * env = std::getenv("LLAMA_TP_STREAM_COLLECTIVES");
+    const std::string asked = env ? env : "";
+    if (!asked.empty() && asked != "0" && asked != "1") {
+        throw Error("LLAMA_TP_STREAM_COLLECTIVES must be 0 or 1, not '" + asked + "'");
+    }
+    return engine_runs_on_stream && asked == "1";
 }
 
 bool runs_cpu_ops(ggml_backend_dev_t device) {

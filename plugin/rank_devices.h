@@ -62,6 +62,16 @@ int cuda_ordinal(const std::string & device_name);
 // (GGML_CUDA_DEVICES may make several devices of one GPU), else -1.
 int physical_cuda_device(ggml_backend_dev_t device);
 
+// Whether GPU ranks queue their collectives and exact sums on the GPUs'
+// streams (no wait on the host between graph segments): asked for with
+// LLAMA_TP_STREAM_COLLECTIVES=1, where the engine can
+// (AllReduceEngine::runs_on_stream). By default each segment is waited for
+// on the host: the on-stream path is new, and on one GPU shared by two ranks
+// (GGML_CUDA_DEVICES) its kernels, each spinning for the other's, advanced
+// only about once a millisecond. 0 or unset: host waits; anything else
+// throws llama_tp::Error.
+bool collectives_on_stream(bool engine_runs_on_stream);
+
 // The devices of this build, a line each ("CUDA0: NVIDIA H200"), for --list-devices.
 std::string device_list();
 

@@ -22,6 +22,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.device = setup.devices[local];
             rc.cpu_ops = setup.cpu_ops;
             rc.host_staging = setup.portable_graph;
+            rc.stream_collectives = setup.stream_collectives;
             rc.shard = setup.plan ? &setup.plan->ranks[rc.rank] : nullptr;
             rc.split_invariant = o.exact_sums();
             rc.one_pass_products = o.one_pass_products.value_or(false);

@@ -35,6 +35,7 @@ struct RankSetup {
     std::vector<ggml_backend_dev_t> devices;  // one per local rank
     bool cpu_ops = true;                      // graphs may use ggml-ext's CPU-only operations
     bool portable_graph = false;              // EngineOptions::portable_graph
+    bool stream_collectives = false;          // collectives_on_stream (GPU ranks)
     std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
     const ControlVector * control = nullptr;  // nullptr: none
 };

@@ -142,7 +142,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
         }
         const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
         w.first = !cells || cells->front().begin == 0;
-        w.one_pass = split_invariant && one_pass(file.find_tensor(name), experts);
+        w.one_pass = split_invariant && load.cpu_ops && one_pass(file.find_tensor(name), experts);
         if (!split_invariant || w.one_pass) {
             w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));
             return w;

@@ -127,6 +127,10 @@ struct WeightsLoad {
     const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
     // The row-parallel matrices are multiplied cell by cell (ShardPlan, RowParallelWeight).
     bool split_invariant = false;
+    // The graph may use ggml-ext's CPU-only operations: with split-invariant
+    // sums, q8_0 row-parallel matrices are multiplied in one pass; elsewhere
+    // every cell is a tensor of its own, multiplied by ggml's kernels.
+    bool cpu_ops = true;
     // The other matrices ggml_ext_exact_matmul takes are multiplied by it too
     // (EngineOptions::one_pass_products): they keep ggml's plain layout.
     bool one_pass_products = false;

@@ -147,6 +147,8 @@ check "$arch q8_0 portable graph vs upstream" -m "$model" --reference upstream -
     --n-tokens 12
 check "$arch q8_0 portable graph tp3 vs tp1" -m "$model" --reference tp1 --tp 3 --portable-graph --prompts 3 \
     --n-tokens 12
+check "$arch q8_0 portable graph tp2 split-invariant vs tp1" -m "$model" --reference tp1 --tp 2 --portable-graph \
+    --split-invariant --prompts 3 --n-tokens 12
 check "$arch q8_0 tp2 butterfly float sums vs tp1" -m "$model" --reference tp1 --tp 2 --allreduce butterfly \
     --no-split-invariant --prompts 3 --n-tokens 12
 if [[ $arch == llama ]]; then

@@ -5,10 +5,15 @@
 # NCCL's, where the toolkit has them); for HIP (gfx90a) the same files with
 # hipcc and HIP's headers (and RCCL's, where installed), with the build's GPU
 # macros on. Warnings are errors. Exit 77 (skipped) where there is no compiler.
-# usage: gpu_compile.sh cuda|hip SOURCE_DIR WORK_DIR FILE...
+# GGML_DIRS: ggml's include folders, colon-separated (its public headers, and
+# the one internal header the stream bridge reads).
+# usage: gpu_compile.sh cuda|hip SOURCE_DIR WORK_DIR GGML_DIRS FILE...
 set -euo pipefail
 mode=$1 src=$2 work=$3
-shift 3
+IFS=: read -r -a ggml_dirs <<< "$4"
+shift 4
+ggml_includes=()
+for d in "${ggml_dirs[@]}"; do ggml_includes+=(-I"$d"); done
 launcher=()
 command -v ccache >/dev/null && launcher=(ccache)
 warnings=(-Wall -Wextra -Werror)
@@ -69,7 +74,7 @@ case $mode in
         version=$("$compiler" --version 2>/dev/null | grep -m1 -i "hip version" || true)
         ;;
     *)
-        echo "usage: gpu_compile.sh cuda|hip SOURCE_DIR WORK_DIR FILE..." >&2
+        echo "usage: gpu_compile.sh cuda|hip SOURCE_DIR WORK_DIR GGML_DIRS FILE..." >&2
         exit 2
         ;;
 esac
@@ -95,7 +100,7 @@ for f in "$@"; do
         *)
             [[ $f == *nccl* && " ${defines[*]} " != *" -D$macro "* ]] && continue
             "${launcher[@]}" "${CXX:-c++}" -std=c++17 "${warnings[@]}" "${defines[@]}" -I"$src" \
-                "${gpu_includes[@]}" -c "$src/$f" -o "$out" ;;
+                "${gpu_includes[@]}" "${ggml_includes[@]}" -c "$src/$f" -o "$out" ;;
     esac
     echo "compiled $f"
     compiled=$((compiled + 1))

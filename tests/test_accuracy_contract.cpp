@@ -63,6 +63,16 @@ TEST(AccuracyContract, DefaultSumsFollowTheActivationType) {
     EXPECT_EQ(h.max_mean_kl, 1e-4);
     EXPECT_EQ(h.min_top1, 1.0);
     EXPECT_TRUE(h.greedy);
+    // On a GPU cuBLAS accumulates them in 16 bits too.
+    ComparedRun on_gpu = against_tp1();
+    on_gpu.gpu = true;
+    const AccuracyBounds g = contract_bounds(on_gpu, half);
+    EXPECT_EQ(g.clause, "float sums, 16-bit activations, 16-bit accumulation on the GPU");
+    EXPECT_EQ(g.max_abs_dp, 5e-2);
+    EXPECT_EQ(g.max_mean_kl, 5e-4);
+    EXPECT_TRUE(g.greedy);
+    EXPECT_EQ(contract_bounds(on_gpu, model(false)).max_abs_dp, contract_bounds(against_tp1(), model(false)).max_abs_dp)
+        << "f32 weights accumulate in f32 there";
 }
 
 TEST(AccuracyContract, Bf16WireBoundsTheMeanKlByActivationType) {

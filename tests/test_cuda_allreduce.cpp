@@ -1,10 +1,13 @@
 // The GPU engines on real devices (CUDA builds, run where a GPU is): two
 // ranks on two GPUs, or twice on one GPU where there is only one. Sums
 // against the cpu engine's bits, chunked calls, doubles, a missing rank and
-// abort. Exits 77 (skipped) without a GPU.
+// abort; and the exact sums' kernels against the host's bits. Exits 77
+// (skipped) without a GPU.
 
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/cuda_runtime.h"
+#include "ggml-ext/exact_sum.h"
+#include "ggml-ext/exact_sum_kernels.h"
 
 #include "ggml-ext/gpu_runtime_api.h"
 #include <gtest/gtest.h>
@@ -13,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -71,17 +75,30 @@ std::vector<T> random_values(size_t n, unsigned seed) {
     return v;
 }
 
-// Both ranks' results, and the cpu engine's on the same values.
+// Both ranks' results after `calls` sums in a row, and the cpu engine's on
+// the same values. on_stream: each queued on the rank's stream
+// (allreduce_on_stream) with no wait between them, then one wait.
 template <typename T>
-void check_engine(const std::string & name, size_t n, WireType wire) {
-    AllReduceConfig c = config_for(name, wire);
+void check_engine(const std::string & name, size_t n, WireType wire, bool on_stream = false, int calls = 1) {
+    AllReduceConfig c = config_for(name, wire, on_stream ? 5.0 : 30.0);
     std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
     ASSERT_STREQ(engine->name(), name.c_str());
     ASSERT_TRUE(engine->takes_device_memory());
+    ASSERT_TRUE(!on_stream || engine->runs_on_stream());
     const std::vector<T> a = random_values<T>(n, 1), b = random_values<T>(n, 2);
     DeviceValues<T> da(c.cuda_devices[0], a), db(c.cuda_devices[1], b);
-    std::thread t0([&] { engine->allreduce(0, da.data(), n); });
-    std::thread t1([&] { engine->allreduce(1, db.data(), n); });
+    auto rank = [&](int r, DeviceValues<T> & d) {
+        if (!on_stream) {
+            for (int i = 0; i < calls; ++i) engine->allreduce(r, d.data(), n);
+            return;
+        }
+        CudaStream stream(c.cuda_devices[r]);
+        for (int i = 0; i < calls; ++i) engine->allreduce_on_stream(r, d.data(), n, stream.get());
+        CurrentDevice current(c.cuda_devices[r]);
+        check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize", c.cuda_devices[r]);
+    };
+    std::thread t0([&] { rank(0, da); });
+    std::thread t1([&] { rank(1, db); });
     t0.join();
     t1.join();
     ASSERT_FALSE(engine->failed()) << engine->error();
@@ -94,15 +111,19 @@ void check_engine(const std::string & name, size_t n, WireType wire) {
     host.wire = wire;
     std::unique_ptr<AllReduceEngine> cpu = make_allreduce_engine(host);
     std::vector<T> ha = a, hb = b;
-    std::thread h0([&] { cpu->allreduce(0, ha.data(), n); });
-    std::thread h1([&] { cpu->allreduce(1, hb.data(), n); });
+    std::thread h0([&] {
+        for (int i = 0; i < calls; ++i) cpu->allreduce(0, ha.data(), n);
+    });
+    std::thread h1([&] {
+        for (int i = 0; i < calls; ++i) cpu->allreduce(1, hb.data(), n);
+    });
     h0.join();
     h1.join();
     if (name == "internal" || wire == WireType::F32 || sizeof(T) == 8) {
         EXPECT_EQ(std::memcmp(ra.data(), ha.data(), n * sizeof(T)), 0) << "the cpu engine's bits";
     } else {
         // NCCL sums BF16 values in BF16: one more rounding than the host engines.
-        for (size_t i = 0; i < n; ++i) ASSERT_NEAR(ra[i], ha[i], 0.02 * (std::fabs(ha[i]) + 1.0)) << i;
+        for (size_t i = 0; i < n; ++i) ASSERT_NEAR(ra[i], ha[i], 0.02 * calls * (std::fabs(ha[i]) + 1.0)) << i;
     }
 }
 
@@ -126,6 +147,32 @@ TEST(CudaAllReduce, SumsMatchTheCpuEngine) {
             check_engine<double>(name, n, WireType::F32);
         }
     }
+}
+
+// Two ranks' kernels that wait for each other need two GPUs: on one GPU
+// they advanced about once a millisecond, and timed out now and then.
+TEST(CudaAllReduce, OnStreamSumsMatchTheCpuEngine) {
+    if (two_devices()[0] == two_devices()[1]) GTEST_SKIP() << "needs two GPUs";
+    for (const std::string & name : engines()) {
+        for (size_t n : {size_t(1), size_t(4099), size_t(5) << 20}) {
+            SCOPED_TRACE(name + " n=" + std::to_string(n));
+            check_engine<float>(name, n, WireType::F32, true, 3);
+            check_engine<float>(name, n, WireType::BF16, true, 3);
+            check_engine<double>(name, n, WireType::F32, true, 3);
+        }
+    }
+}
+
+TEST(CudaAllReduce, OnStreamAMissingRankFailsTheGroup) {
+    AllReduceConfig c = config_for("internal", WireType::F32, 0.5);
+    std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
+    DeviceValues<float> d(c.cuda_devices[0], random_values<float>(1024, 3));
+    CudaStream stream(c.cuda_devices[0]);
+    engine->allreduce_on_stream(0, d.data(), 1024, stream.get());
+    CurrentDevice current(c.cuda_devices[0]);
+    check_cuda(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize", c.cuda_devices[0]);
+    EXPECT_TRUE(engine->failed());
+    EXPECT_NE(engine->error().find("waited longer"), std::string::npos) << engine->error();
 }
 
 TEST(CudaAllReduce, AMissingRankFailsTheGroupInTime) {
@@ -163,6 +210,42 @@ TEST(CudaAllReduce, AbortReleasesAWaitingRank) {
         waiter.join();
         EXPECT_TRUE(engine->failed());
         EXPECT_EQ(engine->error(), "test abort");
+    }
+}
+
+// Split-invariant sums on a GPU: the device's doubles and floats are the host's.
+TEST(CudaExactSum, KernelsGiveTheHostsBits) {
+    const size_t n = 100003;
+    std::vector<std::vector<float>> parts;
+    std::vector<std::unique_ptr<DeviceValues<float>>> device_parts;
+    std::vector<const float *> host_ptrs, device_ptrs;
+    for (unsigned p = 0; p < 19; ++p) {  // three launches: 8, 8 and 3 parts
+        std::vector<float> v = random_values<float>(n, 10 + p);
+        for (size_t i = 0; i < n; i += 7) v[i] = std::ldexp(v[i], (int) (i % 25) - 12);
+        parts.push_back(v);
+        device_parts.push_back(std::make_unique<DeviceValues<float>>(0, v));
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+        host_ptrs.push_back(parts[p].data());
+        device_ptrs.push_back(device_parts[p]->data());
+    }
+    std::unique_ptr<ExactSumKernels> kernels = make_cuda_exact_sum_kernels(0);
+    for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(accumulate ? "accumulate" : "new sum");
+        const std::vector<double> start = random_values<double>(n, 99);
+        std::vector<double> host = start;
+        exact_sum_range(host_ptrs.data(), (int) host_ptrs.size(), host.data(), accumulate, 0, n);
+        DeviceValues<double> sum(0, start);
+        kernels->sum(device_ptrs.data(), (int) device_ptrs.size(), sum.data(), accumulate, n, nullptr);
+        const std::vector<double> device = sum.read();
+        ASSERT_EQ(std::memcmp(device.data(), host.data(), n * sizeof(double)), 0);
+
+        std::vector<float> rounded(n);
+        exact_round_range(host.data(), rounded.data(), 0, n);
+        DeviceValues<float> out(0, std::vector<float>(n, 0.0f));
+        kernels->round(sum.data(), out.data(), n, nullptr);
+        const std::vector<float> device_rounded = out.read();
+        ASSERT_EQ(std::memcmp(device_rounded.data(), rounded.data(), n * sizeof(float)), 0);
     }
 }
 

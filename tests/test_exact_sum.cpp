@@ -1,10 +1,13 @@
 // ggml_ext_exact_sum / ggml_ext_exact_round on the CPU: the rounded sum of
 // float parts is the float nearest their exact sum, whatever order the parts
-// come in and however many nodes they take; and an F64 collective node
-// between the two passes its values and element count to the callback.
+// come in and however many nodes they take; an F64 collective node between
+// the two passes its values and element count to the callback; and the meta
+// executor runs the nodes between graph segments (as on a GPU) with the same
+// bits, through a device's kernels, the host, or host copies.
 
 #include "ggml-ext/collective.h"
 #include "ggml-ext/exact_sum.h"
+#include "ggml-ext/meta_executor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
 
@@ -124,6 +129,88 @@ TEST(ExactSum, F64CollectiveNodeRunsBetweenAddAndRound) {
         wrong += y[i] != (float) (2.0 * exact);
     }
     EXPECT_EQ(wrong, 0u);
+}
+
+// A stand-in for a device's kernels: the host's arithmetic, counted.
+struct CountingKernels final : llama_tp::ExactSumKernels {
+    int *sums, *rounds;
+    CountingKernels(int * s, int * r) : sums(s), rounds(r) {}
+    void sum(const float * const * parts, int n_parts, double * out, bool accumulate, size_t n, void *) override {
+        ++*sums;
+        llama_tp::exact_sum_range(parts, n_parts, out, accumulate, 0, n);
+    }
+    void round(const double * in, float * out, size_t n, void *) override {
+        ++*rounds;
+        llama_tp::exact_round_range(in, out, 0, n);
+    }
+};
+
+// 20 parts (three sum nodes: 8, 7 and 5 parts) and the rounding, in a CPU
+// backend's buffer, run by a meta executor in each mode.
+struct ExecutorCase {
+    ggml_context * ctx = nullptr;
+    ggml_backend_t backend = ggml_backend_cpu_init();
+    ggml_backend_buffer_t buffer = nullptr;
+    ggml_cgraph * gf = nullptr;
+    ggml_tensor * out = nullptr;
+    std::vector<float> expected;
+
+    ExecutorCase() {
+        Context values;
+        const std::vector<ggml_tensor *> host_parts = random_parts(values.ctx, 20, 11);
+        ggml_init_params params = {4u << 20, nullptr, true};
+        ctx = ggml_init(params);
+        std::vector<ggml_tensor *> parts;
+        for (size_t j = 0; j < host_parts.size(); ++j)
+            parts.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kRows, kCols));
+        out = ggml_ext_exact_round(ctx, exact_sum(ctx, parts));
+        gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, out);
+        buffer = ggml_backend_alloc_ctx_tensors(ctx, backend);
+        for (size_t j = 0; j < parts.size(); ++j) {
+            ggml_backend_tensor_set(parts[j], host_parts[j]->data, 0, ggml_nbytes(parts[j]));
+        }
+        for (int64_t i = 0; i < kRows * kCols; ++i) {
+            double exact = 0.0;
+            for (ggml_tensor * p : host_parts) exact += static_cast<const float *>(p->data)[i];
+            expected.push_back((float) exact);
+        }
+    }
+    ~ExecutorCase() {
+        ggml_backend_buffer_free(buffer);
+        ggml_backend_free(backend);
+        ggml_free(ctx);
+    }
+    std::vector<float> run(llama_tp::MetaExecutor & executor) {
+        EXPECT_EQ(executor.compute(gf), GGML_STATUS_SUCCESS);
+        std::vector<float> y((size_t) ggml_nelements(out));
+        ggml_backend_tensor_get(out, y.data(), 0, y.size() * sizeof(float));
+        return y;
+    }
+};
+
+TEST(ExactSum, MetaExecutorRunsTheNodesBetweenSegmentsWithTheSameBits) {
+    ExecutorCase c;
+    llama_tp::MetaExecutor in_graph(c.backend);
+    EXPECT_EQ(c.run(in_graph), c.expected);
+    EXPECT_EQ(in_graph.n_segments(), 0u) << "the CPU backend runs the nodes in its graph";
+
+    int sums = 0, rounds = 0;
+    llama_tp::MetaExecutor device(c.backend, llama_tp::CollectiveRun::Segments, false,
+                                  std::make_unique<CountingKernels>(&sums, &rounds));
+    for (int step = 0; step < 2; ++step) EXPECT_EQ(c.run(device), c.expected);
+    EXPECT_EQ(device.n_segments(), 5u) << "three sums and the rounding, each between segments";
+    EXPECT_EQ(device.splits_built(), 1);
+    EXPECT_EQ(sums, 6);
+    EXPECT_EQ(rounds, 2);
+
+    llama_tp::MetaExecutor host(c.backend, llama_tp::CollectiveRun::Segments);
+    EXPECT_EQ(c.run(host), c.expected);
+    sums = rounds = 0;
+    llama_tp::MetaExecutor copies(c.backend, llama_tp::CollectiveRun::SegmentsThroughHost, false,
+                                  std::make_unique<CountingKernels>(&sums, &rounds));
+    EXPECT_EQ(c.run(copies), c.expected);
+    EXPECT_EQ(sums + rounds, 0) << "host copies, not the device's kernels";
 }
 
 }  // namespace

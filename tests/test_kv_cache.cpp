@@ -308,5 +308,15 @@ TEST(KvCacheLayout, RefusesMoreSequencesThanCells) {
                  std::exception);
 }
 
+// GPU ranks round each region up to whole windows of 256 cells.
+TEST(KvPoolSizes, WholeWindowsRoundEachRegionUp) {
+    const HParams hp = tiny_hparams();
+    EXPECT_EQ(KvPoolSizes::of(hp, 1144, 1, false, 512, false).n_cells, 1144) << "as asked on the CPU";
+    EXPECT_EQ(KvPoolSizes::of(hp, 1144, 1, false, 512, false, true).n_cells, 1280);
+    EXPECT_EQ(KvPoolSizes::of(hp, 1000, 3, false, 512, false, true).n_cells, 3 * 512) << "regions of 333 cells";
+    EXPECT_EQ(KvPoolSizes::of(hp, 1000, 3, true, 512, false, true).n_cells, 1024) << "one unified pool";
+    EXPECT_EQ(KvPoolSizes::of(hp, 2048, 2, false, 512, false, true).n_cells, 2048) << "already whole";
+}
+
 }  // namespace
 }  // namespace llama_tp

@@ -13,8 +13,10 @@
 #
 # Checks: the GPU engines' unit test; TP=1 on the GPU against upstream on the
 # GPU; TP=2 against TP=1 with the internal, nccl and butterfly engines, F32
-# and BF16 wire; --split-invariant (refused on GPU ranks today: recorded);
-# decode and prefill against upstream on the 1b preset; the internal and nccl
+# and BF16 wire; --split-invariant TP=2 against TP=1 (identical
+# probabilities); decode and prefill against upstream on the 1b preset, and
+# at TP=2 on two devices of the GPU, each segment waited for on the host
+# and queued on the GPU's streams; the internal and nccl
 # engines' latency per size beside the cpu engine's; one server start
 # answering a chat completion.
 set -uo pipefail
@@ -25,13 +27,19 @@ exec > >(tee "$out/gpu-check.log") 2>&1
 start=$(date +%s)
 results=()  # "name rc seconds"
 
-step() {  # name, command...: runs it, its output to $out/NAME.log (JSON to $out/NAME.json where it prints one)
+# name, command...: runs it (at most LLAMA_TP_GPU_STEP_TIMEOUT seconds, default 180), its output to
+# $out/NAME.log (JSON to $out/NAME.json where it prints one)
+step() {
     local name=$1
     shift
     local t0 rc
     t0=$(date +%s)
     echo "== $name: $*"
-    "$@" >"$out/$name.log" 2>&1
+    if declare -F "$1" >/dev/null; then
+        "$@" >"$out/$name.log" 2>&1  # a function of this script: bounded by its own waits
+    else
+        timeout "${LLAMA_TP_GPU_STEP_TIMEOUT:-180}" "$@" >"$out/$name.log" 2>&1
+    fi
     rc=$?
     grep -h '^{' "$out/$name.log" | tail -1 >"$out/$name.json" || true
     [[ -s $out/$name.json ]] || rm -f "$out/$name.json"
@@ -41,6 +49,7 @@ step() {  # name, command...: runs it, its output to $out/NAME.log (JSON to $out
 }
 
 nvidia-smi -L || echo "warning: nvidia-smi found no GPU"
+lscpu | grep -E '^(Model name|CPU\(s\)):' || true
 nvcc --version | tail -1 || true
 
 bin=${LLAMA_TP_GPU_BIN:-}
@@ -69,31 +78,73 @@ for engine in internal nccl butterfly; do
     step "tp2-$engine-bf16" env GGML_CUDA_DEVICES=2 "$bin/llama-tp-compare" -m "$models/small-f16.gguf" \
         --reference tp1 --tp 2 --allreduce "$engine" --bf16-wire --json
 done
-step tp2-split-invariant env GGML_CUDA_DEVICES=2 "$bin/llama-tp-compare" -m "$models/small-q8_0.gguf" \
-    --reference tp1 --tp 2 --split-invariant --json
-step bench-1b "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 128 -r 3 --vs-upstream --json
+for m in small-q8_0 small-f16; do
+    step "tp2-split-invariant-$m" env GGML_CUDA_DEVICES=2 "$bin/llama-tp-compare" -m "$models/$m.gguf" \
+        --reference tp1 --tp 2 --allreduce internal --split-invariant --max-abs-dp 0 --json
+done
+step bench-1b "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 256 -r 5 --vs-upstream --json
+step bench-1b-depth-1000 "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 0 -n 128 -d 1000 -r 5 --vs-upstream --json
+step bench-1b-split-invariant "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 128 -r 3 --split-invariant \
+    --json
+# Each segment waited for on the host (the default), and queued on the
+# streams (LLAMA_TP_STREAM_COLLECTIVES=1; on one GPU with every kernel
+# loaded up front: rank_devices.h, collectives_on_stream).
+on_stream=(env GGML_CUDA_DEVICES=2 LLAMA_TP_STREAM_COLLECTIVES=1 CUDA_MODULE_LOADING=EAGER)
+step tp2-internal-f32-on-stream "${on_stream[@]}" "$bin/llama-tp-compare" -m "$models/small-f16.gguf" \
+    --reference tp1 --tp 2 --allreduce internal --json
+step tp2-split-invariant-small-q8_0-on-stream "${on_stream[@]}" "$bin/llama-tp-compare" \
+    -m "$models/small-q8_0.gguf" --reference tp1 --tp 2 --allreduce internal --split-invariant --max-abs-dp 0 --json
+step bench-1b-tp2 env GGML_CUDA_DEVICES=2 "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 128 -r 3 \
+    --tp 2 --allreduce internal --json
+step bench-1b-tp2-on-stream "${on_stream[@]}" "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 128 \
+    -r 3 --tp 2 --allreduce internal --json
 for engine in internal nccl; do
-    step "allreduce-$engine" "$bin/llama-tp-allreduce-bench" --engine "$engine" \
-        --cuda 0,0 --iters 200 --json
+    step "allreduce-$engine" "$bin/llama-tp-allreduce-bench" --engine "$engine" --cuda 0,0 --iters 200 --json
+    step "allreduce-$engine-on-stream" "$bin/llama-tp-allreduce-bench" --engine "$engine" --cuda 0,0 --on-stream \
+        --iters 200 --json
 done
 step allreduce-cpu "$bin/llama-tp-allreduce-bench" --engine cpu --iters 200 --json
 
-serve() {
+# GET or POST (with a JSON body) to the local server: curl, else python3.
+http() {
+    local url=$1 body=${2:-}
+    if command -v curl >/dev/null; then
+        if [[ -n $body ]]; then
+            curl -fs "$url" -H 'Content-Type: application/json' -d "$body"
+        else
+            curl -fs "$url"
+        fi
+    else
+        python3 - "$url" "$body" <<'PY'
+import sys, urllib.request
+url, body = sys.argv[1], sys.argv[2]
+req = urllib.request.Request(url, data=body.encode() if body else None, headers={"Content-Type": "application/json"})
+print(urllib.request.urlopen(req, timeout=60).read().decode())
+PY
+    fi
+}
+
+serve() {  # extra server flags...
     local port=18080 rc=1
-    "$bin/llama-tp-server" -m "$models/small-q8_0.gguf" --port "$port" -np 2 -c 2048 &
+    "$bin/llama-tp-server" -m "$models/small-q8_0.gguf" --port "$port" -np 2 -c 2048 "$@" &
     local pid=$!
     for _ in $(seq 120); do
-        curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+        http "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
         sleep 0.5
     done
-    curl -fs "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
-        -d '{"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16, "temperature": 0}' && rc=0
+    http "http://127.0.0.1:$port/v1/chat/completions" \
+        '{"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16, "temperature": 0}' && rc=0
     echo
     kill -TERM "$pid"
     wait "$pid"
     return $rc
 }
 step server-chat serve
+serve_tp2() {
+    local -x GGML_CUDA_DEVICES=2
+    serve --tp 2
+}
+step server-chat-tp2 serve_tp2
 
 {
     echo "{\"seconds\": $(($(date +%s) - start)), \"gpu\": \"$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)\", \"steps\": ["

@@ -16,6 +16,7 @@
 
 #include "tools/common/args.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,6 +37,8 @@ const char * kUsage =
     "  --iters K       most calls measured per size (default 1000; fewer for large sizes, about 1.5 s each)\n"
     "  --cuda D,D..    the ranks' values in these CUDA devices' memory, one per rank (CUDA builds;\n"
     "                  engines auto, nccl, internal, or a host engine through host copies)\n"
+    "  --on-stream     with --cuda: each call queued on its rank's stream and waited for there\n"
+    "                  (as the ranks' graphs run them), not through the engine's own waits\n"
     "  --json          print one JSON object\n";
 
 constexpr size_t kSmallestBytes = 4096;
@@ -52,6 +55,7 @@ struct Options {
     int iters = 1000;
     bool json = false;
     std::vector<int> cuda_devices;  // --cuda
+    bool on_stream = false;
 };
 
 Options parse(int argc, char ** argv) {
@@ -82,12 +86,15 @@ Options parse(int argc, char ** argv) {
 #endif
             for (float d : a.reals(f)) o.cuda_devices.push_back((int) d);
             if (!engine_given) o.engine = "auto";
+        } else if (f == "--on-stream") {
+            o.on_stream = true;
         } else if (f == "-h" || f == "--help") {
             a.help();
         } else {
             a.fail("unknown argument " + f);
         }
     }
+    if (o.on_stream && o.cuda_devices.empty()) a.fail("--on-stream needs --cuda");
     return o;
 }
 
@@ -147,19 +154,60 @@ class RankBuffers {
     std::vector<float *> data_;
 };
 
+// One call of a rank: through the engine's own waits, or queued on the
+// rank's stream and waited for there (--on-stream).
+class RankCall {
+  public:
+    RankCall(AllReduceEngine & engine, const Options & o, int local_rank, int rank) : engine_(engine), rank_(rank) {
+#ifdef LLAMA_TP_HAVE_CUDA
+        if (o.on_stream) stream_ = std::make_unique<CudaStream>(o.cuda_devices[local_rank]);
+#else
+        (void) o;
+        (void) local_rank;
+#endif
+    }
+    void operator()(void * data, size_t bytes, bool f64) {
+#ifdef LLAMA_TP_HAVE_CUDA
+        if (stream_) {
+            if (f64) {
+                engine_.allreduce_on_stream(rank_, static_cast<double *>(data), bytes / sizeof(double), stream_->get());
+            } else {
+                engine_.allreduce_on_stream(rank_, static_cast<float *>(data), bytes / sizeof(float), stream_->get());
+            }
+            // Polled, as the engines wait: a blocking wait can add a scheduler tick.
+            const std::atomic<bool> never{false};
+            CurrentDevice current(stream_->device());
+            if (!wait_for_stream(stream_->get(), stream_->device(), 30.0, never)) {
+                throw Error("a call on a stream did not end in 30 s");
+            }
+            return;
+        }
+#endif
+        if (f64) {
+            engine_.allreduce(rank_, static_cast<double *>(data), bytes / sizeof(double));
+        } else {
+            engine_.allreduce(rank_, static_cast<float *>(data), bytes / sizeof(float));
+        }
+    }
+
+  private:
+    AllReduceEngine & engine_;
+    int rank_;
+#ifdef LLAMA_TP_HAVE_CUDA
+    std::unique_ptr<CudaStream> stream_;
+#endif
+};
+
 // Runs `calls` allreduces of `bytes` (floats, or doubles with f64) on every
 // rank; returns rank 0's time per call in microseconds.
-std::vector<double> time_calls(AllReduceEngine & engine, int first_rank, const RankBuffers & buffers, size_t bytes,
-                               bool f64, int calls) {
+std::vector<double> time_calls(AllReduceEngine & engine, const Options & o, int first_rank, const RankBuffers & buffers,
+                               size_t bytes, bool f64, int calls) {
     std::vector<double> rank0_us(calls);
     auto body = [&](int rank) {
+        RankCall call(engine, o, rank, first_rank + rank);
         for (int i = 0; i < calls; ++i) {
             const auto start = std::chrono::steady_clock::now();
-            if (f64) {
-                engine.allreduce(first_rank + rank, reinterpret_cast<double *>(buffers[rank]), bytes / sizeof(double));
-            } else {
-                engine.allreduce(first_rank + rank, buffers[rank], bytes / sizeof(float));
-            }
+            call(buffers[rank], bytes, f64);
             if (rank == 0) {
                 rank0_us[i] =
                     std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
@@ -187,16 +235,18 @@ int agreed_iters(ProcessGroup * processes, int iters) {
     return iters;
 }
 
-SizeResult measure(AllReduceEngine & engine, ProcessGroup * processes, const RankBuffers & buffers, size_t bytes,
-                   bool f64, int max_iters) {
+SizeResult measure(AllReduceEngine & engine, const Options & o, ProcessGroup * processes, const RankBuffers & buffers,
+                   size_t bytes) {
+    const bool f64 = o.f64;
+    const int max_iters = o.iters;
     const int first_rank = processes ? processes->rank() * (int) buffers.size() : 0;
-    std::vector<double> warmup = time_calls(engine, first_rank, buffers, bytes, f64, kWarmupCalls);
+    std::vector<double> warmup = time_calls(engine, o, first_rank, buffers, bytes, f64, kWarmupCalls);
     std::sort(warmup.begin(), warmup.end());
     const double estimate_us = std::max(percentile(warmup, 0.5), 0.01);
     const int iters =
         agreed_iters(processes, std::clamp((int) (kSecondsPerSize * 1e6 / estimate_us), kWarmupCalls, max_iters));
 
-    std::vector<double> us = time_calls(engine, first_rank, buffers, bytes, f64, iters);
+    std::vector<double> us = time_calls(engine, o, first_rank, buffers, bytes, f64, iters);
     std::sort(us.begin(), us.end());
     SizeResult r;
     r.bytes = bytes;
@@ -215,8 +265,8 @@ std::string size_text(size_t bytes) {
 }
 
 void print_table(const Options & o, const AllReduceEngine & engine, const std::vector<SizeResult> & results) {
-    std::printf("allreduce %s, %d ranks, wire %s (rank 0's time per call)\n", engine.name(), engine.n_ranks(),
-                wire_name(o));
+    std::printf("allreduce %s%s, %d ranks, wire %s (rank 0's time per call)\n", engine.name(),
+                o.on_stream ? " on streams" : "", engine.n_ranks(), wire_name(o));
     std::printf("%10s %7s %11s %11s %11s %11s %11s\n", "size", "iters", "median_us", "p10_us", "p90_us", "algbw_GB/s",
                 "busbw_GB/s");
     for (const SizeResult & r : results) {
@@ -226,8 +276,8 @@ void print_table(const Options & o, const AllReduceEngine & engine, const std::v
 }
 
 void print_json(const Options & o, const AllReduceEngine & engine, const std::vector<SizeResult> & results) {
-    std::printf("{\"engine\": \"%s\", \"ranks\": %d, \"wire\": \"%s\", \"results\": [", engine.name(), engine.n_ranks(),
-                wire_name(o));
+    std::printf("{\"engine\": \"%s\", \"on_stream\": %s, \"ranks\": %d, \"wire\": \"%s\", \"results\": [",
+                engine.name(), o.on_stream ? "true" : "false", engine.n_ranks(), wire_name(o));
     for (size_t i = 0; i < results.size(); ++i) {
         const SizeResult & r = results[i];
         std::printf(
@@ -262,10 +312,13 @@ int run(const Options & o, ProcessGroup * processes) {
     if (!o.cuda_devices.empty() && !engine->takes_device_memory()) {
         throw Error(std::string("engine ") + engine->name() + " takes host memory, not --cuda devices' memory");
     }
+    if (o.on_stream && !engine->runs_on_stream()) {
+        throw Error(std::string("engine ") + engine->name() + " does not run on a stream (--on-stream)");
+    }
     const RankBuffers buffers(local_ranks, kLargestBytes, o.cuda_devices);
     std::vector<SizeResult> results;
     for (size_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) {
-        results.push_back(measure(*engine, processes, buffers, bytes, o.f64, o.iters));
+        results.push_back(measure(*engine, o, processes, buffers, bytes));
     }
     if (processes && processes->rank() != 0) return 0;
     if (o.json) {

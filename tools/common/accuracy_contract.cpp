@@ -66,20 +66,29 @@ AccuracyBounds quantized_sums(const ModelInfo & model) {
 // last-bit difference flips one such step. The small preset in f16 measured
 // max |dp| 2.6e-3 to 4.5e-3 at --tp 2 to 4 (mean KL 4e-6, greedy tokens
 // identical), the same in f32 1.7e-4 to 2.0e-4 (docs/benchmarks.md,
-// "Accuracy of the split"). The bound is twice the worst of those.
-AccuracyBounds half_sums() {
+// "Accuracy of the split"). On a GPU ggml's CUDA backend multiplies them by
+// cuBLAS with 16-bit accumulation, so a partial sum rounds to 11 bits where
+// the CPU keeps 24: the small preset in f16 at --tp 2 on an H200 measured max
+// |dp| 2.4e-2, mean KL 2.1e-4, greedy tokens identical (docs/benchmarks.md,
+// "GPU ranks"). Each bound is twice the worst of its figures.
+AccuracyBounds half_sums(bool gpu) {
     AccuracyBounds b;
     b.clause = "float sums, 16-bit activations";
     b.max_abs_dp = 1e-2;
     b.max_mean_kl = 1e-4;
+    if (gpu) {
+        b.clause += ", 16-bit accumulation on the GPU";
+        b.max_abs_dp = 5e-2;
+        b.max_mean_kl = 5e-4;
+    }
     return b;
 }
 
 // A cache of 8 bits or fewer quantizes the keys and values as a quantized
 // model quantizes every matrix input.
-AccuracyBounds reassociated(const ModelInfo & model, const KvTypes & kv) {
+AccuracyBounds reassociated(const ModelInfo & model, const KvTypes & kv, bool gpu) {
     if (model.quantized || coarsest_bits(kv) < 16) return quantized_sums(model);
-    if (model.half_weights) return half_sums();
+    if (model.half_weights) return half_sums(gpu);
     return float_sums("float sums, float", kv);
 }
 
@@ -107,7 +116,7 @@ AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model)
         // Same kernels in the same order as upstream: identical but for the
         // order of the exact sums' rounding, which adds like a split does.
         if (run.split_invariant) {
-            AccuracyBounds b = reassociated(model, run.kv_types);
+            AccuracyBounds b = reassociated(model, run.kv_types, run.gpu);
             b.clause = "split-invariant sums against upstream (" + b.clause + ")";
             return b;
         }
@@ -131,7 +140,7 @@ AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model)
         b.greedy = false;
         return b;
     }
-    return reassociated(model, run.kv_types);
+    return reassociated(model, run.kv_types, run.gpu);
 }
 
 }  // namespace llama_tp

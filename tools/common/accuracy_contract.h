@@ -23,6 +23,8 @@ struct ComparedRun {
     bool reference_upstream = false;  // against upstream llama_decode; else llama-tp on one device
     bool split_invariant = false;
     bool bf16_wire = false;
+    // The ranks' products run on a GPU (ggml's CUDA kernels), not the CPU.
+    bool gpu = false;
     // Against llama-tp on one device with an F16 cache: what the cache types cost.
     bool reference_f16_kv = false;
     KvTypes kv_types;

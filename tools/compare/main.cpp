@@ -244,10 +244,17 @@ std::vector<Trace> run_reference(const Options & o, const std::vector<std::vecto
     return reference_traces(*ref, prompts, o.n_tokens, n_vocab);
 }
 
+// Whether the ranks run on a GPU (the device the engine chose for rank 0).
+bool ranks_on_gpu(const Options & o, const ModelInfo & model) {
+    const RankDevices d = choose_rank_devices(o.engine.devices, 1, 0, model.n_layer);
+    return ggml_backend_dev_type(d.devices[0]) == GGML_BACKEND_DEVICE_TYPE_GPU;
+}
+
 // The contract's bounds for this run, with the command line's overrides.
 AccuracyBounds bounds_for(const Options & o, const Engine & engine) {
     const ModelInfo & model = engine.info();
     ComparedRun run;
+    run.gpu = ranks_on_gpu(o, model);
     run.reference_upstream = o.reference == "upstream";
     run.reference_f16_kv = o.reference == "f16-kv";
     run.kv_types = o.engine.kv_types;
