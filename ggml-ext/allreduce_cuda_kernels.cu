@@ -1,14 +1,11 @@
 #include "ggml-ext/allreduce_cuda_kernels.h"
 
+#include "ggml-ext/cuda_runtime.h"
+
 namespace llama_tp {
 namespace {
 
 constexpr int kThreads = 256;
-
-unsigned blocks_for(size_t n) {
-    const size_t blocks = (n + kThreads - 1) / kThreads;
-    return (unsigned) (blocks < 65535 ? blocks : 65535);  // a grid-stride loop covers the rest
-}
 
 // The bits of round_to_bf16 (allreduce_wire.h): to nearest, ties to even, NaN kept quiet.
 __device__ uint16_t to_bf16(float x) {
@@ -139,16 +136,17 @@ cudaError_t launch_to_wire(const float * src, void * dst, size_t n, WireType wir
     if (wire == WireType::F32) {
         return cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, stream);
     }
-    to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, static_cast<uint16_t *>(dst), n);
+    to_bf16_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(src, static_cast<uint16_t *>(dst), n);
     return cudaGetLastError();
 }
 
 cudaError_t launch_add_wire(float * data, const void * peer, size_t n, WireType wire, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     if (wire == WireType::F32) {
-        add_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(data, static_cast<const float *>(peer), n);
+        add_f32_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(data, static_cast<const float *>(peer), n);
     } else {
-        add_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(data, static_cast<const uint16_t *>(peer), n);
+        add_bf16_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(data, static_cast<const uint16_t *>(peer),
+                                                                           n);
     }
     return cudaGetLastError();
 }
@@ -158,13 +156,13 @@ cudaError_t launch_from_wire(const void * src, float * data, size_t n, WireType 
     if (wire == WireType::F32) {
         return cudaMemcpyAsync(data, src, n * sizeof(float), cudaMemcpyDefault, stream);
     }
-    from_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t *>(src), data, n);
+    from_bf16_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(static_cast<const uint16_t *>(src), data, n);
     return cudaGetLastError();
 }
 
 cudaError_t launch_add_exact(double * data, const double * peer, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    add_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(data, peer, n);
+    add_f64_kernel<<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(data, peer, n);
     return cudaGetLastError();
 }
 

@@ -40,12 +40,6 @@ InternalAllReduce::InternalAllReduce(const AllReduceConfig & config)
         CurrentDevice current(s.device);
         check_cuda(load_exchange_kernel(), "loading the exchange kernel", s.device);
         for (auto & slot : s.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes, s.device);
-        StreamSide & side = stream_sides_[r];
-        for (auto & slot : side.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes, s.device);
-        side.tokens = std::make_unique<MappedHostBuffer>(kExchangeBlocks * sizeof(uint64_t), s.device);
-        side.counts = std::make_unique<MappedHostBuffer>(2 * kExchangeBlocks * sizeof(uint64_t), s.device);
-        std::memset(side.tokens->host(), 0, side.tokens->bytes());
-        std::memset(side.counts->host(), 0, side.counts->bytes());
     }
     stream_error_ = std::make_unique<MappedHostBuffer>(sizeof(int), ranks_[0].device);
     std::memset(stream_error_->host(), 0, sizeof(int));
@@ -59,6 +53,21 @@ InternalAllReduce::~InternalAllReduce() {
         if (s.stream) (void) cudaStreamSynchronize(s.stream->get());
         CurrentDevice current(s.device);
         (void) cudaDeviceSynchronize();
+    }
+}
+
+// Both ranks' slots and tokens for sums on a stream, at the first such call
+// (the first caller allocates, the other waits): most groups never use them.
+void InternalAllReduce::allocate_stream_sides() {
+    for (int r = 0; r < 2; ++r) {
+        const int device = ranks_[r].device;
+        CurrentDevice current(device);
+        StreamSide & side = stream_sides_[r];
+        for (auto & slot : side.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes, device);
+        side.tokens = std::make_unique<MappedHostBuffer>(kExchangeBlocks * sizeof(uint64_t), device);
+        side.counts = std::make_unique<MappedHostBuffer>(2 * kExchangeBlocks * sizeof(uint64_t), device);
+        std::memset(side.tokens->host(), 0, side.tokens->bytes());
+        std::memset(side.counts->host(), 0, side.counts->bytes());
     }
 }
 
@@ -97,6 +106,12 @@ void InternalAllReduce::queue(int rank, T * data, size_t n, void * stream) {
         return;
     }
     if (failed()) return;
+    try {
+        std::call_once(stream_sides_allocated_, [this] { allocate_stream_sides(); });
+    } catch (const Error & e) {
+        abort(std::string("allreduce: ") + e.what());
+        return;
+    }
     StreamSide & me = stream_sides_[rank];
     const StreamSide & peer = stream_sides_[1 - rank];
     ExchangeArgs a{};

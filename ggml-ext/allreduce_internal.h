@@ -14,7 +14,8 @@
 // On a stream (allreduce_on_stream) the same exchange runs inside one kernel
 // per call on the rank's stream, with a token per block in mapped host
 // memory instead of the host's counters (allreduce_cuda_kernels.h), so the
-// host never waits. Its slots and tokens are its own.
+// host never waits. Its slots and tokens are its own, allocated at the
+// first such call.
 //
 // Failure: a rank whose peer does not arrive within the timeout, abort(), or
 // a CUDA error fails the group; the other rank stops waiting at once. No
@@ -28,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 namespace llama_tp {
 
@@ -79,6 +81,7 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     void run(int rank, T * data, size_t n);
     template <typename T>
     void queue(int rank, T * data, size_t n, void * stream);
+    void allocate_stream_sides();
     int stream_error() const;
     template <typename T>
     bool exchange_chunk(int rank, T * data, size_t n, size_t len);
@@ -88,6 +91,7 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     const double timeout_s_;
     RankState ranks_[2];
     StreamSide stream_sides_[2];
+    std::once_flag stream_sides_allocated_;
     std::unique_ptr<MappedHostBuffer> stream_error_;  // ExchangeError, written by the kernels
 };
 

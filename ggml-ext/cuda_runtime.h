@@ -11,6 +11,13 @@
 
 namespace llama_tp {
 
+// Blocks of `threads` for a grid-stride loop over n elements (at most 65535;
+// the loop covers the rest).
+inline unsigned grid_blocks(size_t n, int threads) {
+    const size_t blocks = (n + threads - 1) / threads;
+    return (unsigned) (blocks < 65535 ? blocks : 65535);
+}
+
 // Throws llama_tp::Error "what on CUDA device d: <the runtime's message>" unless status is cudaSuccess.
 void check_cuda(cudaError_t status, const char * what, int device);
 

@@ -89,7 +89,7 @@ ggml_ext_exact_op ggml_ext_exact_node(const ggml_tensor * node, int * first_part
     std::memcpy(&op, node->src[last]->op_params, sizeof(op));
     const int first = op == GGML_EXT_EXACT_ACCUMULATE ? 1 : 0;
     if (first_part) *first_part = first;
-    if (n_parts) *n_parts = last - first;
+    if (n_parts) *n_parts = op == GGML_EXT_EXACT_ROUND ? 0 : last - first;  // the rounding's source is no part
     return (ggml_ext_exact_op) op;
 }
 }

@@ -39,7 +39,7 @@ enum ggml_ext_exact_op {
 };
 
 // What a node of the functions above does, and for sums the index of its
-// first part and how many parts it adds.
+// first part and how many parts it adds (0 for the rounding).
 enum ggml_ext_exact_op ggml_ext_exact_node(const struct ggml_tensor * node, int * first_part, int * n_parts);
 }
 

@@ -18,11 +18,6 @@ struct Parts {
     int n;
 };
 
-unsigned blocks_for(size_t n) {
-    const size_t blocks = (n + kThreads - 1) / kThreads;
-    return (unsigned) (blocks < 65535 ? blocks : 65535);  // a grid-stride loop covers the rest
-}
-
 // Additions in double with no multiply, so nothing fuses: the host loop's bits.
 __global__ void sum_kernel(Parts parts, double * out, bool accumulate, size_t n) {
     for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x) {
@@ -56,13 +51,12 @@ class CudaExactSumKernels final : public ExactSumKernels {
         if (n == 0) return;
         CurrentDevice current(stream_.device());
         const cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : stream_.get();
-        for (int done = 0; done < n_parts || (done == 0 && !accumulate);) {
+        for (int done = 0; done < n_parts; done += kMaxParts) {
             Parts batch{};
             batch.n = std::min(n_parts - done, kMaxParts);
             for (int j = 0; j < batch.n; ++j) batch.p[j] = parts[done + j];
-            sum_kernel<<<blocks_for(n), kThreads, 0, s>>>(batch, out, accumulate || done > 0, n);
+            sum_kernel<<<grid_blocks(n, kThreads), kThreads, 0, s>>>(batch, out, accumulate || done > 0, n);
             check_cuda(cudaGetLastError(), "launching an exact sum", stream_.device());
-            done += std::max(batch.n, 1);
         }
         if (!stream) finish();
     }
@@ -71,7 +65,7 @@ class CudaExactSumKernels final : public ExactSumKernels {
         if (n == 0) return;
         CurrentDevice current(stream_.device());
         const cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : stream_.get();
-        round_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, out, n);
+        round_kernel<<<grid_blocks(n, kThreads), kThreads, 0, s>>>(in, out, n);
         check_cuda(cudaGetLastError(), "launching an exact rounding", stream_.device());
         if (!stream) finish();
     }

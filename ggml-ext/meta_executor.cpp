@@ -130,60 +130,58 @@ void MetaExecutor::run_collective(ggml_tensor * node) {
 void MetaExecutor::run_exact(ggml_tensor * node, void * stream) {
     int first = 0, n_parts = 0;
     const ggml_ext_exact_op op = ggml_ext_exact_node(node, &first, &n_parts);
+    const size_t n = (size_t) ggml_nelements(node);
     // The backend's kernels where it has them, else the host's where it can
     // read every value, else through host copies.
     const bool on_device = exact_ && mode_ != CollectiveRun::SegmentsThroughHost;
     bool on_host = !on_device && host_readable(node);
     for (int j = 0; j < n_parts && on_host; ++j) on_host = host_readable(node->src[first + j]);
+    if (op == GGML_EXT_EXACT_ROUND) on_host = on_host && host_readable(node->src[0]);
     if (!on_device && !on_host) {
-        run_exact_through_host(node);
-        return;
-    }
-    const size_t n = (size_t) ggml_nelements(node);
-    if (op == GGML_EXT_EXACT_ROUND) {
-        const double * in = static_cast<const double *>(node->src[0]->data);
-        if (on_device) {
-            exact_->round(in, static_cast<float *>(node->data), n, stream);
-        } else {
-            exact_round_range(in, static_cast<float *>(node->data), 0, n);
-        }
+        run_exact_through_host(node, op, first, n_parts, n);
         return;
     }
     const float * parts[GGML_MAX_SRC];
     for (int j = 0; j < n_parts; ++j) parts[j] = static_cast<const float *>(node->src[first + j]->data);
-    const bool accumulate = op == GGML_EXT_EXACT_ACCUMULATE;
-    if (on_device) {
-        exact_->sum(parts, n_parts, static_cast<double *>(node->data), accumulate, n, stream);
-    } else {
-        exact_sum_range(parts, n_parts, static_cast<double *>(node->data), accumulate, 0, n);
-    }
+    exact_arithmetic(op, parts, n_parts, node->src[0]->data, node->data, n, on_device, stream);
 }
 
 // The node's sources and (for an accumulation) its running sum copied to the
 // host, the arithmetic there, and the result copied back.
-void MetaExecutor::run_exact_through_host(ggml_tensor * node) {
-    int first = 0, n_parts = 0;
-    const ggml_ext_exact_op op = ggml_ext_exact_node(node, &first, &n_parts);
-    const size_t n = (size_t) ggml_nelements(node);
-    if (op == GGML_EXT_EXACT_ROUND) {
-        std::vector<double> in(n);
-        std::vector<float> out(n);
-        ggml_backend_tensor_get(node->src[0], in.data(), 0, n * sizeof(double));
-        exact_round_range(in.data(), out.data(), 0, n);
-        ggml_backend_tensor_set(node, out.data(), 0, n * sizeof(float));
-        return;
-    }
+void MetaExecutor::run_exact_through_host(ggml_tensor * node, ggml_ext_exact_op op, int first, int n_parts, size_t n) {
     std::vector<std::vector<float>> values((size_t) n_parts, std::vector<float>(n));
     const float * parts[GGML_MAX_SRC];
     for (int j = 0; j < n_parts; ++j) {
         ggml_backend_tensor_get(node->src[first + j], values[j].data(), 0, n * sizeof(float));
         parts[j] = values[j].data();
     }
+    std::vector<double> in(op == GGML_EXT_EXACT_ROUND ? n : 0);
+    if (op == GGML_EXT_EXACT_ROUND) ggml_backend_tensor_get(node->src[0], in.data(), 0, n * sizeof(double));
+    std::vector<uint8_t> out(ggml_nbytes(node));
+    if (op == GGML_EXT_EXACT_ACCUMULATE) ggml_backend_tensor_get(node, out.data(), 0, out.size());
+    exact_arithmetic(op, parts, n_parts, in.data(), out.data(), n, false, nullptr);
+    ggml_backend_tensor_set(node, out.data(), 0, out.size());
+}
+
+// The node's arithmetic on pointers the kernels (on_device) or the host can use:
+// in is the rounding's source, out the node's values.
+void MetaExecutor::exact_arithmetic(ggml_ext_exact_op op, const float * const * parts, int n_parts, const void * in,
+                                    void * out, size_t n, bool on_device, void * stream) {
+    if (op == GGML_EXT_EXACT_ROUND) {
+        const double * from = static_cast<const double *>(in);
+        if (on_device) {
+            exact_->round(from, static_cast<float *>(out), n, stream);
+        } else {
+            exact_round_range(from, static_cast<float *>(out), 0, n);
+        }
+        return;
+    }
     const bool accumulate = op == GGML_EXT_EXACT_ACCUMULATE;
-    std::vector<double> out(n);
-    if (accumulate) ggml_backend_tensor_get(node, out.data(), 0, n * sizeof(double));
-    exact_sum_range(parts, n_parts, out.data(), accumulate, 0, n);
-    ggml_backend_tensor_set(node, out.data(), 0, n * sizeof(double));
+    if (on_device) {
+        exact_->sum(parts, n_parts, static_cast<double *>(out), accumulate, n, stream);
+    } else {
+        exact_sum_range(parts, n_parts, static_cast<double *>(out), accumulate, 0, n);
+    }
 }
 
 }  // namespace llama_tp

@@ -21,6 +21,7 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
+#include "ggml-ext/exact_sum.h"
 #include "ggml-ext/exact_sum_kernels.h"
 #include "ggml-ext/stream_bridge.h"
 
@@ -62,7 +63,9 @@ class MetaExecutor {
     void run_collective(ggml_tensor * node);
     void run_exact(ggml_tensor * node, void * stream);
     void queue_on_stream(ggml_tensor * node);
-    void run_exact_through_host(ggml_tensor * node);
+    void run_exact_through_host(ggml_tensor * node, ggml_ext_exact_op op, int first, int n_parts, size_t n);
+    void exact_arithmetic(ggml_ext_exact_op op, const float * const * parts, int n_parts, const void * in, void * out,
+                          size_t n, bool on_device, void * stream);
     bool host_readable(const ggml_tensor * node) const;
 
     ggml_backend_t backend_;
