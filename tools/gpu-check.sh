@@ -50,6 +50,7 @@ step() {
 
 nvidia-smi -L || echo "warning: nvidia-smi found no GPU"
 lscpu | grep -E '^(Model name|CPU\(s\)):' || true
+echo "CPU flags: $(grep -o -w -E 'avx512f|avx512fp16|avx512_vnni|avx512_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 nvcc --version | tail -1 || true
 
 bin=${LLAMA_TP_GPU_BIN:-}
