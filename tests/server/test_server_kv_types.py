@@ -40,6 +40,9 @@ def test_mixed_and_16_bit_types(model):
     for k, v in (("bf16", "f16"), ("q4_0", "q5_1"), ("iq4_nl", "q8_0")):
         _, props, _ = answer(model, "-t", "1", "--cache-type-k", k, "--cache-type-v", v)
         assert (props["cache_type_k"], props["cache_type_v"]) == (k, v)
+    # The remaining two types, with each rank holding its half of the heads.
+    _, props, _ = answer(model, "--tp", "2", "-t", "2", "-ctk", "q4_1", "-ctv", "q5_0")
+    assert (props["cache_type_k"], props["cache_type_v"]) == ("q4_1", "q5_0")
 
 
 def test_cache_type_the_heads_cannot_hold_is_refused():
