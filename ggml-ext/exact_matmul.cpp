@@ -44,12 +44,16 @@ void quantize_rows(ggml_tensor * dst, int ith, int nth, void *) {
 // quantized rows stay in the cache while the rows stream past.
 constexpr int64_t kTokenBlock = 64;
 
-// Up to this many tokens the product is bound by reading W, and a tile takes
-// one row: W is then read as one stream, in memory order, which the hardware
-// prefetchers follow. Tiles of four rows read four streams a row apart, and
-// on AMD EPYC hosts that halved the rate W was read at (one token, 3072 x 768:
-// 29 against 53 GB/s; 768 x 768: 13 against 32). Past it, four rows share
-// each token's bytes and the product is bound by arithmetic.
+// Up to this many tokens the product is bound by reading W, and a tile's
+// four rows come from four sections of the thread's rows, so that W is read
+// as four streams far apart. Adjacent rows read side by side are the slow
+// pattern for the hardware prefetchers of AMD EPYC hosts (a plain sum of
+// 1632-byte rows, 2 threads: 64 GB/s as one stream, 34 as two adjacent rows
+// in turn, 72 as two halves), and four rows are two chains of additions
+// where one row waits on each block's (one token against 1536 x 6144, 2
+// threads: 56-66 GB/s against 32-46 with one row a tile). Past it, four
+// adjacent rows share each token's bytes and the product is bound by
+// arithmetic.
 constexpr int64_t kStreamTokens = 4;
 
 void product_q8_0(ggml_tensor * dst, const int64_t * bounds, int ith, int nth) {
@@ -64,28 +68,44 @@ void product_q8_0(ggml_tensor * dst, const int64_t * bounds, int ith, int nth) {
         return reinterpret_cast<const BlockQ8_0 *>(static_cast<const char *>(t->data) + r * t->nb[1]);
     };
     const RowShare share(M, ith, nth);
-    const int64_t tile_rows = T <= kStreamTokens ? 1 : ggml_ext::kQ8TileRows;
-    // A tile's sums into the output rows i0.. of tokens j..
-    auto store = [&](const double * sums, int64_t i0, int nr, int64_t j, int nc) {
+    // A tile's sums into its output rows of tokens j..
+    auto store = [&](const double * sums, const int64_t * rows, int nr, int64_t j, int nc) {
         for (int k = 0; k < nc; ++k) {
             char * out = static_cast<char *>(dst->data) + (j + k) * dst->nb[1];
             for (int i = 0; i < nr; ++i) {
                 const double sum = sums[k * ggml_ext::kQ8TileRows + i];
                 if (rounded) {
-                    reinterpret_cast<float *>(out)[i0 + i] = (float) sum;
+                    reinterpret_cast<float *>(out)[rows[i]] = (float) sum;
                 } else {
-                    reinterpret_cast<double *>(out)[i0 + i] = sum;
+                    reinterpret_cast<double *>(out)[rows[i]] = sum;
                 }
             }
         }
     };
-    auto rows_at = [&](int64_t i0, const BlockQ8_0 ** wr) {
-        const int nr = (int) std::min<int64_t>(tile_rows, share.end - i0);
-        for (int i = 0; i < nr; ++i) wr[i] = row(w, i0 + i);
+    // The tile of rows first, first + stride, ... (up to four, in this thread's share).
+    auto rows_at = [&](int64_t first, int64_t stride, const BlockQ8_0 ** wr, int64_t * rows) {
+        int nr = 0;
+        for (int64_t r = first; r < share.end && nr < ggml_ext::kQ8TileRows; r += stride) {
+            rows[nr] = r;
+            wr[nr++] = row(w, r);
+        }
         return nr;
     };
     double sums[ggml_ext::kQ8TileTokens * ggml_ext::kQ8TileRows];
-    if (T > kStreamTokens && T <= tile_tokens) {
+    if (T <= kStreamTokens) {
+        const int64_t section = (share.end - share.begin + ggml_ext::kQ8TileRows - 1) / ggml_ext::kQ8TileRows;
+        const BlockQ8_0 * xr[kStreamTokens];
+        for (int64_t k = 0; k < T; ++k) xr[k] = row(x, k);
+        for (int64_t k = 0; k < section; ++k) {
+            const BlockQ8_0 * wr[ggml_ext::kQ8TileRows];
+            int64_t rows[ggml_ext::kQ8TileRows];
+            const int nr = rows_at(share.begin + k, section, wr, rows);
+            ggml_ext::q8_tile(kernel, wr, nr, xr, (int) T, cells.data(), n_blocks, sums, ggml_ext::kQ8TileRows);
+            store(sums, rows, nr, 0, (int) T);
+        }
+        return;
+    }
+    if (T <= tile_tokens) {
         // One tile of tokens against tiles of four rows: laid out once for
         // all of this thread's rows (8 tokens: 1.07-1.16x ggml's product
         // against 0.98-1.08x laying them out for every tile). Tiles of one
@@ -94,25 +114,27 @@ void product_q8_0(ggml_tensor * dst, const int64_t * bounds, int ith, int nth) {
         const BlockQ8_0 * xr[ggml_ext::kQ8TileTokens];
         for (int64_t k = 0; k < T; ++k) xr[k] = row(x, k);
         const ggml_ext::Q8Tokens tokens(kernel, xr, (int) T, n_blocks);
-        for (int64_t i0 = share.begin; i0 < share.end; i0 += tile_rows) {
+        for (int64_t i0 = share.begin; i0 < share.end; i0 += ggml_ext::kQ8TileRows) {
             const BlockQ8_0 * wr[ggml_ext::kQ8TileRows];
-            const int nr = rows_at(i0, wr);
+            int64_t rows[ggml_ext::kQ8TileRows];
+            const int nr = rows_at(i0, 1, wr, rows);
             ggml_ext::q8_tile(kernel, wr, nr, tokens, cells.data(), n_blocks, sums, ggml_ext::kQ8TileRows);
-            store(sums, i0, nr, 0, (int) T);
+            store(sums, rows, nr, 0, (int) T);
         }
         return;
     }
     for (int64_t j0 = 0; j0 < T; j0 += kTokenBlock) {
         const int64_t j_end = std::min(T, j0 + kTokenBlock);
-        for (int64_t i0 = share.begin; i0 < share.end; i0 += tile_rows) {
+        for (int64_t i0 = share.begin; i0 < share.end; i0 += ggml_ext::kQ8TileRows) {
             const BlockQ8_0 * wr[ggml_ext::kQ8TileRows];
-            const int nr = rows_at(i0, wr);
+            int64_t rows[ggml_ext::kQ8TileRows];
+            const int nr = rows_at(i0, 1, wr, rows);
             for (int64_t j = j0; j < j_end; j += tile_tokens) {
                 const BlockQ8_0 * xr[ggml_ext::kQ8TileTokens];
                 const int nc = (int) std::min<int64_t>(tile_tokens, j_end - j);
                 for (int k = 0; k < nc; ++k) xr[k] = row(x, j + k);
                 ggml_ext::q8_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, ggml_ext::kQ8TileRows);
-                store(sums, i0, nr, j, nc);
+                store(sums, rows, nr, j, nc);
             }
         }
     }

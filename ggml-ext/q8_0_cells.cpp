@@ -247,6 +247,57 @@ void tile_avx512(const BlockQ8_0 * const * w, const Pairs & pairs, const int64_t
     }
 }
 
+// One token against rows in pairs, one row in each half of a 512-bit
+// register: one instruction forms the lane sums of two rows. The bias goes
+// on the rows here, (w + 128) as unsigned bytes times x, less 128 times x's
+// lane sums, so the correction is the token's and is formed once a block.
+// A lone last row pairs with itself; its second copy is dropped.
+template <int RM>
+void tile_avx512_row_pairs(const BlockQ8_0 * const * w, const BlockQ8_0 * x, const int64_t * bounds, int64_t n_blocks,
+                           double * out) {
+    constexpr int NP = (RM + 1) / 2;
+    const BlockQ8_0 * rows[2 * NP];
+    for (int i = 0; i < 2 * NP; ++i) rows[i] = w[std::min(i, RM - 1)];
+    __m512d total[2 * NP];
+    for (int i = 0; i < 2 * NP; ++i) total[i] = _mm512_setzero_pd();
+    const __m512i bias = _mm512_set1_epi8((char) 0x80);
+    // Lanes 0-7 take the pair's first scale, 8-15 its second.
+    const __m512i first_or_second = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        __m512 acc[NP];
+        for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
+        for (; b < bounds[c]; ++b) {
+            const __m512i xq = _mm512_broadcast_i64x4(load_qs(x[b]));
+            const __m512i start =
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xq));
+            const __m128 dx = _mm_set1_ps(half(x[b].d));
+            for (int p = 0; p < NP; ++p) {
+                const BlockQ8_0 & w0 = rows[2 * p][b];
+                const BlockQ8_0 & w1 = rows[2 * p + 1][b];
+                const __m512i wu =
+                    _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(load_qs(w0)), load_qs(w1), 1), bias);
+                const __m512i sums = _mm512_dpbusd_epi32(start, wu, xq);
+                // dw * dx of each row, rounded as the other paths round it.
+                const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int) w0.d | ((int) w1.d << 16)));
+                const __m512 d = _mm512_permutexvar_ps(first_or_second, _mm512_castps128_ps512(_mm_mul_ps(dw, dx)));
+                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[p]);
+            }
+        }
+        for (int p = 0; p < NP; ++p) {
+            const __m512d halves = _mm512_castps_pd(acc[p]);
+            total[2 * p] =
+                _mm512_add_pd(total[2 * p], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(halves))));
+            total[2 * p + 1] =
+                _mm512_add_pd(total[2 * p + 1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(halves, 1))));
+        }
+    }
+    for (int i = 0; i < RM; ++i) {
+        alignas(64) double lanes[kLanes];
+        _mm512_store_pd(lanes, total[i]);
+        out[i] = lane_total(lanes);
+    }
+}
+
 // Every block's pair registers of RN tokens, for PairsLaidOut.
 template <int RN>
 void lay_out_pairs(const BlockQ8_0 * const * x, int64_t n_blocks, uint8_t * out) {
@@ -295,9 +346,13 @@ template <int RM, int RN>
 void tile_avx512_or_below(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const int64_t * bounds,
                           int64_t n_blocks, double * out, int64_t ld) {
 #if defined(LLAMA_TP_Q8_AVX512)
-    // One token would leave half of every register empty.
-    if constexpr (RN == 1) {
+    // One token would leave half of every register empty: rows pair up
+    // instead, or a lone row takes the 256-bit path.
+    if constexpr (RN == 1 && RM == 1) {
         tile_vnni<RM, RN>(w, x, bounds, n_blocks, out, ld);
+    } else if constexpr (RN == 1) {
+        (void) ld;
+        tile_avx512_row_pairs<RM>(w, x[0], bounds, n_blocks, out);
     } else {
         tile_avx512<RM, RN>(w, PairsInline<RN>{x}, bounds, n_blocks, out, ld);
     }

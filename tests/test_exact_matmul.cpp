@@ -111,7 +111,8 @@ TEST(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3));
     const std::vector<float> xs = random_values(kK * kT, 4);
     // 11 tokens (tiles of four rows, token blocks), 6 (one tile of tokens
-    // laid out once) and 3 (tiles of one row), against each token alone.
+    // laid out once) and 3 (tiles of four rows far apart), against each
+    // token alone.
     for (const int64_t n : {kT, int64_t(6), int64_t(3)}) {
         const std::vector<double> batch = sums(c.ctx, w, xs, n, 2);
         for (const int threads : {1, 3}) {
