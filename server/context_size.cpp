@@ -22,8 +22,19 @@ std::string gib(uint64_t bytes) {
     return buf;
 }
 
-uint64_t free_after_weights(const KvFootprint & kv, uint64_t available_bytes) {
-    return available_bytes > kv.weight_bytes ? available_bytes - kv.weight_bytes : 0;
+// What the KV cache may take when the command line does not size it.
+struct KvBudget {
+    uint64_t bytes = 0;
+    std::string what;  // for the log: "half of the 27.3 GiB the weights leave free"
+};
+
+KvBudget kv_budget(const KvFootprint & kv, uint64_t available_bytes) {
+    const uint64_t spare = available_bytes > kv.weight_bytes ? available_bytes - kv.weight_bytes : 0;
+    if (spare / 2 > kDefaultKvCeiling) {
+        return {kDefaultKvCeiling, "the " + gib(kDefaultKvCeiling) + " default (half of the " + gib(spare) +
+                                       " the weights leave free is more)"};
+    }
+    return {spare / 2, "half of the " + gib(spare) + " the weights leave free"};
 }
 
 }  // namespace
@@ -34,8 +45,8 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
     c.per_slot = train;
     c.reason = "the model's training context per slot";
     if (available_bytes > 0 && kv.bytes_per_cell > 0) {
-        const uint64_t spare = free_after_weights(kv, available_bytes);
-        const uint64_t budget = spare / 2, per_slot = budget / (uint64_t) n_slots;
+        const KvBudget budget = kv_budget(kv, available_bytes);
+        const uint64_t per_slot = budget.bytes / (uint64_t) n_slots;
         const uint64_t fits =
             per_slot > kv.window_bytes_per_slot ? (per_slot - kv.window_bytes_per_slot) / kv.bytes_per_cell : 0;
         if (fits < (uint64_t) train) {
@@ -43,7 +54,7 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
             c.per_slot = std::max<int32_t>(floor_cells, (int32_t) (fits / kCellStep * kCellStep));
             c.reason = "training context " + std::to_string(train) + " per slot limited so that the KV cache (" +
                        gib((kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots) +
-                       ") fits in half of the " + gib(spare) + " the weights leave free";
+                       ") fits in " + budget.what;
         }
     }
     c.n_ctx = c.per_slot * n_slots;
@@ -54,19 +65,19 @@ ContextChoice fit_requested_context(const KvFootprint & kv, int32_t n_slots, int
     ContextChoice c;
     c.per_slot = n_ctx > 0 ? n_ctx : std::max<int32_t>(kv.n_ctx_train, 1);
     const uint64_t regions = (kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots;
-    const uint64_t spare = free_after_weights(kv, available_bytes), budget = spare / 2;
-    if (available_bytes > 0 && regions <= budget && (int64_t) c.per_slot * n_slots <= INT32_MAX) {
+    const KvBudget budget = kv_budget(kv, available_bytes);
+    if (available_bytes > 0 && regions <= budget.bytes && (int64_t) c.per_slot * n_slots <= INT32_MAX) {
         c.n_ctx = c.per_slot * n_slots;
         c.reason = "every slot its own " + std::to_string(c.per_slot) + " cells, as the KV cache (" + gib(regions) +
-                   ") fits in half of the " + gib(spare) + " the weights leave free";
+                   ") fits in " + budget.what;
         return c;
     }
     c.n_ctx = c.per_slot;
     c.shared = true;
     c.reason = "the slots share " + std::to_string(c.per_slot) + " cells, any slot up to all of them, as " +
-               (available_bytes > 0 ? "a region of that many cells for each slot (" + gib(regions) +
-                                          ") would not fit in half of the " + gib(spare) + " the weights leave free"
-                                    : std::string("the free memory is unknown"));
+               (available_bytes > 0
+                    ? "a region of that many cells for each slot (" + gib(regions) + ") would not fit in " + budget.what
+                    : std::string("the free memory is unknown"));
     return c;
 }
 

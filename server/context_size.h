@@ -2,8 +2,8 @@
 // The KV context a server gets when the command line gives no -c, or gives
 // one and leaves the slots to the automatic choice: every slot may hold the
 // context, as far as the cache fits in half of the memory the weights leave
-// free (a 128K-context model must not take tens of GiB of KV cache by
-// default).
+// free and in kDefaultKvCeiling (a 128K-context 8B model would take 16 GiB
+// of KV cache, whatever the host).
 
 #include <cstdint>
 #include <string>
@@ -12,6 +12,10 @@
 #include "plugin/gguf_file.h"
 
 namespace llama_tp::server {
+
+// The most the KV cache takes unless -c asks for more (F16 cells: an 8B
+// model's 64K cells).
+constexpr uint64_t kDefaultKvCeiling = uint64_t(8) << 30;
 
 struct KvFootprint {
     int32_t n_ctx_train = 0;

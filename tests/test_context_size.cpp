@@ -37,6 +37,15 @@ TEST(ContextSize, LongContextModelIsLimitedToHalfTheFreeMemory) {
     EXPECT_NE(c.reason.find("limited"), std::string::npos);
 }
 
+TEST(ContextSize, LongContextModelTakesAtMostTheDefaultCeilingOnALargeHost) {
+    // 256 GiB leave 248 free: half would hold every one of the 128K cells
+    // (16 GiB), but the default stops at 8 GiB: 64K cells.
+    const ContextChoice c = fit_context(eight_b(131072), 1, 256 * GiB);
+    EXPECT_EQ(c.per_slot, 65536);
+    EXPECT_NE(c.reason.find("the 8.0 GiB default"), std::string::npos) << c.reason;
+    EXPECT_NE(c.reason.find("248.0 GiB"), std::string::npos) << c.reason;
+}
+
 TEST(ContextSize, SlotsShareTheBudget) {
     const ContextChoice one = fit_context(eight_b(131072), 1, 24 * GiB);
     const ContextChoice four = fit_context(eight_b(131072), 4, 24 * GiB);
@@ -89,6 +98,15 @@ TEST(ContextSize, RequestedContextIsSharedWhenRegionsWouldNotFit) {
     EXPECT_NE(c.reason.find("share 65536 cells"), std::string::npos) << c.reason;
     // Unknown free memory: the cells asked for, shared.
     EXPECT_TRUE(fit_requested_context(eight_b(131072), 4, 8192, 0).shared);
+}
+
+TEST(ContextSize, RequestedContextIsSharedWhenRegionsWouldPassTheCeiling) {
+    // 4 x 32768 cells: 16 GiB, within half of 512 GiB but past the 8 GiB a
+    // cache takes unless -c asks for it: the 32768 cells asked for, shared.
+    const ContextChoice c = fit_requested_context(eight_b(131072), 4, 32768, 512 * GiB);
+    EXPECT_TRUE(c.shared);
+    EXPECT_EQ(c.n_ctx, 32768);
+    EXPECT_NE(c.reason.find("the 8.0 GiB default"), std::string::npos) << c.reason;
 }
 
 TEST(ContextSize, RequestedContextZeroIsTheTrainingContext) {
