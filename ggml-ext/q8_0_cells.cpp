@@ -438,7 +438,7 @@ const LaidOutFn kLaidOut[kQ8TileRows][kQ8TileTokens] = LLAMA_TP_TILES(tile_avx51
 Q8Tokens::Q8Tokens(Q8Kernel kernel, const BlockQ8_0 * const * x, int nc, int64_t n_blocks) : nc_(nc) {
     std::copy(x, x + nc, x_);
 #if defined(LLAMA_TP_Q8_AVX512)
-    // One token takes the 256-bit path, which reads its blocks as they are.
+    // One token is read as its blocks are (rows in pairs, or the 256-bit path).
     if (kernel == Q8Kernel::Avx512 && nc > 1) {
         laid_out_.resize((size_t) n_blocks * (size_t) ((nc + 1) / 2) * kPairBytes);
         kLayOut[nc - 1](x, n_blocks, laid_out_.data());

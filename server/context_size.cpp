@@ -22,17 +22,18 @@ std::string gib(uint64_t bytes) {
     return buf;
 }
 
-// What the KV cache may take when the command line does not size it.
+// What the KV cache may take: half of the memory the weights leave free, and
+// at most `ceiling`.
 struct KvBudget {
     uint64_t bytes = 0;
     std::string what;  // for the log: "half of the 27.3 GiB the weights leave free"
 };
 
-KvBudget kv_budget(const KvFootprint & kv, uint64_t available_bytes) {
+KvBudget kv_budget(const KvFootprint & kv, uint64_t available_bytes, uint64_t ceiling) {
     const uint64_t spare = available_bytes > kv.weight_bytes ? available_bytes - kv.weight_bytes : 0;
-    if (spare / 2 > kDefaultKvCeiling) {
-        return {kDefaultKvCeiling, "the " + gib(kDefaultKvCeiling) + " default (half of the " + gib(spare) +
-                                       " the weights leave free is more)"};
+    if (spare / 2 > ceiling) {
+        return {ceiling, "the " + gib(ceiling) + " a cache takes without -c (half of the " + gib(spare) +
+                             " the weights leave free is more)"};
     }
     return {spare / 2, "half of the " + gib(spare) + " the weights leave free"};
 }
@@ -45,7 +46,7 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
     c.per_slot = train;
     c.reason = "the model's training context per slot";
     if (available_bytes > 0 && kv.bytes_per_cell > 0) {
-        const KvBudget budget = kv_budget(kv, available_bytes);
+        const KvBudget budget = kv_budget(kv, available_bytes, kDefaultKvCeiling);
         const uint64_t per_slot = budget.bytes / (uint64_t) n_slots;
         const uint64_t fits =
             per_slot > kv.window_bytes_per_slot ? (per_slot - kv.window_bytes_per_slot) / kv.bytes_per_cell : 0;
@@ -65,7 +66,9 @@ ContextChoice fit_requested_context(const KvFootprint & kv, int32_t n_slots, int
     ContextChoice c;
     c.per_slot = n_ctx > 0 ? n_ctx : std::max<int32_t>(kv.n_ctx_train, 1);
     const uint64_t regions = (kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots;
-    const KvBudget budget = kv_budget(kv, available_bytes);
+    // -c sized the cache: regions of its cells are only a layout, within
+    // half of the free memory however large.
+    const KvBudget budget = kv_budget(kv, available_bytes, UINT64_MAX);
     if (available_bytes > 0 && regions <= budget.bytes && (int64_t) c.per_slot * n_slots <= INT32_MAX) {
         c.n_ctx = c.per_slot * n_slots;
         c.reason = "every slot its own " + std::to_string(c.per_slot) + " cells, as the KV cache (" + gib(regions) +

@@ -13,8 +13,8 @@
 
 namespace llama_tp::server {
 
-// The most the KV cache takes unless -c asks for more (F16 cells: an 8B
-// model's 64K cells).
+// The most the KV cache takes without -c (F16 cells: an 8B model's 64K
+// cells); -c N gives the N cells asked for.
 constexpr uint64_t kDefaultKvCeiling = uint64_t(8) << 30;
 
 struct KvFootprint {

@@ -42,7 +42,7 @@ TEST(ContextSize, LongContextModelTakesAtMostTheDefaultCeilingOnALargeHost) {
     // (16 GiB), but the default stops at 8 GiB: 64K cells.
     const ContextChoice c = fit_context(eight_b(131072), 1, 256 * GiB);
     EXPECT_EQ(c.per_slot, 65536);
-    EXPECT_NE(c.reason.find("the 8.0 GiB default"), std::string::npos) << c.reason;
+    EXPECT_NE(c.reason.find("the 8.0 GiB a cache takes without -c"), std::string::npos) << c.reason;
     EXPECT_NE(c.reason.find("248.0 GiB"), std::string::npos) << c.reason;
 }
 
@@ -100,13 +100,12 @@ TEST(ContextSize, RequestedContextIsSharedWhenRegionsWouldNotFit) {
     EXPECT_TRUE(fit_requested_context(eight_b(131072), 4, 8192, 0).shared);
 }
 
-TEST(ContextSize, RequestedContextIsSharedWhenRegionsWouldPassTheCeiling) {
-    // 4 x 32768 cells: 16 GiB, within half of 512 GiB but past the 8 GiB a
-    // cache takes unless -c asks for it: the 32768 cells asked for, shared.
+TEST(ContextSize, RequestedContextTakesRegionsPastTheDefaultCeiling) {
+    // 4 x 32768 cells: 16 GiB, more than a cache takes without -c, but -c
+    // asked for the cells and half of 512 GiB holds a region of them per slot.
     const ContextChoice c = fit_requested_context(eight_b(131072), 4, 32768, 512 * GiB);
-    EXPECT_TRUE(c.shared);
-    EXPECT_EQ(c.n_ctx, 32768);
-    EXPECT_NE(c.reason.find("the 8.0 GiB default"), std::string::npos) << c.reason;
+    EXPECT_FALSE(c.shared);
+    EXPECT_EQ(c.n_ctx, 4 * 32768);
 }
 
 TEST(ContextSize, RequestedContextZeroIsTheTrainingContext) {
