@@ -2,8 +2,8 @@
 // The KV context a server gets when the command line gives no -c, or gives
 // one and leaves the slots to the automatic choice: every slot may hold the
 // context, as far as the cache fits in half of the memory the weights leave
-// free and in kDefaultKvCeiling (a 128K-context 8B model would take 16 GiB
-// of KV cache, whatever the host).
+// free, and without -c also in kDefaultKvCeiling (a 128K-context 8B model
+// would take 16 GiB of KV cache, whatever the host).
 
 #include <cstdint>
 #include <string>
