@@ -161,7 +161,7 @@ COMPARE_ARGS=()
 for ((i = 0; i < ${#SERVER_ARGS[@]}; i++)); do
     case "${SERVER_ARGS[i]}" in
         -ts|--tensor-split|--allreduce) COMPARE_ARGS+=("${SERVER_ARGS[i]}" "${SERVER_ARGS[i + 1]:-}"); i=$((i + 1)) ;;
-        --split-invariant|--no-split-invariant|--bf16-wire) COMPARE_ARGS+=("${SERVER_ARGS[i]}") ;;
+        --split-invariant|--no-split-invariant|--bf16-wire|--f32-wire) COMPARE_ARGS+=("${SERVER_ARGS[i]}") ;;
     esac
 done
 "$COMPARE_BIN" -m "$MODEL" --tp "$TP" --reference tp1 "${COMPARE_ARGS[@]}" --json >"$OUT_DIR/kl.json" ||

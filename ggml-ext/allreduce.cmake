@@ -6,15 +6,19 @@ target_sources(llama-tp-ggml-ext PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/allreduce_engine.cpp
     ${CMAKE_CURRENT_LIST_DIR}/allreduce_failure.cpp
     ${CMAKE_CURRENT_LIST_DIR}/allreduce_none.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/allreduce_sizes.cpp
     ${CMAKE_CURRENT_LIST_DIR}/allreduce_wire.cpp
     ${CMAKE_CURRENT_LIST_DIR}/process_group.cpp
 )
 # The GPU engines and exact sums, relative to the source tree; tests/gpu_compile.sh
 # compiles the same files for CUDA and HIP where the build has neither.
-set(_cuda_sources ggml-ext/allreduce_cuda_kernels.cu ggml-ext/allreduce_internal.cpp ggml-ext/cuda_runtime.cpp
+set(_cuda_sources ggml-ext/allreduce_copy_exchange.cpp ggml-ext/allreduce_cuda_kernels.cu
+                  ggml-ext/allreduce_internal.cpp ggml-ext/cuda_runtime.cpp
                   ggml-ext/exact_sum_cuda.cu ggml-ext/cuda_stream_bridge.cpp)
-set(_nccl_sources ggml-ext/allreduce_nccl.cpp)
-set_property(GLOBAL PROPERTY LLAMA_TP_CUDA_SOURCES ${_cuda_sources} ${_nccl_sources} ggml-ext/allreduce_engine.cpp)
+set(_nccl_sources ggml-ext/allreduce_nccl.cpp ggml-ext/allreduce_nccl_processes.cpp)
+# (The MPI process group joins NCCL across processes in builds with both.)
+set_property(GLOBAL PROPERTY LLAMA_TP_CUDA_SOURCES ${_cuda_sources} ${_nccl_sources} ggml-ext/allreduce_engine.cpp
+                                                   ggml-ext/mpi_process_group.cpp)
 if(LLAMA_TP_CUDA OR LLAMA_TP_HIP)
     list(TRANSFORM _cuda_sources PREPEND "${PROJECT_SOURCE_DIR}/")
     list(TRANSFORM _nccl_sources PREPEND "${PROJECT_SOURCE_DIR}/")

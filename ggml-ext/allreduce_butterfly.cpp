@@ -28,7 +28,7 @@ int log2_of(int power_of_two) {
 
 ButterflyAllReduce::ButterflyAllReduce(const AllReduceConfig & config)
     : n_ranks_(checked_rank_count(config.n_ranks)),
-      wire_(config.wire),
+      wire_(config.wire.value_or(WireType::F32)),
       timeout_s_(config.timeout_s),
       paired_ranks_(largest_power_of_two_at_most(n_ranks_)),
       levels_(log2_of(paired_ranks_)),

@@ -23,6 +23,7 @@ class ButterflyAllReduce final : public AllReduceWithGroupFailure {
     explicit ButterflyAllReduce(const AllReduceConfig & config);
 
     const char * name() const override { return "butterfly"; }
+    bool rounds_to_bf16() const override { return wire_ == WireType::BF16; }
     int n_ranks() const override { return n_ranks_; }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }

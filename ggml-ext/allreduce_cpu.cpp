@@ -48,7 +48,7 @@ std::vector<int> ranks_missing_from(uint64_t word, int n_ranks) {
 
 CpuAllReduce::CpuAllReduce(const AllReduceConfig & config)
     : n_ranks_(checked_rank_count(config.n_ranks)),
-      wire_(config.wire),
+      wire_(config.wire.value_or(WireType::F32)),
       timeout_s_(config.timeout_s),
       slots_(n_ranks_) {}
 

@@ -37,6 +37,7 @@ class CpuAllReduce final : public AllReduceEngine {
     explicit CpuAllReduce(const AllReduceConfig & config);
 
     const char * name() const override { return "cpu"; }
+    bool rounds_to_bf16() const override { return wire_ == WireType::BF16; }
     int n_ranks() const override { return n_ranks_; }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }

@@ -121,9 +121,18 @@ __global__ void exchange_kernel(ExchangeArgs a) {
 
 }  // namespace
 
-cudaError_t load_exchange_kernel() {
-    cudaFuncAttributes attributes;
-    return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void *>(exchange_kernel));
+cudaError_t load_engine_kernels() {
+    const void * kernels[] = {
+        reinterpret_cast<const void *>(exchange_kernel),  reinterpret_cast<const void *>(to_bf16_kernel),
+        reinterpret_cast<const void *>(add_f32_kernel),   reinterpret_cast<const void *>(add_bf16_kernel),
+        reinterpret_cast<const void *>(from_bf16_kernel), reinterpret_cast<const void *>(add_f64_kernel),
+    };
+    for (const void * kernel : kernels) {
+        cudaFuncAttributes attributes;
+        const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel);
+        if (status != cudaSuccess) return status;
+    }
+    return cudaSuccess;
 }
 
 cudaError_t launch_exchange(const ExchangeArgs & args, cudaStream_t stream) {

@@ -56,9 +56,10 @@ struct ExchangeArgs {
     long long spin_limit_cycles;  // a wait longer than this fails
 };
 cudaError_t launch_exchange(const ExchangeArgs & args, cudaStream_t stream);
-// Loads the exchange kernel on the current device now: CUDA loads a kernel
-// at its first launch, and a load may wait for the device's running kernels.
-cudaError_t load_exchange_kernel();
+// Loads every kernel of this file on the current device now: CUDA loads a
+// kernel at its first launch, and a load may wait for the device's running
+// kernels (the other rank's exchange, spinning).
+cudaError_t load_engine_kernels();
 // The number of chunks launch_exchange uses for a call.
 inline uint64_t exchange_chunks(size_t n, size_t chunk_elems) {
     return n == 0 ? 1 : (n + chunk_elems - 1) / chunk_elems;

@@ -3,10 +3,13 @@
 // ranks; every rank calls allreduce() with the same element count and its
 // own buffer, and on return every buffer holds the element-wise sum.
 
+#include "ggml-ext/allreduce_sizes.h"
+
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,10 +23,13 @@ enum class RankMemory { Host, Cuda };
 struct AllReduceConfig {
     std::string engine = "auto";  // see make_allreduce_engine
     int n_ranks = 1;
-    WireType wire = WireType::F32;
+    // The float sums' wire; unset: each engine's default (F32 in host
+    // memory; the GPU engines take BF16 from a size on, gpu_sizes).
+    std::optional<WireType> wire;
     double timeout_s = 30.0;  // a rank waiting longer than this fails the whole group
     RankMemory memory = RankMemory::Host;
     std::vector<int> cuda_devices;  // with RankMemory::Cuda: each rank's device ordinal
+    GpuAllReduceSizes gpu_sizes;    // the defaults; GpuAllReduceSizes::from_env() for the environment's
 };
 
 class AllReduceEngine {
@@ -34,6 +40,8 @@ class AllReduceEngine {
     // Whether allreduce() takes the ranks' device memory (RankMemory::Cuda)
     // as it is; an engine of host memory is handed a host copy instead.
     virtual bool takes_device_memory() const { return false; }
+    // Whether float sums (some or all) are rounded to BF16 on the wire.
+    virtual bool rounds_to_bf16() const = 0;
 
     // Sums n floats across all ranks in place. Called concurrently, once per
     // rank, from each rank's own thread. Never throws (it may run inside a
@@ -81,7 +89,8 @@ class AllReduceEngine {
 //
 // Wire precision: with WireType::BF16 each rank's contribution is rounded to
 // bf16 (round to nearest even, relative error <= 2^-8) before it is summed;
-// sums accumulate in f32 and the result stays f32.
+// sums accumulate in f32 and the result stays f32. With WireType::F32 no
+// engine rounds; unset, the GPU engines round calls from a size on.
 std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config);
 
 // The same choice over a given set of engine constructors (this build's, or a

@@ -2,6 +2,7 @@
 
 #include "ggml-ext/allreduce_backoff.h"
 #include "ggml-ext/allreduce_cuda_kernels.h"
+#include "ggml-ext/allreduce_wire.h"
 #include "ggml-ext/error.h"
 
 #include <algorithm>
@@ -18,19 +19,26 @@ void check_config(const AllReduceConfig & c) {
     if (c.cuda_devices.size() != 2) throw Error("needs the CUDA device of each of its 2 ranks");
 }
 
-// The engine's kernels read and write host memory directly.
+// The engine's kernels read and write host memory directly, and order their
+// stores to it with system-wide fences as Volta and later GPUs keep them.
 void check_device(int device) {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", device);
     if (!prop.canMapHostMemory) {
         throw Error("CUDA device " + std::to_string(device) + " (" + prop.name + ") cannot map host memory");
     }
+#if !defined(LLAMA_TP_HAVE_HIP)
+    if (prop.major < 7) {
+        throw Error("needs compute capability 7.0 or later; CUDA device " + std::to_string(device) + " (" + prop.name +
+                    ") has " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+    }
+#endif
 }
 
 }  // namespace
 
 InternalAllReduce::InternalAllReduce(const AllReduceConfig & config)
-    : wire_(config.wire), timeout_s_(config.timeout_s) {
+    : wire_(config.wire), sizes_(config.gpu_sizes), timeout_s_(config.timeout_s) {
     check_config(config);
     for (int r = 0; r < 2; ++r) {
         RankState & s = ranks_[r];
@@ -38,11 +46,43 @@ InternalAllReduce::InternalAllReduce(const AllReduceConfig & config)
         check_device(s.device);
         s.stream = std::make_unique<CudaStream>(s.device);
         CurrentDevice current(s.device);
-        check_cuda(load_exchange_kernel(), "loading the exchange kernel", s.device);
+        check_cuda(load_engine_kernels(), "loading the engine's kernels", s.device);
         for (auto & slot : s.slots) slot = std::make_unique<MappedHostBuffer>(kChunkBytes, s.device);
     }
     stream_error_ = std::make_unique<MappedHostBuffer>(sizeof(int), ranks_[0].device);
     std::memset(stream_error_->host(), 0, sizeof(int));
+}
+
+bool InternalAllReduce::rounds_to_bf16() const {
+    return rounds_any_call(wire_, sizes_.internal_bf16_min_bytes);
+}
+
+// The same on both ranks: it depends on the call's count and type only.
+template <typename T>
+InternalAllReduce::CallPath InternalAllReduce::path_of(size_t n) const {
+    CallPath path;
+    if (!std::is_same<T, double>::value) path.wire = wire_of_call(wire_, sizes_.internal_bf16_min_bytes, n * 4);
+    const size_t bytes = n * (std::is_same<T, double>::value ? sizeof(double) : wire_bytes(path.wire));
+    path.copy_engines = sizes_.internal_copy_min_bytes != 0 && bytes >= sizes_.internal_copy_min_bytes;
+    path.chunk_bytes = sizes_.copy_chunk_bytes(bytes);
+    return path;
+}
+
+// The copy engines' buffers at the first call that takes them (the first
+// caller allocates, the other waits): sums of decode steps never do.
+template <typename T>
+bool InternalAllReduce::queue_through_copy_engines(int rank, T * data, size_t n, const CallPath & path,
+                                                   cudaStream_t stream) {
+    try {
+        std::call_once(copy_allocated_, [this] {
+            const int devices[2] = {ranks_[0].device, ranks_[1].device};
+            copy_ = std::make_unique<CopyExchange>(devices, timeout_s_, failure_);
+        });
+    } catch (const Error & e) {
+        failure_.fail([&] { return std::string("allreduce: ") + e.what(); });
+        return false;
+    }
+    return copy_->queue(rank, data, n, path.wire, path.chunk_bytes, stream);
 }
 
 InternalAllReduce::~InternalAllReduce() {
@@ -106,6 +146,11 @@ void InternalAllReduce::queue(int rank, T * data, size_t n, void * stream) {
         return;
     }
     if (failed()) return;
+    const CallPath path = path_of<T>(n);
+    if (path.copy_engines) {
+        queue_through_copy_engines(rank, data, n, path, static_cast<cudaStream_t>(stream));
+        return;
+    }
     try {
         std::call_once(stream_sides_allocated_, [this] { allocate_stream_sides(); });
     } catch (const Error & e) {
@@ -118,8 +163,8 @@ void InternalAllReduce::queue(int rank, T * data, size_t n, void * stream) {
     a.data = data;
     a.n = n;
     a.element_size = sizeof(T);
-    a.wire = std::is_same<T, double>::value ? WireType::F32 : wire_;
-    a.chunk_elems = kChunkBytes / (std::is_same<T, double>::value ? sizeof(double) : wire_bytes(wire_));
+    a.wire = path.wire;
+    a.chunk_elems = kChunkBytes / (std::is_same<T, double>::value ? sizeof(double) : wire_bytes(path.wire));
     a.n_chunks = exchange_chunks(n, a.chunk_elems);
     a.first_chunk = me.chunks + 1;
     me.chunks += a.n_chunks;
@@ -153,7 +198,8 @@ void InternalAllReduce::run(int rank, T * data, size_t n) {
         return;
     }
     if (failed()) return;
-    const size_t wire_size = std::is_same<T, double>::value ? sizeof(double) : wire_bytes(wire_);
+    const CallPath path = path_of<T>(n);
+    const size_t wire_size = std::is_same<T, double>::value ? sizeof(double) : wire_bytes(path.wire);
     const size_t per_chunk = kChunkBytes / wire_size;
     // A call of 0 values still exchanges one empty chunk: both ranks stay at
     // the same chunk, and the counts are compared.
@@ -162,9 +208,13 @@ void InternalAllReduce::run(int rank, T * data, size_t n) {
     try {
         CurrentDevice current(me.device);
         bool ok = true;
-        for (size_t c = 0; c < n_chunks && ok; ++c) {
-            const size_t begin = c * per_chunk;
-            ok = exchange_chunk(rank, data + begin, n, std::min(per_chunk, n - begin));
+        if (path.copy_engines) {
+            ok = queue_through_copy_engines(rank, data, n, path, me.stream->get());
+        } else {
+            for (size_t c = 0; c < n_chunks && ok; ++c) {
+                const size_t begin = c * per_chunk;
+                ok = exchange_chunk(rank, data + begin, n, std::min(per_chunk, n - begin), path.wire);
+            }
         }
         if (ok && !wait_for_stream(me.stream->get(), me.device, timeout_s_, failure_.flag()) && !failed()) {
             failure_.fail([&] { return std::string("allreduce: the internal engine's sum did not finish in time"); });
@@ -172,9 +222,12 @@ void InternalAllReduce::run(int rank, T * data, size_t n) {
     } catch (const Error & e) {
         failure_.fail([&] { return std::string("allreduce: ") + e.what(); });
     }
-    // Given up or not, this rank's own kernels end before its values are used
-    // (none of them waits for the other rank, so this is bounded).
-    if (failed()) (void) cudaStreamSynchronize(me.stream->get());
+    // Given up or not, this rank's own kernels and copies end before its
+    // values are used (none of them waits for the other rank: bounded).
+    if (failed()) {
+        (void) cudaStreamSynchronize(me.stream->get());
+        if (path.copy_engines && copy_) copy_->drain(rank);
+    }
 }
 
 template void InternalAllReduce::run<float>(int, float *, size_t);
@@ -182,7 +235,7 @@ template void InternalAllReduce::run<double>(int, double *, size_t);
 
 // One chunk of len values at data (of a call of n): false when the group failed.
 template <typename T>
-bool InternalAllReduce::exchange_chunk(int rank, T * data, size_t n, size_t len) {
+bool InternalAllReduce::exchange_chunk(int rank, T * data, size_t n, size_t len, WireType wire) {
     RankState & me = ranks_[rank];
     RankState & peer = ranks_[1 - rank];
     const uint64_t chunk = ++me.chunks;
@@ -193,7 +246,7 @@ bool InternalAllReduce::exchange_chunk(int rank, T * data, size_t n, size_t len)
         check_cuda(cudaMemcpyAsync(me.slots[parity]->device(), data, len * sizeof(double), cudaMemcpyDefault, stream),
                    "copying a chunk to host memory", me.device);
     } else {
-        check_cuda(launch_to_wire(data, me.slots[parity]->device(), len, wire_, stream), "putting a chunk on the wire",
+        check_cuda(launch_to_wire(data, me.slots[parity]->device(), len, wire, stream), "putting a chunk on the wire",
                    me.device);
     }
     // The slot's values, and the previous chunk's reads of the other slot, are done.
@@ -217,7 +270,7 @@ bool InternalAllReduce::exchange_chunk(int rank, T * data, size_t n, size_t len)
         check_cuda(launch_add_exact(data, static_cast<const double *>(peer.slots[parity]->device()), len, stream),
                    "adding the other rank's chunk", me.device);
     } else {
-        check_cuda(launch_add_wire(data, peer.slots[parity]->device(), len, wire_, stream),
+        check_cuda(launch_add_wire(data, peer.slots[parity]->device(), len, wire, stream),
                    "adding the other rank's chunk", me.device);
     }
     return true;

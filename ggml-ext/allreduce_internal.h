@@ -1,5 +1,6 @@
 #pragma once
-// The internal engine: exactly two CUDA devices of one process, without a
+// The internal engine: exactly two CUDA devices of one process (compute
+// capability 7.0 or later), without a
 // peer link, exchange their values through page-locked host memory that both
 // reach (mapped). Each call goes chunk by chunk: a rank puts its wire values
 // into its slot of host memory (a copy, or a kernel rounding to BF16), waits
@@ -11,17 +12,28 @@
 // rank has arrived at the next chunk, which it does after reading that slot,
 // so one wait per chunk is enough. Doubles cross exactly. CUDA builds only.
 //
-// On a stream (allreduce_on_stream) the same exchange runs inside one kernel
+// Sums of at least GpuAllReduceSizes::internal_copy_min_bytes wire bytes go
+// through the GPUs' copy engines instead (CopyExchange), in chunks, with an
+// add kernel per chunk, on the engine's stream or the caller's. Float sums
+// take a BF16 wire by default (from internal_bf16_min_bytes on): PCIe
+// through host memory is the slowest link there is.
+//
+// On a stream (allreduce_on_stream) the small exchange runs inside one kernel
 // per call on the rank's stream, with a token per block in mapped host
 // memory instead of the host's counters (allreduce_cuda_kernels.h), so the
 // host never waits. Its slots and tokens are its own, allocated at the
 // first such call.
+//
+// Counts that differ between the ranks are named as such, except where one
+// takes the copy engines and the other not: that shows as a rank that did
+// not arrive (the rank group always passes equal counts).
 //
 // Failure: a rank whose peer does not arrive within the timeout, abort(), or
 // a CUDA error fails the group; the other rank stops waiting at once. No
 // rank writes into the other's device memory, so giving up is always safe.
 // On a stream a timeout shows in failed() once the kernel has ended.
 
+#include "ggml-ext/allreduce_copy_exchange.h"
 #include "ggml-ext/allreduce_engine.h"
 #include "ggml-ext/allreduce_failure.h"
 #include "ggml-ext/cuda_runtime.h"
@@ -30,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace llama_tp {
 
@@ -45,6 +58,7 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     const char * name() const override { return "internal"; }
     int n_ranks() const override { return 2; }
     bool takes_device_memory() const override { return true; }
+    bool rounds_to_bf16() const override;
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
     bool runs_on_stream() const override { return true; }
@@ -77,22 +91,36 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
         uint64_t chunks = 0;  // chunks queued (owner only)
     };
 
+    // How one call crosses: its wire, and whether through the copy engines.
+    struct CallPath {
+        WireType wire = WireType::F32;
+        bool copy_engines = false;
+        size_t chunk_bytes = 0;  // with copy_engines
+    };
+
+    template <typename T>
+    CallPath path_of(size_t n) const;
     template <typename T>
     void run(int rank, T * data, size_t n);
     template <typename T>
     void queue(int rank, T * data, size_t n, void * stream);
+    template <typename T>
+    bool queue_through_copy_engines(int rank, T * data, size_t n, const CallPath & path, cudaStream_t stream);
     void allocate_stream_sides();
     int stream_error() const;
     template <typename T>
-    bool exchange_chunk(int rank, T * data, size_t n, size_t len);
+    bool exchange_chunk(int rank, T * data, size_t n, size_t len, WireType wire);
     bool await_peer(int rank, uint64_t chunk);
 
-    const WireType wire_;
+    const std::optional<WireType> wire_;
+    const GpuAllReduceSizes sizes_;
     const double timeout_s_;
     RankState ranks_[2];
     StreamSide stream_sides_[2];
     std::once_flag stream_sides_allocated_;
     std::unique_ptr<MappedHostBuffer> stream_error_;  // ExchangeError, written by the kernels
+    std::unique_ptr<CopyExchange> copy_;              // at the first call that takes it
+    std::once_flag copy_allocated_;
 };
 
 }  // namespace llama_tp

@@ -52,7 +52,7 @@ MpiAllReduce::MpiAllReduce(MPI_Comm data, MpiPeers peers, const AllReduceConfig 
       peers_(std::move(peers)),
       n_local_(config.n_ranks),
       first_rank_(peers_.process * config.n_ranks),
-      wire_(config.wire),
+      wire_(config.wire.value_or(WireType::F32)),
       timeout_s_(config.timeout_s),
       slots_(config.n_ranks) {
     if (n_local_ < 1) throw Error("allreduce engine mpi needs at least 1 rank per process");

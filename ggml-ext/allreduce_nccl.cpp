@@ -1,11 +1,11 @@
 #include "ggml-ext/allreduce_nccl.h"
 
 #include "ggml-ext/allreduce_cuda_kernels.h"
+#include "ggml-ext/allreduce_wire.h"
 #include "ggml-ext/error.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 namespace llama_tp {
@@ -15,19 +15,9 @@ void check_nccl(ncclResult_t status, const char * what) {
     if (status != ncclSuccess) throw Error(std::string(what) + ": " + ncclGetErrorString(status));
 }
 
-size_t bf16_min_bytes() {
-    const char * v = std::getenv("LLAMA_TP_NCCL_BF16_MIN_BYTES");
-    if (!v || !*v) return 65536;
-    char * end = nullptr;
-    const unsigned long long bytes = std::strtoull(v, &end, 10);
-    if (*end != '\0') throw Error(std::string("LLAMA_TP_NCCL_BF16_MIN_BYTES must be a byte count, not '") + v + "'");
-    return (size_t) bytes;
-}
-
 }  // namespace
 
-NcclAllReduce::NcclAllReduce(const AllReduceConfig & config)
-    : wire_(config.wire), timeout_s_(config.timeout_s), bf16_min_bytes_(bf16_min_bytes()) {
+void NcclAllReduce::check_devices(const AllReduceConfig & config) {
     if (config.memory != RankMemory::Cuda) throw Error("the ranks' values are in host memory");
     if ((int) config.cuda_devices.size() != config.n_ranks) {
         throw Error("needs one CUDA device per rank (" + std::to_string(config.cuda_devices.size()) + " for " +
@@ -41,8 +31,51 @@ NcclAllReduce::NcclAllReduce(const AllReduceConfig & config)
             }
         }
     }
+}
+
+NcclAllReduce::NcclAllReduce(const AllReduceConfig & config)
+    : wire_(config.wire),
+      timeout_s_(config.timeout_s),
+      bf16_min_bytes_(config.gpu_sizes.nccl_bf16_min_bytes),
+      total_ranks_(config.n_ranks) {
+    check_devices(config);
     std::vector<ncclComm_t> comms(config.cuda_devices.size());
     check_nccl(ncclCommInitAll(comms.data(), (int) comms.size(), config.cuda_devices.data()), "ncclCommInitAll");
+    start(config, std::move(comms));
+}
+
+NcclAllReduce::NcclAllReduce(const AllReduceConfig & config, const NcclSpan & span)
+    : wire_(config.wire),
+      timeout_s_(config.timeout_s),
+      bf16_min_bytes_(config.gpu_sizes.nccl_bf16_min_bytes),
+      first_rank_(span.first_rank),
+      total_ranks_(span.total_ranks) {
+    check_devices(config);
+    if (span.first_rank < 0 || span.first_rank + config.n_ranks > span.total_ranks) {
+        throw Error("ranks [" + std::to_string(span.first_rank) + ", " +
+                    std::to_string(span.first_rank + config.n_ranks) + ") are not among the group's " +
+                    std::to_string(span.total_ranks));
+    }
+    // One process's ranks join in one NCCL group: each init waits for the others.
+    std::vector<ncclComm_t> comms(config.cuda_devices.size());
+    ncclResult_t status = ncclGroupStart();
+    for (size_t r = 0; r < comms.size() && status == ncclSuccess; ++r) {
+        CurrentDevice current(config.cuda_devices[r]);
+        status = ncclCommInitRank(&comms[r], span.total_ranks, span.id, span.first_rank + (int) r);
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    if (status == ncclSuccess) status = ended;
+    if (status != ncclSuccess) {
+        for (ncclComm_t comm : comms) {
+            if (comm) ncclCommAbort(comm);
+        }
+        check_nccl(status, "ncclCommInitRank");
+    }
+    start(config, std::move(comms));
+}
+
+// Takes the communicators (destroying them if it throws) and connects the ranks.
+void NcclAllReduce::start(const AllReduceConfig & config, std::vector<ncclComm_t> comms) {
     ranks_.resize(comms.size());
     for (size_t r = 0; r < comms.size(); ++r) {
         ranks_[r].device = config.cuda_devices[r];
@@ -52,8 +85,9 @@ NcclAllReduce::NcclAllReduce(const AllReduceConfig & config)
         for (RankState & r : ranks_) r.stream = std::make_unique<CudaStream>(r.device);
         connect();
     } catch (...) {
+        // Aborted, not destroyed: a rank of another process may never have come.
         for (RankState & r : ranks_) {
-            ncclCommDestroy(r.comm);
+            ncclCommAbort(r.comm);
             if (r.scratch) (void) cudaFree(r.scratch);
         }
         throw;
@@ -88,6 +122,10 @@ NcclAllReduce::~NcclAllReduce() {
     }
 }
 
+bool NcclAllReduce::rounds_to_bf16() const {
+    return rounds_any_call(wire_, bf16_min_bytes_);
+}
+
 void NcclAllReduce::allreduce(int rank, float * data, size_t n) {
     reduce(rank, data, n, nullptr);
 }
@@ -104,17 +142,23 @@ void NcclAllReduce::allreduce_on_stream(int rank, double * data, size_t n, void 
     reduce(rank, data, n, static_cast<cudaStream_t>(stream));
 }
 
+// This process's state of a global rank; nullptr (the group failed) for another's.
+NcclAllReduce::RankState * NcclAllReduce::local(int rank) {
+    const int index = rank - first_rank_;
+    if (index >= 0 && index < (int) ranks_.size()) return &ranks_[index];
+    fail_and_abort(bad_rank_message(rank, n_ranks()) +
+                   (ranks_.size() < (size_t) total_ranks_ ? " (or not one of this process's)" : ""));
+    return nullptr;
+}
+
 void NcclAllReduce::reduce(int rank, float * data, size_t n, cudaStream_t stream) {
-    if (rank < 0 || rank >= n_ranks()) {
-        fail_and_abort(bad_rank_message(rank, n_ranks()));
-        return;
-    }
-    if (failed() || n == 0) return;
-    RankState & me = ranks_[rank];
+    RankState * state = local(rank);
+    if (!state || failed() || n == 0) return;
+    RankState & me = *state;
     const cudaStream_t s = stream ? stream : me.stream->get();
     try {
         CurrentDevice current(me.device);
-        if (wire_ != WireType::BF16 || n * sizeof(float) < bf16_min_bytes_) {
+        if (wire_of_call(wire_, bf16_min_bytes_, n * sizeof(float)) == WireType::F32) {
             queue_sum(me, data, n, ncclFloat32, s);
         } else {
             void * wire = scratch(me, n * 2);
@@ -126,16 +170,13 @@ void NcclAllReduce::reduce(int rank, float * data, size_t n, cudaStream_t stream
         fail_and_abort(std::string("allreduce: ") + e.what());
         return;
     }
-    if (!stream) finish(rank);
+    if (!stream) finish(rank, me);
 }
 
 void NcclAllReduce::reduce(int rank, double * data, size_t n, cudaStream_t stream) {
-    if (rank < 0 || rank >= n_ranks()) {
-        fail_and_abort(bad_rank_message(rank, n_ranks()));
-        return;
-    }
-    if (failed() || n == 0) return;
-    RankState & me = ranks_[rank];
+    RankState * state = local(rank);
+    if (!state || failed() || n == 0) return;
+    RankState & me = *state;
     try {
         CurrentDevice current(me.device);
         queue_sum(me, data, n, ncclFloat64, stream ? stream : me.stream->get());
@@ -143,7 +184,7 @@ void NcclAllReduce::reduce(int rank, double * data, size_t n, cudaStream_t strea
         fail_and_abort(std::string("allreduce: ") + e.what());
         return;
     }
-    if (!stream) finish(rank);
+    if (!stream) finish(rank, me);
 }
 
 // In place on the stream; nothing once the group has failed.
@@ -154,8 +195,7 @@ void NcclAllReduce::queue_sum(RankState & me, void * data, size_t n, ncclDataTyp
 }
 
 // Waits for the rank's own stream; a call that does not end fails the group.
-void NcclAllReduce::finish(int rank) {
-    RankState & me = ranks_[rank];
+void NcclAllReduce::finish(int rank, RankState & me) {
     try {
         if (!wait_for_stream(me.stream->get(), me.device, timeout_s_, failure_.flag()) && !failed()) {
             char why[160];

@@ -12,6 +12,7 @@ class NoneAllReduce final : public AllReduceWithGroupFailure {
     explicit NoneAllReduce(const AllReduceConfig & config);
 
     const char * name() const override { return "none"; }
+    bool rounds_to_bf16() const override { return false; }
     int n_ranks() const override { return 1; }
     void allreduce(int rank, float *, size_t) override { check_rank(rank); }
     void allreduce(int rank, double *, size_t) override { check_rank(rank); }

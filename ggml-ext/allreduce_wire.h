@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 namespace llama_tp {
 
@@ -25,6 +26,18 @@ inline float round_to_bf16(float x) {
     float y;
     std::memcpy(&y, &out, sizeof y);
     return y;
+}
+
+// The wire of one float sum of `bytes` (its F32 values) where the caller
+// asked for `asked`: that, or where unset BF16 from bf16_min_bytes on (0: never).
+inline WireType wire_of_call(std::optional<WireType> asked, size_t bf16_min_bytes, size_t bytes) {
+    if (asked) return *asked;
+    return bf16_min_bytes != 0 && bytes >= bf16_min_bytes ? WireType::BF16 : WireType::F32;
+}
+
+// Whether an engine choosing by wire_of_call rounds any float sum.
+inline bool rounds_any_call(std::optional<WireType> asked, size_t bf16_min_bytes) {
+    return asked ? *asked == WireType::BF16 : bf16_min_bytes != 0;
 }
 
 // dst[i] = src[i] as it arrives over the wire (dst may equal src).

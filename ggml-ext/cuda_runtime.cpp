@@ -41,6 +41,24 @@ CudaStream::~CudaStream() {
     if (stream_) (void) cudaStreamDestroy(stream_);
 }
 
+CudaEvent::CudaEvent(int device) {
+    CurrentDevice current(device);
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags", device);
+}
+
+CudaEvent::~CudaEvent() {
+    if (event_) (void) cudaEventDestroy(event_);
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, int device) {
+    CurrentDevice current(device);
+    check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc", device);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (data_) (void) cudaFree(data_);
+}
+
 MappedHostBuffer::MappedHostBuffer(size_t bytes, int device) : bytes_(bytes) {
     check_cuda(cudaHostAlloc(&host_, bytes, cudaHostAllocPortable | cudaHostAllocMapped), "cudaHostAlloc", device);
     const cudaError_t mapped = cudaHostGetDevicePointer(&device_, host_, 0);

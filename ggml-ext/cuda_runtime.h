@@ -53,6 +53,32 @@ class CudaStream {
     cudaStream_t stream_ = nullptr;
 };
 
+// An event for ordering streams (no timing), of the device current at its creation.
+class CudaEvent {
+  public:
+    explicit CudaEvent(int device);
+    ~CudaEvent();
+    CudaEvent(const CudaEvent &) = delete;
+    CudaEvent & operator=(const CudaEvent &) = delete;
+    cudaEvent_t get() const { return event_; }
+
+  private:
+    cudaEvent_t event_ = nullptr;
+};
+
+// Device memory of one device.
+class DeviceBuffer {
+  public:
+    DeviceBuffer(size_t bytes, int device);
+    ~DeviceBuffer();
+    DeviceBuffer(const DeviceBuffer &) = delete;
+    DeviceBuffer & operator=(const DeviceBuffer &) = delete;
+    void * get() const { return data_; }
+
+  private:
+    void * data_ = nullptr;
+};
+
 // Page-locked host memory that every device reads and writes directly
 // (mapped, portable): what two GPUs without a peer link exchange values through.
 class MappedHostBuffer {

@@ -1,5 +1,8 @@
 // The process group over MPI (built with LLAMA_TP_MPI).
 #include "ggml-ext/allreduce_mpi.h"
+#ifdef LLAMA_TP_HAVE_NCCL
+#include "ggml-ext/allreduce_nccl_processes.h"
+#endif
 #include "ggml-ext/error.h"
 #include "ggml-ext/mpi_wait.h"
 #include "ggml-ext/process_group.h"
@@ -144,16 +147,35 @@ class MpiProcessGroup final : public ProcessGroup {
     }
 
     std::unique_ptr<AllReduceEngine> make_allreduce(const AllReduceConfig & config) override {
+        AllReduceConfig c = config;
+        c.timeout_s = timeout_s_;
+        if (std::unique_ptr<AllReduceEngine> nccl = nccl_across(c)) return nccl;
         MpiPeers peers;
         peers.process = rank_;
         peers.hosts = hosts_;
         peers.abandoned = abandoned_;
-        AllReduceConfig c = config;
-        c.timeout_s = timeout_s_;
         return std::make_unique<MpiAllReduce>(data_.get(), peers, c);
     }
 
   private:
+    // NCCL across the processes where the ranks are on CUDA devices and the
+    // engine is auto or nccl; nullptr, with one warning line from process 0
+    // where nccl was possible or asked for, when it cannot.
+    std::unique_ptr<AllReduceEngine> nccl_across(const AllReduceConfig & c) {
+        const std::string name = normalized_engine_name(c.engine);
+        if (c.memory != RankMemory::Cuda || (name != "auto" && !name.empty() && name != "nccl")) return nullptr;
+        std::string why;
+#ifdef LLAMA_TP_HAVE_NCCL
+        if (std::unique_ptr<AllReduceEngine> engine = join_nccl_across(*this, c, why)) return engine;
+#else
+        if (name != "nccl") return nullptr;
+        why = "needs a build with LLAMA_TP_NCCL=ON";
+#endif
+        if (rank_ == 0)
+            std::fprintf(stderr, "llama-tp: warning: allreduce engine nccl unavailable (%s); using mpi\n", why.c_str());
+        return nullptr;
+    }
+
     void refuse_if_abandoned(const char * what) const {
         if (abandoned_->load()) throw Error(std::string(what) + ": the process group has failed");
     }

@@ -50,7 +50,9 @@ class ProcessGroup {
 
     // The engine for this process's ranks: config.n_ranks of them, global
     // ranks [rank() * n, rank() * n + n), summed with every other process's.
-    // Local ranks meet in shared memory, processes through MPI.
+    // Ranks on CUDA devices sum through NCCL across the processes where the
+    // build has it, every process can join and the engine is auto or nccl;
+    // otherwise local ranks meet in shared memory, processes through MPI.
     virtual std::unique_ptr<AllReduceEngine> make_allreduce(const AllReduceConfig & config) = 0;
 };
 

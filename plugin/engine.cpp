@@ -437,7 +437,7 @@ class TensorParallelEngine final : public Engine {
             check_kv_type(options_.kv_types.k, s.head_dim, "the K");
             check_kv_type(options_.kv_types.v, s.head_dim, "the V");
         }
-        if (options_.split_invariant == true && options_.allreduce_bf16) {
+        if (options_.split_invariant == true && options_.allreduce_wire == WireType::BF16) {
             throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
         }
     }
@@ -474,7 +474,7 @@ class TensorParallelEngine final : public Engine {
             return;
         }
         const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
-        if (!asked) options_.split_invariant = one_pass && !options_.allreduce_bf16;
+        if (!asked) options_.split_invariant = one_pass && options_.allreduce_wire != WireType::BF16;
         decide_products();
         if (options_.processes && options_.processes->rank() != 0) return;
         if (*options_.split_invariant && one_pass) {
@@ -513,7 +513,8 @@ class TensorParallelEngine final : public Engine {
         const std::string env = allreduce_engine_from_env();
         ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
         ac.n_ranks = n_ranks;
-        ac.wire = options_.allreduce_bf16 ? WireType::BF16 : WireType::F32;
+        ac.wire = options_.exact_sums() ? WireType::F32 : options_.allreduce_wire;
+        ac.gpu_sizes = GpuAllReduceSizes::from_env();
         // Ranks on CUDA devices only: engines of device memory may serve them.
         for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(physical_cuda_device(d));
         // (--portable-graph copies every collective's values to the host.)
@@ -524,23 +525,25 @@ class TensorParallelEngine final : public Engine {
         return ac;
     }
 
-    // Across processes the mpi engine joins them; the other engines join
-    // threads of one process only.
+    // Across processes the mpi engine joins them, or nccl where the ranks
+    // are on CUDA devices; the other engines join threads of one process only.
     std::unique_ptr<AllReduceEngine> process_allreduce(ProcessGroup & processes) const {
         AllReduceConfig ac = allreduce_config(options_.tp);
         const std::string name = normalized_engine_name(ac.engine);
-        if (name != "auto" && name != "mpi") {
+        if (name != "auto" && name != "mpi" && name != "nccl") {
             throw Error("allreduce engine '" + ac.engine + "' joins the ranks of one process; ranks in " +
-                        std::to_string(processes.size()) + " processes need mpi (or auto)");
+                        std::to_string(processes.size()) + " processes need mpi, nccl (or auto)");
         }
+        std::unique_ptr<AllReduceEngine> engine = processes.make_allreduce(ac);
         if (processes.rank() == 0) {
-            std::fprintf(stderr,
-                         "llama-tp: allreduce engine mpi (%s: %d ranks in %d processes, %d per process; "
-                         "MPI across processes, shared memory inside one)\n",
-                         name == "auto" ? "auto" : "requested", options_.tp * processes.size(), processes.size(),
-                         options_.tp);
+            const bool nccl = std::string(engine->name()) == "nccl";
+            std::fprintf(
+                stderr, "llama-tp: allreduce engine %s (%s: %d ranks in %d processes, %d per process; %s)\n",
+                engine->name(), name == "auto" ? "auto" : "requested", options_.tp * processes.size(), processes.size(),
+                options_.tp,
+                nccl ? "NCCL across processes, in device memory" : "MPI across processes, shared memory inside one");
         }
-        return processes.make_allreduce(ac);
+        return engine;
     }
 
     // The output-head rows each process's ranks hold together; with
@@ -631,6 +634,11 @@ class TensorParallelEngine final : public Engine {
         return s;
     }
 
+    std::string wire_text() const {
+        if (!options_.allreduce_wire) return ", the engine's wire";
+        return *options_.allreduce_wire == WireType::BF16 ? ", bf16 wire" : ", f32 wire";
+    }
+
     std::string setup_text(const GgufFile & file) const {
         char digest[32];
         std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) file.header_digest());
@@ -639,7 +647,7 @@ class TensorParallelEngine final : public Engine {
         return "model: " + std::to_string(file.file_size()) + " bytes, header digest " + digest + "\n" +
                "build: " + LLAMA_TP_BUILD_ID + "\n" + "ranks per process: " + std::to_string(options_.tp) + "\n" +
                "tensor split: " + (split.empty() ? "even" : split) + "\n" + "allreduce: " + options_.allreduce +
-               (options_.allreduce_bf16 ? ", bf16 wire" : ", f32 wire") + "\n" + "split-invariant: " +
+               wire_text() + "\n" + "split-invariant: " +
                (options_.split_invariant ? (*options_.split_invariant ? "yes" : "no") : "where free") + "\n" +
                "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
                " sequences, " + (options_.kv_unified ? "unified" : "per sequence") +
@@ -729,6 +737,7 @@ class TensorParallelEngine final : public Engine {
         }
         info_.tp = group_->n_ranks();
         info_.allreduce = group_->allreduce_name();
+        info_.allreduce_bf16 = group_->allreduce_rounds_to_bf16();
         info_.shard_plan = info_.tp > 1 ? plan_.describe() : "";
         info_.split_tiled = info_.tp == 1 || plan_.tiled(hp_);
     }

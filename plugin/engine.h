@@ -2,6 +2,7 @@
 // The runtime a server or tool drives: a loaded model, its KV cache, and
 // batched decode over many sequences. Not thread-safe: one thread owns it.
 
+#include "ggml-ext/allreduce_engine.h"
 #include "plugin/batch.h"
 #include "plugin/classifier_head.h"
 #include "plugin/control_vector.h"
@@ -87,7 +88,10 @@ struct EngineOptions {
     ProcessGroup * processes = nullptr;
     std::vector<float> tensor_split;  // empty: even
     std::string allreduce = "auto";   // --allreduce; "auto" honours LLAMA_TP_ALLREDUCE
-    bool allreduce_bf16 = false;      // BF16 on the wire
+    // The float sums' wire: --bf16-wire, --f32-wire; unset: the engine's
+    // (F32 in host memory, BF16 from a size on between GPUs). Split-invariant
+    // sums take F32 whatever is asked.
+    std::optional<WireType> allreduce_wire;
     // Results that do not depend on the split: the row-parallel products are
     // summed on a reduction grid fixed by the model and added exactly, so
     // every --tp and -ts on the grid, one device included, gives the same

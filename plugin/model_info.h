@@ -29,8 +29,9 @@ struct ModelInfo {
     uint64_t file_size = 0;
     uint64_t header_digest = 0;  // GgufFile::header_digest(): equal for the same model file
     int32_t tp = 1;
-    std::string allreduce;   // engine name
-    std::string shard_plan;  // what each rank holds
+    std::string allreduce;        // engine name
+    bool allreduce_bf16 = false;  // some float sums cross its wire in BF16
+    std::string shard_plan;       // what each rank holds
     // Every boundary between ranks in every matrix falls on a 16-row tile of
     // ggml's kernels (what makes split-invariant sums bit-identical).
     bool split_tiled = true;

@@ -48,6 +48,7 @@ class MpiRankGroup final : public RankGroup {
     std::vector<CollectiveStats> collective_stats() const override;
     int64_t graph_builds() const override { return local_->graph_builds(); }
     std::string allreduce_name() const override { return local_->allreduce_name(); }
+    bool allreduce_rounds_to_bf16() const override { return local_->allreduce_rounds_to_bf16(); }
     std::string failure() const override;
     void abort(const std::string & why) override { local_->abort(why); }
 

@@ -39,6 +39,7 @@ class RankGroup {
     virtual std::vector<CollectiveStats> collective_stats() const = 0;
     virtual int64_t graph_builds() const = 0;  // rank 0's
     virtual std::string allreduce_name() const = 0;
+    virtual bool allreduce_rounds_to_bf16() const = 0;  // AllReduceEngine::rounds_to_bf16
 
     // Why the group failed for good ("" while it works); safe from any thread.
     virtual std::string failure() const = 0;

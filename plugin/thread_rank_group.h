@@ -56,6 +56,7 @@ class ThreadRankGroup final : public RankGroup {
     std::vector<CollectiveStats> collective_stats() const override;
     int64_t graph_builds() const override;
     std::string allreduce_name() const override;
+    bool allreduce_rounds_to_bf16() const override { return allreduce_ && allreduce_->rounds_to_bf16(); }
     std::string failure() const override;
     void abort(const std::string & why) override;
 

@@ -485,9 +485,9 @@ int main(int argc, char ** argv) {
         "slots %d, batch %d, threads %d, chat template %s, api key %s, listening on %s",
         state.model_name.c_str(), info.architecture.c_str(), human_count(info.n_params).c_str(), info.tp,
         engine->info().allreduce.c_str(),
-        engine->options().exact_sums() ? ", split-invariant sums"
-        : opts.engine.allreduce_bf16   ? ", bf16 wire"
-                                       : "",
+        engine->options().exact_sums()  ? ", split-invariant sums"
+        : engine->info().allreduce_bf16 ? ", bf16 wire"
+                                        : "",
         n_ctx, n_ctx_slot, opts.engine.kv_unified ? "KV cells shared" : "KV cells per slot", opts.n_parallel,
         engine->options().n_batch, engine->options().n_threads, chat->origin().c_str(),
         opts.api_keys.empty() ? "off" : "on", urls.c_str());

@@ -150,7 +150,19 @@ const std::vector<Flag> & own_flags() {
          "LLAMA_ARG_BF16_WIRE",
          "BF16 on the AllReduce wire for the layers' partial sums (for links slower than memory; "
          "about 2^-9 relative rounding per sum)",
-         [](ServerOptions & o, const std::string &, const std::string &) { o.engine.allreduce_bf16 = true; }},
+         [](ServerOptions & o, const std::string & f, const std::string &) {
+             if (o.engine.allreduce_wire == WireType::F32) throw UsageError(f + " and --f32-wire exclude each other");
+             o.engine.allreduce_wire = WireType::BF16;
+         }},
+        {{"--f32-wire"},
+         "",
+         "LLAMA_ARG_F32_WIRE",
+         "F32 on the AllReduce wire for every float sum (the default in host memory; between GPUs the engines "
+         "take BF16 from a size on)",
+         [](ServerOptions & o, const std::string & f, const std::string &) {
+             if (o.engine.allreduce_wire == WireType::BF16) throw UsageError(f + " and --bf16-wire exclude each other");
+             o.engine.allreduce_wire = WireType::F32;
+         }},
         {{"--split-invariant"},
          "",
          "LLAMA_ARG_SPLIT_INVARIANT",

@@ -90,6 +90,15 @@ else
     echo "note: no $collective_header beside the $mode headers ($runtime_dir): the $collective engine is not compiled"
 fi
 
+# The MPI process group with the collective library, where Open MPI's wrapper names its flags.
+mpi_flags=()
+if [[ " ${defines[*]} " == *" -D$macro "* ]] && command -v mpicxx >/dev/null &&
+    mpi_compile=$(mpicxx --showme:compile 2>/dev/null); then
+    # (system headers: their C++ bindings do not pass our warnings)
+    read -r -a mpi_flags <<< "${mpi_compile//-I/-isystem }"
+    mpi_flags+=(-DLLAMA_TP_HAVE_MPI)
+fi
+
 mkdir -p "$work"
 compiled=0
 for f in "$@"; do
@@ -99,7 +108,12 @@ for f in "$@"; do
             "${launcher[@]}" "$compiler" "${kernel_flags[@]}" "${defines[@]}" -I"$src" -c "$src/$f" -o "$out" ;;
         *)
             [[ $f == *nccl* && " ${defines[*]} " != *" -D$macro "* ]] && continue
-            "${launcher[@]}" "${CXX:-c++}" -std=c++17 "${warnings[@]}" "${defines[@]}" -I"$src" \
+            extra=()
+            if [[ $f == *mpi* ]]; then
+                [[ ${#mpi_flags[@]} -gt 0 ]] || { echo "note: $f not compiled (no $collective, or no Open MPI mpicxx)"; continue; }
+                extra=("${mpi_flags[@]}")
+            fi
+            "${launcher[@]}" "${CXX:-c++}" -std=c++17 "${warnings[@]}" "${defines[@]}" "${extra[@]}" -I"$src" \
                 "${gpu_includes[@]}" "${ggml_includes[@]}" -c "$src/$f" -o "$out" ;;
     esac
     echo "compiled $f"

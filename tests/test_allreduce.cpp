@@ -424,6 +424,7 @@ class StandInEngine final : public AllReduceEngine {
     const char * name() const override { return name_; }
     int n_ranks() const override { return n_ranks_; }
     bool takes_device_memory() const override { return device_; }
+    bool rounds_to_bf16() const override { return false; }
     void allreduce(int, float *, size_t) override {}
     void allreduce(int, double *, size_t) override {}
     bool failed() const override { return false; }
@@ -571,6 +572,99 @@ TEST(AllReduceFactory, EnvironmentPrefersOwnVariableOverUpstreams) {
         ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
         ScopedEnv upstream("GGML_CUDA_ALLREDUCE", "none");
         EXPECT_EQ(allreduce_engine_from_env(), "butterfly");
+    }
+}
+
+// Every variable of the GPU engines' sizes, unset for one scope.
+struct NoSizeVariables {
+    ScopedEnv a{"LLAMA_TP_NCCL_BF16_MIN_BYTES", nullptr}, b{"LLAMA_TP_INTERNAL_BF16_MIN_BYTES", nullptr},
+        c{"GGML_CUDA_AR_BF16_THRESHOLD", nullptr}, d{"LLAMA_TP_INTERNAL_COPY_MIN_BYTES", nullptr},
+        e{"GGML_CUDA_AR_COPY_THRESHOLD", nullptr}, f{"LLAMA_TP_INTERNAL_COPY_CHUNK_BYTES", nullptr},
+        g{"GGML_CUDA_AR_COPY_CHUNK_BYTES", nullptr};
+};
+
+TEST(GpuAllReduceSizes, DefaultsWithoutTheEnvironment) {
+    NoSizeVariables none;
+    const GpuAllReduceSizes s = GpuAllReduceSizes::from_env();
+    EXPECT_EQ(s.nccl_bf16_min_bytes, size_t(65536));
+    EXPECT_EQ(s.internal_bf16_min_bytes, size_t(1));
+    EXPECT_EQ(s.internal_copy_min_bytes, size_t(1) << 20);
+    EXPECT_EQ(s.internal_copy_chunk_bytes, size_t(0));
+    // By size: a quarter of the call, within [512 KiB, 2 MiB].
+    EXPECT_EQ(s.copy_chunk_bytes(size_t(1) << 20), size_t(512) << 10);
+    EXPECT_EQ(s.copy_chunk_bytes(size_t(4) << 20), size_t(1) << 20);
+    EXPECT_EQ(s.copy_chunk_bytes(size_t(64) << 20), size_t(2) << 20);
+}
+
+TEST(GpuAllReduceSizes, OwnVariablesBeforeUpstreams) {
+    NoSizeVariables none;
+    ScopedEnv upstream_copy("GGML_CUDA_AR_COPY_THRESHOLD", "4194304");
+    ScopedEnv upstream_chunk("GGML_CUDA_AR_COPY_CHUNK_BYTES", "1M");
+    ScopedEnv upstream_bf16("GGML_CUDA_AR_BF16_THRESHOLD", "0");
+    GpuAllReduceSizes s = GpuAllReduceSizes::from_env();
+    EXPECT_EQ(s.internal_copy_min_bytes, size_t(4) << 20);
+    EXPECT_EQ(s.internal_copy_chunk_bytes, size_t(1) << 20);
+    EXPECT_EQ(s.copy_chunk_bytes(size_t(64) << 20), size_t(1) << 20) << "a fixed chunk whatever the size";
+    EXPECT_EQ(s.internal_bf16_min_bytes, size_t(0));
+
+    ScopedEnv own_copy("LLAMA_TP_INTERNAL_COPY_MIN_BYTES", "0");
+    ScopedEnv own_chunk("LLAMA_TP_INTERNAL_COPY_CHUNK_BYTES", "256k");
+    ScopedEnv own_bf16("LLAMA_TP_INTERNAL_BF16_MIN_BYTES", "2G");
+    ScopedEnv nccl("LLAMA_TP_NCCL_BF16_MIN_BYTES", "128K");
+    s = GpuAllReduceSizes::from_env();
+    EXPECT_EQ(s.internal_copy_min_bytes, size_t(0));
+    EXPECT_EQ(s.internal_copy_chunk_bytes, size_t(256) << 10);
+    EXPECT_EQ(s.internal_bf16_min_bytes, size_t(2) << 30);
+    EXPECT_EQ(s.nccl_bf16_min_bytes, size_t(128) << 10);
+}
+
+TEST(GpuAllReduceSizes, MalformedValuesNameTheirVariable) {
+    NoSizeVariables none;
+    for (const char * bad : {"", "x", "12KB", "-1", "1.5M", " 7", "99999999999999999999"}) {
+        ScopedEnv v("GGML_CUDA_AR_COPY_THRESHOLD", bad);
+        if (!*bad) {
+            EXPECT_EQ(GpuAllReduceSizes::from_env().internal_copy_min_bytes, size_t(1) << 20) << "empty is unset";
+            continue;
+        }
+        try {
+            GpuAllReduceSizes::from_env();
+            ADD_FAILURE() << "accepted '" << bad << "'";
+        } catch (const Error & e) {
+            EXPECT_NE(std::string(e.what()).find("GGML_CUDA_AR_COPY_THRESHOLD must be a byte count"), std::string::npos)
+                << e.what();
+            EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+        }
+    }
+    ScopedEnv tiny("LLAMA_TP_INTERNAL_COPY_CHUNK_BYTES", "4096");
+    try {
+        GpuAllReduceSizes::from_env();
+        ADD_FAILURE() << "accepted a 4 KiB chunk";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("at least 64K, not 4096 bytes"), std::string::npos) << e.what();
+    }
+}
+
+TEST(AllReduceWire, TheCallersWireElseTheEnginesBySize) {
+    EXPECT_EQ(wire_of_call(WireType::F32, 1, 1 << 20), WireType::F32);
+    EXPECT_EQ(wire_of_call(WireType::BF16, 1 << 20, 4), WireType::BF16) << "asked for: every call";
+    EXPECT_EQ(wire_of_call(std::nullopt, 65536, 65532), WireType::F32);
+    EXPECT_EQ(wire_of_call(std::nullopt, 65536, 65536), WireType::BF16);
+    EXPECT_EQ(wire_of_call(std::nullopt, 0, size_t(1) << 30), WireType::F32) << "0: never";
+    EXPECT_TRUE(rounds_any_call(std::nullopt, 1));
+    EXPECT_FALSE(rounds_any_call(std::nullopt, 0));
+    EXPECT_FALSE(rounds_any_call(WireType::F32, 1));
+    EXPECT_TRUE(rounds_any_call(WireType::BF16, 0));
+}
+
+// Host memory is the fastest link there is: the host engines round only when asked.
+TEST(AllReduceWire, HostEnginesKeepF32UnlessAsked) {
+    for (const char * name : {"cpu", "butterfly"}) {
+        AllReduceConfig c;
+        c.engine = name;
+        c.n_ranks = 2;
+        EXPECT_FALSE(make_allreduce_engine(c)->rounds_to_bf16()) << name;
+        c.wire = WireType::BF16;
+        EXPECT_TRUE(make_allreduce_engine(c)->rounds_to_bf16()) << name;
     }
 }
 

@@ -1,10 +1,12 @@
 // The GPU engines on real devices (CUDA builds, run where a GPU is): two
 // ranks on two GPUs, or twice on one GPU where there is only one. Sums
-// against the cpu engine's bits, chunked calls, doubles, a missing rank and
+// against the cpu engine's bits, chunked calls, doubles, the engines' own
+// wire and the internal engine's copy-engine path, a missing rank and
 // abort; and the exact sums' kernels against the host's bits. Exits 77
 // (skipped) without a GPU.
 
 #include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/allreduce_wire.h"
 #include "ggml-ext/cuda_runtime.h"
 #include "ggml-ext/exact_sum.h"
 #include "ggml-ext/exact_sum_kernels.h"
@@ -31,7 +33,8 @@ std::vector<int> two_devices() {
     return count >= 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 0};
 }
 
-AllReduceConfig config_for(const std::string & engine, WireType wire = WireType::F32, double timeout_s = 30.0) {
+AllReduceConfig config_for(const std::string & engine, std::optional<WireType> wire = WireType::F32,
+                           double timeout_s = 30.0) {
     AllReduceConfig c;
     c.engine = engine;
     c.n_ranks = 2;
@@ -79,8 +82,12 @@ std::vector<T> random_values(size_t n, unsigned seed) {
 // the same values. on_stream: each queued on the rank's stream
 // (allreduce_on_stream) with no wait between them, then one wait.
 template <typename T>
-void check_engine(const std::string & name, size_t n, WireType wire, bool on_stream = false, int calls = 1) {
-    AllReduceConfig c = config_for(name, wire, on_stream ? 5.0 : 30.0);
+void check_engine(const std::string & name, size_t n, std::optional<WireType> asked, bool on_stream = false,
+                  int calls = 1, const GpuAllReduceSizes & sizes = GpuAllReduceSizes{}) {
+    AllReduceConfig c = config_for(name, asked, on_stream ? 5.0 : 30.0);
+    c.gpu_sizes = sizes;
+    const size_t bf16_min = name == "internal" ? sizes.internal_bf16_min_bytes : sizes.nccl_bf16_min_bytes;
+    const WireType wire = sizeof(T) == 8 ? WireType::F32 : wire_of_call(asked, bf16_min, n * sizeof(float));
     std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
     ASSERT_STREQ(engine->name(), name.c_str());
     ASSERT_TRUE(engine->takes_device_memory());
@@ -139,14 +146,88 @@ std::vector<std::string> engines() {
 TEST(CudaAllReduce, SumsMatchTheCpuEngine) {
     for (const std::string & name : engines()) {
         // One element, one block, and more than one 8 MiB chunk of the
-        // internal engine on every wire (5M values: 10 MiB in BF16).
+        // internal engine on every wire (5M values: 10 MiB in BF16), by
+        // default the largest through its copy engines, and without them.
+        GpuAllReduceSizes kernels_only;
+        kernels_only.internal_copy_min_bytes = 0;
         for (size_t n : {size_t(1), size_t(4099), size_t(5) << 20}) {
-            SCOPED_TRACE(name + " n=" + std::to_string(n));
-            check_engine<float>(name, n, WireType::F32);
-            check_engine<float>(name, n, WireType::BF16);
-            check_engine<double>(name, n, WireType::F32);
+            for (const GpuAllReduceSizes & sizes : {GpuAllReduceSizes{}, kernels_only}) {
+                SCOPED_TRACE(name + " n=" + std::to_string(n) + (sizes.internal_copy_min_bytes ? "" : ", kernels"));
+                check_engine<float>(name, n, WireType::F32, false, 1, sizes);
+                check_engine<float>(name, n, WireType::BF16, false, 1, sizes);
+                check_engine<float>(name, n, std::nullopt, false, 1, sizes);
+                check_engine<double>(name, n, WireType::F32, false, 1, sizes);
+            }
         }
     }
+}
+
+// Every call through the copy engines, in chunks of 64 KiB and pieces of
+// 8 MiB; no kernel waits for the other rank there, so one GPU serves both
+// ranks on their streams too.
+TEST(CudaAllReduce, TheCopyEnginesGiveTheCpuEnginesBits) {
+    GpuAllReduceSizes sizes;
+    sizes.internal_copy_min_bytes = 1;
+    sizes.internal_copy_chunk_bytes = GpuAllReduceSizes::kMinCopyChunkBytes;
+    for (bool on_stream : {false, true}) {
+        for (size_t n : {size_t(1), size_t(4099), size_t(100003), size_t(5) << 20}) {
+            SCOPED_TRACE(std::string(on_stream ? "on a stream" : "host waits") + " n=" + std::to_string(n));
+            check_engine<float>("internal", n, WireType::F32, on_stream, 3, sizes);
+            check_engine<float>("internal", n, WireType::BF16, on_stream, 3, sizes);
+            check_engine<double>("internal", n, WireType::F32, on_stream, 3, sizes);
+        }
+    }
+}
+
+// Small calls through the kernels, large ones through the copy engines,
+// alternating: each path keeps its own count of chunks and pieces.
+TEST(CudaAllReduce, SmallAndLargeCallsInTurn) {
+    AllReduceConfig c = config_for("internal", std::nullopt);
+    c.gpu_sizes.internal_copy_min_bytes = 64 << 10;
+    std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
+    EXPECT_TRUE(engine->rounds_to_bf16()) << "BF16 by default";
+    const std::vector<size_t> counts{1000, 300000, 7, 40000, 1 << 20};
+    std::vector<std::vector<float>> a, b;
+    std::vector<std::unique_ptr<DeviceValues<float>>> da, db;
+    for (size_t i = 0; i < counts.size(); ++i) {
+        a.push_back(random_values<float>(counts[i], 20 + (unsigned) i));
+        b.push_back(random_values<float>(counts[i], 40 + (unsigned) i));
+        da.push_back(std::make_unique<DeviceValues<float>>(c.cuda_devices[0], a[i]));
+        db.push_back(std::make_unique<DeviceValues<float>>(c.cuda_devices[1], b[i]));
+    }
+    auto rank = [&](int r, std::vector<std::unique_ptr<DeviceValues<float>>> & d) {
+        for (size_t i = 0; i < counts.size(); ++i) engine->allreduce(r, d[i]->data(), counts[i]);
+    };
+    std::thread t0([&] { rank(0, da); });
+    std::thread t1([&] { rank(1, db); });
+    t0.join();
+    t1.join();
+    ASSERT_FALSE(engine->failed()) << engine->error();
+    AllReduceConfig host;
+    host.engine = "cpu";
+    host.n_ranks = 2;
+    host.wire = WireType::BF16;
+    std::unique_ptr<AllReduceEngine> cpu = make_allreduce_engine(host);
+    for (size_t i = 0; i < counts.size(); ++i) {
+        std::vector<float> x = a[i], y = b[i];
+        std::thread h0([&] { cpu->allreduce(0, x.data(), counts[i]); });
+        std::thread h1([&] { cpu->allreduce(1, y.data(), counts[i]); });
+        h0.join();
+        h1.join();
+        const std::vector<float> ra = da[i]->read(), rb = db[i]->read();
+        EXPECT_EQ(std::memcmp(ra.data(), x.data(), counts[i] * sizeof(float)), 0) << "call " << i;
+        EXPECT_EQ(std::memcmp(rb.data(), x.data(), counts[i] * sizeof(float)), 0) << "call " << i;
+    }
+}
+
+TEST(CudaAllReduce, TheCopyEnginesNoticeAMissingRank) {
+    AllReduceConfig c = config_for("internal", WireType::F32, 0.5);
+    c.gpu_sizes.internal_copy_min_bytes = 1;
+    std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(c);
+    DeviceValues<float> d(c.cuda_devices[0], random_values<float>(1 << 20, 3));
+    engine->allreduce(0, d.data(), 1 << 20);
+    EXPECT_TRUE(engine->failed());
+    EXPECT_NE(engine->error().find("did not arrive"), std::string::npos) << engine->error();
 }
 
 // Two ranks' kernels that wait for each other need two GPUs: on one GPU

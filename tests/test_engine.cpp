@@ -593,7 +593,7 @@ TEST(TensorParallelEngine, SplitInvariantSumsRefuseABf16Wire) {
     o.n_ctx = 64;
     o.tp = 2;
     o.split_invariant = true;
-    o.allreduce_bf16 = true;
+    o.allreduce_wire = WireType::BF16;
     try {
         Engine::load(o);
         FAIL() << "loaded";

@@ -13,12 +13,13 @@
 #
 # Checks: the GPU engines' unit test; TP=1 on the GPU against upstream on the
 # GPU; TP=2 against TP=1 with the internal, nccl and butterfly engines, F32
-# and BF16 wire; --split-invariant TP=2 against TP=1 (identical
+# and BF16 wire, and each engine's own wire; --split-invariant TP=2 against TP=1 (identical
 # probabilities); decode and prefill against upstream on the 1b preset, and
 # at TP=2 on two devices of the GPU, each segment waited for on the host
 # and queued on the GPU's streams; the internal and nccl
-# engines' latency per size beside the cpu engine's; one server start
-# answering a chat completion.
+# engines' latency per size beside the cpu engine's (the internal engine
+# with its own wire and copy engines, and F32 through its kernels only);
+# one server start answering a chat completion.
 set -uo pipefail
 out=${1:?usage: tools/gpu-check.sh RESULTS_DIR}
 mkdir -p "$out"
@@ -75,10 +76,13 @@ for m in small-q8_0 small-f16; do
 done
 for engine in internal nccl butterfly; do
     step "tp2-$engine-f32" env GGML_CUDA_DEVICES=2 "$bin/llama-tp-compare" -m "$models/small-f16.gguf" \
-        --reference tp1 --tp 2 --allreduce "$engine" --json
+        --reference tp1 --tp 2 --allreduce "$engine" --f32-wire --json
     step "tp2-$engine-bf16" env GGML_CUDA_DEVICES=2 "$bin/llama-tp-compare" -m "$models/small-f16.gguf" \
         --reference tp1 --tp 2 --allreduce "$engine" --bf16-wire --json
 done
+# The engine's own wire (internal: BF16; prompts' sums through the copy engines from 4K on).
+step tp2-internal-default env GGML_CUDA_DEVICES=2 LLAMA_TP_INTERNAL_COPY_MIN_BYTES=4K "$bin/llama-tp-compare" \
+    -m "$models/small-f16.gguf" --reference tp1 --tp 2 --allreduce internal --json
 for m in small-q8_0 small-f16; do
     step "tp2-split-invariant-$m" env GGML_CUDA_DEVICES=2 "$bin/llama-tp-compare" -m "$models/$m.gguf" \
         --reference tp1 --tp 2 --allreduce internal --split-invariant --max-abs-dp 0 --json
@@ -104,6 +108,14 @@ for engine in internal nccl; do
     step "allreduce-$engine-on-stream" "$bin/llama-tp-allreduce-bench" --engine "$engine" --cuda 0,0 --on-stream \
         --iters 200 --json
 done
+# The internal engine's own choice per size (BF16; the copy engines from 1 MiB
+# of wire on), and F32 through its kernels alone, for the copy engines' gain.
+step allreduce-internal-auto "$bin/llama-tp-allreduce-bench" --engine internal --cuda 0,0 --wire auto --iters 200 \
+    --json
+step allreduce-internal-auto-on-stream "$bin/llama-tp-allreduce-bench" --engine internal --cuda 0,0 --wire auto \
+    --on-stream --iters 200 --json
+step allreduce-internal-kernels env LLAMA_TP_INTERNAL_COPY_MIN_BYTES=0 "$bin/llama-tp-allreduce-bench" \
+    --engine internal --cuda 0,0 --iters 200 --json
 step allreduce-cpu "$bin/llama-tp-allreduce-bench" --engine cpu --iters 200 --json
 
 # GET or POST (with a JSON body) to the local server: curl, else python3.

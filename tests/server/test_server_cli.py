@@ -20,7 +20,7 @@ def test_help():
     r = run("--help")
     assert r.returncode == 0
     for flag in ("--model", "--ctx-size", "--parallel", "--api-key", "--tensor-split", "--allreduce", "--tp",
-                 "--bf16-wire", "--split-invariant", "--chat-template", "--n-predict"):
+                 "--bf16-wire", "--f32-wire", "--split-invariant", "--chat-template", "--n-predict"):
         assert flag in r.stdout
 
 
@@ -193,6 +193,22 @@ def test_bf16_wire_serves_and_says_so():
         assert "bf16 wire" in summary[0], summary
     finally:
         assert s.stop() == 0
+
+
+def test_f32_wire_serves_and_excludes_bf16():
+    s = ServerProcess("--tp", "2", "-t", "2", "-c", "256", "--no-split-invariant", "--f32-wire")
+    try:
+        r = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
+        assert r.status_code == 200, r.text
+        summary = [l for l in s.log_text().splitlines() if "ready:" in l]
+        assert "bf16 wire" not in summary[0], summary
+    finally:
+        assert s.stop() == 0
+    for flags in (("--bf16-wire", "--f32-wire"), ("--f32-wire", "--bf16-wire")):
+        r = run("-m", str(model_path()), "--tp", "2", *flags, "--port", "0")
+        assert r.returncode == 2, r.stderr
+        assert "--bf16-wire and --f32-wire exclude each other" in r.stderr.replace(
+            "--f32-wire and --bf16-wire", "--bf16-wire and --f32-wire"), r.stderr
 
 
 def test_split_invariant_refuses_a_bf16_wire():

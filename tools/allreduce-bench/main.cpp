@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -32,8 +33,9 @@ const char * kUsage =
     "usage: llama-tp-allreduce-bench [options]\n"
     "  --engine NAME   cpu | butterfly | auto (default cpu; with --cuda auto); under mpirun: mpi\n"
     "  --ranks N       ranks, one thread each (default 2; under mpirun: per process, default 1)\n"
-    "  --wire TYPE     f32 | bf16 | f64 (default f32; f64: the doubles of\n"
-    "                  split-invariant sums)\n"
+    "  --wire TYPE     f32 | bf16 | f64 | auto (default f32; f64: the doubles of\n"
+    "                  split-invariant sums; auto: the engine's, as when no wire is asked for;\n"
+    "                  the GPU engines' sizes follow their environment variables)\n"
     "  --iters K       most calls measured per size (default 1000; fewer for large sizes, about 1.5 s each)\n"
     "  --cuda D,D..    the ranks' values in these CUDA devices' memory, one per rank (CUDA builds;\n"
     "                  engines auto, nccl, internal, or a host engine through host copies)\n"
@@ -49,9 +51,9 @@ constexpr double kSecondsPerSize = 1.5;
 
 struct Options {
     std::string engine = "cpu";
-    int ranks = 0;  // 0: the default for the launch
-    WireType wire = WireType::F32;
-    bool f64 = false;  // doubles (exact on any wire)
+    int ranks = 0;                                 // 0: the default for the launch
+    std::optional<WireType> wire = WireType::F32;  // unset: the engine's
+    bool f64 = false;                              // doubles (exact on any wire)
     int iters = 1000;
     bool json = false;
     std::vector<int> cuda_devices;  // --cuda
@@ -71,10 +73,10 @@ Options parse(int argc, char ** argv) {
             o.ranks = (int) a.integer(f, 1, 64);
         } else if (f == "--wire") {
             const std::string w = a.value(f);
-            if (w != "f32" && w != "bf16" && w != "f64") {
-                a.fail("invalid value '" + w + "' for --wire (expected f32, bf16 or f64)");
+            if (w != "f32" && w != "bf16" && w != "f64" && w != "auto") {
+                a.fail("invalid value '" + w + "' for --wire (expected f32, bf16, f64 or auto)");
             }
-            o.wire = w == "bf16" ? WireType::BF16 : WireType::F32;
+            o.wire = w == "auto" ? std::nullopt : std::optional<WireType>(w == "bf16" ? WireType::BF16 : WireType::F32);
             o.f64 = w == "f64";
         } else if (f == "--iters") {
             o.iters = (int) a.integer(f, 1, 1000000);
@@ -107,7 +109,7 @@ struct SizeResult {
 };
 
 const char * wire_name(const Options & o) {
-    return o.f64 ? "f64" : o.wire == WireType::F32 ? "f32" : "bf16";
+    return o.f64 ? "f64" : !o.wire ? "auto" : o.wire == WireType::F32 ? "f32" : "bf16";
 }
 
 // Each local rank's values: host memory, or its CUDA device's with --cuda.
@@ -294,6 +296,7 @@ std::unique_ptr<AllReduceEngine> make_engine(const Options & o, ProcessGroup * p
     config.engine = o.engine;
     config.n_ranks = local_ranks;
     config.wire = o.wire;
+    config.gpu_sizes = GpuAllReduceSizes::from_env();
     if (!o.cuda_devices.empty()) {
         config.memory = RankMemory::Cuda;
         config.cuda_devices = o.cuda_devices;

@@ -1,7 +1,7 @@
 #pragma once
 // The flags every tool that loads a model shares, with the same names and
 // meaning as the server's: -m, -t, --tp, -ts, -dev, -ngl, --allreduce,
-// --bf16-wire, --[no-]split-invariant, -ctk/-ctv, --swa-full, the RoPE
+// --bf16-wire, --f32-wire, --[no-]split-invariant, -ctk/-ctv, --swa-full, the RoPE
 // overrides, LoRA adapters and control vectors.
 
 #include "ggml-ext/process_group.h"
@@ -24,7 +24,7 @@ struct EngineFlags {
     int tp = 1;
     std::vector<float> split;
     std::string allreduce = "auto";
-    bool bf16 = false;
+    std::optional<WireType> wire;         // --bf16-wire, --f32-wire; unset: the engine's
     std::optional<bool> split_invariant;  // unset: the engine decides (EngineOptions)
     KvTypes kv_types;
     bool swa_full = false;
@@ -50,7 +50,9 @@ struct EngineFlags {
         "  -ngl, --gpu-layers N      all or auto: the ranks on GPUs; 0: on the CPU\n"
         "  --portable-graph          graphs of ggml's operations only, as on a GPU, on any device\n"
         "  --allreduce ENGINE        auto|cpu|butterfly (default auto; env LLAMA_TP_ALLREDUCE)\n"
-        "  --bf16-wire               BF16 on the AllReduce wire\n"
+        "  --bf16-wire               BF16 on the AllReduce wire, every float sum\n"
+        "  --f32-wire                F32 on the wire, every float sum (default: F32 in host\n"
+        "                            memory, BF16 from a size on between GPUs)\n"
         "  --split-invariant         logits that do not depend on --tp / -ts (exact sums on\n"
         "                            a reduction grid fixed by the model; the default where\n"
         "                            it costs nothing: q8_0 dense models, no --bf16-wire)\n"
@@ -94,9 +96,11 @@ struct EngineFlags {
             portable_graph = true;
         else if (f == "--allreduce")
             allreduce = a.value(f);
-        else if (f == "--bf16-wire")
-            bf16 = true;
-        else if (f == "--swa-full")
+        else if (f == "--bf16-wire" || f == "--f32-wire") {
+            const WireType w = f == "--bf16-wire" ? WireType::BF16 : WireType::F32;
+            if (wire && *wire != w) a.fail("--bf16-wire and --f32-wire exclude each other");
+            wire = w;
+        } else if (f == "--swa-full")
             swa_full = true;
         else if (f == "--check-tensors")
             check_tensors = true;
@@ -220,7 +224,7 @@ struct EngineFlags {
         // A BF16 wire takes the float sums at every degree, so that a TP=1
         // reference sums as the run it is compared with.
         eo.split_invariant = split_invariant;
-        if (!split_invariant && bf16) eo.split_invariant = false;
+        if (!split_invariant && wire == WireType::BF16) eo.split_invariant = false;
         eo.kv_types = kv_types;
         eo.swa_full = swa_full;
         eo.check_tensors = check_tensors;
@@ -234,7 +238,7 @@ struct EngineFlags {
         if (degree > 1 || eo.processes) {
             eo.tensor_split = split;
             eo.allreduce = allreduce;
-            eo.allreduce_bf16 = bf16;
+            eo.allreduce_wire = wire;
         }
         return eo;
     }

@@ -259,7 +259,7 @@ AccuracyBounds bounds_for(const Options & o, const Engine & engine) {
     run.reference_f16_kv = o.reference == "f16-kv";
     run.kv_types = o.engine.kv_types;
     run.split_invariant = engine.options().exact_sums();
-    run.bf16_wire = o.engine.bf16;
+    run.bf16_wire = engine.info().allreduce_bf16;
     AccuracyBounds b = contract_bounds(run, model);
     const bool overridden = o.max_mean_kl >= 0.0 || o.max_abs_dp >= 0.0 || o.near_tie >= 0.0 || o.min_top1 >= 0.0;
     if (o.max_mean_kl >= 0.0) b.max_mean_kl = o.max_mean_kl;
@@ -313,7 +313,7 @@ int run(const Options & o) {
         "\"mean_kl\": %.3e, \"max_kl\": %.3e, \"top1_flips\": %lld, \"greedy_tokens_identical\": %s, "
         "\"greedy_positions_judged\": %lld, \"contract\": \"%s\", \"near_tie_margin\": %.1e, \"pass\": %s}\n",
         o.engine.model.c_str(), o.reference.c_str(), o.engine.tp, engine->info().shard_plan.c_str(),
-        engine->info().allreduce.c_str(), o.engine.bf16 ? "bf16" : "f32",
+        engine->info().allreduce.c_str(), engine->info().allreduce_bf16 ? "bf16" : "f32",
         engine->options().exact_sums() ? "true" : "false", o.prompts, o.n_tokens, engine->info().tp,
         (long long) r.positions, (long long) r.near_ties, r.top1_agreement(), r.max_abs_prob_diff, r.mean_kl(),
         r.max_kl, (long long) (r.top1_judged - r.top1_agree), v.greedy_identical ? "true" : "false",
