@@ -63,8 +63,12 @@ __device__ bool await_token(const volatile uint64_t * token, uint64_t want, vola
 
 __global__ void exchange_kernel(ExchangeArgs a) {
     const int b = blockIdx.x;
+    // Only this block of this rank writes its count, after every thread has read it.
+    const uint64_t first_chunk = a.chunks_done[b] + 1;
+    __syncthreads();
+    if (threadIdx.x == 0) a.chunks_done[b] = first_chunk - 1 + a.n_chunks;
     for (uint64_t c = 0; c < a.n_chunks; ++c) {
-        const uint64_t chunk = a.first_chunk + c;
+        const uint64_t chunk = first_chunk + c;
         const int parity = (int) (chunk & 1);
         const size_t chunk_begin = c * a.chunk_elems;
         const size_t len = a.n - chunk_begin < a.chunk_elems ? a.n - chunk_begin : a.chunk_elems;

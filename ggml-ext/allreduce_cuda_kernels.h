@@ -36,6 +36,7 @@ cudaError_t launch_add_exact(double * data, const double * peer, size_t n, cudaS
 // then). Both ranks add the same two wire values: the same bits. A wait longer
 // than the limit, a peer with another element count, or the abort word ends
 // the kernel with the error word set (ExchangeError); values are then partial.
+// A launch keeps no state of its own call: it may be captured and replayed.
 constexpr int kExchangeBlocks = 32;
 enum ExchangeError : int { kExchangeOk = 0, kExchangeTimeout = 1, kExchangeMismatch = 2, kExchangeAborted = 3 };
 struct ExchangeSide {
@@ -49,8 +50,11 @@ struct ExchangeArgs {
     size_t element_size;
     WireType wire;  // F32 or BF16 for floats; doubles cross as they are
     size_t chunk_elems;
-    uint64_t n_chunks;     // exchange_chunks(n, chunk_elems)
-    uint64_t first_chunk;  // this call's chunks are numbered first_chunk, first_chunk + 1, ...
+    uint64_t n_chunks;  // exchange_chunks(n, chunk_elems)
+    // [kExchangeBlocks], device memory of this rank: the chunks each block has
+    // numbered so far. The kernel reads and advances it, so that a launch
+    // captured into a CUDA graph numbers its chunks anew at every replay.
+    uint64_t * chunks_done;
     ExchangeSide me, peer;
     volatile int * error;         // mapped host: ExchangeError, shared by both ranks
     long long spin_limit_cycles;  // a wait longer than this fails

@@ -64,6 +64,9 @@ class AllReduceEngine {
     // run. Only where runs_on_stream(); elsewhere it fails the group.
     virtual void allreduce_on_stream(int rank, float * data, size_t n, void * stream);
     virtual void allreduce_on_stream(int rank, double * data, size_t n, void * stream);
+    // Whether sums queued on a stream may be captured into a CUDA graph and
+    // replayed: their work keeps no state of one call on the host.
+    virtual bool sums_replay_in_graphs() const { return false; }
 
     virtual bool failed() const = 0;
     virtual std::string error() const = 0;

@@ -108,6 +108,12 @@ void InternalAllReduce::allocate_stream_sides() {
         side.counts = std::make_unique<MappedHostBuffer>(2 * kExchangeBlocks * sizeof(uint64_t), device);
         std::memset(side.tokens->host(), 0, side.tokens->bytes());
         std::memset(side.counts->host(), 0, side.counts->bytes());
+        side.chunks_done = std::make_unique<DeviceBuffer>(kExchangeBlocks * sizeof(uint64_t), device);
+        // On the engine's own stream, waited for: the kernels run on streams that do not wait for the default one.
+        const cudaStream_t stream = ranks_[r].stream->get();
+        check_cuda(cudaMemsetAsync(side.chunks_done->get(), 0, kExchangeBlocks * sizeof(uint64_t), stream),
+                   "cudaMemsetAsync", device);
+        check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", device);
     }
 }
 
@@ -148,6 +154,14 @@ void InternalAllReduce::queue(int rank, T * data, size_t n, void * stream) {
     if (failed()) return;
     const CallPath path = path_of<T>(n);
     if (path.copy_engines) {
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing) == cudaSuccess &&
+            capturing != cudaStreamCaptureStatusNone) {
+            abort(
+                "allreduce: the internal engine's copy engines cannot be captured into a CUDA graph "
+                "(LLAMA_TP_INTERNAL_COPY_MIN_BYTES=0 keeps every sum in its kernels)");
+            return;
+        }
         queue_through_copy_engines(rank, data, n, path, static_cast<cudaStream_t>(stream));
         return;
     }
@@ -166,8 +180,7 @@ void InternalAllReduce::queue(int rank, T * data, size_t n, void * stream) {
     a.wire = path.wire;
     a.chunk_elems = kChunkBytes / (std::is_same<T, double>::value ? sizeof(double) : wire_bytes(path.wire));
     a.n_chunks = exchange_chunks(n, a.chunk_elems);
-    a.first_chunk = me.chunks + 1;
-    me.chunks += a.n_chunks;
+    a.chunks_done = static_cast<uint64_t *>(me.chunks_done->get());
     for (int p = 0; p < 2; ++p) {
         a.me.slots[p] = me.slots[p]->device();
         a.peer.slots[p] = peer.slots[p]->device();

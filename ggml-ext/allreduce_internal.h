@@ -62,6 +62,9 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
     void allreduce(int rank, double * data, size_t n) override { run(rank, data, n); }
     bool runs_on_stream() const override { return true; }
+    // The exchange kernel numbers its chunks on the device; the copy engines'
+    // path meets the other rank on the host, so only without it.
+    bool sums_replay_in_graphs() const override { return sizes_.internal_copy_min_bytes == 0; }
     void allreduce_on_stream(int rank, float * data, size_t n, void * stream) override { queue(rank, data, n, stream); }
     void allreduce_on_stream(int rank, double * data, size_t n, void * stream) override {
         queue(rank, data, n, stream);
@@ -88,7 +91,7 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     // A rank's side of the exchange on a stream.
     struct StreamSide {
         std::unique_ptr<MappedHostBuffer> slots[2], tokens, counts;
-        uint64_t chunks = 0;  // chunks queued (owner only)
+        std::unique_ptr<DeviceBuffer> chunks_done;  // ExchangeArgs::chunks_done
     };
 
     // How one call crosses: its wire, and whether through the copy engines.

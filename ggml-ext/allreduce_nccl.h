@@ -67,6 +67,7 @@ class NcclAllReduce final : public AllReduceWithGroupFailure {
     void allreduce(int rank, float * data, size_t n) override;
     void allreduce(int rank, double * data, size_t n) override;
     bool runs_on_stream() const override { return true; }
+    bool sums_replay_in_graphs() const override { return true; }  // NCCL's calls may be captured
     void allreduce_on_stream(int rank, float * data, size_t n, void * stream) override;
     void allreduce_on_stream(int rank, double * data, size_t n, void * stream) override;
     void abort(const std::string & why) override;

@@ -3,21 +3,25 @@
 #include "ggml-ext/collective.h"
 #include "ggml-ext/error.h"
 #include "ggml-ext/exact_sum.h"
+#include "ggml-ext/graph_fingerprint.h"
 
 #include <string>
 
 namespace llama_tp {
 
 MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode, bool device_memory,
-                           std::unique_ptr<ExactSumKernels> exact, std::unique_ptr<StreamBridge> bridge)
+                           std::unique_ptr<ExactSumKernels> exact, std::unique_ptr<StreamBridge> bridge,
+                           std::unique_ptr<StepCapture> capture)
     : backend_(backend),
       mode_(mode),
       device_memory_(device_memory),
       exact_(std::move(exact)),
-      bridge_(std::move(bridge)) {
+      bridge_(std::move(bridge)),
+      capture_(std::move(capture)) {
     if (bridge_ && (!device_memory_ || !exact_ || mode_ == CollectiveRun::SegmentsThroughHost)) {
         throw Error("a stream bridge needs collectives and exact sums on the device's memory");
     }
+    if (capture_ && !bridge_) throw Error("capturing whole steps needs their collectives on the stream (a bridge)");
 }
 
 bool MetaExecutor::is_boundary(ggml_tensor * node) const {
@@ -73,6 +77,42 @@ void MetaExecutor::split(ggml_cgraph * gf) {
 ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
     if (runs_in_graph(gf)) return ggml_backend_graph_compute(backend_, gf);
     if (gf != cached_graph_ || ggml_graph_n_nodes(gf) != cached_n_nodes_) split(gf);
+    const ggml_status st = capture_ ? run_captured(gf) : run_segments();
+    if (st == GGML_STATUS_SUCCESS && bridge_) ggml_backend_synchronize(backend_);
+    return st;
+}
+
+// Replays the captured step where the graph is the one captured; captures a
+// graph seen the step before (a shape that repeats); else runs it as it is.
+ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
+    std::vector<int64_t> fingerprint = graph_fingerprint(gf);
+    ggml_status st = GGML_STATUS_SUCCESS;
+    if (captures_ > 0 && fingerprint == captured_fingerprint_) {
+        capture_->replay();
+        replays_++;
+    } else if (fingerprint == last_fingerprint_) {
+        capture_->begin();
+        try {
+            st = run_segments();
+        } catch (...) {
+            capture_->abandon();
+            throw;
+        }
+        if (st != GGML_STATUS_SUCCESS) {
+            capture_->abandon();
+            return st;
+        }
+        capture_->end_and_launch();
+        captured_fingerprint_ = fingerprint;
+        captures_++;
+    } else {
+        st = run_segments();
+    }
+    last_fingerprint_ = std::move(fingerprint);
+    return st;
+}
+
+ggml_status MetaExecutor::run_segments() {
     for (const Segment & seg : segments_) {
         if (ggml_graph_n_nodes(seg.graph) > 0) {
             const ggml_status st = bridge_ ? ggml_backend_graph_compute_async(backend_, seg.graph)
@@ -91,7 +131,6 @@ ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
             run_exact(seg.boundary, nullptr);
         }
     }
-    if (bridge_) ggml_backend_synchronize(backend_);
     return GGML_STATUS_SUCCESS;
 }
 

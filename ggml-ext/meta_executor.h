@@ -13,7 +13,11 @@
 // With a StreamBridge (a GPU backend whose engine sums on a stream) nothing
 // waits on the host between segments: each segment is queued, the node's
 // work is queued on the bridge's stream after it, and the next segment after
-// that; compute() waits once, at the end.
+// that; compute() waits once, at the end. With a StepCapture too, a graph run
+// twice in a row with the same fingerprint (graph_fingerprint.h) is captured
+// whole, collectives included, into one CUDA graph the second time, and
+// replayed while its fingerprint stays the same (the collectives' callbacks
+// are then not called: their work is in the graph).
 
 #include <cstdint>
 #include <memory>
@@ -23,6 +27,7 @@
 #include "ggml-cpp.h"
 #include "ggml-ext/exact_sum.h"
 #include "ggml-ext/exact_sum_kernels.h"
+#include "ggml-ext/step_capture.h"
 #include "ggml-ext/stream_bridge.h"
 
 namespace llama_tp {
@@ -42,8 +47,10 @@ class MetaExecutor {
     // exact: the exact sums' kernels on the backend's memory (may be null).
     // bridge: queue the nodes' work on the backend's stream order (may be
     // null; needs device_memory, exact kernels, and callbacks that take a stream).
+    // capture: capture and replay whole steps (may be null; needs a bridge).
     MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto, bool device_memory = false,
-                 std::unique_ptr<ExactSumKernels> exact = nullptr, std::unique_ptr<StreamBridge> bridge = nullptr);
+                 std::unique_ptr<ExactSumKernels> exact = nullptr, std::unique_ptr<StreamBridge> bridge = nullptr,
+                 std::unique_ptr<StepCapture> capture = nullptr);
 
     // Throws llama_tp::Error naming a node the backend cannot run.
     ggml_status compute(ggml_cgraph * gf);
@@ -51,6 +58,9 @@ class MetaExecutor {
     // How many times a graph was split (not counting reuse of a cached split).
     int64_t splits_built() const { return splits_built_; }
     size_t n_segments() const { return segments_.size(); }
+    // Steps captured into a CUDA graph, and steps replayed from one.
+    int64_t captures() const { return captures_; }
+    int64_t replays() const { return replays_; }
 
   private:
     struct Segment {
@@ -60,6 +70,8 @@ class MetaExecutor {
     bool is_boundary(ggml_tensor * node) const;
     bool runs_in_graph(ggml_cgraph * gf) const;
     void split(ggml_cgraph * gf);
+    ggml_status run_segments();
+    ggml_status run_captured(ggml_cgraph * gf);
     void run_collective(ggml_tensor * node);
     void run_exact(ggml_tensor * node, void * stream);
     void queue_on_stream(ggml_tensor * node);
@@ -73,6 +85,9 @@ class MetaExecutor {
     bool device_memory_;
     std::unique_ptr<ExactSumKernels> exact_;
     std::unique_ptr<StreamBridge> bridge_;
+    std::unique_ptr<StepCapture> capture_;
+    std::vector<int64_t> last_fingerprint_, captured_fingerprint_;
+    int64_t captures_ = 0, replays_ = 0;
     std::vector<uint8_t> staging_;  // a collective's values in host memory
     ggml_cgraph * cached_graph_ = nullptr;
     int cached_n_nodes_ = -1;

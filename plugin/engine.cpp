@@ -162,13 +162,27 @@ class TensorParallelEngine final : public Engine {
         } else if (tp > 1) {
             allreduce = make_allreduce_engine(allreduce_config(tp));
         }
+        const bool gpu_collectives = !cpu_ops_ && !options_.portable_graph && allreduce;
+        const bool says = !cpu_ops_ && allreduce && (!processes || processes->rank() == 0);
+        setup.capture_steps = gpu_collectives && collective_graph_capture();
+        if (setup.capture_steps && !(allreduce->runs_on_stream() && allreduce->sums_replay_in_graphs())) {
+            if (says) {
+                std::fprintf(stderr,
+                             "llama-tp: warning: whole steps are not captured into CUDA graphs: the %s engine's "
+                             "sums cannot be replayed from one\n",
+                             allreduce->name());
+            }
+            setup.capture_steps = false;
+        }
         setup.stream_collectives =
-            !cpu_ops_ && !options_.portable_graph && allreduce && collectives_on_stream(allreduce->runs_on_stream());
-        if (!cpu_ops_ && allreduce && (!processes || processes->rank() == 0)) {
+            gpu_collectives && (setup.capture_steps || collectives_on_stream(allreduce->runs_on_stream()));
+        if (says) {
             std::fprintf(stderr, "llama-tp: collectives %s\n",
-                         setup.stream_collectives ? "queued on the GPUs' streams, no wait on the host between "
-                                                    "graph segments"
-                                                  : "between graph segments, each segment waited for on the host");
+                         setup.capture_steps        ? "queued on the GPUs' streams, whole steps captured into CUDA "
+                                                      "graphs and replayed (ggml's own graphs off)"
+                         : setup.stream_collectives ? "queued on the GPUs' streams, no wait on the host between "
+                                                      "graph segments"
+                                                    : "between graph segments, each segment waited for on the host");
         }
         auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
         setup.control = nullptr;  // gone with this call
@@ -437,6 +451,8 @@ class TensorParallelEngine final : public Engine {
             check_kv_type(options_.kv_types.k, s.head_dim, "the K");
             check_kv_type(options_.kv_types.v, s.head_dim, "the V");
         }
+        // Before any graph runs: it may turn ggml's own CUDA graphs off.
+        collective_graph_capture();
         if (options_.split_invariant == true && options_.allreduce_wire == WireType::BF16) {
             throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
         }
@@ -515,6 +531,8 @@ class TensorParallelEngine final : public Engine {
         ac.n_ranks = n_ranks;
         ac.wire = options_.exact_sums() ? WireType::F32 : options_.allreduce_wire;
         ac.gpu_sizes = GpuAllReduceSizes::from_env();
+        // The copy engines meet the other rank on the host: no replay from a graph.
+        if (collective_graph_capture()) ac.gpu_sizes.internal_copy_min_bytes = 0;
         // Ranks on CUDA devices only: engines of device memory may serve them.
         for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(physical_cuda_device(d));
         // (--portable-graph copies every collective's values to the host.)

@@ -8,6 +8,7 @@
 #include "plugin/shard_plan.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "ggml-alloc.h"
 #include "ggml.h"
@@ -42,6 +43,20 @@ std::unique_ptr<ExactSumKernels> exact_sum_kernels(ggml_backend_dev_t device, co
     const int gpu = physical_cuda_device(device);
     if (gpu >= 0) return make_cuda_exact_sum_kernels(gpu);
 #else
+    (void) device;
+#endif
+    return nullptr;
+}
+
+// Whole steps captured where asked (RankConfig::capture_steps), with a bridge. GPU builds only.
+std::unique_ptr<StepCapture> step_capture(ggml_backend_t backend, ggml_backend_dev_t device, const RankConfig & config,
+                                          bool bridged) {
+    if (!config.capture_steps || !bridged) return nullptr;
+#if defined(LLAMA_TP_HAVE_CUDA)
+    const int gpu = physical_cuda_device(device);
+    if (gpu >= 0) return make_cuda_step_capture(backend, gpu);
+#else
+    (void) backend;
     (void) device;
 #endif
     return nullptr;
@@ -112,10 +127,12 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     }
     kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+    std::unique_ptr<StreamBridge> bridge = stream_bridge(backend_.get(), device, config);
+    std::unique_ptr<StepCapture> capture = step_capture(backend_.get(), device, config, bridge != nullptr);
     executor_ = std::make_unique<MetaExecutor>(
         backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
         config.allreduce && config.allreduce->takes_device_memory(), exact_sum_kernels(device, config),
-        stream_bridge(backend_.get(), device, config));
+        std::move(bridge), std::move(capture));
 }
 
 Rank::~Rank() {
@@ -408,6 +425,12 @@ void Rank::compute() {
     const ggml_status st = executor_->compute(graph_);
     if (st != GGML_STATUS_SUCCESS) {
         throw Error("rank " + std::to_string(config_.rank) + ": graph compute failed: " + ggml_status_to_string(st));
+    }
+    // Whether steps are replayed at all depends on the graphs staying put: say so once.
+    if (config_.rank == 0 && !said_replay_ && executor_->replays() > 0) {
+        std::fprintf(stderr, "llama-tp: rank 0 replays its steps from a CUDA graph (captured %lld times so far)\n",
+                     (long long) executor_->captures());
+        said_replay_ = true;
     }
 }
 

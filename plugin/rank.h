@@ -38,6 +38,8 @@ struct RankConfig {
     bool host_staging = false;
     // Collectives and exact sums queued on the GPU's stream (collectives_on_stream).
     bool stream_collectives = false;
+    // Whole steps captured into CUDA graphs and replayed (collective_graph_capture).
+    bool capture_steps = false;
     const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
     bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
     bool one_pass_products = false;     // EngineOptions::one_pass_products
@@ -116,6 +118,7 @@ class Rank {
     std::unique_ptr<KvCache> kv_;
     ggml_gallocr_ptr allocator_;
     std::unique_ptr<MetaExecutor> executor_;
+    bool said_replay_ = false;
 
     ggml_context_ptr graph_ctx_;
     ggml_cgraph * graph_ = nullptr;

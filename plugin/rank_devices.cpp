@@ -135,6 +135,18 @@ bool collectives_on_stream(bool engine_runs_on_stream) {
     return engine_runs_on_stream && asked == "1";
 }
 
+bool collective_graph_capture() {
+    for (const char * variable : {"LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE"}) {
+        const char * env = std::getenv(variable);
+        const std::string asked = env ? env : "";
+        if (asked.empty()) continue;
+        if (asked != "0" && asked != "1") throw Error(std::string(variable) + " must be 0 or 1, not '" + asked + "'");
+        if (asked == "1") setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
+        return asked == "1";
+    }
+    return false;
+}
+
 bool runs_cpu_ops(ggml_backend_dev_t device) {
     return ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
 }

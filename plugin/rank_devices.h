@@ -72,6 +72,18 @@ int physical_cuda_device(ggml_backend_dev_t device);
 // throws llama_tp::Error.
 bool collectives_on_stream(bool engine_runs_on_stream);
 
+// Whether GPU ranks capture whole steps, collectives included, into CUDA
+// graphs and replay them: LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE=1 (or upstream's
+// GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE=1) asks for it, where the engine's sums
+// replay (AllReduceEngine::sums_replay_in_graphs). Off by default: a step's
+// segments are each captured by ggml's CUDA backend already, and the
+// collectives between them run as they come. Asked for, it queues the
+// collectives on the streams too, and turns ggml's own capture of each
+// segment off for the process (GGML_CUDA_DISABLE_GRAPHS=1, set here: one
+// capture cannot hold another), so it is read before any graph runs.
+// 0 or unset: off; anything else throws llama_tp::Error.
+bool collective_graph_capture();
+
 // The devices of this build, a line each ("CUDA0: NVIDIA H200"), for --list-devices.
 std::string device_list();
 

@@ -23,6 +23,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.cpu_ops = setup.cpu_ops;
             rc.host_staging = setup.portable_graph;
             rc.stream_collectives = setup.stream_collectives;
+            rc.capture_steps = setup.capture_steps;
             rc.shard = setup.plan ? &setup.plan->ranks[rc.rank] : nullptr;
             rc.split_invariant = o.exact_sums();
             rc.one_pass_products = o.one_pass_products.value_or(false);

@@ -36,6 +36,7 @@ struct RankSetup {
     bool cpu_ops = true;                      // graphs may use ggml-ext's CPU-only operations
     bool portable_graph = false;              // EngineOptions::portable_graph
     bool stream_collectives = false;          // collectives_on_stream (GPU ranks)
+    bool capture_steps = false;               // collective_graph_capture (GPU ranks)
     std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
     const ControlVector * control = nullptr;  // nullptr: none
 };

@@ -4,9 +4,12 @@
 // per graph compute, every compute.
 
 #include "ggml-ext/collective.h"
+#include "ggml-ext/error.h"
+#include "ggml-ext/graph_fingerprint.h"
 #include "ggml-ext/meta_executor.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -204,6 +207,119 @@ TEST(CollectiveNode, RunsBetweenProducerAndConsumerOncePerCompute) {
 
     check_steps(graphs, calls,
                 [&](int r) { return ggml_backend_graph_compute(graphs[r].backend.get(), graphs[r].gf); });
+}
+
+// An operation's first parameter (ggml_scale's factor).
+float first_param(const ggml_tensor * t) {
+    float v;
+    std::memcpy(&v, t->op_params, sizeof v);
+    return v;
+}
+void set_first_param(ggml_tensor * t, float v) {
+    std::memcpy(t->op_params, &v, sizeof v);
+}
+
+TEST(GraphFingerprint, SameGraphSameMemoryOnly) {
+    StandInGroup group;
+    RankCall calls[kRanks];
+    RankGraph graphs[kRanks];
+    setup(group, calls, graphs);
+    const std::vector<int64_t> first = llama_tp::graph_fingerprint(graphs[0].gf);
+    EXPECT_EQ(llama_tp::graph_fingerprint(graphs[0].gf), first) << "a graph is its own";
+    EXPECT_NE(llama_tp::graph_fingerprint(graphs[1].gf), first) << "another rank's memory";
+    ggml_tensor * scaled = graphs[0].reduced->src[0];
+    const float scale = first_param(scaled);
+    set_first_param(scaled, 3.0f);
+    EXPECT_NE(llama_tp::graph_fingerprint(graphs[0].gf), first) << "an operation's parameter";
+    set_first_param(scaled, scale);
+    void * data = graphs[0].out->data;
+    graphs[0].out->data = static_cast<char *>(data) + 64;
+    EXPECT_NE(llama_tp::graph_fingerprint(graphs[0].gf), first) << "a node's memory";
+    graphs[0].out->data = data;
+    EXPECT_EQ(llama_tp::graph_fingerprint(graphs[0].gf), first);
+}
+
+// Stand-ins for a GPU rank's stream work: the bridge hands out no stream
+// (the CPU backend ran the segment already), the capture counts its calls.
+struct NoStreamBridge final : llama_tp::StreamBridge {
+    void * enter() override { return nullptr; }
+    void leave() override {}
+};
+struct NoExactKernels final : llama_tp::ExactSumKernels {
+    void sum(const float * const *, int, double *, bool, size_t, void *) override {}
+    void round(const double *, float *, size_t, void *) override {}
+};
+struct CountingCapture final : llama_tp::StepCapture {
+    int *begun = nullptr, *launched = nullptr, *abandoned = nullptr, *replayed = nullptr;
+    void begin() override { ++*begun; }
+    void end_and_launch() override { ++*launched; }
+    void abandon() override { ++*abandoned; }
+    void replay() override { ++*replayed; }
+};
+
+// A rank's collective that needs no other rank: doubles the values, counts its calls.
+void doubling_allreduce(void * user, void * data, size_t n, void *) {
+    ++*static_cast<int *>(user);
+    float * f = static_cast<float *>(data);
+    for (size_t i = 0; i < n; ++i) f[i] *= 2.0f;
+}
+
+// A shape seen twice in a row is captured the second time and replayed from
+// then on while its fingerprint holds; another shape runs as it is.
+TEST(CollectiveNode, StepsAreCapturedOnTheSecondRunAndReplayed) {
+    ggml_init_params p = {16 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+    ggml_context_ptr ctx(ggml_init(p));
+    ggml_backend_ptr backend(ggml_backend_cpu_init());
+    int calls = 0;
+    ggml_tensor * x = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, kN);
+    ggml_set_input(x);
+    ggml_tensor * scaled = ggml_scale(ctx.get(), x, 2.0f);
+    ggml_tensor * out =
+        ggml_scale_bias(ctx.get(), ggml_cluster_allreduce(ctx.get(), scaled, doubling_allreduce, &calls), 1.0f, 1.0f);
+    ggml_set_output(out);
+    ggml_cgraph * gf = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(gf, out);
+    ggml_gallocr_ptr alloc(ggml_gallocr_new(ggml_backend_cpu_buffer_type()));
+    ASSERT_TRUE(ggml_gallocr_alloc_graph(alloc.get(), gf));
+    const std::vector<float> ones(kN, 1.0f);
+    ggml_backend_tensor_set(x, ones.data(), 0, sizeof(float) * kN);
+
+    int begun = 0, launched = 0, abandoned = 0, replayed = 0;
+    auto capture = std::make_unique<CountingCapture>();
+    capture->begun = &begun;
+    capture->launched = &launched;
+    capture->abandoned = &abandoned;
+    capture->replayed = &replayed;
+    llama_tp::MetaExecutor executor(backend.get(), llama_tp::CollectiveRun::Segments, true,
+                                    std::make_unique<NoExactKernels>(), std::make_unique<NoStreamBridge>(),
+                                    std::move(capture));
+    auto step = [&](int want_calls, int want_begun, int want_replayed, const char * what) {
+        ASSERT_EQ(executor.compute(gf), GGML_STATUS_SUCCESS) << what;
+        EXPECT_EQ(calls, want_calls) << what;
+        EXPECT_EQ(begun, want_begun) << what;
+        EXPECT_EQ(launched, want_begun) << what;
+        EXPECT_EQ(replayed, want_replayed) << what;
+    };
+    step(1, 0, 0, "first sight: as it is");
+    float value = 0.0f;
+    ggml_backend_tensor_get(out, &value, 0, sizeof value);
+    EXPECT_EQ(value, 5.0f) << "the collective ran between its producer and its consumer";
+    step(2, 1, 0, "the second: captured (its work queued inside the capture)");
+    step(2, 1, 1, "then replayed: the collective's work is in the graph");
+    step(2, 1, 2, "replayed again");
+    set_first_param(scaled, 3.0f);
+    step(3, 1, 2, "another fingerprint: as it is");
+    step(4, 2, 2, "seen twice: captured again");
+    set_first_param(scaled, 2.0f);
+    step(5, 2, 2, "the first shape is no longer the one captured");
+    EXPECT_EQ(executor.captures(), 2);
+    EXPECT_EQ(executor.replays(), 2);
+    EXPECT_EQ(abandoned, 0);
+    EXPECT_THROW(
+        llama_tp::MetaExecutor(backend.get(), llama_tp::CollectiveRun::Segments, true,
+                               std::make_unique<NoExactKernels>(), nullptr, std::make_unique<CountingCapture>()),
+        llama_tp::Error)
+        << "a capture needs the collectives on the stream";
 }
 
 }  // namespace

@@ -189,6 +189,27 @@ TEST(RankDevices, CollectivesGoOnTheStreamsOnlyWhenAsked) {
     unsetenv("LLAMA_TP_STREAM_COLLECTIVES");
 }
 
+TEST(RankDevices, StepsAreCapturedOnlyWhenAsked) {
+    unsetenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE");
+    unsetenv("GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE");
+    EXPECT_FALSE(collective_graph_capture()) << "off by default";
+    setenv("GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE", "1", 1);
+    EXPECT_TRUE(collective_graph_capture()) << "upstream's name";
+    setenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "0", 1);
+    EXPECT_FALSE(collective_graph_capture()) << "ours before upstream's";
+    setenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "1", 1);
+    unsetenv("GGML_CUDA_DISABLE_GRAPHS");
+    EXPECT_TRUE(collective_graph_capture());
+    const char * disabled = std::getenv("GGML_CUDA_DISABLE_GRAPHS");
+    EXPECT_TRUE(disabled && std::string(disabled) == "1") << "ggml's own capture of each segment goes off";
+    setenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "on", 1);
+    const std::string e = error_of([] { collective_graph_capture(); });
+    EXPECT_NE(e.find("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE must be 0 or 1, not 'on'"), std::string::npos) << e;
+    unsetenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE");
+    unsetenv("GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE");
+    unsetenv("GGML_CUDA_DISABLE_GRAPHS");
+}
+
 TEST(RankDevices, AnUnknownDeviceStopsTheLoad) {
     EngineOptions o = small_model(2);
     o.devices.names = {"CUDA0"};

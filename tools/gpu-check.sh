@@ -15,8 +15,9 @@
 # GPU; TP=2 against TP=1 with the internal, nccl and butterfly engines, F32
 # and BF16 wire, and each engine's own wire; --split-invariant TP=2 against TP=1 (identical
 # probabilities); decode and prefill against upstream on the 1b preset, and
-# at TP=2 on two devices of the GPU, each segment waited for on the host
-# and queued on the GPU's streams; the internal and nccl
+# at TP=2 on two devices of the GPU, each segment waited for on the host,
+# queued on the GPU's streams, and whole steps captured into CUDA graphs
+# (LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE=1); the internal and nccl
 # engines' latency per size beside the cpu engine's (the internal engine
 # with its own wire and copy engines, and F32 through its kernels only);
 # one server start answering a chat completion.
@@ -102,6 +103,14 @@ step tp2-split-invariant-small-q8_0-on-stream "${on_stream[@]}" "$bin/llama-tp-c
 step bench-1b-tp2 env GGML_CUDA_DEVICES=2 "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 128 -r 3 \
     --tp 2 --allreduce internal --json
 step bench-1b-tp2-on-stream "${on_stream[@]}" "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 128 \
+    -r 3 --tp 2 --allreduce internal --json
+# Whole steps, collectives included, captured into CUDA graphs and replayed.
+captured=(env GGML_CUDA_DEVICES=2 LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE=1 CUDA_MODULE_LOADING=EAGER)
+step tp2-internal-f32-captured "${captured[@]}" "$bin/llama-tp-compare" -m "$models/small-f16.gguf" \
+    --reference tp1 --tp 2 --allreduce internal --f32-wire --json
+step tp2-split-invariant-small-q8_0-captured "${captured[@]}" "$bin/llama-tp-compare" \
+    -m "$models/small-q8_0.gguf" --reference tp1 --tp 2 --allreduce internal --split-invariant --max-abs-dp 0 --json
+step bench-1b-tp2-captured "${captured[@]}" "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p 512 -n 128 \
     -r 3 --tp 2 --allreduce internal --json
 for engine in internal nccl; do
     step "allreduce-$engine" "$bin/llama-tp-allreduce-bench" --engine "$engine" --cuda 0,0 --iters 200 --json

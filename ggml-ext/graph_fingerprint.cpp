@@ -1,0 +1,29 @@
+#include "ggml-ext/graph_fingerprint.h"
+
+#include <cstring>
+
+namespace llama_tp {
+
+std::vector<int64_t> graph_fingerprint(ggml_cgraph * gf) {
+    const int n = ggml_graph_n_nodes(gf);
+    std::vector<int64_t> out;
+    out.reserve((size_t) n * 24);
+    out.push_back(n);
+    for (int i = 0; i < n; ++i) {
+        const ggml_tensor * t = ggml_graph_node(gf, i);
+        out.push_back(t->op);
+        out.push_back(t->type);
+        out.push_back((int64_t) (intptr_t) t->data);
+        for (int d = 0; d < GGML_MAX_DIMS; ++d) {
+            out.push_back(t->ne[d]);
+            out.push_back((int64_t) t->nb[d]);
+        }
+        int64_t params[GGML_MAX_OP_PARAMS / sizeof(int64_t)];
+        std::memcpy(params, t->op_params, sizeof params);
+        out.insert(out.end(), params, params + GGML_MAX_OP_PARAMS / sizeof(int64_t));
+        for (int s = 0; s < GGML_MAX_SRC; ++s) out.push_back(t->src[s] ? (int64_t) (intptr_t) t->src[s]->data : 0);
+    }
+    return out;
+}
+
+}  // namespace llama_tp
