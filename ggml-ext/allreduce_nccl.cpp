@@ -88,7 +88,7 @@ void NcclAllReduce::start(const AllReduceConfig & config, std::vector<ncclComm_t
         // Aborted, not destroyed: a rank of another process may never have come.
         for (RankState & r : ranks_) {
             ncclCommAbort(r.comm);
-            if (r.scratch) (void) cudaFree(r.scratch);
+            release_scratch(r);
         }
         throw;
     }
@@ -118,7 +118,7 @@ void NcclAllReduce::connect() {
 NcclAllReduce::~NcclAllReduce() {
     for (RankState & r : ranks_) {
         if (!aborted_) ncclCommDestroy(r.comm);
-        if (r.scratch) (void) cudaFree(r.scratch);  // needs no current device
+        release_scratch(r);  // needs no current device
     }
 }
 
@@ -209,11 +209,18 @@ void NcclAllReduce::finish(int rank, RankState & me) {
     }
 }
 
-// Grows by doubling: a reallocation synchronizes the device, which must stay rare.
+void NcclAllReduce::release_scratch(RankState & r) {
+    for (void * old : r.retired) (void) cudaFree(old);
+    r.retired.clear();
+    if (r.scratch) (void) cudaFree(r.scratch);
+    r.scratch = nullptr;
+}
+
+// Grows by doubling: an allocation may wait for the device, which must stay rare.
 void * NcclAllReduce::scratch(RankState & r, size_t bytes) {
     if (r.scratch_bytes >= bytes) return r.scratch;
     const size_t grown = std::max(bytes, 2 * r.scratch_bytes);
-    if (r.scratch) check_cuda(cudaFree(r.scratch), "cudaFree", r.device);
+    if (r.scratch) r.retired.push_back(r.scratch);
     r.scratch = nullptr;
     r.scratch_bytes = 0;
     check_cuda(cudaMalloc(&r.scratch, grown), "cudaMalloc of the BF16 wire buffer", r.device);

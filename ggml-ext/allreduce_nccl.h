@@ -79,6 +79,9 @@ class NcclAllReduce final : public AllReduceWithGroupFailure {
         std::unique_ptr<CudaStream> stream;
         void * scratch = nullptr;  // BF16 values of a call (device memory)
         size_t scratch_bytes = 0;
+        // Outgrown scratch buffers, freed with the engine: a captured CUDA
+        // graph may still hold one (StepCapture), and freeing waits for the device.
+        std::vector<void *> retired;
     };
 
     // stream: the caller's, or nullptr for the engine's own, waited for.
@@ -87,6 +90,7 @@ class NcclAllReduce final : public AllReduceWithGroupFailure {
     void queue_sum(RankState & me, void * data, size_t n, ncclDataType_t type, cudaStream_t stream);
     void finish(int rank, RankState & me);
     void * scratch(RankState & r, size_t bytes);
+    static void release_scratch(RankState & r);
     void start(const AllReduceConfig & config, std::vector<ncclComm_t> comms);
     void connect();
     void fail_and_abort(const std::string & why);

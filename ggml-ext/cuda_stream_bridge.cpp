@@ -89,11 +89,13 @@ class CudaStepCapture final : public StepCapture {
         check(cudaStreamWaitEvent(origin_.get(), handle(join_.get()), 0), "cudaStreamWaitEvent");
         cudaGraph_t graph = nullptr;
         check(cudaStreamEndCapture(origin_.get(), &graph), "capturing a step into a CUDA graph");
-        if (exec_) (void) cudaGraphExecDestroy(exec_);
-        exec_ = nullptr;
-        const cudaError_t made = cudaGraphInstantiateWithFlags(&exec_, graph, 0);
+        // The graph replaces the last one only once it is made: until then that one stays valid.
+        cudaGraphExec_t made = nullptr;
+        const cudaError_t status = cudaGraphInstantiateWithFlags(&made, graph, 0);
         (void) cudaGraphDestroy(graph);
-        check(made, "cudaGraphInstantiateWithFlags");
+        check(status, "cudaGraphInstantiateWithFlags");
+        if (exec_) (void) cudaGraphExecDestroy(exec_);
+        exec_ = made;
         launch();
     }
 

@@ -7,7 +7,7 @@ namespace llama_tp {
 std::vector<int64_t> graph_fingerprint(ggml_cgraph * gf) {
     const int n = ggml_graph_n_nodes(gf);
     std::vector<int64_t> out;
-    out.reserve((size_t) n * 24);
+    out.reserve((size_t) n * 64);
     out.push_back(n);
     for (int i = 0; i < n; ++i) {
         const ggml_tensor * t = ggml_graph_node(gf, i);
@@ -21,7 +21,19 @@ std::vector<int64_t> graph_fingerprint(ggml_cgraph * gf) {
         int64_t params[GGML_MAX_OP_PARAMS / sizeof(int64_t)];
         std::memcpy(params, t->op_params, sizeof params);
         out.insert(out.end(), params, params + GGML_MAX_OP_PARAMS / sizeof(int64_t));
-        for (int s = 0; s < GGML_MAX_SRC; ++s) out.push_back(t->src[s] ? (int64_t) (intptr_t) t->src[s]->data : 0);
+        for (int s = 0; s < GGML_MAX_SRC; ++s) {
+            const ggml_tensor * src = t->src[s];
+            out.push_back(src ? (int64_t) (intptr_t) src->data : 0);
+            if (!src) continue;
+            // (Inputs are no node: their shape counts here; tags of ggml-ext's
+            // nodes keep the collective's call or the exact sum's kind in
+            // their first parameters.)
+            out.push_back(src->type);
+            for (int d = 0; d < GGML_MAX_DIMS; ++d) out.push_back(src->ne[d]);
+            int64_t first[2];
+            std::memcpy(first, src->op_params, sizeof first);
+            out.insert(out.end(), first, first + 2);
+        }
     }
     return out;
 }

@@ -69,6 +69,8 @@ void MetaExecutor::split(ggml_cgraph * gf) {
         }
     }
     segments_.push_back(seg);
+    capturable_ = true;
+    for (int i = 0; i < n; ++i) capturable_ = capturable_ && ggml_graph_node(gf, i)->op != GGML_OP_MUL_MAT_ID;
     cached_graph_ = gf;
     cached_n_nodes_ = n;
     splits_built_++;
@@ -85,6 +87,10 @@ ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
 // Replays the captured step where the graph is the one captured; captures a
 // graph seen the step before (a shape that repeats); else runs it as it is.
 ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
+    if (!capturable_ || (healthy_ && !healthy_())) {
+        last_fingerprint_.clear();
+        return run_segments();
+    }
     std::vector<int64_t> fingerprint = graph_fingerprint(gf);
     ggml_status st = GGML_STATUS_SUCCESS;
     if (captures_ > 0 && fingerprint == captured_fingerprint_) {
@@ -105,6 +111,10 @@ ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
         capture_->end_and_launch();
         captured_fingerprint_ = fingerprint;
         captures_++;
+        captured_collectives_ = 0;
+        for (const Segment & seg : segments_) {
+            captured_collectives_ += seg.boundary && ggml_cluster_allreduce_info(seg.boundary, nullptr, nullptr);
+        }
     } else {
         st = run_segments();
     }

@@ -17,9 +17,11 @@
 // twice in a row with the same fingerprint (graph_fingerprint.h) is captured
 // whole, collectives included, into one CUDA graph the second time, and
 // replayed while its fingerprint stays the same (the collectives' callbacks
-// are then not called: their work is in the graph).
+// are then not called: their work is in the graph). Graphs of MUL_MAT_ID
+// (experts) are never captured: ggml may wait on the host inside them.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -61,6 +63,12 @@ class MetaExecutor {
     // Steps captured into a CUDA graph, and steps replayed from one.
     int64_t captures() const { return captures_; }
     int64_t replays() const { return replays_; }
+    // The collectives in the step replayed (their callbacks are not called then).
+    int collectives_per_replay() const { return captured_collectives_; }
+    // With a capture: steps are replayed only while healthy() holds (the
+    // collectives' group has not failed: a replay skips their checks); they
+    // run as they are otherwise.
+    void replay_only_while(std::function<bool()> healthy) { healthy_ = std::move(healthy); }
 
   private:
     struct Segment {
@@ -88,6 +96,11 @@ class MetaExecutor {
     std::unique_ptr<StepCapture> capture_;
     std::vector<int64_t> last_fingerprint_, captured_fingerprint_;
     int64_t captures_ = 0, replays_ = 0;
+    int captured_collectives_ = 0;
+    // No node of the split waits on the host (ggml's MUL_MAT_ID may copy its
+    // expert ids to the host and wait): only such graphs are captured.
+    bool capturable_ = true;
+    std::function<bool()> healthy_;
     std::vector<uint8_t> staging_;  // a collective's values in host memory
     ggml_cgraph * cached_graph_ = nullptr;
     int cached_n_nodes_ = -1;

@@ -163,14 +163,19 @@ class MpiProcessGroup final : public ProcessGroup {
     // where nccl was possible or asked for, when it cannot.
     std::unique_ptr<AllReduceEngine> nccl_across(const AllReduceConfig & c) {
         const std::string name = normalized_engine_name(c.engine);
-        if (c.memory != RankMemory::Cuda || (name != "auto" && !name.empty() && name != "nccl")) return nullptr;
+        const bool asked = name == "nccl";
+        if (!asked && !((name == "auto" || name.empty()) && c.memory == RankMemory::Cuda)) return nullptr;
         std::string why;
+        if (c.memory != RankMemory::Cuda) {
+            why = "the ranks' values are in host memory";
+        } else {
 #ifdef LLAMA_TP_HAVE_NCCL
-        if (std::unique_ptr<AllReduceEngine> engine = join_nccl_across(*this, c, why)) return engine;
+            if (std::unique_ptr<AllReduceEngine> engine = join_nccl_across(*this, c, why)) return engine;
 #else
-        if (name != "nccl") return nullptr;
-        why = "needs a build with LLAMA_TP_NCCL=ON";
+            if (!asked) return nullptr;
+            why = "needs a build with LLAMA_TP_NCCL=ON";
 #endif
+        }
         if (rank_ == 0)
             std::fprintf(stderr, "llama-tp: warning: allreduce engine nccl unavailable (%s); using mpi\n", why.c_str());
         return nullptr;

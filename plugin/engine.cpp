@@ -174,6 +174,9 @@ class TensorParallelEngine final : public Engine {
             }
             setup.capture_steps = false;
         }
+        // Before the ranks run a graph: ggml reads it once, at its first graph.
+        // (It holds for the whole process, a reference run in it included.)
+        if (setup.capture_steps) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
         setup.stream_collectives =
             gpu_collectives && (setup.capture_steps || collectives_on_stream(allreduce->runs_on_stream()));
         if (says) {
@@ -451,8 +454,7 @@ class TensorParallelEngine final : public Engine {
             check_kv_type(options_.kv_types.k, s.head_dim, "the K");
             check_kv_type(options_.kv_types.v, s.head_dim, "the V");
         }
-        // Before any graph runs: it may turn ggml's own CUDA graphs off.
-        collective_graph_capture();
+        collective_graph_capture();  // a malformed value stops the load here
         if (options_.split_invariant == true && options_.allreduce_wire == WireType::BF16) {
             throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
         }

@@ -133,6 +133,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
         backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
         config.allreduce && config.allreduce->takes_device_memory(), exact_sum_kernels(device, config),
         std::move(bridge), std::move(capture));
+    if (config.allreduce) executor_->replay_only_while([engine = config.allreduce] { return !engine->failed(); });
 }
 
 Rank::~Rank() {
@@ -422,7 +423,12 @@ void Rank::fill_lora_scales(const Batch & batch) {
 }
 
 void Rank::compute() {
+    const int64_t replays = executor_->replays();
     const ggml_status st = executor_->compute(graph_);
+    // A replayed step's collectives ran inside the graph: count them all the same.
+    if (executor_->replays() > replays) {
+        collective_calls_.fetch_add(executor_->collectives_per_replay(), std::memory_order_relaxed);
+    }
     if (st != GGML_STATUS_SUCCESS) {
         throw Error("rank " + std::to_string(config_.rank) + ": graph compute failed: " + ggml_status_to_string(st));
     }

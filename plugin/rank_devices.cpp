@@ -141,7 +141,6 @@ bool collective_graph_capture() {
         const std::string asked = env ? env : "";
         if (asked.empty()) continue;
         if (asked != "0" && asked != "1") throw Error(std::string(variable) + " must be 0 or 1, not '" + asked + "'");
-        if (asked == "1") setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
         return asked == "1";
     }
     return false;

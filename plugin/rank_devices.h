@@ -77,11 +77,11 @@ bool collectives_on_stream(bool engine_runs_on_stream);
 // GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE=1) asks for it, where the engine's sums
 // replay (AllReduceEngine::sums_replay_in_graphs). Off by default: a step's
 // segments are each captured by ggml's CUDA backend already, and the
-// collectives between them run as they come. Asked for, it queues the
-// collectives on the streams too, and turns ggml's own capture of each
-// segment off for the process (GGML_CUDA_DISABLE_GRAPHS=1, set here: one
-// capture cannot hold another), so it is read before any graph runs.
-// 0 or unset: off; anything else throws llama_tp::Error.
+// collectives between them run as they come. Where it is taken, it queues
+// the collectives on the streams too, and the engine turns ggml's own
+// capture of each segment off for the process (GGML_CUDA_DISABLE_GRAPHS=1:
+// one capture cannot hold another). 0 or unset: off; anything else throws
+// llama_tp::Error.
 bool collective_graph_capture();
 
 // The devices of this build, a line each ("CUDA0: NVIDIA H200"), for --list-devices.

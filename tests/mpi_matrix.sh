@@ -76,6 +76,15 @@ if [[ $arch == llama ]]; then
     "$make_model" --arch llama --type q8_0 --seed 7 "${shape[@]}" --split-max-size 2M -o "$work/parts.gguf" \
         >/dev/null 2>&1
     check "llama q8_0 in parts, 2 processes" -n 2 -- -m "$(echo "$work"/parts-00001-of-*.gguf)" --reference tp1
+    # nccl asked for on CPU ranks: mpi, with one line saying why.
+    check "llama q8_0 --allreduce nccl on CPU ranks, 2 processes" -n 2 -- -m "$model" --reference tp1 \
+        --allreduce nccl
+    want="allreduce engine nccl unavailable (the ranks' values are in host memory); using mpi"
+    if [[ $(grep -c -F "$want" "$work/stderr.log") != 1 ]]; then
+        failures=$((failures + 1))
+        echo "FAILED: no single warning line '$want'" >&2
+        cat "$work/stderr.log" >&2
+    fi
 fi
 rm -f "$work"/*.gguf
 echo "$arch: $((cases - failures)) passed, $failures failed"

@@ -314,6 +314,14 @@ TEST(CollectiveNode, StepsAreCapturedOnTheSecondRunAndReplayed) {
     step(5, 2, 2, "the first shape is no longer the one captured");
     EXPECT_EQ(executor.captures(), 2);
     EXPECT_EQ(executor.replays(), 2);
+    EXPECT_EQ(executor.collectives_per_replay(), 1);
+    set_first_param(scaled, 3.0f);
+    step(5, 2, 3, "the second shape, still captured: replayed");
+    bool healthy = false;
+    executor.replay_only_while([&] { return healthy; });
+    step(6, 2, 3, "a failed group: as it is, never replayed");
+    healthy = true;
+    step(6, 2, 4, "healthy again: the graph captured is replayed");
     EXPECT_EQ(abandoned, 0);
     EXPECT_THROW(
         llama_tp::MetaExecutor(backend.get(), llama_tp::CollectiveRun::Segments, true,
