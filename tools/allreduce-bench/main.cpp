@@ -31,7 +31,8 @@ namespace {
 
 const char * kUsage =
     "usage: llama-tp-allreduce-bench [options]\n"
-    "  --engine NAME   cpu | butterfly | auto (default cpu; with --cuda auto); under mpirun: mpi\n"
+    "  --engine NAME   cpu | butterfly | auto (default cpu; with --cuda auto); under mpirun: mpi,\n"
+    "                  or nccl with --cuda (one device per rank across the processes)\n"
     "  --ranks N       ranks, one thread each (default 2; under mpirun: per process, default 1)\n"
     "  --wire TYPE     f32 | bf16 | f64 | auto (default f32; f64: the doubles of\n"
     "                  split-invariant sums; auto: the engine's, as when no wire is asked for;\n"
@@ -303,8 +304,8 @@ std::unique_ptr<AllReduceEngine> make_engine(const Options & o, ProcessGroup * p
     }
     if (!processes) return make_allreduce_engine(config);
     const std::string name = normalized_engine_name(o.engine);
-    if (name != "mpi" && name != "auto") {
-        throw Error("under mpirun the engine is mpi (or auto), not '" + o.engine + "'");
+    if (name != "mpi" && name != "auto" && name != "nccl") {
+        throw Error("under mpirun the engine is mpi, nccl (ranks on --cuda devices) or auto, not '" + o.engine + "'");
     }
     return processes->make_allreduce(config);
 }
