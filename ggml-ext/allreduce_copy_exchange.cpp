@@ -74,10 +74,17 @@ CopyExchange::Piece CopyExchange::piece(int rank, size_t begin, size_t len, size
     p.number = ++sides_[rank].pieces;
     p.begin = begin;
     p.len = len;
+    p.wire_size = wire_size;
     const size_t chunk = std::max<size_t>(1, std::min(chunk_bytes, kPieceBytes) / wire_size);
     p.chunk_len = std::max(chunk, (len + max_chunks_ - 1) / max_chunks_);
     p.n_chunks = (len + p.chunk_len - 1) / p.chunk_len;
     return p;
+}
+
+CopyExchange::PieceSides CopyExchange::sides_of(int rank, const Piece & p) {
+    Side & me = sides_[rank];
+    const Side & peer = sides_[1 - rank];
+    return {me, peer, me.sets[p.number % 2], peer.sets[p.number % 2]};
 }
 
 template <typename T>
@@ -110,13 +117,9 @@ template bool CopyExchange::queue<double>(int, double *, size_t, WireType, size_
 
 template <typename T>
 bool CopyExchange::send(int rank, T * data, size_t n, const Piece & p, WireType wire, cudaStream_t stream) {
-    Side & me = sides_[rank];
-    const Side & peer = sides_[1 - rank];
+    auto [me, peer, mine, theirs] = sides_of(rank, p);
     const int device = me.device;
-    PieceSet & mine = me.sets[p.number % 2];
-    const PieceSet & theirs = peer.sets[p.number % 2];
-    constexpr bool exact = std::is_same<T, double>::value;
-    const size_t wire_size = exact ? sizeof(double) : wire_bytes(wire);
+    const size_t wire_size = p.wire_size;
     const cudaStream_t out = me.copy_out->get();
 
     // The other GPU has read this set's ring (piece p - 2) once its in_done has passed.
@@ -127,7 +130,7 @@ bool CopyExchange::send(int rank, T * data, size_t n, const Piece & p, WireType 
     // The values to copy out: the caller's, or rounded to BF16 on the stream
     // (into wire_out, once its last copy out has ended).
     const void * src = data + p.begin;
-    if constexpr (!exact) {
+    if constexpr (!std::is_same<T, double>::value) {
         if (wire == WireType::BF16) {
             if (p.number > 2) wait(stream, *mine.out_done, device);
             check_cuda(launch_to_wire(data + p.begin, mine.wire_out->get(), p.len, wire, stream),
@@ -154,23 +157,15 @@ bool CopyExchange::send(int rank, T * data, size_t n, const Piece & p, WireType 
 
 template <typename T>
 bool CopyExchange::receive(int rank, T * data, size_t n, const Piece & p, WireType wire, cudaStream_t stream) {
-    Side & me = sides_[rank];
-    const Side & peer = sides_[1 - rank];
+    auto [me, peer, mine, theirs] = sides_of(rank, p);
     const int device = me.device;
-    PieceSet & mine = me.sets[p.number % 2];
-    const PieceSet & theirs = peer.sets[p.number % 2];
-    constexpr bool exact = std::is_same<T, double>::value;
-    const size_t wire_size = exact ? sizeof(double) : wire_bytes(wire);
+    const size_t wire_size = p.wire_size;
     const cudaStream_t in = me.copy_in->get();
 
     if (!await(peer.queued, p.number, 1 - rank)) return false;
-    if (theirs.n != n || theirs.element_size != sizeof(T)) {
-        failure_.fail([&] {
-            if (theirs.element_size != sizeof(T)) {
-                return mismatched_types_message({{rank, sizeof(T)}, {1 - rank, theirs.element_size}});
-            }
-            return mismatched_counts_message({{rank, n}, {1 - rank, theirs.n}});
-        });
+    const std::string mismatch = call_mismatch({rank, n, sizeof(T)}, {1 - rank, theirs.n, theirs.element_size});
+    if (!mismatch.empty()) {
+        failure_.fail([&] { return mismatch; });
         return false;
     }
     // wire_in is free once this rank's adds of piece p - 2 have run.
@@ -192,7 +187,7 @@ bool CopyExchange::receive(int rank, T * data, size_t n, const Piece & p, WireTy
         wait(stream, *mine.copied_in[c], device);
         wait(stream, *mine.copied_out[c], device);  // the add overwrites what was copied out
         const void * peer_values = static_cast<const char *>(mine.wire_in->get()) + lo * wire_size;
-        if constexpr (exact) {
+        if constexpr (std::is_same<T, double>::value) {
             check_cuda(
                 launch_add_exact(data + p.begin + lo, static_cast<const double *>(peer_values), p.count(c), stream),
                 "adding the other rank's chunk", device);

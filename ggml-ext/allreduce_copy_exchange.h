@@ -74,9 +74,18 @@ class CopyExchange {
     struct Piece {
         uint64_t number = 0;
         size_t begin = 0, len = 0, n_chunks = 0, chunk_len = 0;
+        size_t wire_size = 0;  // bytes per value on the wire
         size_t count(size_t c) const { return c + 1 < n_chunks ? chunk_len : len - c * chunk_len; }
     };
     Piece piece(int rank, size_t begin, size_t len, size_t wire_size, size_t chunk_bytes);
+    // A piece's view of both ranks: this rank's side and set, the other's.
+    struct PieceSides {
+        Side & me;
+        const Side & peer;
+        PieceSet & mine;
+        const PieceSet & theirs;
+    };
+    PieceSides sides_of(int rank, const Piece & p);
     // The halves of a piece: its values out to host memory, the other rank's in and added.
     // false when the group failed; they throw on a CUDA error.
     template <typename T>

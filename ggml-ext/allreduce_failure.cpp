@@ -31,6 +31,14 @@ std::string missing_ranks_message(const std::vector<int> & missing, double timeo
            std::to_string(n_ranks) + ")";
 }
 
+std::string call_mismatch(const RankCall & mine, const RankCall & theirs) {
+    if (mine.element_size != theirs.element_size) {
+        return mismatched_types_message({{mine.rank, mine.element_size}, {theirs.rank, theirs.element_size}});
+    }
+    if (mine.n != theirs.n) return mismatched_counts_message({{mine.rank, mine.n}, {theirs.rank, theirs.n}});
+    return "";
+}
+
 std::string mismatched_counts_message(std::vector<std::pair<int, size_t>> rank_counts) {
     std::sort(rank_counts.begin(), rank_counts.end());
     std::string list;

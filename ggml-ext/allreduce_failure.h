@@ -89,6 +89,16 @@ std::string mismatched_counts_message(std::vector<std::pair<int, size_t>> rank_c
 // from each rank's element size in bytes.
 std::string mismatched_types_message(std::vector<std::pair<int, size_t>> rank_sizes);
 
+// One rank's call, as another rank sees it.
+struct RankCall {
+    int rank = 0;
+    size_t n = 0;
+    size_t element_size = 0;
+};
+// "" where two ranks' calls match; else mismatched_types_message or
+// mismatched_counts_message for them.
+std::string call_mismatch(const RankCall & mine, const RankCall & theirs);
+
 // "allreduce: rank 5 is out of range for a group of 2".
 std::string bad_rank_message(int rank, int n_ranks);
 

@@ -270,13 +270,9 @@ bool InternalAllReduce::exchange_chunk(int rank, T * data, size_t n, size_t len,
     me.published.store(chunk, std::memory_order_release);
     if (!await_peer(rank, chunk)) return false;
     const ChunkCount theirs = peer.counts[parity];
-    if (theirs.n != n || theirs.element_size != sizeof(T)) {
-        failure_.fail([&] {
-            if (theirs.element_size != sizeof(T)) {
-                return mismatched_types_message({{rank, sizeof(T)}, {1 - rank, theirs.element_size}});
-            }
-            return mismatched_counts_message({{rank, n}, {1 - rank, theirs.n}});
-        });
+    const std::string mismatch = call_mismatch({rank, n, sizeof(T)}, {1 - rank, theirs.n, theirs.element_size});
+    if (!mismatch.empty()) {
+        failure_.fail([&] { return mismatch; });
         return false;
     }
     if constexpr (std::is_same<T, double>::value) {

@@ -4,10 +4,9 @@
 
 namespace llama_tp {
 
-std::vector<int64_t> graph_fingerprint(ggml_cgraph * gf) {
+void graph_fingerprint(ggml_cgraph * gf, std::vector<int64_t> & out) {
     const int n = ggml_graph_n_nodes(gf);
-    std::vector<int64_t> out;
-    out.reserve((size_t) n * 64);
+    out.clear();
     out.push_back(n);
     for (int i = 0; i < n; ++i) {
         const ggml_tensor * t = ggml_graph_node(gf, i);
@@ -24,10 +23,11 @@ std::vector<int64_t> graph_fingerprint(ggml_cgraph * gf) {
         for (int s = 0; s < GGML_MAX_SRC; ++s) {
             const ggml_tensor * src = t->src[s];
             out.push_back(src ? (int64_t) (intptr_t) src->data : 0);
-            if (!src) continue;
-            // (Inputs are no node: their shape counts here; tags of ggml-ext's
-            // nodes keep the collective's call or the exact sum's kind in
-            // their first parameters.)
+            // A source made by another node is that node's entry; the others
+            // (inputs, weights, the tags of ggml-ext's nodes, which keep the
+            // collective's call or the exact sum's kind in their first
+            // parameters) count here.
+            if (!src || src->op != GGML_OP_NONE) continue;
             out.push_back(src->type);
             for (int d = 0; d < GGML_MAX_DIMS; ++d) out.push_back(src->ne[d]);
             int64_t first[2];
@@ -35,7 +35,6 @@ std::vector<int64_t> graph_fingerprint(ggml_cgraph * gf) {
             out.insert(out.end(), first, first + 2);
         }
     }
-    return out;
 }
 
 }  // namespace llama_tp

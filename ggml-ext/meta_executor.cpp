@@ -6,6 +6,7 @@
 #include "ggml-ext/graph_fingerprint.h"
 
 #include <string>
+#include <utility>
 
 namespace llama_tp {
 
@@ -91,12 +92,12 @@ ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
         last_fingerprint_.clear();
         return run_segments();
     }
-    std::vector<int64_t> fingerprint = graph_fingerprint(gf);
+    graph_fingerprint(gf, fingerprint_);
     ggml_status st = GGML_STATUS_SUCCESS;
-    if (captures_ > 0 && fingerprint == captured_fingerprint_) {
+    if (captures_ > 0 && fingerprint_ == captured_fingerprint_) {
         capture_->replay();
         replays_++;
-    } else if (fingerprint == last_fingerprint_) {
+    } else if (fingerprint_ == last_fingerprint_) {
         capture_->begin();
         try {
             st = run_segments();
@@ -109,7 +110,7 @@ ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
             return st;
         }
         capture_->end_and_launch();
-        captured_fingerprint_ = fingerprint;
+        captured_fingerprint_ = fingerprint_;
         captures_++;
         captured_collectives_ = 0;
         for (const Segment & seg : segments_) {
@@ -118,7 +119,7 @@ ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
     } else {
         st = run_segments();
     }
-    last_fingerprint_ = std::move(fingerprint);
+    std::swap(last_fingerprint_, fingerprint_);
     return st;
 }
 

@@ -94,7 +94,7 @@ class MetaExecutor {
     std::unique_ptr<ExactSumKernels> exact_;
     std::unique_ptr<StreamBridge> bridge_;
     std::unique_ptr<StepCapture> capture_;
-    std::vector<int64_t> last_fingerprint_, captured_fingerprint_;
+    std::vector<int64_t> fingerprint_, last_fingerprint_, captured_fingerprint_;
     int64_t captures_ = 0, replays_ = 0;
     int captured_collectives_ = 0;
     // No node of the split waits on the host (ggml's MUL_MAT_ID may copy its

@@ -48,33 +48,26 @@ std::unique_ptr<ExactSumKernels> exact_sum_kernels(ggml_backend_dev_t device, co
     return nullptr;
 }
 
-// Whole steps captured where asked (RankConfig::capture_steps), with a bridge. GPU builds only.
-std::unique_ptr<StepCapture> step_capture(ggml_backend_t backend, ggml_backend_dev_t device, const RankConfig & config,
-                                          bool bridged) {
-    if (!config.capture_steps || !bridged) return nullptr;
+// The stream work of a rank whose collectives run on its GPU's stream
+// (RankConfig::stream_collectives): a bridge to the stream, and where asked
+// (RankConfig::capture_steps) the capture of whole steps. GPU builds only.
+struct StreamWork {
+    std::unique_ptr<StreamBridge> bridge;
+    std::unique_ptr<StepCapture> capture;
+};
+StreamWork stream_work(ggml_backend_t backend, ggml_backend_dev_t device, const RankConfig & config) {
+    StreamWork work;
+    if (!config.stream_collectives || config.cpu_ops || config.host_staging) return work;
 #if defined(LLAMA_TP_HAVE_CUDA)
     const int gpu = physical_cuda_device(device);
-    if (gpu >= 0) return make_cuda_step_capture(backend, gpu);
+    if (gpu < 0) return work;
+    work.bridge = make_cuda_stream_bridge(backend, gpu);
+    if (config.capture_steps) work.capture = make_cuda_step_capture(backend, gpu);
 #else
     (void) backend;
     (void) device;
 #endif
-    return nullptr;
-}
-
-// A bridge to the GPU's stream where the collectives run there
-// (RankConfig::stream_collectives). GPU builds only.
-std::unique_ptr<StreamBridge> stream_bridge(ggml_backend_t backend, ggml_backend_dev_t device,
-                                            const RankConfig & config) {
-    if (!config.stream_collectives || config.cpu_ops || config.host_staging) return nullptr;
-#if defined(LLAMA_TP_HAVE_CUDA)
-    const int gpu = physical_cuda_device(device);
-    if (gpu >= 0) return make_cuda_stream_bridge(backend, gpu);
-#else
-    (void) backend;
-    (void) device;
-#endif
-    return nullptr;
+    return work;
 }
 
 // Bit i: some token of the batch has a nonzero scale for adapter i.
@@ -127,12 +120,11 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     }
     kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-    std::unique_ptr<StreamBridge> bridge = stream_bridge(backend_.get(), device, config);
-    std::unique_ptr<StepCapture> capture = step_capture(backend_.get(), device, config, bridge != nullptr);
+    StreamWork stream = stream_work(backend_.get(), device, config);
     executor_ = std::make_unique<MetaExecutor>(
         backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
         config.allreduce && config.allreduce->takes_device_memory(), exact_sum_kernels(device, config),
-        std::move(bridge), std::move(capture));
+        std::move(stream.bridge), std::move(stream.capture));
     if (config.allreduce) executor_->replay_only_while([engine = config.allreduce] { return !engine->failed(); });
 }
 

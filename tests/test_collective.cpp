@@ -219,24 +219,30 @@ void set_first_param(ggml_tensor * t, float v) {
     std::memcpy(t->op_params, &v, sizeof v);
 }
 
+std::vector<int64_t> fingerprint(ggml_cgraph * gf) {
+    std::vector<int64_t> out;
+    llama_tp::graph_fingerprint(gf, out);
+    return out;
+}
+
 TEST(GraphFingerprint, SameGraphSameMemoryOnly) {
     StandInGroup group;
     RankCall calls[kRanks];
     RankGraph graphs[kRanks];
     setup(group, calls, graphs);
-    const std::vector<int64_t> first = llama_tp::graph_fingerprint(graphs[0].gf);
-    EXPECT_EQ(llama_tp::graph_fingerprint(graphs[0].gf), first) << "a graph is its own";
-    EXPECT_NE(llama_tp::graph_fingerprint(graphs[1].gf), first) << "another rank's memory";
+    const std::vector<int64_t> first = fingerprint(graphs[0].gf);
+    EXPECT_EQ(fingerprint(graphs[0].gf), first) << "a graph is its own";
+    EXPECT_NE(fingerprint(graphs[1].gf), first) << "another rank's memory";
     ggml_tensor * scaled = graphs[0].reduced->src[0];
     const float scale = first_param(scaled);
     set_first_param(scaled, 3.0f);
-    EXPECT_NE(llama_tp::graph_fingerprint(graphs[0].gf), first) << "an operation's parameter";
+    EXPECT_NE(fingerprint(graphs[0].gf), first) << "an operation's parameter";
     set_first_param(scaled, scale);
     void * data = graphs[0].out->data;
     graphs[0].out->data = static_cast<char *>(data) + 64;
-    EXPECT_NE(llama_tp::graph_fingerprint(graphs[0].gf), first) << "a node's memory";
+    EXPECT_NE(fingerprint(graphs[0].gf), first) << "a node's memory";
     graphs[0].out->data = data;
-    EXPECT_EQ(llama_tp::graph_fingerprint(graphs[0].gf), first);
+    EXPECT_EQ(fingerprint(graphs[0].gf), first);
 }
 
 // Stand-ins for a GPU rank's stream work: the bridge hands out no stream
