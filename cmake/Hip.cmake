@@ -1,5 +1,5 @@
 # HIP for GPU ranks on AMD GPUs (LLAMA_TP_HIP) and RCCL (LLAMA_TP_NCCL): the
-# same GPU code as the CUDA build (ggml-ext/gpu_runtime_api.h gives HIP's
+# same GPU code as the CUDA build (ggml-ext/gpu/gpu_runtime_api.h gives HIP's
 # functions CUDA's names), ggml's HIP backend, and one GPU architecture
 # (never all of them: the GPU this machine has, else gfx90a).
 

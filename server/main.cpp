@@ -2,19 +2,19 @@
 // /health with 503 meanwhile), then serves until SIGINT/SIGTERM. Under
 // mpirun, process 0 serves and the other processes follow its steps.
 
-#include "ggml-ext/process_group.h"
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/tokenizer.h"
-#include "server/chat_format.h"
-#include "server/context_size.h"
-#include "server/http_routes.h"
-#include "server/http_task_queue.h"
-#include "server/listener.h"
+#include "ggml-ext/comm/process_group.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/text/tokenizer.h"
+#include "server/chat/chat_format.h"
+#include "server/serving/context_size.h"
+#include "server/http/http_routes.h"
+#include "server/http/http_task_queue.h"
+#include "server/http/listener.h"
 #include "server/log.h"
-#include "server/lora_adapters.h"
-#include "server/model_router.h"
-#include "server/scheduler.h"
+#include "server/serving/lora_adapters.h"
+#include "server/router/model_router.h"
+#include "server/serving/scheduler.h"
 #include "server/server_options.h"
 
 #include <malloc.h>

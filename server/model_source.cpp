@@ -3,7 +3,7 @@
 #include "arg.h"
 #include "common.h"
 #include "download.h"
-#include "plugin/error.h"
+#include "runtime/error.h"
 #include "server/log.h"
 
 #include <fcntl.h>

@@ -4,7 +4,7 @@
 // llama-server's cache (LLAMA_CACHE, MODEL_ENDPOINT, HF_TOKEN and --offline
 // as there), so that both servers share one cache and one set of names.
 
-#include "plugin/error.h"
+#include "runtime/error.h"
 
 #include <string>
 

@@ -1,8 +1,8 @@
 #include "server/server_options.h"
 
-#include "plugin/tokenizer.h"
-#include "server/ngram_drafter.h"
-#include "server/request.h"
+#include "runtime/text/tokenizer.h"
+#include "server/speculative/ngram_drafter.h"
+#include "server/api/request.h"
 #include "server/upstream_flags.h"
 
 #include "download.h"

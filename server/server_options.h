@@ -2,13 +2,13 @@
 // Command-line flags of llama-tp-server. Names follow llama-server's so that a
 // command line moves over unchanged.
 
-#include "plugin/engine.h"
-#include "plugin/sampler.h"
-#include "server/drafter.h"
+#include "runtime/engine.h"
+#include "runtime/text/sampler.h"
+#include "server/speculative/drafter.h"
 #include "server/log.h"
 #include "server/model_source.h"
-#include "server/request.h"
-#include "server/task.h"
+#include "server/api/request.h"
+#include "server/serving/task.h"
 
 #include <cstdint>
 #include <stdexcept>
@@ -25,7 +25,7 @@ struct ServerOptions {
     EngineOptions engine;      // model path, context, batch, threads, tp, split, allreduce
     ModelSource model_source;  // -hf / -mu / -dr: fetched into engine.model_path before loading
     // Router mode (no model given, --models-dir): a child server per model
-    // of the folder, started on demand (server/model_router.h).
+    // of the folder, started on demand (server/router/model_router.h).
     std::string models_dir;
     std::string models_preset;  // --models-preset: an INI file of models and their options
     int32_t models_max = 4;     // children at once (0: no limit)

@@ -3,8 +3,8 @@
 // failure semantics (timeout naming the missing rank, abort, bad calls), plus
 // engine selection by name and environment.
 
-#include "ggml-ext/allreduce_engine.h"
-#include "ggml-ext/allreduce_wire.h"
+#include "ggml-ext/comm/allreduce_engine.h"
+#include "ggml-ext/comm/allreduce_wire.h"
 #include "ggml-ext/error.h"
 
 #include "ggml.h"

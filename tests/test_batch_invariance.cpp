@@ -6,9 +6,9 @@
 // ggml's products up to rounding. Usage: test-batch-invariance MODEL.gguf
 // (a q8_0 model; gtest flags may follow).
 
-#include "ggml-ext/exact_matmul.h"
-#include "plugin/engine.h"
-#include "plugin/error.h"
+#include "ggml-ext/ops/exact_matmul.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
 
 #include <algorithm>
 #include <cmath>

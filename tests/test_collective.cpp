@@ -3,10 +3,10 @@
 // receives the node's own data pointer and element count, and it runs once
 // per graph compute, every compute.
 
-#include "ggml-ext/collective.h"
+#include "ggml-ext/ops/collective.h"
 #include "ggml-ext/error.h"
-#include "ggml-ext/graph_fingerprint.h"
-#include "ggml-ext/meta_executor.h"
+#include "ggml-ext/exec/graph_fingerprint.h"
+#include "ggml-ext/exec/meta_executor.h"
 
 #include <condition_variable>
 #include <cstring>

@@ -1,6 +1,6 @@
 // The context a server takes without -c.
 
-#include "server/context_size.h"
+#include "server/serving/context_size.h"
 
 #include <gtest/gtest.h>
 

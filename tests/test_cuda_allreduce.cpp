@@ -5,13 +5,13 @@
 // abort; and the exact sums' kernels against the host's bits. Exits 77
 // (skipped) without a GPU.
 
-#include "ggml-ext/allreduce_engine.h"
-#include "ggml-ext/allreduce_wire.h"
-#include "ggml-ext/cuda_runtime.h"
-#include "ggml-ext/exact_sum.h"
-#include "ggml-ext/exact_sum_kernels.h"
+#include "ggml-ext/comm/allreduce_engine.h"
+#include "ggml-ext/comm/allreduce_wire.h"
+#include "ggml-ext/gpu/cuda_runtime.h"
+#include "ggml-ext/ops/exact_sum.h"
+#include "ggml-ext/ops/exact_sum_kernels.h"
 
-#include "ggml-ext/gpu_runtime_api.h"
+#include "ggml-ext/gpu/gpu_runtime_api.h"
 #include <gtest/gtest.h>
 
 #include <chrono>

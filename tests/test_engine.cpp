@@ -1,12 +1,12 @@
-#include "plugin/engine.h"
+#include "runtime/engine.h"
 
-#include "plugin/error.h"
-#include "plugin/gguf_file.h"
-#include "plugin/hparams.h"
-#include "plugin/kv_image.h"
-#include "plugin/shard_plan.h"
-#include "plugin/sampler.h"
-#include "plugin/tokenizer.h"
+#include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/model/hparams.h"
+#include "runtime/kv/kv_image.h"
+#include "runtime/shard/shard_plan.h"
+#include "runtime/text/sampler.h"
+#include "runtime/text/tokenizer.h"
 
 #include <algorithm>
 #include <cmath>

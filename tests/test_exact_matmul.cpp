@@ -3,9 +3,9 @@
 // computes it, the result is the product it should be, and every q8_0 kernel
 // this build has gives the scalar kernel's bits.
 
-#include "ggml-ext/exact_matmul.h"
-#include "ggml-ext/exact_sum.h"
-#include "ggml-ext/q8_0_cells.h"
+#include "ggml-ext/ops/exact_matmul.h"
+#include "ggml-ext/ops/exact_sum.h"
+#include "ggml-ext/ops/q8_0_cells.h"
 
 #include <cmath>
 #include <cstdio>

@@ -5,9 +5,9 @@
 // executor runs the nodes between graph segments (as on a GPU) with the same
 // bits, through a device's kernels, the host, or host copies.
 
-#include "ggml-ext/collective.h"
-#include "ggml-ext/exact_sum.h"
-#include "ggml-ext/meta_executor.h"
+#include "ggml-ext/ops/collective.h"
+#include "ggml-ext/ops/exact_sum.h"
+#include "ggml-ext/exec/meta_executor.h"
 
 #include <algorithm>
 #include <cmath>

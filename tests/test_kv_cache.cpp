@@ -1,6 +1,6 @@
-#include "plugin/kv_cache.h"
+#include "runtime/kv/kv_cache.h"
 
-#include "plugin/error.h"
+#include "runtime/error.h"
 
 #include <cmath>
 

@@ -1,8 +1,8 @@
 // LoRA adapters in the engine: per-token scales, and every adapter file
 // that cannot apply refused with a message naming what is wrong.
 
-#include "plugin/engine.h"
-#include "plugin/error.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
 
 #include <algorithm>
 #include <cmath>

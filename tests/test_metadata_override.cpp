@@ -1,10 +1,10 @@
 // --override-kv: metadata read in place of the model file's, by the weights'
 // loader and by the tokenizer (libllama), and every malformed override named.
 
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/gguf_file.h"
-#include "plugin/tokenizer.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/gguf_file.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
 
 #include <cmath>
 #include <cstdio>

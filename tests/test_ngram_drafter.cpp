@@ -6,7 +6,7 @@
 // one included). The other kinds: that each reads its settings, its
 // lookup files and the accept counts the scheduler reports.
 
-#include "server/ngram_drafter.h"
+#include "server/speculative/ngram_drafter.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "ngram-cache.h"
-#include "plugin/error.h"
+#include "runtime/error.h"
 
 namespace {
 

@@ -1,9 +1,9 @@
 // Which device each rank runs on (-dev, -ngl), over a made-up catalog of GPUs
 // and over this build's own devices, and the graphs of ggml's operations only
 // that GPU ranks run, checked on the CPU.
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/rank_devices.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/ranks/rank_devices.h"
 
 #include <algorithm>
 #include <cmath>

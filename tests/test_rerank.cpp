@@ -3,9 +3,9 @@
 // head, against upstream's LLAMA_POOLING_TYPE_RANK on the same tokens, and
 // from two ranks against one. Usage: test-rerank MODEL.gguf
 
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/tokenizer.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/text/tokenizer.h"
 
 #include "llama.h"
 

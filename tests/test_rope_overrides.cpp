@@ -1,8 +1,8 @@
 // RoPE overrides (llama-server's --rope-* and --yarn-*) by upstream's rules,
 // and an engine that applies them.
 
-#include "plugin/engine.h"
-#include "plugin/hparams.h"
+#include "runtime/engine.h"
+#include "runtime/model/hparams.h"
 
 #include <cmath>
 

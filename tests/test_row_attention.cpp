@@ -5,7 +5,7 @@
 // one cache, several thread counts, with and without attention sinks and a
 // soft-cap on the scores.
 
-#include "ggml-ext/row_attention.h"
+#include "ggml-ext/ops/row_attention.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,5 @@
-#include "plugin/error.h"
-#include "plugin/step.h"
+#include "runtime/error.h"
+#include "runtime/ranks/step.h"
 
 #include <gtest/gtest.h>
 

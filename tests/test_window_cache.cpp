@@ -3,9 +3,9 @@
 // models, prompts long enough that the window pool packs its cells several
 // times. Usage: test-window-cache MODEL.gguf (gtest flags may follow).
 
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/tokenizer.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/text/tokenizer.h"
 
 #include <cmath>
 #include <string>

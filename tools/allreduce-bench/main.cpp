@@ -4,11 +4,11 @@
 // and p90 of rank 0's time inside allreduce() per call, and the effective
 // bandwidth.
 
-#include "ggml-ext/allreduce_engine.h"
+#include "ggml-ext/comm/allreduce_engine.h"
 #include "ggml-ext/error.h"
-#include "ggml-ext/process_group.h"
+#include "ggml-ext/comm/process_group.h"
 #ifdef LLAMA_TP_HAVE_CUDA
-#include "ggml-ext/cuda_runtime.h"
+#include "ggml-ext/gpu/cuda_runtime.h"
 #endif
 
 #include <algorithm>  // before args.h, which uses std::min and std::move

@@ -4,7 +4,7 @@
 // for the head shapes of the generated presets and any given with --shape.
 // Best of seven timings of each, in ms, and their ratio.
 
-#include "ggml-ext/row_attention.h"
+#include "ggml-ext/ops/row_attention.h"
 
 #include <algorithm>  // before args.h, which uses std::min and std::move
 #include <utility>

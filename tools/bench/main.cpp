@@ -3,10 +3,10 @@
 // same process (alternating runs, medians, ratios), plus decode's fraction
 // of the memory-bandwidth ceiling.
 
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/gguf_file.h"
-#include "plugin/hparams.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/model/hparams.h"
 #include "tools/common/args.h"
 #include "tools/common/engine_flags.h"
 #include "tools/common/memory_bandwidth.h"

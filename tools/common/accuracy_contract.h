@@ -3,8 +3,8 @@
 // which clause applies follows from the reference, the sums, the wire and
 // the model's weights, so a verdict needs no hand-set bounds.
 
-#include "plugin/kv_cache.h"
-#include "plugin/model_info.h"
+#include "runtime/kv/kv_cache.h"
+#include "runtime/model_info.h"
 
 #include <string>
 

@@ -4,9 +4,9 @@
 // --bf16-wire, --f32-wire, --[no-]split-invariant, -ctk/-ctv, --swa-full, the RoPE
 // overrides, LoRA adapters and control vectors.
 
-#include "ggml-ext/process_group.h"
-#include "plugin/engine.h"
-#include "plugin/error.h"
+#include "ggml-ext/comm/process_group.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
 #include "tools/common/args.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 #include "tools/common/upstream_decoder.h"
 
-#include "plugin/error.h"
-#include "plugin/tokenizer.h"
+#include "runtime/error.h"
+#include "runtime/text/tokenizer.h"
 
 #include <algorithm>
 #include <thread>

@@ -3,9 +3,9 @@
 // runtime is checked against and the peer our benchmarks run beside. Same
 // decode/logits shape as llama_tp::Engine, so tools can drive either.
 
-#include "plugin/batch.h"
-#include "plugin/engine.h"
-#include "plugin/kv_cache.h"
+#include "runtime/batch.h"
+#include "runtime/engine.h"
+#include "runtime/kv/kv_cache.h"
 
 #include <cstdint>
 #include <string>

@@ -2,9 +2,9 @@
 // through the llama-tp runtime and reports how far the next-token
 // distributions are apart. Exits 0 only when the accuracy contract holds.
 
-#include "plugin/engine.h"
-#include "plugin/error.h"
-#include "plugin/tokenizer.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+#include "runtime/text/tokenizer.h"
 #include "tools/common/accuracy_contract.h"
 #include "tools/common/args.h"
 #include "tools/common/engine_flags.h"

@@ -5,7 +5,7 @@
 // model's weights do not; best of seven timings, per matrix, with the rate
 // the weights were read at.
 
-#include "ggml-ext/exact_matmul.h"
+#include "ggml-ext/ops/exact_matmul.h"
 
 #include <algorithm>  // before args.h, which uses std::min and std::move
 #include <utility>

@@ -1,0 +1,795 @@
+#include "runtime/engine.h"
+
+#include "ggml-ext/comm/allreduce_engine.h"
+#include "ggml-ext/ops/exact_matmul.h"
+#include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/model/hparams.h"
+#include "ggml-ext/comm/process_group.h"
+#include "runtime/kv/kv_cells.h"
+#include "runtime/kv/kv_image.h"
+#include "runtime/ranks/mpi_rank_group.h"
+#include "runtime/ranks/rank_devices.h"
+#include "runtime/shard/shard_plan.h"
+#include "runtime/ranks/step.h"
+#include "runtime/ranks/thread_rank_group.h"
+#include "runtime/text/tokenizer.h"
+#include "runtime/model/weights.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "ggml.h"
+
+namespace llama_tp {
+
+namespace {
+
+std::string file_name_of(const std::string & path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool has_layer_matrix(const GgufFile & file, bool (*of_type)(ggml_type)) {
+    for (int64_t i = 0; i < file.n_tensors(); ++i) {
+        const ggml_tensor * t = file.tensor_at(i);
+        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2 && of_type(t->type)) return true;
+    }
+    return false;
+}
+
+// The type of most of the layers' matrix bytes, in capitals ("Q8_0"); "" for none.
+std::string main_weight_type(const GgufFile & file) {
+    std::map<ggml_type, size_t> bytes;
+    for (int64_t i = 0; i < file.n_tensors(); ++i) {
+        const ggml_tensor * t = file.tensor_at(i);
+        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2) bytes[t->type] += ggml_nbytes(t);
+    }
+    if (bytes.empty()) return "";
+    const auto most = std::max_element(bytes.begin(), bytes.end(),
+                                       [](const auto & a, const auto & b) { return a.second < b.second; });
+    std::string name = ggml_type_name(most->first);
+    for (char & c : name) c = (char) std::toupper((unsigned char) c);
+    return name;
+}
+
+bool is_half(ggml_type type) {
+    return type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
+}
+
+// Rank 0's side of a rank group: it validates every batch, decides its
+// placement on its own copy of the cells' bookkeeping and hands the ranks
+// one step. With one rank there are no collectives at all.
+class TensorParallelEngine final : public Engine {
+  public:
+    explicit TensorParallelEngine(const EngineOptions & options) : options_(options) {
+        GgufFile file(options_.model_path, options_.metadata_overrides);
+        ProcessGroup * processes = options_.processes;
+        const int n_processes = processes ? processes->size() : 1;
+        std::vector<std::unique_ptr<GgufFile>> adapters;  // open for the load
+        for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
+        if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file) + adapters_text(adapters));
+        hp_ = read_hparams(file);
+        for (const MetadataOverride & o : options_.metadata_overrides) {
+            std::fprintf(stderr, "llama-tp: metadata override %s\n", o.describe().c_str());
+        }
+        if (options_.rope.any()) {
+            apply_rope_overrides(hp_, options_.rope);
+            std::fprintf(stderr,
+                         "llama-tp: RoPE as asked: freq base %g, freq scale %g, YaRN ext factor %g, attn factor %g, "
+                         "beta fast %g, slow %g, original context %d\n",
+                         hp_.rope_freq_base, hp_.rope_freq_scale, hp_.yarn_ext_factor, hp_.yarn_attn_factor,
+                         hp_.yarn_beta_fast, hp_.yarn_beta_slow, hp_.rope_n_ctx_orig);
+        }
+        tokenizer_ = std::make_unique<Tokenizer>(options_.model_path, options_.metadata_overrides);
+        if (tokenizer_->n_vocab() != hp_.n_vocab) {
+            throw Error("model file '" + options_.model_path + "': vocabulary has " +
+                        std::to_string(tokenizer_->n_vocab()) + " tokens but token_embd.weight has " +
+                        std::to_string(hp_.n_vocab) + " rows");
+        }
+        validate_options();
+        const int tp = options_.tp, n_ranks = tp * n_processes;
+        choose_devices(processes ? processes->local_rank() * tp : 0);
+        decide_sums(file);
+        if (n_processes > 1) {
+            // The ranks' devices may decide the sums: every process must take the same.
+            MpiRankGroup::agree(*processes, std::string("sums: ") + (options_.exact_sums() ? "exact" : "float") + "\n");
+        }
+        const bool sharded = n_ranks > 1 || options_.exact_sums();
+        if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
+        // GPU ranks attend with ggml's attention, fastest over whole windows.
+        kv_sizes_ = KvPoolSizes::of(hp_, options_.n_ctx, options_.n_seq_max, options_.kv_unified, options_.n_batch,
+                                    options_.swa_full, !cpu_ops_);
+        cells_ = std::make_unique<KvPools>(kv_sizes_);
+        log_window_pool();
+        RankSetup setup;
+        std::unique_ptr<ThreadRankGroup> local = load_local_ranks(file, adapters, setup);
+        if (n_processes > 1) {
+            log_ranks(setup, *processes, local->reports());
+            auto group = std::make_unique<MpiRankGroup>(
+                *processes, std::move(local), process_vocab(n_processes), row_width(), process_kv_heads(n_processes),
+                [this](int32_t n) { return KvImageLayout::of(hp_, options_.kv_types, n, kv_sizes_.window_keep); });
+            processes_group_ = group.get();
+            group_ = std::move(group);
+        } else {
+            group_ = std::move(local);
+        }
+        fill_info(file);
+        if (options_.embeddings && !follower()) head_ = ClassifierHead::read(file, hp_);
+    }
+
+    // This process's ranks, loaded from the file with the adapters and the
+    // control vector (agreed with the other processes of a launch).
+    std::unique_ptr<ThreadRankGroup> load_local_ranks(const GgufFile & file,
+                                                      const std::vector<std::unique_ptr<GgufFile>> & adapters,
+                                                      RankSetup & setup) {
+        ProcessGroup * processes = options_.processes;
+        const int n_processes = processes ? processes->size() : 1;
+        const int tp = options_.tp;
+        setup.file = &file;
+        setup.hp = &hp_;
+        setup.plan = plan_.ranks.empty() ? nullptr : &plan_;
+        setup.options = &options_;
+        setup.kv_sizes = kv_sizes_;
+        setup.first_rank = processes ? processes->rank() * tp : 0;
+        setup.n_local = tp;
+        setup.n_ranks = tp * n_processes;
+        setup.n_threads = std::max(1, options_.n_threads / tp);
+        setup.devices = devices_.devices;
+        setup.cpu_ops = cpu_ops_;
+        setup.portable_graph = options_.portable_graph;
+        for (const auto & a : adapters) setup.adapters.push_back(a.get());
+        const ControlVector control = load_control_vector();
+        if (n_processes > 1) MpiRankGroup::agree(*processes, control.describe() + "\n");
+        // What the shard plan, the cache sizes and info() were made from: a
+        // reload after a sleep must find the same files.
+        const std::string source = setup_text(file) + adapters_text(adapters) + control.describe();
+        if (loaded_from_.empty()) {
+            loaded_from_ = source;
+        } else if (source != loaded_from_) {
+            throw Error("model file '" + options_.model_path +
+                        "' (or an adapter or control vector) changed since it was loaded; restart the server");
+        }
+        setup.control = control.empty() ? nullptr : &control;
+        std::unique_ptr<AllReduceEngine> allreduce;
+        if (n_processes > 1) {
+            allreduce = process_allreduce(*processes);
+        } else if (tp > 1) {
+            allreduce = make_allreduce_engine(allreduce_config(tp));
+        }
+        const bool gpu_collectives = !cpu_ops_ && !options_.portable_graph && allreduce;
+        const bool says = !cpu_ops_ && allreduce && (!processes || processes->rank() == 0);
+        setup.capture_steps = gpu_collectives && collective_graph_capture();
+        if (setup.capture_steps && !(allreduce->runs_on_stream() && allreduce->sums_replay_in_graphs())) {
+            if (says) {
+                std::fprintf(stderr,
+                             "llama-tp: warning: whole steps are not captured into CUDA graphs: the %s engine's "
+                             "sums cannot be replayed from one\n",
+                             allreduce->name());
+            }
+            setup.capture_steps = false;
+        }
+        // Before the ranks run a graph: ggml reads it once, at its first graph.
+        // (It holds for the whole process, a reference run in it included.)
+        if (setup.capture_steps) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
+        setup.stream_collectives =
+            gpu_collectives && (setup.capture_steps || collectives_on_stream(allreduce->runs_on_stream()));
+        if (says) {
+            std::fprintf(stderr, "llama-tp: collectives %s\n",
+                         setup.capture_steps        ? "queued on the GPUs' streams, whole steps captured into CUDA "
+                                                      "graphs and replayed (ggml's own graphs off)"
+                         : setup.stream_collectives ? "queued on the GPUs' streams, no wait on the host between "
+                                                      "graph segments"
+                                                    : "between graph segments, each segment waited for on the host");
+        }
+        auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
+        setup.control = nullptr;  // gone with this call
+        setup.adapters.clear();
+        return local;
+    }
+
+    std::string failure() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return group_ ? group_->failure() : aborted_;
+    }
+    void abort(const std::string & why) override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        if (aborted_.empty()) aborted_ = why.empty() ? "aborted" : why;
+        if (group_) group_->abort(why);
+    }
+
+    void sleep() override {
+        if (options_.processes && options_.processes->size() > 1) {
+            throw Error("a group of processes cannot sleep: the other processes hold their shards");
+        }
+        if (!group_) return;
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        slept_stats_ = collective_stats_locked();
+        slept_graph_builds_ += group_->graph_builds();
+        group_.reset();
+        cells_ = std::make_unique<KvPools>(kv_sizes_);
+        pending_edits_.clear();
+        std::vector<float>().swap(logits_);
+        output_index_.clear();
+    }
+
+    void wake() override {
+        if (group_) return;
+        auto refuse_if_aborted = [this] {
+            std::lock_guard<std::mutex> lock(group_mutex_);
+            if (!aborted_.empty()) throw Error("the engine was stopped: " + aborted_);
+        };
+        refuse_if_aborted();
+        GgufFile file(options_.model_path, options_.metadata_overrides);
+        std::vector<std::unique_ptr<GgufFile>> adapters;
+        for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
+        RankSetup setup;
+        std::unique_ptr<RankGroup> group = load_local_ranks(file, adapters, setup);
+        refuse_if_aborted();  // stopped while loading: the new ranks go again
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        group_ = std::move(group);
+    }
+
+    bool asleep() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return !group_;
+    }
+
+    bool follower() const override { return options_.processes && options_.processes->rank() != 0; }
+
+    void follow() override {
+        if (!follower()) throw Error("follow() is for the processes that follow process 0");
+        processes_group_->follow();
+    }
+
+    void decode(const Batch & batch) override {
+        if (follower()) throw Error("only process 0 of the group decodes");
+        require_awake();
+        validate_batch(batch);
+        Step step;
+        KvPlacement placement;
+        std::string why;
+        if (!cells_->place(batch, placement, &why)) throw Error("KV cache full: " + why);
+        step.batch = batch;
+        if (batch.lora.empty()) {
+            for (int i = 0; i < batch.size(); ++i) {
+                for (const LoraOptions & l : options_.loras) step.batch.lora.push_back(l.scale);
+            }
+        }
+        step.placement = placement.digest();
+        step.edits.swap(pending_edits_);
+        const std::vector<int32_t> rows = output_rows(batch);
+        output_index_.assign(batch.size(), -1);
+        for (size_t i = 0; i < rows.size(); ++i) {
+            if (batch.want_logits[rows[i]]) output_index_[rows[i]] = (int32_t) i;
+        }
+        logits_.resize(rows.size() * (size_t) row_width());
+        try {
+            group_->run(step, logits_.data());
+        } catch (...) {
+            cells_->unplace(placement);
+            throw;
+        }
+    }
+
+    std::vector<uint8_t> read_sequence(int32_t seq, int32_t n) override {
+        if (follower()) throw Error("only process 0 of the group reads sequences");
+        require_awake();
+        std::vector<int64_t> cells, window_cells;
+        if (!cells_->cells_of(seq, n, cells, window_cells)) {
+            throw Error("positions [0, " + std::to_string(n) + ") of sequence " + std::to_string(seq) +
+                        " are not all cached");
+        }
+        Step step;
+        step.kind = Step::Kind::Read;
+        step.edits = pending_edits_;
+        step.read_seq = seq;
+        step.read_n = n;
+        std::vector<uint8_t> image(image_layout(n).bytes());
+        group_->read(step, image.data());
+        pending_edits_.clear();  // every rank has applied them
+        return image;
+    }
+
+    size_t sequence_image_bytes(int32_t n) const override { return image_layout(n).bytes(); }
+
+    bool image_resumable(int32_t n, int32_t m) const override {
+        // The window layers hold positions [n - keep, n); m reads [m - keep, m).
+        const int32_t keep = kv_sizes_.window_keep;
+        return !kv_sizes_.windowed() || m <= 0 || m >= n || n <= keep;
+    }
+
+    void write_sequence(int32_t seq, const std::vector<int32_t> & tokens, const std::vector<uint8_t> & image) override {
+        if (follower()) throw Error("only process 0 of the group writes sequences");
+        require_awake();
+        if (seq < 0 || seq >= options_.n_seq_max) throw Error("sequence " + std::to_string(seq) + " out of range");
+        const int32_t n = (int32_t) tokens.size();
+        const KvImageLayout layout = image_layout(n);
+        const KvImageLayout every_cell = KvImageLayout::of(hp_, options_.kv_types, n, -1);
+        // An image of every cell loads into windows as its last cells.
+        const bool cut = kv_sizes_.windowed() && image.size() == every_cell.bytes() && image.size() != layout.bytes();
+        if (image.size() != layout.bytes() && !cut) {
+            const bool windows =
+                hp_.n_swa > 0 &&
+                image.size() == KvImageLayout::of(hp_, options_.kv_types, n, std::max(0, hp_.n_swa - 1)).bytes();
+            throw Error("a KV image of " + std::to_string(image.size()) + " bytes for " + std::to_string(n) +
+                        " cells, not " + std::to_string(layout.bytes()) +
+                        (windows ? " (it holds only the window of the sliding-window layers, which keep every "
+                                   "cell here: --swa-full, or a context no larger than their window and a batch)"
+                                 : ""));
+        }
+        seq_remove(seq, 0, -1);
+        if (n == 0) return;  // the removal goes with the next step
+        Batch batch;
+        for (int32_t i = 0; i < n; ++i) batch.add(tokens[i], i, seq, false);
+        validate_batch_tokens(batch);
+        KvPlacement placement;
+        std::string why;
+        if (!cells_->place(batch, placement, &why, /*load =*/true)) {
+            throw Error("no room for " + std::to_string(n) + " cells: " + why);
+        }
+        Step step;
+        step.kind = Step::Kind::Load;
+        step.batch = std::move(batch);
+        step.placement = placement.digest();
+        step.edits.swap(pending_edits_);
+        step.kv = cut ? KvImageLayout::cut_to_window(every_cell, layout, image) : image;
+        std::vector<float> unused(output_rows(step.batch).size() * (size_t) row_width());
+        try {
+            group_->run(step, unused.data());
+        } catch (...) {
+            cells_->unplace(placement);
+            throw;
+        }
+    }
+
+    const float * logits(int32_t batch_row) const override {
+        if (options_.embeddings) throw Error("an engine loaded for embeddings has no logits");
+        return output_row(batch_row);
+    }
+
+    const float * embedding(int32_t batch_row) const override {
+        if (!options_.embeddings) throw Error("the engine was not loaded for embeddings");
+        return output_row(batch_row);
+    }
+
+    // Applied here now, and by every rank with the next step.
+    void seq_remove(int32_t seq, int32_t p0, int32_t p1) override {
+        cells_->seq_remove(seq, p0, p1);
+        pending_edits_.push_back({seq, p0, p1, 0});
+    }
+    void seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) override {
+        if (delta == 0) return;
+        cells_->seq_shift(seq, p0, p1, delta);
+        pending_edits_.push_back({seq, p0, p1, delta});
+    }
+    bool seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1) override {
+        KvCopy copied;
+        if (!cells_->seq_copy(src, seq, p0, p1, copied)) return false;
+        pending_edits_.push_back({seq, p0, p1, 0, src});
+        return true;
+    }
+    int32_t seq_pos_max(int32_t seq) const override { return cells_->seq_pos_max(seq); }
+    bool seq_resumable(int32_t seq, int32_t n) const override { return cells_->resumable(seq, n); }
+    int32_t n_free_cells() const override { return cells_->n_free(); }
+    const Tokenizer & tokenizer() const override { return *tokenizer_; }
+    const ModelInfo & info() const override { return info_; }
+    const ClassifierHead * classifier() const override { return head_ ? &*head_ : nullptr; }
+    const EngineOptions & options() const override { return options_; }
+    int64_t graph_builds() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return slept_graph_builds_ + (group_ ? group_->graph_builds() : 0);
+    }
+    std::vector<CollectiveStats> collective_stats() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        return collective_stats_locked();
+    }
+    std::vector<uint64_t> rank_memory_bytes() const override {
+        std::lock_guard<std::mutex> lock(group_mutex_);
+        std::vector<uint64_t> out(info_.tp, 0);  // asleep: none
+        if (group_) {
+            out.clear();
+            for (const RankReport & r : group_->reports()) out.push_back(r.memory_bytes);
+        }
+        return out;
+    }
+
+  private:
+    void require_awake() const {
+        if (!group_) throw Error("the model is unloaded while the engine sleeps (wake() loads it again)");
+    }
+
+    // Since loading: the ranks' now, and those of the groups before a sleep.
+    std::vector<CollectiveStats> collective_stats_locked() const {
+        std::vector<CollectiveStats> out = slept_stats_;
+        if (!group_) return out;
+        const std::vector<CollectiveStats> now = group_->collective_stats();
+        out.resize(std::max(out.size(), now.size()));
+        for (size_t r = 0; r < now.size(); ++r) {
+            out[r].calls += now[r].calls;
+            out[r].seconds += now[r].seconds;
+        }
+        return out;
+    }
+
+    int32_t row_width() const { return options_.embeddings ? hp_.n_embd : hp_.n_vocab; }
+
+    KvImageLayout image_layout(int32_t n) const {
+        return KvImageLayout::of(hp_, options_.kv_types, n, kv_sizes_.window_keep);
+    }
+
+    void log_window_pool() const {
+        if (!kv_sizes_.windowed() || follower()) return;
+        std::fprintf(stderr,
+                     "llama-tp: sliding-window layers keep %d cells (window %d, batch %d, %d sequences), not %d "
+                     "(--swa-full keeps them all)\n",
+                     kv_sizes_.window_cells, hp_.n_swa, options_.n_batch, options_.n_seq_max, options_.n_ctx);
+    }
+
+    const float * output_row(int32_t batch_row) const {
+        if (batch_row < 0 || batch_row >= (int32_t) output_index_.size() || output_index_[batch_row] < 0) {
+            throw Error("no output for batch row " + std::to_string(batch_row) + " (not requested)");
+        }
+        return logits_.data() + (size_t) output_index_[batch_row] * row_width();
+    }
+
+    void validate_options() {
+        if (options_.tp < 1) throw Error("--tp must be at least 1");
+        if (options_.n_ctx <= 0) options_.n_ctx = hp_.n_ctx_train;
+        if (options_.n_seq_max < 1) throw Error("the number of sequences must be at least 1");
+        if (options_.n_batch < 1) throw Error("the batch size must be at least 1");
+        if (options_.loras.size() > 64) throw Error("at most 64 LoRA adapters");
+        if (options_.n_threads <= 0) {
+            // Processes of the group on one host share its cores.
+            const int sharing = options_.processes ? options_.processes->local_size() : 1;
+            options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency() / sharing);
+        }
+        if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
+        for (const LayerShape & s : hp_.layers) {
+            check_kv_type(options_.kv_types.k, s.head_dim, "the K");
+            check_kv_type(options_.kv_types.v, s.head_dim, "the V");
+        }
+        collective_graph_capture();  // a malformed value stops the load here
+        if (options_.split_invariant == true && options_.allreduce_wire == WireType::BF16) {
+            throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
+        }
+    }
+
+    // The ranks' devices, and whether their graphs may use ggml-ext's
+    // CPU-only operations (all of them on the CPU, not asked otherwise).
+    void choose_devices(int first_gpu) {
+        devices_ = choose_rank_devices(options_.devices, options_.tp, first_gpu, hp_.n_layer);
+        const std::vector<ggml_backend_dev_t> & d = devices_.devices;
+        cpu_ops_ = std::all_of(d.begin(), d.end(), runs_cpu_ops) && !options_.portable_graph;
+        if (cpu_ops_) return;
+        std::string names;
+        for (ggml_backend_dev_t dev : d) names += (names.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev));
+        std::fprintf(stderr,
+                     "llama-tp: ranks on %s (%s); their graphs use ggml's operations only (ggml's attention, "
+                     "float sums)\n",
+                     names.c_str(), devices_.why.c_str());
+    }
+
+    // Split-invariant sums unless asked otherwise, where they cost nothing.
+    void decide_sums(const GgufFile & file) {
+        const bool asked = options_.split_invariant.has_value();
+        if (!cpu_ops_) {
+            // One ggml product per grid cell there, its sums added by the meta
+            // executor between graph segments: asked for only.
+            if (!asked) options_.split_invariant = false;
+            options_.one_pass_products = false;
+            if (*options_.split_invariant && (!options_.processes || options_.processes->rank() == 0)) {
+                std::fprintf(stderr,
+                             "llama-tp: split-invariant sums on %s: one product per grid cell, the cells added in "
+                             "double between graph segments\n",
+                             ggml_backend_dev_name(devices_.devices[0]));
+            }
+            return;
+        }
+        const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
+        if (!asked) options_.split_invariant = one_pass && options_.allreduce_wire != WireType::BF16;
+        decide_products();
+        if (options_.processes && options_.processes->rank() != 0) return;
+        if (*options_.split_invariant && one_pass) {
+            std::fprintf(stderr,
+                         "llama-tp: split-invariant sums, one pass over every q8_0 row-parallel matrix (%s kernel); "
+                         "the other q8_0 matrices %s\n",
+                         ggml_ext_exact_matmul_kernel(),
+                         *options_.one_pass_products ? "through the same kernel (batch-invariant)"
+                                                     : "through ggml's q8_0 product");
+        } else if (!asked && !one_pass) {
+            std::fprintf(stderr,
+                         "llama-tp: float sums (results move with --tp / -ts): this model's attn_output and "
+                         "ffn_down are not all dense q8_0, which split-invariant sums multiply in one pass; "
+                         "--split-invariant forces them (one product per grid cell, 7-15%% slower on one device)\n");
+        }
+    }
+
+    // The other q8_0 products go through the one-pass kernel only with
+    // split-invariant sums (else the products are upstream's), where asked,
+    // else where LLAMA_TP_ONE_PASS_PRODUCTS says, else where it is faster.
+    void decide_products() {
+        const char * env = std::getenv("LLAMA_TP_ONE_PASS_PRODUCTS");
+        const std::string forced = env ? env : "";
+        if (!forced.empty() && forced != "0" && forced != "1") {
+            throw Error("LLAMA_TP_ONE_PASS_PRODUCTS must be 0 or 1, not '" + forced + "'");
+        }
+        if (!options_.exact_sums()) {
+            options_.one_pass_products = false;
+        } else if (!options_.one_pass_products) {
+            options_.one_pass_products = forced.empty() ? ggml_ext_exact_matmul_preferred() : forced == "1";
+        }
+    }
+
+    AllReduceConfig allreduce_config(int n_ranks) const {
+        AllReduceConfig ac;
+        const std::string env = allreduce_engine_from_env();
+        ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
+        ac.n_ranks = n_ranks;
+        ac.wire = options_.exact_sums() ? WireType::F32 : options_.allreduce_wire;
+        ac.gpu_sizes = GpuAllReduceSizes::from_env();
+        // The copy engines meet the other rank on the host: no replay from a graph.
+        if (collective_graph_capture()) ac.gpu_sizes.internal_copy_min_bytes = 0;
+        // Ranks on CUDA devices only: engines of device memory may serve them.
+        for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(physical_cuda_device(d));
+        // (--portable-graph copies every collective's values to the host.)
+        const bool cuda = !options_.portable_graph &&
+                          std::none_of(ac.cuda_devices.begin(), ac.cuda_devices.end(), [](int o) { return o < 0; });
+        ac.memory = cuda ? RankMemory::Cuda : RankMemory::Host;
+        if (!cuda) ac.cuda_devices.clear();
+        return ac;
+    }
+
+    // Across processes the mpi engine joins them, or nccl where the ranks
+    // are on CUDA devices; the other engines join threads of one process only.
+    std::unique_ptr<AllReduceEngine> process_allreduce(ProcessGroup & processes) const {
+        AllReduceConfig ac = allreduce_config(options_.tp);
+        const std::string name = normalized_engine_name(ac.engine);
+        if (name != "auto" && name != "mpi" && name != "nccl") {
+            throw Error("allreduce engine '" + ac.engine + "' joins the ranks of one process; ranks in " +
+                        std::to_string(processes.size()) + " processes need mpi, nccl (or auto)");
+        }
+        std::unique_ptr<AllReduceEngine> engine = processes.make_allreduce(ac);
+        if (processes.rank() == 0) {
+            const bool nccl = std::string(engine->name()) == "nccl";
+            std::fprintf(
+                stderr, "llama-tp: allreduce engine %s (%s: %d ranks in %d processes, %d per process; %s)\n",
+                engine->name(), name == "auto" ? "auto" : "requested", options_.tp * processes.size(), processes.size(),
+                options_.tp,
+                nccl ? "NCCL across processes, in device memory" : "MPI across processes, shared memory inside one");
+        }
+        return engine;
+    }
+
+    // The output-head rows each process's ranks hold together; with
+    // embeddings process 0 holds whole rows and the others send none.
+    // The KV heads each process's ranks hold together (replicated heads may
+    // appear in two processes: they hold the same numbers).
+    std::vector<std::vector<ShardRange>> process_kv_heads(int n_processes) const {
+        std::vector<std::vector<ShardRange>> out(n_processes);
+        for (int p = 0; p < n_processes; ++p) {
+            const RankShard & first = plan_.ranks[p * options_.tp];
+            const RankShard & last = plan_.ranks[(p + 1) * options_.tp - 1];
+            for (int il = 0; il < hp_.n_layer; ++il) {
+                out[p].push_back({first.layers[il].kv_heads.begin, last.layers[il].kv_heads.end});
+            }
+        }
+        return out;
+    }
+
+    std::vector<ShardRange> process_vocab(int n_processes) const {
+        std::vector<ShardRange> out;
+        if (options_.embeddings) {
+            out.push_back({0, hp_.n_embd});
+            for (int p = 1; p < n_processes; ++p) out.push_back({0, 0});
+            return out;
+        }
+        for (int p = 0; p < n_processes; ++p) {
+            out.push_back({plan_.ranks[p * options_.tp].vocab.begin, plan_.ranks[(p + 1) * options_.tp - 1].vocab.end});
+        }
+        return out;
+    }
+
+    void log_ranks(const RankSetup & setup, const ProcessGroup & processes, const std::vector<RankReport> & reports) {
+        for (int i = 0; i < setup.n_local; ++i) {
+            const RankShard & s = plan_.ranks[setup.first_rank + i];
+            // Layer 0's dense FFN, or its experts' width.
+            const ShardRange & ffn = s.layers[0].ff.width.size() ? s.layers[0].ff.width : s.layers[0].ff_exp.width;
+            std::fprintf(stderr,
+                         "llama-tp: rank %d of %d on %s: device %s, heads [%lld, %lld) (kv %lld), ffn [%lld, %lld), "
+                         "vocab [%lld, %lld), %.1f MiB, allreduce mpi\n",
+                         setup.first_rank + i, setup.n_ranks, processes.host().c_str(),
+                         ggml_backend_dev_name(setup.devices[i]), (long long) s.q_heads.begin,
+                         (long long) s.q_heads.end, (long long) s.layers[0].kv_heads.size(), (long long) ffn.begin,
+                         (long long) ffn.end, (long long) s.vocab.begin, (long long) s.vocab.end,
+                         reports[i].memory_bytes / 1048576.0);
+        }
+    }
+
+    // What every process of a group must agree on before it loads anything.
+    // The RoPE overrides, for the processes of a launch to agree on.
+    std::string rope_text() const {
+        const RopeOverrides & r = options_.rope;
+        if (!r.any()) return "rope: the model's\n";
+        char text[256];
+        std::snprintf(text, sizeof text, "rope: scaling %d, base %g, scale %g, orig %d, yarn %g %g %g %g\n",
+                      r.scaling ? (int) *r.scaling : -1, r.freq_base, r.freq_scale, r.yarn_orig_ctx, r.yarn_ext_factor,
+                      r.yarn_attn_factor, r.yarn_beta_fast, r.yarn_beta_slow);
+        return text;
+    }
+
+    static std::unique_ptr<GgufFile> open_adapter(const std::string & path) {
+        try {
+            return std::make_unique<GgufFile>(path);
+        } catch (const Error & e) {
+            throw Error("LoRA adapter: " + std::string(e.what()));
+        }
+    }
+
+    ControlVector load_control_vector() const {
+        if (!options_.control_vectors.empty() && options_.control_range.first > 0 && options_.control_range.last > 0 &&
+            options_.control_range.first > options_.control_range.last) {
+            throw Error("control vector layer range " + std::to_string(options_.control_range.first) + " to " +
+                        std::to_string(options_.control_range.last) + " is empty");
+        }
+        ControlVector cv(options_.control_vectors, hp_.n_layer, hp_.n_embd, options_.control_range);
+        if (!options_.control_vectors.empty()) std::fprintf(stderr, "llama-tp: %s\n", cv.describe().c_str());
+        return cv;
+    }
+
+    // Every process must apply the same adapters.
+    std::string adapters_text(const std::vector<std::unique_ptr<GgufFile>> & adapters) const {
+        std::string s;
+        for (size_t i = 0; i < adapters.size(); ++i) {
+            char digest[32];
+            std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) adapters[i]->header_digest());
+            s += "lora: " + std::to_string(adapters[i]->file_size()) + " bytes, header digest " + digest + ", scale " +
+                 std::to_string(options_.loras[i].scale) + "\n";
+        }
+        return s;
+    }
+
+    std::string wire_text() const {
+        if (!options_.allreduce_wire) return ", the engine's wire";
+        return *options_.allreduce_wire == WireType::BF16 ? ", bf16 wire" : ", f32 wire";
+    }
+
+    std::string setup_text(const GgufFile & file) const {
+        char digest[32];
+        std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) file.header_digest());
+        std::string split;
+        for (float w : options_.tensor_split) split += (split.empty() ? "" : ",") + std::to_string(w);
+        return "model: " + std::to_string(file.file_size()) + " bytes, header digest " + digest + "\n" +
+               "build: " + LLAMA_TP_BUILD_ID + "\n" + "ranks per process: " + std::to_string(options_.tp) + "\n" +
+               "tensor split: " + (split.empty() ? "even" : split) + "\n" + "allreduce: " + options_.allreduce +
+               wire_text() + "\n" + "split-invariant: " +
+               (options_.split_invariant ? (*options_.split_invariant ? "yes" : "no") : "where free") + "\n" +
+               "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
+               " sequences, " + (options_.kv_unified ? "unified" : "per sequence") +
+               (options_.swa_full ? ", swa full" : "") + ", k " + kv_type_name(options_.kv_types.k) + ", v " +
+               kv_type_name(options_.kv_types.v) + "\n" + "batch: " + std::to_string(options_.n_batch) + "\n" +
+               rope_text() + "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n" + overrides_text();
+    }
+
+    std::string overrides_text() const {
+        std::string s;
+        for (const MetadataOverride & o : options_.metadata_overrides) s += "metadata override: " + o.describe() + "\n";
+        return s;
+    }
+
+    void validate_batch(const Batch & batch) const {
+        const int n = batch.size();
+        if (n == 0) throw Error("empty batch");
+        if (!batch.lora.empty() && batch.lora.size() != (size_t) n * options_.loras.size()) {
+            throw Error("batch has " + std::to_string(batch.lora.size()) + " LoRA scales for " + std::to_string(n) +
+                        " tokens and " + std::to_string(options_.loras.size()) + " adapters");
+        }
+        if (n > options_.n_batch) {
+            throw Error("batch of " + std::to_string(n) + " tokens exceeds the batch size " +
+                        std::to_string(options_.n_batch));
+        }
+        validate_batch_tokens(batch);
+    }
+
+    // Tokens, sequences and positions in range (any batch size).
+    void validate_batch_tokens(const Batch & batch) const {
+        const int n = batch.size();
+        if ((int) batch.pos.size() != n || (int) batch.seq.size() != n || (int) batch.want_logits.size() != n) {
+            throw Error("inconsistent batch: field lengths differ");
+        }
+        for (int i = 0; i < n; ++i) {
+            if (batch.tokens[i] < 0 || batch.tokens[i] >= hp_.n_vocab) {
+                throw Error("token id " + std::to_string(batch.tokens[i]) + " is outside the vocabulary [0, " +
+                            std::to_string(hp_.n_vocab) + ")");
+            }
+            if (batch.seq[i] < 0 || batch.seq[i] >= options_.n_seq_max) {
+                throw Error("sequence id " + std::to_string(batch.seq[i]) + " is outside [0, " +
+                            std::to_string(options_.n_seq_max) + ")");
+            }
+            if (batch.pos[i] < 0) throw Error("negative position in batch");
+        }
+    }
+
+    std::string kv_format_text(const GgufFile & file) const {
+        char text[384];
+        std::snprintf(text, sizeof text,
+                      "rope base %g, scale %g, sliding base %g, scale %g, yarn ext %g, attn %g, beta %g/%g, original "
+                      "context %d",
+                      hp_.rope_freq_base, hp_.rope_freq_scale, hp_.rope_freq_base_swa, hp_.rope_freq_scale_swa,
+                      hp_.yarn_ext_factor, hp_.yarn_attn_factor, hp_.yarn_beta_fast, hp_.yarn_beta_slow,
+                      hp_.rope_n_ctx_orig);
+        std::string s = text;
+        // LongRoPE picks its factors by the context per sequence (ModelWeights::rope_factors).
+        if (file.find_tensor("rope_factors_long.weight")) {
+            s += std::string(", LongRoPE ") +
+                 (GGML_PAD(cells_->all().n_cells_per_seq(), 256) > hp_.n_ctx_orig_train ? "long" : "short");
+        }
+        s += std::string("; k ") + kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v);
+        return s;
+    }
+
+    void fill_info(const GgufFile & file) {
+        info_.kv_format = kv_format_text(file);
+        info_.path = options_.model_path;
+        info_.file_size = file.file_size();
+        info_.header_digest = file.header_digest();
+        info_.name = file.get_string("general.name", file_name_of(options_.model_path));
+        info_.architecture = hp_.arch_name;
+        info_.n_vocab = hp_.n_vocab;
+        info_.n_ctx_train = hp_.n_ctx_train;
+        info_.n_embd = hp_.n_embd;
+        info_.n_layer = hp_.n_layer;
+        info_.n_head = hp_.n_head;
+        for (int il = 0; il < hp_.n_layer_kv(); ++il) info_.n_embd_kv += hp_.n_embd_kv(il);
+        info_.moe = hp_.is_moe();
+        info_.quantized = has_layer_matrix(file, ggml_is_quantized);
+        info_.half_weights = !info_.quantized && has_layer_matrix(file, is_half);
+        info_.weight_type = main_weight_type(file);
+        // Per rank figures summed; mirrored tensors count once per rank.
+        for (const RankReport & r : group_->reports()) {
+            info_.n_params += r.n_params;
+            info_.weight_bytes += r.weight_bytes;
+        }
+        info_.tp = group_->n_ranks();
+        info_.allreduce = group_->allreduce_name();
+        info_.allreduce_bf16 = group_->allreduce_rounds_to_bf16();
+        info_.shard_plan = info_.tp > 1 ? plan_.describe() : "";
+        info_.split_tiled = info_.tp == 1 || plan_.tiled(hp_);
+    }
+
+    EngineOptions options_;
+    HParams hp_;
+    ModelInfo info_;
+    std::optional<ClassifierHead> head_;
+    ShardPlan plan_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    RankDevices devices_;  // of this process's ranks
+    bool cpu_ops_ = true;  // their graphs may use ggml-ext's CPU-only operations
+    KvPoolSizes kv_sizes_;
+    std::unique_ptr<KvPools> cells_;
+    std::vector<KvEdit> pending_edits_;
+    // Null while asleep. Replaced only by the owning thread (sleep, wake),
+    // under group_mutex_, which the calls safe from any thread take.
+    std::unique_ptr<RankGroup> group_;
+    mutable std::mutex group_mutex_;
+    std::string aborted_;                       // abort()'s reason, kept while asleep
+    std::string loaded_from_;                   // the files the ranks were loaded from (load_local_ranks)
+    std::vector<CollectiveStats> slept_stats_;  // of the groups before a sleep
+    int64_t slept_graph_builds_ = 0;
+    MpiRankGroup * processes_group_ = nullptr;  // group_, when it spans processes
+    std::vector<float> logits_;
+    std::vector<int32_t> output_index_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::load(const EngineOptions & options) {
+    return std::make_unique<TensorParallelEngine>(options);
+}
+
+}  // namespace llama_tp

@@ -1,0 +1,110 @@
+#pragma once
+// The forward graph of a decoder-only transformer for one batch shape, over
+// one rank's shard: llama (with or without experts), qwen2 (QKV bias), qwen3
+// (Q/K norm), qwen3moe (mixture of experts), phi3 (fused QKV and gate/up,
+// loaded as separate slices; queries scaled before attention) and gemma3
+// (scaled embeddings, post-norms, GELU FFN, sliding-window layers with their
+// own RoPE base, soft-capped logits), gemma4 (gemma3 with per-layer head
+// sizes, layers sharing a KV cache, per-layer token embeddings, experts beside
+// the dense FFN) and gpt-oss (sinks, biases). Partial sums
+// meet in collective nodes: one after the
+// attention output projection, one after the FFN (for MoE after all routed
+// experts are summed).
+
+#include "runtime/kv/kv_cache.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml-ext/ops/collective.h"
+
+struct ggml_context;
+struct ggml_cgraph;
+struct ggml_tensor;
+
+namespace llama_tp {
+
+struct HParams;
+class ModelWeights;
+
+// How a rank's partial sums are combined: a collective node calling fn for
+// F32 values, fn_f64 for F64 ones (split-invariant sums).
+struct Collective {
+    ggml_cluster_allreduce_fn fn;
+    ggml_cluster_allreduce_fn fn_f64;
+    void * user;
+};
+
+// The shape a graph is built for; equal shapes reuse one graph.
+struct GraphShape {
+    int32_t n_tokens = 0;
+    int32_t n_outputs = 0;
+    std::vector<AttentionRun> runs;         // cover the tokens in order
+    std::vector<AttentionRun> window_runs;  // the same over the window pool (empty: none)
+    uint64_t lora_active = 0;               // bit i: adapter i changes some token of the batch
+    bool operator==(const GraphShape & o) const {
+        return n_tokens == o.n_tokens && n_outputs == o.n_outputs && runs == o.runs && window_runs == o.window_runs &&
+               lora_active == o.lora_active;
+    }
+    // The runs of sliding-window layers.
+    const std::vector<AttentionRun> & swa_runs() const { return window_runs.empty() ? runs : window_runs; }
+    // Mask elements of all runs together.
+    static size_t mask_size(const std::vector<AttentionRun> & runs) {
+        size_t n = 0;
+        for (const AttentionRun & r : runs) n += (size_t) r.window * r.size();
+        return n;
+    }
+};
+
+// Tensors the caller fills before each compute.
+struct GraphInputs {
+    ggml_tensor * tokens = nullptr;        // I32 [n_tokens] (single rank)
+    ggml_tensor * positions = nullptr;     // I32 [n_tokens]
+    ggml_tensor * kv_cells = nullptr;      // I64 [n_tokens]: cache row each token is written to
+    ggml_tensor * kv_cells_swa = nullptr;  // the same in the window pool (if there is one)
+    ggml_tensor * kq_mask = nullptr;       // F16: each run's [window, n_tokens] in turn
+    ggml_tensor * kq_mask_swa = nullptr;   // the same for sliding-window layers (HParams::n_swa > 0)
+    ggml_tensor * out_rows = nullptr;      // I32 [n_outputs]: batch rows whose logits are wanted
+    // Tensor parallel only: each token's row in this rank's embedding slice
+    // (0 when outside it) and 1/0 for inside/outside.
+    ggml_tensor * embd_rows = nullptr;  // I32 [n_tokens]
+    ggml_tensor * embd_mask = nullptr;  // F32 [1, n_tokens]
+    // F32 [1, n_tokens] per ModelWeights::lora_scales entry: each token's
+    // scale of that adapter's pairs of that rank.
+    std::vector<ggml_tensor *> lora_scales;
+};
+
+// Cells of one pool to rotate (I32 [n]) and by how many positions (I32 [n]);
+// null: none.
+struct KeyShift {
+    ggml_tensor * cells = nullptr;
+    ggml_tensor * shift = nullptr;
+};
+
+// Adds to gf the rotation of the keys of every layer in its pool's cells, in
+// place in the cache: a context shift moves those cells' positions, and RoPE
+// composes, so the keys become those of the new positions up to rounding.
+// Each layer rotates as its forward pass does.
+void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+                           const KvCache & kv, KeyShift all, KeyShift window);
+
+// What a rank's graph computes and with which operations.
+struct GraphMode {
+    const Collective * reduce = nullptr;  // nullptr: a single rank
+    // Row-parallel products are summed piece by piece in double (ShardPlan),
+    // so the logits do not depend on the split (needs cpu_ops).
+    bool split_invariant = false;
+    bool embeddings = false;  // outputs are the final-normed hidden states
+    // ggml-ext's CPU-only operations may be used (row attention); false on
+    // other backends, whose graphs take ggml's operations only.
+    bool cpu_ops = true;
+};
+
+// Adds the forward pass over this rank's shard to gf; returns the logits
+// tensor [vocabulary slice, n_outputs], or with embeddings the final-normed
+// hidden states [n_embd, n_outputs] (the same on every rank).
+ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+                                  const KvCache & kv, const GraphShape & shape, GraphInputs & in,
+                                  const GraphMode & mode);
+
+}  // namespace llama_tp

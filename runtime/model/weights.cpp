@@ -1,0 +1,497 @@
+#include "runtime/model/weights.h"
+
+#include "ggml-ext/ops/exact_matmul.h"
+
+#include "runtime/model/control_vector.h"
+#include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/shard/shard_plan.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+namespace llama_tp {
+
+namespace {
+
+std::string shape_string(const int64_t * ne, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+ggml_context * new_meta_context(size_t n_tensors) {
+    ggml_init_params params = {n_tensors * ggml_tensor_overhead(), nullptr, /*no_alloc =*/true};
+    ggml_context * ctx = ggml_init(params);
+    if (!ctx) throw Error("out of memory creating a tensor context");
+    return ctx;
+}
+
+// The CPU device's first extra buffer type (weight repacking), if any.
+ggml_backend_buffer_type_t find_repack_buft(ggml_backend_dev_t device) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(device);
+    auto get_extra =
+        (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+    if (!get_extra) return nullptr;
+    ggml_backend_buffer_type_t * bufts = get_extra(device);
+    return (bufts && bufts[0]) ? bufts[0] : nullptr;
+}
+
+// Asks the device whether a matrix multiply with this weight would run from
+// the given buffer type (the question depends on the weight's type and shape).
+// Stacked experts (3D) are asked about the expert-routed multiply.
+bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buft, const ggml_tensor * desc) {
+    ggml_context * ctx = new_meta_context(4);
+    const bool experts = desc->ne[2] > 1;
+    ggml_tensor * w = ggml_new_tensor(ctx, desc->type, experts ? 3 : 2, desc->ne);
+    ggml_tensor * op = nullptr;
+    if (experts) {
+        ggml_tensor * x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, desc->ne[0], 1, 8);
+        ggml_tensor * ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 8);
+        op = ggml_mul_mat_id(ctx, w, x, ids);
+    } else {
+        op = ggml_mul_mat(ctx, w, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, desc->ne[0], 8));
+    }
+    ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
+    w->buffer = probe;
+    const bool ok = probe && ggml_backend_dev_supports_op(device, op);
+    if (probe) ggml_backend_buffer_free(probe);
+    ggml_free(ctx);
+    return ok;
+}
+
+// Whether a row-parallel matrix is multiplied in one pass with split-invariant
+// sums (experts are not: mul_mat_id has no one-pass form).
+bool one_pass(const ggml_tensor * desc, bool experts) {
+    return desc && !experts && ggml_ext_exact_matmul_takes(desc->type);
+}
+
+// A plain matrix (not stacked experts) ggml_ext_exact_matmul takes.
+bool one_pass_matrix(ggml_type type, int n_dims) {
+    return n_dims == 2 && ggml_ext_exact_matmul_takes(type);
+}
+
+}  // namespace
+
+bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams & hp) {
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        if (!one_pass(file.find_tensor(p + "attn_output.weight"), false) ||
+            (hp.has_dense_ffn() && !one_pass(file.find_tensor(p + "ffn_down.weight"), false)) || hp.is_moe()) {
+            return false;
+        }
+    }
+    return true;
+}
+
+ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const WeightsLoad & load)
+    : device_(load.device), check_data_(load.check_data), one_pass_products_(load.one_pass_products) {
+    const RankShard * shard = load.shard;
+    const bool split_invariant = load.split_invariant;
+    const ggml_backend_dev_t device = load.device;
+    const std::vector<const GgufFile *> & adapters = load.adapters;
+    host_buft_ = ggml_backend_dev_buffer_type(device);
+    repack_buft_ = find_repack_buft(device);
+    // Split-invariant sums may keep every cell of a row-parallel matrix in a
+    // tensor of its own, and a fused matrix is several tensors (phi3: QKV
+    // three, gate/up two), so a layer may declare this many beyond its file's.
+    size_t n_pieces = 0;
+    if (shard) {
+        for (const LayerShard & l : shard->layers) {
+            n_pieces = std::max(n_pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
+        }
+    }
+    size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * (n_pieces + 3);
+    // An adapter's A of a row-parallel matrix is one tensor per cell.
+    for (const GgufFile * a : adapters) n_max += (size_t) a->n_tensors() * (n_pieces + 2);
+    host_ctx_.reset(new_meta_context(n_max));
+    repack_ctx_.reset(new_meta_context(n_max));
+
+    const int64_t E = hp.n_embd, V = hp.n_vocab;
+    auto rows = [](const ShardRange & r, int64_t unit) {
+        return TensorSlice{TensorSlice::Rows, r.begin * unit, r.end * unit};
+    };
+    auto cols = [](const ShardRange & r, int64_t unit) {
+        return TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit};
+    };
+    // Rows of one part of a fused matrix (that part, or its slice) from row offset on.
+    auto part = [](const TensorSlice & s, int64_t offset, int64_t size) {
+        return s.axis == TensorSlice::Whole ? TensorSlice{TensorSlice::Rows, offset, offset + size}
+                                            : TensorSlice{TensorSlice::Rows, offset + s.begin, offset + s.end};
+    };
+    const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
+    const TensorSlice q_cols_heads = shard ? cols(shard->q_heads, 1) : TensorSlice{};
+    // With split-invariant sums a row-parallel matrix is multiplied in one
+    // pass over its cells where ggml-ext has a kernel for its type (then it
+    // keeps ggml's plain layout), else one product per cell, each cell a
+    // tensor of its own that ggml's kernels take as they take any matrix.
+    // cells: the rank's pieces (nullptr: the whole matrix, one cell of width).
+    auto row_parallel = [&](const std::string & name, const std::vector<int64_t> & shape,
+                            const std::vector<ShardRange> * cells, int64_t unit, int64_t width, bool experts) {
+        RowParallelWeight w;
+        w.cell_bounds = {0};
+        if (cells) {
+            for (const ShardRange & r : *cells) w.cell_bounds.push_back((r.end - cells->front().begin) * unit);
+        } else {
+            w.cell_bounds.push_back(width);
+        }
+        const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
+        w.first = !cells || cells->front().begin == 0;
+        w.one_pass = split_invariant && load.cpu_ops && one_pass(file.find_tensor(name), experts);
+        if (!split_invariant || w.one_pass) {
+            w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));
+            return w;
+        }
+        GGML_ASSERT(cells != nullptr);  // split-invariant sums always come with a shard plan
+        for (const ShardRange & r : *cells) w.pieces.push_back(declare(file, name, shape, true, cols(r, unit)));
+        return w;
+    };
+
+    // Under tensor parallelism the embedding table is split by vocabulary like
+    // the output head (a tied head then is the same shard): each rank looks up
+    // the tokens in its range and an AllReduce assembles the rows.
+    tok_embd = declare(file, "token_embd.weight", {E, V}, false, vocab_rows);
+    output_norm = declare(file, "output_norm.weight", {E}, false);
+    // gemma2's head is its embedding table, whatever else the file holds.
+    if (file.find_tensor("output.weight") && hp.arch != Arch::Gemma2) {
+        output = declare(file, "output.weight", {E, V}, true, vocab_rows);
+    }
+    // One set of frequency factors, for the layers that do not slide (all of
+    // them in most models).
+    int il_full = 0;
+    while (il_full + 1 < hp.n_layer && hp.is_swa(il_full)) ++il_full;
+    const int64_t n_factors = hp.layer(il_full).n_rot / 2;
+    rope_freqs = declare(file, "rope_freqs.weight", {n_factors}, false, {}, /*required =*/false);
+    rope_long = declare(file, "rope_factors_long.weight", {n_factors}, false, {}, /*required =*/false);
+    rope_short = declare(file, "rope_factors_short.weight", {n_factors}, false, {}, /*required =*/false);
+    if (!rope_long != !rope_short) {
+        throw Error("model file '" + file.path() + "': LongRoPE needs both rope_factors_long and rope_factors_short");
+    }
+    const int64_t PL = hp.n_embd_per_layer;
+    if (PL > 0) {
+        per_layer_tok_embd = declare(file, "per_layer_token_embd.weight", {PL * hp.n_layer, V}, false, vocab_rows);
+        per_layer_model_proj = declare(file, "per_layer_model_proj.weight", {E, PL * hp.n_layer}, true);
+        per_layer_proj_norm = declare(file, "per_layer_proj_norm.weight", {PL}, false);
+    }
+    layers.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        const LayerShard * ls = shard ? &shard->layers[il] : nullptr;
+        const int64_t hd = hp.layer(il).head_dim, F = hp.layer(il).n_ff;
+        const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
+        const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
+        const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
+        const TensorSlice kv_rows = ls ? rows(ls->kv_heads, hd) : TensorSlice{};
+        const TensorSlice kv_cols = ls ? cols(ls->kv_heads, hd) : TensorSlice{};
+        const TensorSlice ff_rows = ls ? rows(ls->ff.width, 1) : TensorSlice{};
+        const TensorSlice fx_rows = ls ? rows(ls->ff_exp.width, 1) : TensorSlice{};
+        const TensorSlice fx_cols = ls ? cols(ls->ff_exp.width, 1) : TensorSlice{};
+        LayerWeights & l = layers[il];
+        l.attn_norm = declare(file, p + "attn_norm.weight", {E}, false);
+        if (file.find_tensor(p + "attn_qkv.weight")) {
+            // Fused (phi3): the rank's heads of each of Q, K and V, stacked
+            // into one matrix as the file stacks the whole of them.
+            l.wqkv = declare_rows(file, p + "attn_qkv.weight", {E, Q + 2 * KV},
+                                  {part(q_rows, 0, Q), part(kv_rows, Q, KV), part(kv_rows, Q + KV, KV)});
+        } else {
+            // gemma4: layers that share an earlier layer's cache project no
+            // keys or values; the others may have no V (values are the keys).
+            const bool own_kv = il < hp.n_layer_kv();
+            const bool v_optional = hp.arch == Arch::Gemma4;
+            l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
+            if (own_kv) l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
+            if (own_kv) l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows, !v_optional);
+        }
+        l.wo = row_parallel(p + "attn_output.weight", {Q, E}, shard ? &shard->o_pieces : nullptr, hd, Q, false);
+        if (hp.has_qkv_bias()) {
+            // A bias is one row: its slice is a column range.
+            l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
+            l.bk = declare(file, p + "attn_k.bias", {KV}, false, kv_cols);
+            l.bv = declare(file, p + "attn_v.bias", {KV}, false, kv_cols);
+        }
+        if (hp.is_gpt_oss()) {
+            l.bo = declare(file, p + "attn_output.bias", {E}, false);
+            l.attn_sinks = declare(file, p + "attn_sinks.weight", {hp.n_head}, false, q_cols_heads);
+        }
+        if (hp.has_qk_norm()) {
+            l.q_norm = declare(file, p + "attn_q_norm.weight", {hd}, false);
+            if (l.wk || l.wqkv) l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
+        }
+        // gpt-oss calls its FFN's input norm post_attention_norm.
+        l.ffn_norm =
+            declare(file, p + (hp.is_gpt_oss() ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, false);
+        if (hp.is_gemma()) {
+            l.attn_post_norm = declare(file, p + "post_attention_norm.weight", {E}, false);
+            l.ffn_post_norm = declare(file, p + "post_ffw_norm.weight", {E}, false);
+        }
+        if (hp.arch == Arch::Gemma4) {
+            l.out_scale = declare(file, p + "layer_output_scale.weight", {1}, false, {}, /*required =*/false);
+        }
+        if (PL > 0) {
+            l.per_layer_gate = declare(file, p + "inp_gate.weight", {E, PL}, true);
+            l.per_layer_proj = declare(file, p + "proj.weight", {PL, E}, true);
+            l.per_layer_norm = declare(file, p + "post_norm.weight", {E}, false);
+        }
+        if (hp.is_moe()) {
+            const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
+            l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
+            if (file.find_tensor(p + "ffn_gate_up_exps.weight")) {
+                l.ffn_gate_up_exps = declare_rows(file, p + "ffn_gate_up_exps.weight", {E, 2 * FX, X},
+                                                  {part(fx_rows, 0, FX), part(fx_rows, FX, FX)});
+            } else {
+                l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, fx_rows);
+                l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, fx_rows);
+            }
+            l.ffn_down_exps =
+                row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ls ? &ls->ff_exp.pieces : nullptr, 1, FX, true);
+            if (hp.is_gpt_oss()) {
+                l.ffn_router_b = declare(file, p + "ffn_gate_inp.bias", {X}, false);
+                l.ffn_gate_exps_b = declare(file, p + "ffn_gate_exps.bias", {FX, X}, false, fx_cols);
+                l.ffn_up_exps_b = declare(file, p + "ffn_up_exps.bias", {FX, X}, false, fx_cols);
+                if (!ls || ls->ff_exp.width.begin == 0) {
+                    l.ffn_down_exps_b = declare(file, p + "ffn_down_exps.bias", {E, X}, false);
+                }
+            }
+            if (hp.arch == Arch::Gemma4) {
+                l.ffn_router_scale = declare(file, p + "ffn_gate_inp.scale", {E}, false);
+                l.ffn_down_exps_scale = declare(file, p + "ffn_down_exps.scale", {X}, false, {}, /*required =*/false);
+                l.ffn_post_norm_1 = declare(file, p + "post_ffw_norm_1.weight", {E}, false);
+                l.ffn_pre_norm_2 = declare(file, p + "pre_ffw_norm_2.weight", {E}, false);
+                l.ffn_post_norm_2 = declare(file, p + "post_ffw_norm_2.weight", {E}, false);
+            }
+        }
+        if (!hp.has_dense_ffn()) continue;
+        const std::vector<ShardRange> * ff_cells = ls ? &ls->ff.pieces : nullptr;
+        if (hp.arch == Arch::Phi3) {
+            // Fused gate and up (gate first): the rank's width of each, stacked.
+            l.ffn_gate_up =
+                declare_rows(file, p + "ffn_up.weight", {E, 2 * F}, {part(ff_rows, 0, F), part(ff_rows, F, F)});
+        } else {
+            l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
+            l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
+        }
+        l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cells, 1, F, false);
+    }
+    for (const GgufFile * a : adapters) declare_adapter(*a, file, hp);
+    allocate_and_read(file, load.progress);
+    if (!output) output = tok_embd;
+}
+
+ggml_tensor * ModelWeights::rope_factors(int32_t n_ctx_seq, const HParams & hp) const {
+    if (rope_freqs || !rope_long) return rope_freqs;
+    return GGML_PAD(n_ctx_seq, 256) > hp.n_ctx_orig_train ? rope_long : rope_short;
+}
+
+// The file tensor, checked against the shape the architecture gives it.
+const ggml_tensor * ModelWeights::find_checked(const GgufFile & file, const std::string & name,
+                                               const std::vector<int64_t> & shape, bool required) const {
+    const ggml_tensor * desc = file.find_tensor(name);
+    if (!desc) {
+        if (!required) return nullptr;
+        throw Error("model file '" + file.path() + "': missing tensor '" + name + "'");
+    }
+    int64_t ne[GGML_MAX_DIMS] = {1, 1, 1, 1};
+    for (size_t i = 0; i < shape.size(); ++i) ne[i] = shape[i];
+    for (int i = 0; i < GGML_MAX_DIMS; ++i) {
+        if (desc->ne[i] != ne[i]) {
+            throw Error("model file '" + file.path() + "': tensor '" + name + "' has shape " +
+                        shape_string(desc->ne, GGML_MAX_DIMS) + ", expected " + shape_string(ne, GGML_MAX_DIMS));
+        }
+    }
+    return desc;
+}
+
+ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
+                                    bool matrix, TensorSlice slice, bool required) {
+    const ggml_tensor * desc = find_checked(file, name, shape, required);
+    if (!desc) return nullptr;
+    int64_t ne[GGML_MAX_DIMS] = {1, 1, 1, 1};
+    std::copy(desc->ne, desc->ne + GGML_MAX_DIMS, ne);
+    if (slice.axis == TensorSlice::Rows) ne[1] = slice.end - slice.begin;
+    if (slice.axis == TensorSlice::Columns) {
+        if (slice.begin % ggml_blck_size(desc->type) != 0 || slice.end % ggml_blck_size(desc->type) != 0) {
+            throw Error("model file '" + file.path() + "': tensor '" + name + "' (" + ggml_type_name(desc->type) +
+                        ") cannot be split at column " + std::to_string(slice.begin) + ": not a block boundary");
+        }
+        ne[0] = slice.end - slice.begin;
+    }
+    return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, {{name, slice, &file}});
+}
+
+ggml_tensor * ModelWeights::declare_rows(const GgufFile & file, const std::string & name,
+                                         const std::vector<int64_t> & shape, const std::vector<TensorSlice> & parts,
+                                         bool matrix) {
+    const ggml_tensor * desc = find_checked(file, name, shape, true);
+    int64_t ne[GGML_MAX_DIMS] = {desc->ne[0], 0, desc->ne[2], desc->ne[3]};
+    std::vector<Part> sources;
+    for (const TensorSlice & slice : parts) {
+        GGML_ASSERT(slice.axis == TensorSlice::Rows);
+        ne[1] += slice.end - slice.begin;
+        sources.push_back({name, slice, &file});
+    }
+    return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, std::move(sources));
+}
+
+bool ModelWeights::one_pass_product(const ggml_tensor * weight) const {
+    return one_pass_products_ && one_pass_matrix(weight->type, ggml_n_dims(weight));
+}
+
+ggml_tensor * ModelWeights::add_tensor(const std::string & name, ggml_type type, int n_dims, const int64_t * ne,
+                                       bool matrix, std::vector<Part> parts) {
+    ggml_tensor probe{};
+    probe.type = type;
+    std::copy(ne, ne + GGML_MAX_DIMS, probe.ne);
+    // A matrix of the one-pass kernel keeps ggml's plain layout.
+    const bool repack = matrix && !(one_pass_products_ && one_pass_matrix(type, n_dims)) && repack_buft_ &&
+                        buft_takes_matrix(device_, repack_buft_, &probe);
+    ggml_tensor * t = ggml_new_tensor(repack ? repack_ctx_.get() : host_ctx_.get(), type, n_dims, ne);
+    ggml_set_name(t, name.c_str());
+    n_params_ += ggml_nelements(t);
+    sources_.push_back({t, std::move(parts)});
+    return t;
+}
+
+// Where a tensor for a device the host cannot write is read to first: the
+// device's page-locked host memory where it has some (a GPU copies from it
+// at full speed, and from ordinary memory through a bounce buffer), else
+// ordinary memory.
+class ModelWeights::Staging {
+  public:
+    explicit Staging(ggml_backend_dev_t device) : pinned_type_(ggml_backend_dev_host_buffer_type(device)) {}
+    uint8_t * get(size_t n) {
+        if (pinned_type_) {
+            if (!pinned_ || ggml_backend_buffer_get_size(pinned_.get()) < n) {
+                pinned_.reset();
+                pinned_.reset(ggml_backend_buft_alloc_buffer(pinned_type_, n));
+            }
+            if (pinned_) return static_cast<uint8_t *>(ggml_backend_buffer_get_base(pinned_.get()));
+            pinned_type_ = nullptr;  // no page-locked memory to spare: ordinary memory from now on
+        }
+        ordinary_.resize(n);
+        return ordinary_.data();
+    }
+
+  private:
+    ggml_backend_buffer_type_t pinned_type_;
+    ggml_backend_buffer_ptr pinned_;
+    std::vector<uint8_t> ordinary_;
+};
+
+void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
+    for (auto [ctx, buft] : {std::pair{host_ctx_.get(), host_buft_}, std::pair{repack_ctx_.get(), repack_buft_}}) {
+        if (!ggml_get_first_tensor(ctx)) continue;
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+        if (!buf) throw Error("out of memory allocating weights for '" + file.path() + "'");
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        buffers_.emplace_back(buf);
+    }
+    const uint64_t total = total_bytes();
+    const bool show = progress && total > (256u << 20);
+    uint64_t done = 0;
+    int last_pct = -1;
+    Staging staging(device_);
+    for (auto & [t, parts] : sources_) {
+        read_tensor(t, parts, staging);
+        for (Part & part : parts) part.file = nullptr;  // the files are the caller's, open only for the load
+        done += ggml_nbytes(t);
+        const int pct = (int) (100 * done / (total ? total : 1));
+        if (show && pct / 10 != last_pct / 10) {
+            std::fprintf(stderr, "llama-tp: loading %s: %3d%%\n", file.path().c_str(), pct);
+            last_pct = pct;
+        }
+    }
+}
+
+// Reads a tensor's parts from the file: row ranges slab by 2D slab (per
+// expert for stacked experts), each part's rows of a slab in turn, so that a
+// fused matrix keeps its parts within every expert; a whole tensor at once; a
+// column slice one range per row.
+void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts, Staging & staging) const {
+    const size_t n = ggml_nbytes(t);
+    const bool host = ggml_backend_buffer_is_host(t->buffer);
+    uint8_t * const staged = host ? nullptr : staging.get(n);
+    uint8_t * dst = host ? static_cast<uint8_t *>(t->data) : staged;
+    if (parts.front().slice.axis == TensorSlice::Rows) {
+        for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
+            for (const Part & part : parts) dst += read_rows(*part.file, part, s, dst);
+        }
+    } else {
+        for (const Part & part : parts) dst += read_part(*part.file, t, part, dst);
+    }
+    if (check_data_ && !ggml_validate_row_data(t->type, host ? t->data : staged, n)) {
+        throw Error("model file '" + parts.front().file->path() + "': tensor '" + parts.front().name +
+                    "' has invalid data (a NaN, an infinity or a bad block scale)");
+    }
+    if (!host) ggml_backend_tensor_set(t, staged, 0, n);
+}
+
+size_t ModelWeights::read_rows(const GgufFile & file, const Part & part, int64_t slab, uint8_t * dst) const {
+    GGML_ASSERT(part.slice.axis == TensorSlice::Rows);
+    const ggml_tensor * desc = file.find_tensor(part.name);
+    const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
+    const size_t n = (size_t) (part.slice.end - part.slice.begin) * file_row;
+    file.read_tensor(desc, (size_t) slab * desc->ne[1] * file_row + part.slice.begin * file_row, dst, n);
+    return n;
+}
+
+size_t ModelWeights::read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const {
+    const ggml_tensor * desc = file.find_tensor(part.name);
+    const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
+    switch (part.slice.axis) {
+        case TensorSlice::Whole:
+            file.read_tensor(desc, 0, dst, ggml_nbytes(desc));
+            return ggml_nbytes(desc);
+        case TensorSlice::Rows:
+            return 0;  // read_rows
+        case TensorSlice::Columns: {
+            const size_t skip = ggml_row_size(desc->type, part.slice.begin);
+            const size_t local_row = ggml_row_size(desc->type, t->ne[0]);
+            const int64_t n_rows = ggml_nrows(t);
+            for (int64_t r = 0; r < n_rows; ++r)
+                file.read_tensor(desc, r * file_row + skip, dst + r * local_row, local_row);
+            return local_row * n_rows;
+        }
+    }
+    return 0;
+}
+
+const std::vector<ModelWeights::Part> & ModelWeights::parts_of(const ggml_tensor * t) const {
+    for (const auto & [tensor, parts] : sources_) {
+        if (tensor == t) return parts;
+    }
+    throw Error(std::string("no source recorded for tensor '") + ggml_get_name(t) + "'");
+}
+
+const LoraWeight * ModelWeights::lora(size_t i, const ggml_tensor * base) const {
+    const auto it = loras[i].weights.find(base);
+    return it == loras[i].weights.end() ? nullptr : &it->second;
+}
+
+void ModelWeights::add_control_vector(const ControlVector & cv) {
+    control_ctx_.reset(new_meta_context(layers.size()));
+    for (size_t il = 0; il < layers.size(); ++il) {
+        if (cv.layer((int32_t) il)) {
+            layers[il].control = ggml_new_tensor_1d(control_ctx_.get(), GGML_TYPE_F32, tok_embd->ne[0]);
+        }
+    }
+    if (!ggml_get_first_tensor(control_ctx_.get())) return;
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(control_ctx_.get(), host_buft_);
+    if (!buf) throw Error("out of memory allocating a control vector");
+    buffers_.emplace_back(buf);
+    for (size_t il = 0; il < layers.size(); ++il) {
+        if (ggml_tensor * t = layers[il].control) ggml_backend_tensor_set(t, cv.layer((int32_t) il), 0, ggml_nbytes(t));
+    }
+}
+
+uint64_t ModelWeights::total_bytes() const {
+    uint64_t n = 0;
+    for (const auto & b : buffers_) n += ggml_backend_buffer_get_size(b.get());
+    return n;
+}
+
+}  // namespace llama_tp

@@ -1,0 +1,85 @@
+#pragma once
+// Ranks in several processes launched by MPI, each process holding a
+// ThreadRankGroup of its own ranks. Process 0 drives: it broadcasts every
+// step, runs its own ranks, and gathers the other processes' vocabulary
+// slices of the logits (and their ranks' collective figures). The others
+// follow: receive a step, run it, send their slice, until a shutdown step.
+
+#include "ggml-ext/comm/process_group.h"
+#include "runtime/kv/kv_image.h"
+#include "runtime/ranks/rank_group.h"
+#include "ggml-ext/shard_range.h"
+
+#include <functional>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+
+class MpiRankGroup final : public RankGroup {
+  public:
+    // local: this process's ranks; vocab: the rows of the output head they
+    // hold together, kv_heads their KV heads of every layer (every
+    // process's, in process order); image_layout: a KV image's layout for n
+    // cells.
+    MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> local, std::vector<ShardRange> vocab,
+                 int32_t n_vocab, std::vector<std::vector<ShardRange>> kv_heads,
+                 std::function<KvImageLayout(int32_t)> image_layout);
+    // Process 0 ends the group's follow() loops.
+    ~MpiRankGroup() override;
+
+    // Every process states its setup (one "key: value" per line); process 0
+    // compares them and every process throws the same llama_tp::Error, naming
+    // the process, its host and what differs, when one does not match.
+    static void agree(ProcessGroup & processes, const std::string & setup);
+
+    int n_ranks() const override { return n_ranks_; }
+    void run(const Step & step, float * logits) override;
+    // Every process reads its ranks' heads; process 0 joins them into image.
+    void read(const Step & step, uint8_t * image) override;  // process 0
+    // The followers' loop; returns after the shutdown step. Throws
+    // llama_tp::Error when a step fails here.
+    void follow();
+
+    std::vector<RankReport> reports() const override { return reports_; }
+    std::vector<CollectiveStats> collective_stats() const override;
+    int64_t graph_builds() const override { return local_->graph_builds(); }
+    std::string allreduce_name() const override { return local_->allreduce_name(); }
+    bool allreduce_rounds_to_bf16() const override { return local_->allreduce_rounds_to_bf16(); }
+    std::string failure() const override;
+    void abort(const std::string & why) override { local_->abort(why); }
+
+  private:
+    // This process's part of a step's result: its ranks' collective figures
+    // and its vocabulary slice of every output row.
+    std::vector<uint8_t> pack(const std::vector<float> & rows, size_t n_rows) const;
+    void unpack(int process, const std::vector<uint8_t> & part, size_t n_rows, float * logits);
+    void gather_reports();
+    // Process 0's side of a step: refused once the group has failed; the
+    // step goes to every process, `here` runs this process's part, and each
+    // other process's reply goes to `join` (a failure is kept for good).
+    using Join = std::function<void(int process, const std::vector<uint8_t> & part)>;
+    void drive(const Step & step, const std::function<void()> & here, const Join & join);
+    // A follower's part of a Read step: its ranks' heads of the image.
+    void follow_read(const Step & step);
+
+    ProcessGroup & processes_;
+    std::unique_ptr<RankGroup> local_;
+    std::vector<ShardRange> vocab_;                  // per process
+    std::vector<std::vector<ShardRange>> kv_heads_;  // per process, per layer
+    std::function<KvImageLayout(int32_t)> image_layout_;
+    int32_t n_vocab_;
+    int n_local_;
+    int n_ranks_;
+    mutable std::mutex failure_mutex_;
+    std::string failure_;      // a step that failed here (control messages or this process's ranks)
+    std::vector<float> rows_;  // this process's logits, full rows
+    std::vector<RankReport> reports_;
+    mutable std::mutex stats_mutex_;
+    std::vector<CollectiveStats> stats_;
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,322 @@
+#include "runtime/shard/shard_plan.h"
+
+#include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
+
+#include <algorithm>
+#include <iterator>
+#include <numeric>
+#include <optional>
+#include <set>
+
+#include "ggml.h"
+
+namespace llama_tp {
+
+namespace {
+
+// Quantization block of a tensor (1 for float types); 1 when absent.
+int64_t block_of(const GgufFile & file, const std::string & name) {
+    const ggml_tensor * t = file.find_tensor(name);
+    return t ? ggml_blck_size(t->type) : 1;
+}
+
+// The largest block of the copies of a tensor in the layers `il` picks.
+template <typename Pick>
+int64_t block_of_layers(const GgufFile & file, const HParams & hp, const std::string & suffix, const Pick & pick) {
+    int64_t b = 1;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (pick(il)) b = std::lcm(b, block_of(file, "blk." + std::to_string(il) + "." + suffix));
+    }
+    return b;
+}
+
+std::vector<ShardRange> plan_or_explain(int64_t extent, int64_t granularity, const std::vector<float> & weights,
+                                        const std::string & what) {
+    try {
+        return plan_shards(extent, granularity, weights);
+    } catch (const Error & e) {
+        throw Error("cannot split " + what + " across " + std::to_string(weights.size()) + " ranks: " + e.what());
+    }
+}
+
+// "0, 3, 6, 12" for the message of a split that misses the grid.
+std::string grid_string(const std::vector<int64_t> & grid) {
+    std::string out;
+    for (size_t i = 0; i + 1 < grid.size(); ++i) out += (i ? ", " : "") + std::to_string(grid[i]);
+    return out;
+}
+
+constexpr int64_t kRowTile = ShardPlan::kRowTile;
+
+// One axis a split divides: the query heads, or an FFN width (the dense
+// FFN's of the layers that have that width, or the experts').
+struct Axis {
+    int64_t extent;
+    int64_t unit;  // boundaries fall on multiples of it
+    std::string what;
+    std::vector<ShardRange> split(const std::vector<float> & weights) const {
+        return plan_or_explain(extent, unit, weights, what);
+    }
+};
+
+Axis head_axis(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
+    // Column slices of attn_output start at head boundaries, which must also
+    // be quantization-block boundaries; a rank holds whole KV groups of every
+    // layer whose KV heads go round.
+    int64_t unit = 1;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerShape & s = hp.layer(il);
+        const int64_t blk_o = block_of(file, "blk." + std::to_string(il) + ".attn_output.weight");
+        const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) s.head_dim);
+        const int64_t group = hp.n_head / s.n_head_kv;
+        unit = std::lcm(unit, std::lcm(s.n_head_kv >= n_ranks ? group : 1, heads_per_block));
+    }
+    return {hp.n_head, unit,
+            "attention heads (" + std::to_string(hp.n_head) + " heads in units of " + std::to_string(unit) +
+                " for blk.*.attn_q.weight / attn_output.weight)"};
+}
+
+// ggml multiplies float matrices of a multiple of 4 rows with its tiled
+// kernel (llamafile's) and others with its own, which adds in another order:
+// a slice is multiplied as the whole head only where both take the same one.
+bool same_float_kernel(int64_t slice_rows, int64_t whole_rows) {
+    return (slice_rows % 4 == 0) == (whole_rows % 4 == 0);
+}
+
+// Vocabulary slices of multiples of 64 rows where the vocabulary is (and of
+// its largest power-of-two divisor up to 64 otherwise): ggml's kernels then
+// run the same tiles over each slice as over the whole head. A vocabulary
+// of no multiple of 4 rows (GPT-2's 50257) is split in slices of no multiple
+// of 4 either, each boundary moved by a row or two where needed.
+std::vector<ShardRange> vocab_slices(int64_t n_vocab, const std::vector<float> & weights) {
+    const std::string what = "the output head vocabulary";
+    if (n_vocab % 4 == 0) return plan_or_explain(n_vocab, std::gcd(n_vocab, 4 * kRowTile), weights, what);
+    std::vector<ShardRange> slices = plan_or_explain(n_vocab, 1, weights, what);
+    if (slices.size() < 2) return slices;
+    auto move_end = [&](size_t r, int64_t rows) { slices[r].end = slices[r + 1].begin = slices[r].end + rows; };
+    for (size_t r = 0; r + 1 < slices.size(); ++r) {
+        while (slices[r].size() % 4 == 0) move_end(r, 1);
+    }
+    // The last slice takes what is left: where that is a multiple of 4, the
+    // boundary before it moves by 1, or by 2 where 1 would give the slice
+    // before it a multiple of 4.
+    const size_t last = slices.size() - 1;
+    if (slices[last].size() % 4 == 0) move_end(last - 1, (slices[last - 1].size() + 1) % 4 == 0 ? 2 : 1);
+    for (const ShardRange & slice : slices) {
+        if (slice.size() <= 0) throw Error("cannot split " + what + " of " + std::to_string(n_vocab) + " rows");
+    }
+    return slices;
+}
+
+// An FFN width of `width` whose down projections are `down`: slices of whole
+// 16-row tiles where the width allows (quantization blocks are already), so
+// that ggml's kernels treat a slice of gate/up as they treat the whole matrix,
+// which split-invariant sums rely on.
+template <typename Pick>
+Axis ffn_axis(const GgufFile & file, const HParams & hp, int64_t width, const std::string & down, int64_t n_ranks,
+              const Pick & pick) {
+    const int64_t blk = block_of_layers(file, hp, down, pick), tiled = std::lcm(blk, kRowTile);
+    const int64_t unit = width % tiled == 0 && width / tiled >= n_ranks ? tiled : blk;
+    return {width, unit,
+            "the FFN width (" + std::to_string(width) + " in blocks of " + std::to_string(unit) + " for blk.*." + down +
+                ")"};
+}
+
+// Every axis a model's split divides, for n_ranks ranks.
+struct Axes {
+    Axis heads;
+    std::vector<Axis> ff;          // one per distinct dense FFN width
+    std::vector<int> ff_of_layer;  // index into ff (-1: no dense FFN)
+    std::optional<Axis> ff_exp;    // the experts' width
+};
+
+Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
+    Axes a{head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt};
+    if (hp.has_dense_ffn()) {
+        std::vector<int64_t> widths;
+        for (int il = 0; il < hp.n_layer; ++il) {
+            const int64_t w = hp.layer(il).n_ff;
+            auto at = std::find(widths.begin(), widths.end(), w);
+            a.ff_of_layer[il] = (int) (at - widths.begin());
+            if (at == widths.end()) widths.push_back(w);
+        }
+        for (const int64_t w : widths) {
+            a.ff.push_back(
+                ffn_axis(file, hp, w, "ffn_down.weight", n_ranks, [&](int il) { return hp.layer(il).n_ff == w; }));
+        }
+    }
+    if (hp.is_moe()) {
+        a.ff_exp = ffn_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, [](int) { return true; });
+    }
+    return a;
+}
+
+// The degrees whose even splits make the reduction grid.
+constexpr int kGridDegrees[] = {2, 3, 4, 8};
+
+// Grid boundaries of one axis: its ends and every boundary of the model's
+// even splits into kGridDegrees ranks (those it can take). The axis is
+// rebuilt per degree: its unit may depend on the number of ranks.
+template <typename AxisOf>
+std::vector<int64_t> reduction_grid(int64_t extent, const AxisOf & axis_of) {
+    std::set<int64_t> grid{0, extent};
+    for (int degree : kGridDegrees) {
+        try {
+            for (const ShardRange & r : axis_of(degree).split(std::vector<float>(degree, 1.0f))) grid.insert(r.begin);
+        } catch (const Error &) {
+            // A degree the model cannot take adds no boundaries.
+        }
+    }
+    return {grid.begin(), grid.end()};
+}
+
+// Moves every boundary between ranks to the nearest grid boundary (the lower
+// one on a tie); throws when two ranks' boundaries meet.
+void snap_to_grid(std::vector<ShardRange> & ranges, const std::vector<int64_t> & grid, const std::string & what) {
+    for (size_t r = 1; r < ranges.size(); ++r) {
+        const int64_t b = ranges[r].begin;
+        auto above = std::lower_bound(grid.begin(), grid.end(), b);
+        int64_t snapped = *above;
+        if (above != grid.begin() && b - *std::prev(above) <= *above - b) snapped = *std::prev(above);
+        ranges[r - 1].end = ranges[r].begin = snapped;
+    }
+    for (size_t r = 0; r < ranges.size(); ++r) {
+        if (ranges[r].size() <= 0) {
+            throw Error("cannot split " + what + " across " + std::to_string(ranges.size()) +
+                        " ranks with split-invariant sums: rank " + std::to_string(r) +
+                        " gets nothing on the reduction grid (its cells start at " + grid_string(grid) +
+                        "); choose a split closer to an even one");
+        }
+    }
+}
+
+// The grid cells inside one rank's range.
+std::vector<ShardRange> pieces_of(const ShardRange & range, const std::vector<int64_t> & grid) {
+    std::vector<ShardRange> pieces;
+    for (size_t i = 0; i + 1 < grid.size(); ++i) {
+        if (grid[i] >= range.begin && grid[i + 1] <= range.end) pieces.push_back({grid[i], grid[i + 1]});
+    }
+    return pieces;
+}
+
+// An axis's ranges for every rank, each with its pieces: with split-invariant
+// sums the boundaries snapped to the reduction grid and the pieces its cells.
+struct SplitAxis {
+    std::vector<ShardRange> ranges;
+    std::vector<std::vector<ShardRange>> pieces;
+};
+
+template <typename AxisOf>
+SplitAxis split_axis(const AxisOf & axis_of, const std::vector<float> & weights, bool split_invariant,
+                     const std::string & what) {
+    const Axis axis = axis_of((int64_t) weights.size());
+    SplitAxis s{axis.split(weights), {}};
+    if (!split_invariant) {
+        for (const ShardRange & r : s.ranges) s.pieces.push_back({r});
+        return s;
+    }
+    const std::vector<int64_t> grid = reduction_grid(axis.extent, axis_of);
+    snap_to_grid(s.ranges, grid, what);
+    for (const ShardRange & r : s.ranges) s.pieces.push_back(pieces_of(r, grid));
+    return s;
+}
+
+// The KV heads layer il's query heads q read. Attention maps local query
+// head i to local KV head i / (local ratio): right when the rank holds whole
+// groups, or part of a single group.
+ShardRange kv_heads_of(const HParams & hp, int il, const ShardRange & q, int rank, int n_ranks) {
+    const int64_t n_head_kv = hp.layer(il).n_head_kv, group = hp.n_head / n_head_kv;
+    const ShardRange kv{q.begin / group, (q.end + group - 1) / group};
+    const bool whole_groups = q.begin % group == 0 && q.size() == kv.size() * group;
+    if (kv.size() != 1 && !whole_groups) {
+        throw Error("cannot split attention across " + std::to_string(n_ranks) + " ranks: rank " +
+                    std::to_string(rank) + " would hold query heads [" + std::to_string(q.begin) + ", " +
+                    std::to_string(q.end) + ") that do not map evenly onto KV heads (" + std::to_string(hp.n_head) +
+                    " query heads, " + std::to_string(n_head_kv) + " KV heads in layer " + std::to_string(il) +
+                    "); choose a tensor-parallel degree that divides " + std::to_string(n_head_kv) + " or " +
+                    std::to_string(hp.n_head));
+    }
+    return kv;
+}
+
+}  // namespace
+
+ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights_in,
+                          bool split_invariant) {
+    if (n_ranks < 1) throw Error("the tensor-parallel degree must be at least 1");
+    std::vector<float> weights = weights_in;
+    if (weights.empty()) weights.assign(n_ranks, 1.0f);
+    if ((int) weights.size() != n_ranks) {
+        throw Error("--tensor-split has " + std::to_string(weights.size()) + " values but --tp is " +
+                    std::to_string(n_ranks));
+    }
+    ShardPlan p;
+    p.n_ranks = n_ranks;
+    p.ranks.resize(n_ranks);
+    const Axes axes = model_axes(file, hp, n_ranks);
+    const SplitAxis heads = split_axis([&](int64_t n) { return model_axes(file, hp, n).heads; }, weights,
+                                       split_invariant, "the attention heads");
+    std::vector<SplitAxis> ff;
+    for (size_t i = 0; i < axes.ff.size(); ++i) {
+        ff.push_back(split_axis([&](int64_t n) { return model_axes(file, hp, n).ff[i]; }, weights, split_invariant,
+                                "the FFN width"));
+    }
+    std::optional<SplitAxis> ff_exp;
+    if (axes.ff_exp) {
+        ff_exp = split_axis([&](int64_t n) { return *model_axes(file, hp, n).ff_exp; }, weights, split_invariant,
+                            "the experts' FFN width");
+    }
+    const auto vocab = vocab_slices(hp.n_vocab, weights);
+    for (int r = 0; r < n_ranks; ++r) {
+        RankShard & s = p.ranks[r];
+        s.q_heads = heads.ranges[r];
+        s.o_pieces = heads.pieces[r];
+        s.vocab = vocab[r];
+        s.layers.resize(hp.n_layer);
+        for (int il = 0; il < hp.n_layer; ++il) {
+            LayerShard & l = s.layers[il];
+            l.kv_heads = kv_heads_of(hp, il, s.q_heads, r, n_ranks);
+            if (axes.ff_of_layer[il] >= 0) {
+                const SplitAxis & f = ff[axes.ff_of_layer[il]];
+                l.ff = {f.ranges[r], f.pieces[r]};
+            }
+            if (ff_exp) l.ff_exp = {ff_exp->ranges[r], ff_exp->pieces[r]};
+        }
+    }
+    return p;
+}
+
+bool ShardPlan::tiled(const HParams & hp) const {
+    auto on_tiles = [](int64_t rows) { return rows % kRowTile == 0; };
+    for (const RankShard & s : ranks) {
+        if (!same_float_kernel(s.vocab.size(), hp.n_vocab)) return false;
+    }
+    for (int r = 1; r < n_ranks; ++r) {
+        const RankShard & s = ranks[r];
+        for (int il = 0; il < hp.n_layer; ++il) {
+            const LayerShard & l = s.layers[il];
+            const int64_t hd = hp.layer(il).head_dim;
+            if (!on_tiles(s.q_heads.begin * hd) || !on_tiles(l.kv_heads.begin * hd) || !on_tiles(l.ff.width.begin) ||
+                !on_tiles(l.ff_exp.width.begin)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+std::string ShardPlan::describe() const {
+    std::string out;
+    for (int r = 0; r < n_ranks; ++r) {
+        const RankShard & s = ranks[r];
+        const LayerShard & l = s.layers.front();
+        out += "rank " + std::to_string(r) + ": heads " + std::to_string(s.q_heads.size()) + " (kv " +
+               std::to_string(l.kv_heads.size()) + "), ffn " +
+               std::to_string(l.ff.width.size() ? l.ff.width.size() : l.ff_exp.width.size()) + ", vocab " +
+               std::to_string(s.vocab.size()) + (r + 1 < n_ranks ? "; " : "");
+    }
+    return out;
+}
+
+}  // namespace llama_tp

@@ -1,0 +1,107 @@
+#include "server/http/listener.h"
+
+#include <cpp-httplib/httplib.h>
+
+#include <stdexcept>
+#include <sys/socket.h>
+
+namespace llama_tp::server {
+
+namespace {
+
+// HTTPS with --ssl-key-file and --ssl-cert-file (both or neither), else HTTP.
+std::unique_ptr<httplib::Server> make_server(const ServerOptions & o) {
+    if (o.ssl_key_file.empty() != o.ssl_cert_file.empty()) {
+        throw std::runtime_error(
+            "--ssl-key-file and --ssl-cert-file go together: give both, or neither for plain HTTP");
+    }
+    if (o.ssl_key_file.empty()) return std::make_unique<httplib::Server>();
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+    auto ssl = std::make_unique<httplib::SSLServer>(o.ssl_cert_file.c_str(), o.ssl_key_file.c_str());
+    if (!ssl->is_valid()) {
+        throw std::runtime_error("cannot use the certificate '" + o.ssl_cert_file + "' with the key '" +
+                                 o.ssl_key_file + "' (unreadable, not PEM, or not a pair)");
+    }
+    return ssl;
+#else
+    throw std::runtime_error(
+        "this llama-tp-server was built without OpenSSL: install libssl-dev and rebuild for HTTPS");
+#endif
+}
+
+bool is_unix_socket(const std::string & address) {
+    return address.size() > 5 && address.compare(address.size() - 5, 5, ".sock") == 0;
+}
+
+}  // namespace
+
+Listener::Listener(const ServerOptions & o, const std::string & address, const Routes & routes)
+    : http_(make_server(o)) {
+    httplib::Server & http = *http_;
+    const size_t n_http = o.http_threads > 0 ? (size_t) o.http_threads : (size_t) o.n_parallel + 8;
+    http.new_task_queue = [n_http, this] {
+        auto * q = new HttpTaskQueue(n_http, n_http * 4);
+        queue_ = q;
+        return q;
+    };
+    // While connections wait for an HTTP thread, kept-alive clients make way.
+    http.set_post_routing_handler([this](const httplib::Request &, httplib::Response & res) {
+        const HttpTaskQueue * q = queue_.load();
+        if (q != nullptr && q->waiting() > 0) {
+            res.headers.erase("Keep-Alive");
+            res.set_header("Connection", "close");
+        }
+    });
+    // SO_REUSEADDR; SO_REUSEPORT only when asked (--reuse-port): httplib's
+    // default sets it, which would let a second server silently share a port
+    // already in use.
+    http.set_socket_options([reuse_port = o.reuse_port](socket_t sock) {
+        int one = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (reuse_port) setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    });
+    if (!o.static_path.empty() && !http.set_mount_point(o.api_prefix + "/", o.static_path)) {
+        throw std::runtime_error("--path: '" + o.static_path + "' is not a folder");
+    }
+    http.set_read_timeout(o.timeout_s, 0);
+    http.set_write_timeout(o.timeout_s, 0);
+    http.set_payload_max_length(o.max_body_size);
+    routes(http);
+
+    const std::string scheme = o.ssl_key_file.empty() ? "http" : "https";
+    if (is_unix_socket(address)) {
+        http.set_address_family(AF_UNIX);
+        if (!http.bind_to_port(address, 8080)) throw std::runtime_error("cannot listen on the UNIX socket " + address);
+        url_ = "unix:" + address;
+        return;
+    }
+    port_ = o.port;
+    if (port_ == 0) {
+        port_ = http.bind_to_any_port(address);
+    } else if (!http.bind_to_port(address, port_)) {
+        port_ = -1;
+    }
+    if (port_ <= 0) {
+        throw std::runtime_error("cannot listen on " + address + ":" + std::to_string(o.port) +
+                                 " (address in use or not available)");
+    }
+    url_ = scheme + "://" + address + ":" + std::to_string(port_);
+}
+
+Listener::~Listener() {
+    stop();
+}
+
+void Listener::start(std::function<void()> on_stopped) {
+    thread_ = std::thread([this, on_stopped = std::move(on_stopped)] {
+        http_->listen_after_bind();
+        on_stopped();
+    });
+}
+
+void Listener::stop() {
+    if (http_) http_->stop();
+    if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace llama_tp::server
