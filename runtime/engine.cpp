@@ -8,6 +8,7 @@
 #include "ggml-ext/comm/process_group.h"
 #include "runtime/kv/kv_cells.h"
 #include "runtime/kv/kv_image.h"
+#include "runtime/plan/runtime_plan.h"
 #include "runtime/ranks/mpi_rank_group.h"
 #include "runtime/ranks/rank_devices.h"
 #include "runtime/shard/shard_plan.h"
@@ -95,7 +96,7 @@ class TensorParallelEngine final : public Engine {
         validate_options();
         const int tp = options_.tp, n_ranks = tp * n_processes;
         choose_devices(processes ? processes->local_rank() * tp : 0);
-        decide_sums(file);
+        resolve(file);
         if (n_processes > 1) {
             // The ranks' devices may decide the sums: every process must take the same.
             MpiRankGroup::agree(*processes, std::string("sums: ") + (options_.exact_sums() ? "exact" : "float") + "\n");
@@ -104,7 +105,7 @@ class TensorParallelEngine final : public Engine {
         if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
         // GPU ranks attend with ggml's attention, fastest over whole windows.
         kv_sizes_ = KvPoolSizes::of(hp_, options_.n_ctx, options_.n_seq_max, options_.kv_unified, options_.n_batch,
-                                    options_.swa_full, !cpu_ops_);
+                                    options_.swa_full, !runtime_.host_ops());
         cells_ = std::make_unique<KvPools>(kv_sizes_);
         log_window_pool();
         RankSetup setup;
@@ -141,8 +142,7 @@ class TensorParallelEngine final : public Engine {
         setup.n_ranks = tp * n_processes;
         setup.n_threads = std::max(1, options_.n_threads / tp);
         setup.devices = devices_.devices;
-        setup.cpu_ops = cpu_ops_;
-        setup.portable_graph = options_.portable_graph;
+        setup.ops = runtime_.ops;
         for (const auto & a : adapters) setup.adapters.push_back(a.get());
         const ControlVector control = load_control_vector();
         if (n_processes > 1) MpiRankGroup::agree(*processes, control.describe() + "\n");
@@ -160,33 +160,21 @@ class TensorParallelEngine final : public Engine {
         if (n_processes > 1) {
             allreduce = process_allreduce(*processes);
         } else if (tp > 1) {
-            allreduce = make_allreduce_engine(allreduce_config(tp));
+            allreduce = make_allreduce_engine(runtime_.allreduce);
         }
-        const bool gpu_collectives = !cpu_ops_ && !options_.portable_graph && allreduce;
-        const bool says = !cpu_ops_ && allreduce && (!processes || processes->rank() == 0);
-        setup.capture_steps = gpu_collectives && collective_graph_capture();
-        if (setup.capture_steps && !(allreduce->runs_on_stream() && allreduce->sums_replay_in_graphs())) {
-            if (says) {
-                std::fprintf(stderr,
-                             "llama-tp: warning: whole steps are not captured into CUDA graphs: the %s engine's "
-                             "sums cannot be replayed from one\n",
-                             allreduce->name());
-            }
-            setup.capture_steps = false;
+        setup.collectives = runtime_.collectives(allreduce.get());
+        const bool says = !runtime_.host_ops() && allreduce && (!processes || processes->rank() == 0);
+        if (says && runtime_.capture_asked && setup.collectives != CollectivePath::Captured &&
+            setup.collectives != CollectivePath::ThroughHost) {
+            std::fprintf(stderr,
+                         "llama-tp: warning: whole steps are not captured into CUDA graphs: the %s engine's "
+                         "sums cannot be replayed from one\n",
+                         allreduce->name());
         }
         // Before the ranks run a graph: ggml reads it once, at its first graph.
         // (It holds for the whole process, a reference run in it included.)
-        if (setup.capture_steps) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
-        setup.stream_collectives =
-            gpu_collectives && (setup.capture_steps || collectives_on_stream(allreduce->runs_on_stream()));
-        if (says) {
-            std::fprintf(stderr, "llama-tp: collectives %s\n",
-                         setup.capture_steps        ? "queued on the GPUs' streams, whole steps captured into CUDA "
-                                                      "graphs and replayed (ggml's own graphs off)"
-                         : setup.stream_collectives ? "queued on the GPUs' streams, no wait on the host between "
-                                                      "graph segments"
-                                                    : "between graph segments, each segment waited for on the host");
-        }
+        if (setup.collectives == CollectivePath::Captured) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
+        if (says) std::fprintf(stderr, "llama-tp: collectives %s\n", collective_path_name(setup.collectives));
         auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
         setup.control = nullptr;  // gone with this call
         setup.adapters.clear();
@@ -454,19 +442,16 @@ class TensorParallelEngine final : public Engine {
             check_kv_type(options_.kv_types.k, s.head_dim, "the K");
             check_kv_type(options_.kv_types.v, s.head_dim, "the V");
         }
-        collective_graph_capture();  // a malformed value stops the load here
-        if (options_.split_invariant == true && options_.allreduce_wire == WireType::BF16) {
-            throw Error("--split-invariant needs exact sums and --bf16-wire rounds them: use one or the other");
-        }
     }
 
-    // The ranks' devices, and whether their graphs may use ggml-ext's
-    // CPU-only operations (all of them on the CPU, not asked otherwise).
+    // The ranks' devices; the log says where they are when not on the CPU.
     void choose_devices(int first_gpu) {
         devices_ = choose_rank_devices(options_.devices, options_.tp, first_gpu, hp_.n_layer);
         const std::vector<ggml_backend_dev_t> & d = devices_.devices;
-        cpu_ops_ = std::all_of(d.begin(), d.end(), runs_cpu_ops) && !options_.portable_graph;
-        if (cpu_ops_) return;
+        const bool all_cpu = std::all_of(d.begin(), d.end(), [](ggml_backend_dev_t dev) {
+            return ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+        });
+        if (all_cpu && !options_.portable_graph) return;
         std::string names;
         for (ggml_backend_dev_t dev : d) names += (names.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev));
         std::fprintf(stderr,
@@ -475,80 +460,30 @@ class TensorParallelEngine final : public Engine {
                      names.c_str(), devices_.why.c_str());
     }
 
-    // Split-invariant sums unless asked otherwise, where they cost nothing.
-    void decide_sums(const GgufFile & file) {
-        const bool asked = options_.split_invariant.has_value();
-        if (!cpu_ops_) {
-            // One ggml product per grid cell there, its sums added by the meta
-            // executor between graph segments: asked for only.
-            if (!asked) options_.split_invariant = false;
-            options_.one_pass_products = false;
-            if (*options_.split_invariant && (!options_.processes || options_.processes->rank() == 0)) {
-                std::fprintf(stderr,
-                             "llama-tp: split-invariant sums on %s: one product per grid cell, the cells added in "
-                             "double between graph segments\n",
-                             ggml_backend_dev_name(devices_.devices[0]));
-            }
-            return;
+    // The runtime plan for this process's ranks; the options then say what
+    // was decided (Engine::options()).
+    void resolve(const GgufFile & file) {
+        PlanFacts facts;
+        for (ggml_backend_dev_t dev : devices_.devices) {
+            facts.devices.push_back({ggml_backend_dev_name(dev),
+                                     ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU,
+                                     physical_cuda_device(dev)});
         }
-        const bool one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
-        if (!asked) options_.split_invariant = one_pass && options_.allreduce_wire != WireType::BF16;
-        decide_products();
+        facts.row_parallel_in_one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
+        facts.one_pass_faster = ggml_ext_exact_matmul_preferred();
+        facts.one_pass_kernel = ggml_ext_exact_matmul_kernel();
+        if (!options_.environment) options_.environment = Environment::of_process();
+        runtime_ = resolve_runtime(options_, facts, *options_.environment);
+        options_.split_invariant = runtime_.split_invariant;
+        options_.one_pass_products = runtime_.one_pass_products;
         if (options_.processes && options_.processes->rank() != 0) return;
-        if (*options_.split_invariant && one_pass) {
-            std::fprintf(stderr,
-                         "llama-tp: split-invariant sums, one pass over every q8_0 row-parallel matrix (%s kernel); "
-                         "the other q8_0 matrices %s\n",
-                         ggml_ext_exact_matmul_kernel(),
-                         *options_.one_pass_products ? "through the same kernel (batch-invariant)"
-                                                     : "through ggml's q8_0 product");
-        } else if (!asked && !one_pass) {
-            std::fprintf(stderr,
-                         "llama-tp: float sums (results move with --tp / -ts): this model's attn_output and "
-                         "ffn_down are not all dense q8_0, which split-invariant sums multiply in one pass; "
-                         "--split-invariant forces them (one product per grid cell, 7-15%% slower on one device)\n");
-        }
-    }
-
-    // The other q8_0 products go through the one-pass kernel only with
-    // split-invariant sums (else the products are upstream's), where asked,
-    // else where LLAMA_TP_ONE_PASS_PRODUCTS says, else where it is faster.
-    void decide_products() {
-        const char * env = std::getenv("LLAMA_TP_ONE_PASS_PRODUCTS");
-        const std::string forced = env ? env : "";
-        if (!forced.empty() && forced != "0" && forced != "1") {
-            throw Error("LLAMA_TP_ONE_PASS_PRODUCTS must be 0 or 1, not '" + forced + "'");
-        }
-        if (!options_.exact_sums()) {
-            options_.one_pass_products = false;
-        } else if (!options_.one_pass_products) {
-            options_.one_pass_products = forced.empty() ? ggml_ext_exact_matmul_preferred() : forced == "1";
-        }
-    }
-
-    AllReduceConfig allreduce_config(int n_ranks) const {
-        AllReduceConfig ac;
-        const std::string env = allreduce_engine_from_env();
-        ac.engine = options_.allreduce == "auto" && !env.empty() ? env : options_.allreduce;
-        ac.n_ranks = n_ranks;
-        ac.wire = options_.exact_sums() ? WireType::F32 : options_.allreduce_wire;
-        ac.gpu_sizes = GpuAllReduceSizes::from_env();
-        // The copy engines meet the other rank on the host: no replay from a graph.
-        if (collective_graph_capture()) ac.gpu_sizes.internal_copy_min_bytes = 0;
-        // Ranks on CUDA devices only: engines of device memory may serve them.
-        for (ggml_backend_dev_t d : devices_.devices) ac.cuda_devices.push_back(physical_cuda_device(d));
-        // (--portable-graph copies every collective's values to the host.)
-        const bool cuda = !options_.portable_graph &&
-                          std::none_of(ac.cuda_devices.begin(), ac.cuda_devices.end(), [](int o) { return o < 0; });
-        ac.memory = cuda ? RankMemory::Cuda : RankMemory::Host;
-        if (!cuda) ac.cuda_devices.clear();
-        return ac;
+        for (const std::string & line : runtime_.log) std::fprintf(stderr, "%s\n", line.c_str());
     }
 
     // Across processes the mpi engine joins them, or nccl where the ranks
     // are on CUDA devices; the other engines join threads of one process only.
     std::unique_ptr<AllReduceEngine> process_allreduce(ProcessGroup & processes) const {
-        AllReduceConfig ac = allreduce_config(options_.tp);
+        const AllReduceConfig & ac = runtime_.allreduce;
         const std::string name = normalized_engine_name(ac.engine);
         if (name != "auto" && name != "mpi" && name != "nccl") {
             throw Error("allreduce engine '" + ac.engine + "' joins the ranks of one process; ranks in " +
@@ -556,12 +491,12 @@ class TensorParallelEngine final : public Engine {
         }
         std::unique_ptr<AllReduceEngine> engine = processes.make_allreduce(ac);
         if (processes.rank() == 0) {
-            const bool nccl = std::string(engine->name()) == "nccl";
+            const bool device = engine->takes_device_memory();
             std::fprintf(
                 stderr, "llama-tp: allreduce engine %s (%s: %d ranks in %d processes, %d per process; %s)\n",
                 engine->name(), name == "auto" ? "auto" : "requested", options_.tp * processes.size(), processes.size(),
                 options_.tp,
-                nccl ? "NCCL across processes, in device memory" : "MPI across processes, shared memory inside one");
+                device ? "NCCL across processes, in device memory" : "MPI across processes, shared memory inside one");
         }
         return engine;
     }
@@ -769,7 +704,7 @@ class TensorParallelEngine final : public Engine {
     ShardPlan plan_;
     std::unique_ptr<Tokenizer> tokenizer_;
     RankDevices devices_;  // of this process's ranks
-    bool cpu_ops_ = true;  // their graphs may use ggml-ext's CPU-only operations
+    RuntimePlan runtime_;  // what they do, resolved at load
     KvPoolSizes kv_sizes_;
     std::unique_ptr<KvPools> cells_;
     std::vector<KvEdit> pending_edits_;

@@ -5,6 +5,7 @@
 
 #include "ggml-ext/comm/allreduce_engine.h"
 #include "ggml-ext/comm/allreduce_wire.h"
+#include "ggml-ext/environment.h"
 #include "ggml-ext/error.h"
 
 #include "ggml.h"
@@ -555,23 +556,23 @@ TEST(AllReduceFactory, EnvironmentPrefersOwnVariableOverUpstreams) {
     {
         ScopedEnv own("LLAMA_TP_ALLREDUCE", "butterfly");
         ScopedEnv upstream("GGML_CUDA_ALLREDUCE", "nccl");
-        EXPECT_EQ(allreduce_engine_from_env(), "butterfly");
+        EXPECT_EQ(allreduce_engine_from(Environment::of_process()), "butterfly");
     }
     {
         ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
         ScopedEnv upstream("GGML_CUDA_ALLREDUCE", "nccl");
-        EXPECT_EQ(allreduce_engine_from_env(), "nccl");
+        EXPECT_EQ(allreduce_engine_from(Environment::of_process()), "nccl");
     }
     {
         ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
         ScopedEnv upstream("GGML_CUDA_ALLREDUCE", nullptr);
-        EXPECT_EQ(allreduce_engine_from_env(), "");
+        EXPECT_EQ(allreduce_engine_from(Environment::of_process()), "");
     }
     {
         // Upstream's "none" is its generic fallback, not "one rank".
         ScopedEnv own("LLAMA_TP_ALLREDUCE", nullptr);
         ScopedEnv upstream("GGML_CUDA_ALLREDUCE", "none");
-        EXPECT_EQ(allreduce_engine_from_env(), "butterfly");
+        EXPECT_EQ(allreduce_engine_from(Environment::of_process()), "butterfly");
     }
 }
 

@@ -175,37 +175,6 @@ TEST(PortableGraph, SplitInvariantSumsRunBetweenSegments) {
     EXPECT_FALSE(Engine::load(o3)->options().exact_sums()) << "float sums by default";
 }
 
-TEST(RankDevices, CollectivesGoOnTheStreamsOnlyWhenAsked) {
-    unsetenv("LLAMA_TP_STREAM_COLLECTIVES");
-    EXPECT_FALSE(collectives_on_stream(true)) << "host waits by default";
-    setenv("LLAMA_TP_STREAM_COLLECTIVES", "1", 1);
-    EXPECT_TRUE(collectives_on_stream(true));
-    EXPECT_FALSE(collectives_on_stream(false)) << "an engine of host memory cannot";
-    setenv("LLAMA_TP_STREAM_COLLECTIVES", "0", 1);
-    EXPECT_FALSE(collectives_on_stream(true));
-    setenv("LLAMA_TP_STREAM_COLLECTIVES", "yes", 1);
-    const std::string e = error_of([] { collectives_on_stream(true); });
-    EXPECT_NE(e.find("LLAMA_TP_STREAM_COLLECTIVES must be 0 or 1, not 'yes'"), std::string::npos) << e;
-    unsetenv("LLAMA_TP_STREAM_COLLECTIVES");
-}
-
-TEST(RankDevices, StepsAreCapturedOnlyWhenAsked) {
-    unsetenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE");
-    unsetenv("GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE");
-    EXPECT_FALSE(collective_graph_capture()) << "off by default";
-    setenv("GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE", "1", 1);
-    EXPECT_TRUE(collective_graph_capture()) << "upstream's name";
-    setenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "0", 1);
-    EXPECT_FALSE(collective_graph_capture()) << "ours before upstream's";
-    setenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "1", 1);
-    EXPECT_TRUE(collective_graph_capture());
-    setenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "on", 1);
-    const std::string e = error_of([] { collective_graph_capture(); });
-    EXPECT_NE(e.find("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE must be 0 or 1, not 'on'"), std::string::npos) << e;
-    unsetenv("LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE");
-    unsetenv("GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE");
-}
-
 TEST(RankDevices, AnUnknownDeviceStopsTheLoad) {
     EngineOptions o = small_model(2);
     o.devices.names = {"CUDA0"};

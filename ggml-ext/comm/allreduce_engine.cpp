@@ -3,6 +3,7 @@
 #include "ggml-ext/comm/allreduce_butterfly.h"
 #include "ggml-ext/comm/allreduce_cpu.h"
 #include "ggml-ext/comm/allreduce_none.h"
+#include "ggml-ext/environment.h"
 #include "ggml-ext/error.h"
 #ifdef LLAMA_TP_HAVE_CUDA
 #include "ggml-ext/comm/cuda/allreduce_internal.h"
@@ -13,7 +14,6 @@
 
 #include <cctype>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 namespace llama_tp {
@@ -75,11 +75,6 @@ void validate(const AllReduceConfig & config) {
     }
 }
 
-std::string env_value(const char * variable) {
-    const char * value = std::getenv(variable);
-    return value ? value : "";
-}
-
 }  // namespace
 
 std::string normalized_engine_name(const std::string & name) {
@@ -88,10 +83,6 @@ std::string normalized_engine_name(const std::string & name) {
         if (!std::isspace((unsigned char) c)) out += (char) std::tolower((unsigned char) c);
     }
     return out;
-}
-
-const char * allreduce_engine_names() {
-    return kNames;
 }
 
 const AllReduceBuilders & built_allreduce_engines() {
@@ -119,7 +110,12 @@ const AllReduceBuilders & built_allreduce_engines() {
 #else
         {"rccl", [](const AllReduceConfig &) { return needs("a HIP build"); }},
 #endif
+// The mpi engine joins processes: their group builds it (ProcessGroup::make_allreduce).
+#ifdef LLAMA_TP_HAVE_MPI
+        {"mpi", [](const AllReduceConfig &) { return needs("ranks in several processes (launched by mpirun)"); }},
+#else
         {"mpi", [](const AllReduceConfig &) { return needs("an MPI build"); }},
+#endif
     };
     return builders;
 }
@@ -165,10 +161,10 @@ std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & c
     return std::move(choice.engine);
 }
 
-std::string allreduce_engine_from_env() {
-    const std::string own = env_value("LLAMA_TP_ALLREDUCE");
+std::string allreduce_engine_from(const Environment & env) {
+    const std::string own = env.get("LLAMA_TP_ALLREDUCE");
     if (!own.empty()) return own;
-    const std::string upstream = env_value("GGML_CUDA_ALLREDUCE");
+    const std::string upstream = env.get("GGML_CUDA_ALLREDUCE");
     return normalized_engine_name(upstream) == "none" ? "butterfly" : upstream;
 }
 

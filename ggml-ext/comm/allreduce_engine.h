@@ -15,6 +15,8 @@
 
 namespace llama_tp {
 
+class Environment;
+
 enum class WireType { F32, BF16 };
 
 // Where the ranks' values live: host memory, or one CUDA device per rank.
@@ -29,7 +31,7 @@ struct AllReduceConfig {
     double timeout_s = 30.0;  // a rank waiting longer than this fails the whole group
     RankMemory memory = RankMemory::Host;
     std::vector<int> cuda_devices;  // with RankMemory::Cuda: each rank's device ordinal
-    GpuAllReduceSizes gpu_sizes;    // the defaults; GpuAllReduceSizes::from_env() for the environment's
+    GpuAllReduceSizes gpu_sizes;    // the defaults; GpuAllReduceSizes::from() for the environment's
 };
 
 class AllReduceEngine {
@@ -113,12 +115,9 @@ const AllReduceBuilders & built_allreduce_engines();
 // GGML_CUDA_ALLREDUCE (whose "none" is its generic fallback, butterfly here),
 // else "". An explicit --allreduce flag beats the environment: callers use
 // this only when no flag was given.
-std::string allreduce_engine_from_env();
+std::string allreduce_engine_from(const Environment & env);
 
 // An engine name as the chain reads it: lower case, without white space.
 std::string normalized_engine_name(const std::string & name);
-
-// Every name make_allreduce_engine accepts, for usage text and messages.
-const char * allreduce_engine_names();
 
 }  // namespace llama_tp

@@ -1,13 +1,13 @@
 #include "ggml-ext/comm/process_group.h"
 
+#include "ggml-ext/environment.h"
 #include "ggml-ext/error.h"
-
-#include <cstdlib>
 
 namespace llama_tp {
 
 bool launched_by_mpi() {
-    return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
+    const Environment env = Environment::of_process();
+    return env.has("OMPI_COMM_WORLD_SIZE") || env.has("PMIX_RANK") || env.has("PMI_SIZE");
 }
 
 #ifndef LLAMA_TP_HAVE_MPI

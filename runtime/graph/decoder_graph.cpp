@@ -18,11 +18,12 @@ namespace {
 
 // RoPE of layer il at the given positions (a forward pass's, or a shift's):
 // sliding-window layers rotate with their own base and frequency scale, and
-// Gemma 4's without the frequency factors its global layers rotate by.
+// some (AttentionBlock::rope_factors) without the model's frequency factors.
 ggml_tensor * rope_layer(ggml_context * ctx, ggml_tensor * x, ggml_tensor * positions, const HParams & hp,
                          const ModelWeights & w, const KvCache & kv, int il) {
     const bool swa = hp.is_swa(il);
-    ggml_tensor * factors = swa && hp.arch == Arch::Gemma4 ? nullptr : w.rope_factors(kv.all().n_cells_per_seq(), hp);
+    ggml_tensor * factors =
+        hp.block(il).attention.rope_factors ? w.rope_factors(kv.all().n_cells_per_seq(), hp) : nullptr;
     return ggml_rope_ext(ctx, x, positions, factors, hp.layer(il).n_rot, hp.rope_type, hp.rope_n_ctx_orig,
                          swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
                          swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
@@ -38,8 +39,8 @@ struct Builder {
     const GraphShape & shape;
     GraphInputs & in;
     const Collective * reduce;
-    bool exact;    // split-invariant sums
-    bool cpu_ops;  // GraphMode::cpu_ops
+    bool exact;          // split-invariant sums
+    bool row_attention;  // GraphMode::ops is RankOps::Host: ggml-ext's row attention may run
     // Each layer's keys and values as written to the cache, for the layers
     // that share it (views of the write's result order after the write).
     std::vector<std::pair<ggml_tensor *, ggml_tensor *>> stored;
@@ -230,7 +231,7 @@ struct Builder {
         const float scale = hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) hd);
         ggml_tensor * out = nullptr;
         // Row attention reads F16 caches only, on the CPU.
-        if (cpu_ops && !kv.all().unified() && kv.types().both_f16()) {
+        if (row_attention && !kv.all().unified() && kv.types().both_f16()) {
             out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run), cache_view(il, v, run), mask, sinks, scale,
                                          hp.attn_logit_softcap);
         } else {
@@ -252,8 +253,7 @@ struct Builder {
             auto [qp, k, v] = project_qkv(il, cur);
             q = qp;
             if (l.k_norm) k = norm(k, l.k_norm);
-            // Gemma 4 norms its values too, without a weight.
-            if (hp.arch == Arch::Gemma4) v = ggml_rms_norm(ctx, v, hp.rms_eps);
+            if (hp.block(il).attention.value_norm) v = ggml_rms_norm(ctx, v, hp.rms_eps);
             k = rope(k, il);
             stored.push_back({store(il, kv.k(il), k), store(il, kv.v(il), v)});
         } else {
@@ -275,16 +275,29 @@ struct Builder {
         return l.bo ? ggml_add(ctx, out, l.bo) : out;
     }
 
-    // The SwiGLU (Gemma: GELU-gated) FFN, each rank computing its slice of
-    // the width, summed over the group.
-    ggml_tensor * dense_ffn(const LayerWeights & l, ggml_tensor * cur) const {
+    // The gate's activation times up (FfnBlock::Gate).
+    ggml_tensor * gated(const FfnBlock & ffn, ggml_tensor * gate, ggml_tensor * up) const {
+        switch (ffn.gate) {
+            case FfnBlock::Gate::GeGlu:
+                return ggml_geglu_split(ctx, gate, up);
+            case FfnBlock::Gate::SwiGluClamped:
+                return ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f);
+            case FfnBlock::Gate::SwiGlu:
+                break;
+        }
+        return ggml_swiglu_split(ctx, gate, up);
+    }
+
+    // The dense gated FFN, each rank computing its slice of the width,
+    // summed over the group.
+    ggml_tensor * dense_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur) const {
         ggml_tensor * h = nullptr;
         if (l.ffn_gate_up) {
             h = ggml_swiglu(ctx, project(l.ffn_gate_up, cur));  // the gate half, then the up half
         } else {
             ggml_tensor * gate = project(l.ffn_gate, cur);
             ggml_tensor * up = project(l.ffn_up, cur);
-            h = hp.is_gemma() ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+            h = gated(ffn, gate, up);
         }
         return project(l.ffn_down, h, nullptr);
     }
@@ -295,17 +308,19 @@ struct Builder {
     // over the group.
     // router_in: what the router reads (Gemma 4: the layer's input, RMS-normed
     // and scaled by 1/sqrt(n_embd) and a weight; else cur).
-    ggml_tensor * moe_ffn(const LayerWeights & l, ggml_tensor * cur, ggml_tensor * router_in) const {
+    ggml_tensor * moe_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur,
+                          ggml_tensor * router_in) const {
         const int64_t T = cur->ne[1], K = hp.n_expert_used;
         ggml_tensor * logits = ggml_mul_mat(ctx, l.ffn_router, router_in);  // [n_expert, T]
         if (l.ffn_router_b) logits = ggml_add(ctx, logits, l.ffn_router_b);
-        // gpt-oss picks by the logits and softmaxes the picked ones; the
-        // others softmax all logits, pick, and normalise the picked.
-        ggml_tensor * probs = hp.is_gpt_oss() ? logits : ggml_soft_max(ctx, logits);
+        // Picked by the logits and the picked softmaxed, or all logits
+        // softmaxed, picked, and the picked normalised.
+        ggml_tensor * probs = ffn.softmax_after_top_k ? logits : ggml_soft_max(ctx, logits);
         ggml_tensor * picked = ggml_argsort_top_k(ctx, probs, (int) K);  // [K, T]
         ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, hp.n_expert, T), picked);
         weights = ggml_reshape_2d(ctx, weights, K, T);
-        weights = hp.is_gpt_oss() ? ggml_soft_max(ctx, weights) : ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));
+        weights =
+            ffn.softmax_after_top_k ? ggml_soft_max(ctx, weights) : ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));
         if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) {
             weights = ggml_scale(ctx, weights, hp.expert_weights_scale);
         }
@@ -325,9 +340,7 @@ struct Builder {
         }
         if (l.ffn_up_exps_b) up = ggml_add_id(ctx, up, l.ffn_up_exps_b, picked);
         if (l.ffn_gate_exps_b) gate = ggml_add_id(ctx, gate, l.ffn_gate_exps_b, picked);
-        ggml_tensor * h = hp.is_gpt_oss() ? ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f)
-                          : hp.is_gemma() ? ggml_geglu_split(ctx, gate, up)
-                                          : ggml_swiglu_split(ctx, gate, up);
+        ggml_tensor * h = gated(ffn, gate, up);
         // Gemma 4's scale per expert, picked for every token's experts.
         ggml_tensor * expert_scale = nullptr;
         if (l.ffn_down_exps_scale) {
@@ -373,19 +386,27 @@ struct Builder {
         return row_parallel(l.ffn_down_exps, h, nullptr, experts);
     }
 
-    // The layer's FFN on the attention block's output x: dense, experts, or
-    // (Gemma 4) both, each normed on its own before they are added.
-    ggml_tensor * ffn(const LayerWeights & l, ggml_tensor * x) const {
-        if (!hp.is_moe()) return dense_ffn(l, norm(x, l.ffn_norm));
-        if (!hp.has_dense_ffn()) {
-            ggml_tensor * in = norm(x, l.ffn_norm);
-            return moe_ffn(l, in, in);
+    // Layer il's FFN on the attention block's output x: dense, experts, or
+    // both, each normed on its own before they are added (the router then
+    // reads the layer's input, RMS-normed and scaled).
+    ggml_tensor * ffn(int il, ggml_tensor * x) const {
+        const FfnBlock & ffn = hp.block(il).ffn;
+        const LayerWeights & l = w.layers[il];
+        switch (ffn.kind) {
+            case FfnBlock::Kind::Dense:
+                return dense_ffn(ffn, l, norm(x, l.ffn_norm));
+            case FfnBlock::Kind::Experts: {
+                ggml_tensor * in = norm(x, l.ffn_norm);
+                return moe_ffn(ffn, l, in, in);
+            }
+            case FfnBlock::Kind::DenseAndExperts:
+                break;
         }
-        ggml_tensor * dense = norm(dense_ffn(l, norm(x, l.ffn_norm)), l.ffn_post_norm_1);
+        ggml_tensor * dense = norm(dense_ffn(ffn, l, norm(x, l.ffn_norm)), l.ffn_post_norm_1);
         ggml_tensor * router_in =
             ggml_scale(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), 1.0f / std::sqrt((float) hp.n_embd));
         router_in = ggml_mul(ctx, router_in, l.ffn_router_scale);
-        ggml_tensor * experts = norm(moe_ffn(l, norm(x, l.ffn_pre_norm_2), router_in), l.ffn_post_norm_2);
+        ggml_tensor * experts = norm(moe_ffn(ffn, l, norm(x, l.ffn_pre_norm_2), router_in), l.ffn_post_norm_2);
         return ggml_add(ctx, dense, experts);
     }
 
@@ -481,7 +502,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
               in,
               reduce,
               mode.split_invariant,
-              mode.cpu_ops,
+              mode.ops == RankOps::Host,
               {},
               std::vector<ggml_tensor *>(w.lora_scales.size())};
     if (reduce) {
@@ -494,11 +515,11 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         ggml_set_input(in.tokens);
     }
     ggml_tensor * x = b.lookup(w.tok_embd);
-    if (hp.is_gemma()) x = ggml_scale(ctx, x, std::sqrt((float) hp.n_embd));
+    if (hp.embedding_scale != 0.0f) x = ggml_scale(ctx, x, hp.embedding_scale);
     ggml_tensor * per_layer = hp.n_embd_per_layer > 0 ? b.per_layer_inputs(x) : nullptr;
     // Only the rows whose logits are wanted go on from the last layer's
-    // attention; Gemma 4 picks them after the final norm, as upstream does.
-    const bool rows_at_end = hp.arch == Arch::Gemma4;
+    // attention, or after the final norm (HParams::rows_after_norm).
+    const bool rows_at_end = hp.rows_after_norm;
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & l = w.layers[il];
         ggml_tensor * rows = il == hp.n_layer - 1 && !rows_at_end ? in.out_rows : nullptr;
@@ -506,7 +527,7 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         if (l.attn_post_norm) cur = b.norm(cur, l.attn_post_norm);
         if (rows) x = ggml_get_rows(ctx, x, rows);
         x = ggml_add(ctx, x, cur);
-        cur = b.ffn(l, x);
+        cur = b.ffn(il, x);
         if (l.ffn_post_norm) cur = b.norm(cur, l.ffn_post_norm);
         x = ggml_add(ctx, x, cur);
         if (per_layer) x = b.add_per_layer_input(il, x, per_layer);

@@ -12,6 +12,7 @@
 // experts are summed).
 
 #include "runtime/kv/kv_cache.h"
+#include "runtime/plan/rank_ops.h"
 
 #include <cstdint>
 #include <vector>
@@ -92,12 +93,12 @@ void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams &
 struct GraphMode {
     const Collective * reduce = nullptr;  // nullptr: a single rank
     // Row-parallel products are summed piece by piece in double (ShardPlan),
-    // so the logits do not depend on the split (needs cpu_ops).
+    // so the logits do not depend on the split.
     bool split_invariant = false;
     bool embeddings = false;  // outputs are the final-normed hidden states
-    // ggml-ext's CPU-only operations may be used (row attention); false on
-    // other backends, whose graphs take ggml's operations only.
-    bool cpu_ops = true;
+    // With RankOps::Host ggml-ext's row attention may be used; other
+    // backends' graphs take ggml's operations only.
+    RankOps ops = RankOps::Host;
 };
 
 // Adds the forward pass over this rank's shard to gf; returns the logits

@@ -66,8 +66,8 @@ std::optional<ClassifierHead> ClassifierHead::read(const GgufFile & file, const 
         }
         head.bias = read_floats(file, b);
     }
-    head.last_token = hp.arch == Arch::Qwen3;
-    head.softmax = hp.arch == Arch::Qwen3;
+    head.last_token = hp.classify_last_token;
+    head.softmax = hp.classify_last_token;
     return head;
 }
 

@@ -1,5 +1,8 @@
 #pragma once
-// A decoder's shape and numeric settings, read from GGUF metadata.
+// A decoder's shape and numeric settings, and the blocks of its layers,
+// read from GGUF metadata by its architecture (runtime/model/arch/).
+
+#include "runtime/blocks/blocks.h"
 
 #include <cstdint>
 #include <optional>
@@ -9,8 +12,6 @@
 namespace llama_tp {
 
 class GgufFile;
-
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gemma2, Gemma3, Gemma4, GptOss };
 
 enum class RopeScaling { None, Linear, Yarn };
 
@@ -49,15 +50,24 @@ struct LayerShape {
 };
 
 struct HParams {
-    Arch arch = Arch::Llama;
-    std::string arch_name;
+    std::string arch_name;  // general.architecture
     int32_t n_vocab = 0;
     int32_t n_ctx_train = 0;
     int32_t n_embd = 0;
     int32_t n_layer = 0;
     int32_t n_head = 0;
-    std::vector<LayerShape> layers;  // one per layer
+    std::vector<LayerShape> layers;   // one per layer
+    std::vector<LayerBlocks> blocks;  // one per layer
     float rms_eps = 1e-5f;
+    // Token embeddings multiplied by this (gemma: sqrt(n_embd)); 0: not.
+    float embedding_scale = 0.0f;
+    // The output head is token_embd whatever else the file holds (gemma2).
+    bool head_is_embedding = false;
+    // The rows whose logits are wanted are picked after the final norm
+    // (gemma4, as upstream does), not before the last layer's residual.
+    bool rows_after_norm = false;
+    // A reranker's head scores the last token and softmaxes (qwen3's).
+    bool classify_last_token = false;
 
     // Mixture of experts (qwen3moe, and llama with experts: Mixtral): every
     // token goes through n_expert_used of n_expert FFNs of width n_ff_exp,
@@ -67,16 +77,7 @@ struct HParams {
     int32_t n_ff_exp = 0;
     float expert_weights_scale = 0.0f;  // 0 or 1: none
 
-    bool has_qkv_bias() const { return arch == Arch::Qwen2 || arch == Arch::GptOss; }
-    bool has_qk_norm() const {
-        return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Gemma3 || arch == Arch::Gemma4;
-    }
     bool is_moe() const { return n_expert > 0; }
-    // Gemma 4's expert layers keep a dense FFN beside the experts.
-    bool has_dense_ffn() const { return !is_moe() || arch == Arch::Gemma4; }
-    // Gemma 2, 3 and 4: token embeddings scaled by sqrt(n_embd), RMS norms
-    // after attention and after the FFN too, and a GELU-gated FFN.
-    bool is_gemma() const { return arch == Arch::Gemma2 || arch == Arch::Gemma3 || arch == Arch::Gemma4; }
 
     // Gemma 4: the last n_kv_shared layers store no keys and values of their
     // own but attend over those of the last earlier layer of their kind
@@ -87,10 +88,6 @@ struct HParams {
     // Gemma 4 (E2B, E4B): every layer adds a projection of a per-layer token
     // embedding of this width (0: none).
     int32_t n_embd_per_layer = 0;
-    // gpt-oss: biases on the attention output, the router and every expert
-    // matrix; attention sinks; the router's top-k logits softmaxed; the
-    // experts' clamped SwiGLU (alpha 1.702, limit 7).
-    bool is_gpt_oss() const { return arch == Arch::GptOss; }
 
     // Queries scaled by this after RoPE, attention then scaled by 1 (phi3,
     // gemma3: rounded unlike a scale inside attention); 0: attention scales
@@ -127,6 +124,7 @@ struct HParams {
     int32_t rope_n_ctx_orig = 0;
 
     const LayerShape & layer(int il) const { return layers[il]; }
+    const LayerBlocks & block(int il) const { return blocks[il]; }
     int32_t n_embd_q(int il) const { return n_head * layers[il].head_dim; }
     int32_t n_embd_kv(int il) const { return layers[il].n_head_kv * layers[il].head_dim; }
     // Every layer shaped as `shape` (models whose files give one shape).

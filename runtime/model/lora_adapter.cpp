@@ -30,8 +30,7 @@ std::string shape_of(const ggml_tensor * t) {
 // File matrices the architecture's graph does not read, here or upstream:
 // an adapter's pairs for them change nothing and are passed over.
 bool unread(const HParams & hp, const std::string & base) {
-    if (hp.arch == Arch::Gemma2 && base == "output.weight") return true;  // the head is the embedding table
-    if (hp.arch != Arch::Gemma4) return false;
+    if (hp.head_is_embedding && base == "output.weight") return true;
     // Layers sharing an earlier layer's cache project no keys or values.
     for (int il = hp.n_layer_kv(); il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";

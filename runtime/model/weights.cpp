@@ -82,7 +82,8 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         if (!one_pass(file.find_tensor(p + "attn_output.weight"), false) ||
-            (hp.has_dense_ffn() && !one_pass(file.find_tensor(p + "ffn_down.weight"), false)) || hp.is_moe()) {
+            (hp.block(il).ffn.has_dense() && !one_pass(file.find_tensor(p + "ffn_down.weight"), false)) ||
+            hp.block(il).ffn.has_experts()) {
             return false;
         }
     }
@@ -142,7 +143,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
         }
         const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
         w.first = !cells || cells->front().begin == 0;
-        w.one_pass = split_invariant && load.cpu_ops && one_pass(file.find_tensor(name), experts);
+        w.one_pass = split_invariant && load.ops == RankOps::Host && one_pass(file.find_tensor(name), experts);
         if (!split_invariant || w.one_pass) {
             w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));
             return w;
@@ -157,8 +158,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     // the tokens in its range and an AllReduce assembles the rows.
     tok_embd = declare(file, "token_embd.weight", {E, V}, false, vocab_rows);
     output_norm = declare(file, "output_norm.weight", {E}, false);
-    // gemma2's head is its embedding table, whatever else the file holds.
-    if (file.find_tensor("output.weight") && hp.arch != Arch::Gemma2) {
+    if (file.find_tensor("output.weight") && !hp.head_is_embedding) {
         output = declare(file, "output.weight", {E, V}, true, vocab_rows);
     }
     // One set of frequency factors, for the layers that do not slide (all of
@@ -184,6 +184,8 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
         const LayerShard * ls = shard ? &shard->layers[il] : nullptr;
         const int64_t hd = hp.layer(il).head_dim, F = hp.layer(il).n_ff;
         const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
+        const AttentionBlock & attn = hp.block(il).attention;
+        const FfnBlock & ffn = hp.block(il).ffn;
         const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
         const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
         const TensorSlice kv_rows = ls ? rows(ls->kv_heads, hd) : TensorSlice{};
@@ -199,37 +201,32 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
             l.wqkv = declare_rows(file, p + "attn_qkv.weight", {E, Q + 2 * KV},
                                   {part(q_rows, 0, Q), part(kv_rows, Q, KV), part(kv_rows, Q + KV, KV)});
         } else {
-            // gemma4: layers that share an earlier layer's cache project no
-            // keys or values; the others may have no V (values are the keys).
+            // Layers that share an earlier layer's cache project no keys or
+            // values; the others may have no V where values are the keys'.
             const bool own_kv = il < hp.n_layer_kv();
-            const bool v_optional = hp.arch == Arch::Gemma4;
             l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
             if (own_kv) l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
-            if (own_kv) l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows, !v_optional);
+            if (own_kv) l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows, !attn.values_optional);
         }
         l.wo = row_parallel(p + "attn_output.weight", {Q, E}, shard ? &shard->o_pieces : nullptr, hd, Q, false);
-        if (hp.has_qkv_bias()) {
+        if (attn.qkv_bias) {
             // A bias is one row: its slice is a column range.
             l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
             l.bk = declare(file, p + "attn_k.bias", {KV}, false, kv_cols);
             l.bv = declare(file, p + "attn_v.bias", {KV}, false, kv_cols);
         }
-        if (hp.is_gpt_oss()) {
+        if (attn.sinks) {
             l.bo = declare(file, p + "attn_output.bias", {E}, false);
             l.attn_sinks = declare(file, p + "attn_sinks.weight", {hp.n_head}, false, q_cols_heads);
         }
-        if (hp.has_qk_norm()) {
+        if (attn.qk_norm) {
             l.q_norm = declare(file, p + "attn_q_norm.weight", {hd}, false);
             if (l.wk || l.wqkv) l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
         }
-        // gpt-oss calls its FFN's input norm post_attention_norm.
-        l.ffn_norm =
-            declare(file, p + (hp.is_gpt_oss() ? "post_attention_norm.weight" : "ffn_norm.weight"), {E}, false);
-        if (hp.is_gemma()) {
-            l.attn_post_norm = declare(file, p + "post_attention_norm.weight", {E}, false);
-            l.ffn_post_norm = declare(file, p + "post_ffw_norm.weight", {E}, false);
-        }
-        if (hp.arch == Arch::Gemma4) {
+        l.ffn_norm = declare(file, p + ffn.input_norm + ".weight", {E}, false);
+        if (attn.post_norm) l.attn_post_norm = declare(file, p + "post_attention_norm.weight", {E}, false);
+        if (ffn.post_norm) l.ffn_post_norm = declare(file, p + "post_ffw_norm.weight", {E}, false);
+        if (hp.block(il).output_scale) {
             l.out_scale = declare(file, p + "layer_output_scale.weight", {1}, false, {}, /*required =*/false);
         }
         if (PL > 0) {
@@ -237,7 +234,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
             l.per_layer_proj = declare(file, p + "proj.weight", {PL, E}, true);
             l.per_layer_norm = declare(file, p + "post_norm.weight", {E}, false);
         }
-        if (hp.is_moe()) {
+        if (ffn.has_experts()) {
             const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
             l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
             if (file.find_tensor(p + "ffn_gate_up_exps.weight")) {
@@ -249,7 +246,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
             }
             l.ffn_down_exps =
                 row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ls ? &ls->ff_exp.pieces : nullptr, 1, FX, true);
-            if (hp.is_gpt_oss()) {
+            if (ffn.expert_biases) {
                 l.ffn_router_b = declare(file, p + "ffn_gate_inp.bias", {X}, false);
                 l.ffn_gate_exps_b = declare(file, p + "ffn_gate_exps.bias", {FX, X}, false, fx_cols);
                 l.ffn_up_exps_b = declare(file, p + "ffn_up_exps.bias", {FX, X}, false, fx_cols);
@@ -257,7 +254,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
                     l.ffn_down_exps_b = declare(file, p + "ffn_down_exps.bias", {E, X}, false);
                 }
             }
-            if (hp.arch == Arch::Gemma4) {
+            if (ffn.expert_scales) {
                 l.ffn_router_scale = declare(file, p + "ffn_gate_inp.scale", {E}, false);
                 l.ffn_down_exps_scale = declare(file, p + "ffn_down_exps.scale", {X}, false, {}, /*required =*/false);
                 l.ffn_post_norm_1 = declare(file, p + "post_ffw_norm_1.weight", {E}, false);
@@ -265,9 +262,9 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
                 l.ffn_post_norm_2 = declare(file, p + "post_ffw_norm_2.weight", {E}, false);
             }
         }
-        if (!hp.has_dense_ffn()) continue;
+        if (!ffn.has_dense()) continue;
         const std::vector<ShardRange> * ff_cells = ls ? &ls->ff.pieces : nullptr;
-        if (hp.arch == Arch::Phi3) {
+        if (ffn.fused_gate_up) {
             // Fused gate and up (gate first): the rank's width of each, stacked.
             l.ffn_gate_up =
                 declare_rows(file, p + "ffn_up.weight", {E, 2 * F}, {part(ff_rows, 0, F), part(ff_rows, F, F)});

@@ -5,6 +5,7 @@
 // host memory.
 
 #include "runtime/model/hparams.h"
+#include "runtime/plan/rank_ops.h"
 
 #include <cstdint>
 #include <map>
@@ -127,10 +128,10 @@ struct WeightsLoad {
     const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
     // The row-parallel matrices are multiplied cell by cell (ShardPlan, RowParallelWeight).
     bool split_invariant = false;
-    // The graph may use ggml-ext's CPU-only operations: with split-invariant
-    // sums, q8_0 row-parallel matrices are multiplied in one pass; elsewhere
-    // every cell is a tensor of its own, multiplied by ggml's kernels.
-    bool cpu_ops = true;
+    // With ggml-ext's host operations, split-invariant sums multiply q8_0
+    // row-parallel matrices in one pass; elsewhere every cell is a tensor of
+    // its own, multiplied by ggml's kernels.
+    RankOps ops = RankOps::Host;
     // The other matrices ggml_ext_exact_matmul takes are multiplied by it too
     // (EngineOptions::one_pass_products): they keep ggml's plain layout.
     bool one_pass_products = false;

@@ -38,7 +38,9 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
 // device: on a CUDA GPU our own kernels; elsewhere (null) the meta executor
 // adds on the host.
 std::unique_ptr<ExactSumKernels> exact_sum_kernels(ggml_backend_dev_t device, const RankConfig & config) {
-    if (config.cpu_ops || config.host_staging) return nullptr;
+    if (config.collectives == CollectivePath::InGraph || config.collectives == CollectivePath::ThroughHost) {
+        return nullptr;
+    }
 #if defined(LLAMA_TP_HAVE_CUDA)
     const int gpu = physical_cuda_device(device);
     if (gpu >= 0) return make_cuda_exact_sum_kernels(gpu);
@@ -49,20 +51,21 @@ std::unique_ptr<ExactSumKernels> exact_sum_kernels(ggml_backend_dev_t device, co
 }
 
 // The stream work of a rank whose collectives run on its GPU's stream
-// (RankConfig::stream_collectives): a bridge to the stream, and where asked
-// (RankConfig::capture_steps) the capture of whole steps. GPU builds only.
+// (CollectivePath::OnStream): a bridge to the stream, and for
+// CollectivePath::Captured the capture of whole steps. GPU builds only.
 struct StreamWork {
     std::unique_ptr<StreamBridge> bridge;
     std::unique_ptr<StepCapture> capture;
 };
 StreamWork stream_work(ggml_backend_t backend, ggml_backend_dev_t device, const RankConfig & config) {
     StreamWork work;
-    if (!config.stream_collectives || config.cpu_ops || config.host_staging) return work;
+    const bool captured = config.collectives == CollectivePath::Captured;
+    if (config.collectives != CollectivePath::OnStream && !captured) return work;
 #if defined(LLAMA_TP_HAVE_CUDA)
     const int gpu = physical_cuda_device(device);
     if (gpu < 0) return work;
     work.bridge = make_cuda_stream_bridge(backend, gpu);
-    if (config.capture_steps) work.capture = make_cuda_step_capture(backend, gpu);
+    if (captured) work.capture = make_cuda_step_capture(backend, gpu);
 #else
     (void) backend;
     (void) device;
@@ -88,7 +91,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     load.shard = config.shard;
     load.split_invariant = config.split_invariant;
     load.one_pass_products = config.one_pass_products;
-    load.cpu_ops = config.cpu_ops;
+    load.ops = config.ops;
     load.device = device;
     load.progress = config.progress;
     load.check_data = config.check_tensors;
@@ -122,7 +125,8 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     StreamWork stream = stream_work(backend_.get(), device, config);
     executor_ = std::make_unique<MetaExecutor>(
-        backend_.get(), config.host_staging ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
+        backend_.get(),
+        config.collectives == CollectivePath::ThroughHost ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
         config.allreduce && config.allreduce->takes_device_memory(), exact_sum_kernels(device, config),
         std::move(stream.bridge), std::move(stream.capture));
     if (config.allreduce) executor_->replay_only_while([engine = config.allreduce] { return !engine->failed(); });
@@ -358,7 +362,7 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
         mode.reduce = config_.n_ranks > 1 ? &reduce : nullptr;
         mode.split_invariant = config_.split_invariant;
         mode.embeddings = config_.embeddings;
-        mode.cpu_ops = config_.cpu_ops;
+        mode.ops = config_.ops;
         logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_, mode);
         if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
             graph_ = nullptr;

@@ -7,6 +7,7 @@
 #include "ggml-ext/exec/meta_executor.h"
 #include "runtime/batch.h"
 #include "runtime/model/hparams.h"
+#include "runtime/plan/rank_ops.h"
 #include "runtime/kv/kv_cache.h"
 #include "runtime/graph/decoder_graph.h"
 #include "runtime/engine.h"
@@ -31,18 +32,12 @@ struct RankShard;
 struct RankConfig {
     int rank = 0;
     int n_ranks = 1;
-    ggml_backend_dev_t device = nullptr;  // the backend device the rank runs on
-    bool cpu_ops = true;                  // the graph may use ggml-ext's CPU-only operations
-    // Collectives run between graph segments through host memory even where
-    // the backend's memory is the host's (EngineOptions::portable_graph).
-    bool host_staging = false;
-    // Collectives and exact sums queued on the GPU's stream (collectives_on_stream).
-    bool stream_collectives = false;
-    // Whole steps captured into CUDA graphs and replayed (collective_graph_capture).
-    bool capture_steps = false;
-    const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
-    bool split_invariant = false;       // the shard's pieces are summed exactly (ShardPlan)
-    bool one_pass_products = false;     // EngineOptions::one_pass_products
+    ggml_backend_dev_t device = nullptr;                   // the backend device the rank runs on
+    RankOps ops = RankOps::Host;                           // the operations its graph and weights may use (RuntimePlan)
+    CollectivePath collectives = CollectivePath::InGraph;  // how its sums meet the others' (RuntimePlan)
+    const RankShard * shard = nullptr;                     // nullptr: the whole model, in one piece
+    bool split_invariant = false;                          // the shard's pieces are summed exactly (ShardPlan)
+    bool one_pass_products = false;                        // EngineOptions::one_pass_products
     AllReduceEngine * allreduce = nullptr;
     int32_t n_threads = 1;
     bool threads_poll = true;  // the CPU pool's threads poll between graphs (alone on its cores)

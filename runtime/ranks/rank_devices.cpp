@@ -126,30 +126,6 @@ int physical_cuda_device(ggml_backend_dev_t device) {
     return cuda_ordinal(ggml_backend_dev_name(device));
 }
 
-bool collectives_on_stream(bool engine_runs_on_stream) {
-    const char * env = std::getenv("LLAMA_TP_STREAM_COLLECTIVES");
-    const std::string asked = env ? env : "";
-    if (!asked.empty() && asked != "0" && asked != "1") {
-        throw Error("LLAMA_TP_STREAM_COLLECTIVES must be 0 or 1, not '" + asked + "'");
-    }
-    return engine_runs_on_stream && asked == "1";
-}
-
-bool collective_graph_capture() {
-    for (const char * variable : {"LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE", "GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE"}) {
-        const char * env = std::getenv(variable);
-        const std::string asked = env ? env : "";
-        if (asked.empty()) continue;
-        if (asked != "0" && asked != "1") throw Error(std::string(variable) + " must be 0 or 1, not '" + asked + "'");
-        return asked == "1";
-    }
-    return false;
-}
-
-bool runs_cpu_ops(ggml_backend_dev_t device) {
-    return ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
-}
-
 std::string device_list() {
     std::string out;
     for (const DeviceEntry & e : device_catalog()) {

@@ -48,10 +48,6 @@ RankDeviceChoice choose_rank_device_entries(const DeviceOptions & options, const
 // The build's devices, in ggml's registry order.
 DeviceCatalog device_catalog();
 
-// Whether ggml-ext's CPU-only operations (row attention, the exact sums of
-// split-invariant results) run on the device: only on the CPU backend.
-bool runs_cpu_ops(ggml_backend_dev_t device);
-
 // What ggml's CUDA backend names its devices before their index: "CUDA",
 // "ROCm" on a HIP build.
 const char * gpu_device_prefix();
@@ -61,28 +57,6 @@ int cuda_ordinal(const std::string & device_name);
 // The CUDA runtime's ordinal of the GPU under a device of ggml's CUDA backend
 // (GGML_CUDA_DEVICES may make several devices of one GPU), else -1.
 int physical_cuda_device(ggml_backend_dev_t device);
-
-// Whether GPU ranks queue their collectives and exact sums on the GPUs'
-// streams (no wait on the host between graph segments): asked for with
-// LLAMA_TP_STREAM_COLLECTIVES=1, where the engine can
-// (AllReduceEngine::runs_on_stream). By default each segment is waited for
-// on the host: the on-stream path is new, and on one GPU shared by two ranks
-// (GGML_CUDA_DEVICES) its kernels, each spinning for the other's, advanced
-// only about once a millisecond. 0 or unset: host waits; anything else
-// throws llama_tp::Error.
-bool collectives_on_stream(bool engine_runs_on_stream);
-
-// Whether GPU ranks capture whole steps, collectives included, into CUDA
-// graphs and replay them: LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE=1 (or upstream's
-// GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE=1) asks for it, where the engine's sums
-// replay (AllReduceEngine::sums_replay_in_graphs). Off by default: a step's
-// segments are each captured by ggml's CUDA backend already, and the
-// collectives between them run as they come. Where it is taken, it queues
-// the collectives on the streams too, and the engine turns ggml's own
-// capture of each segment off for the process (GGML_CUDA_DISABLE_GRAPHS=1:
-// one capture cannot hold another). 0 or unset: off; anything else throws
-// llama_tp::Error.
-bool collective_graph_capture();
 
 // The devices of this build, a line each ("CUDA0: NVIDIA H200"), for --list-devices.
 std::string device_list();

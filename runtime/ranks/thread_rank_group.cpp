@@ -20,10 +20,8 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.rank = setup.first_rank + local;
             rc.n_ranks = setup.n_ranks;
             rc.device = setup.devices[local];
-            rc.cpu_ops = setup.cpu_ops;
-            rc.host_staging = setup.portable_graph;
-            rc.stream_collectives = setup.stream_collectives;
-            rc.capture_steps = setup.capture_steps;
+            rc.ops = setup.ops;
+            rc.collectives = setup.collectives;
             rc.shard = setup.plan ? &setup.plan->ranks[rc.rank] : nullptr;
             rc.split_invariant = o.exact_sums();
             rc.one_pass_products = o.one_pass_products.value_or(false);

@@ -6,6 +6,7 @@
 
 #include "ggml-ext/comm/allreduce_engine.h"
 #include "runtime/kv/kv_pools.h"
+#include "runtime/plan/rank_ops.h"
 #include "runtime/ranks/rank_group.h"
 
 #include <memory>
@@ -29,16 +30,14 @@ struct RankSetup {
     const EngineOptions * options = nullptr;
     KvPoolSizes kv_sizes;  // of every rank's cache
     int first_rank = 0;
-    int n_local = 1;                          // ranks in this process
-    int n_ranks = 1;                          // ranks in the whole group
-    int32_t n_threads = 1;                    // compute threads per rank
-    std::vector<ggml_backend_dev_t> devices;  // one per local rank
-    bool cpu_ops = true;                      // graphs may use ggml-ext's CPU-only operations
-    bool portable_graph = false;              // EngineOptions::portable_graph
-    bool stream_collectives = false;          // collectives_on_stream (GPU ranks)
-    bool capture_steps = false;               // collective_graph_capture (GPU ranks)
-    std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
-    const ControlVector * control = nullptr;  // nullptr: none
+    int n_local = 1;                                       // ranks in this process
+    int n_ranks = 1;                                       // ranks in the whole group
+    int32_t n_threads = 1;                                 // compute threads per rank
+    std::vector<ggml_backend_dev_t> devices;               // one per local rank
+    RankOps ops = RankOps::Host;                           // RuntimePlan::ops
+    CollectivePath collectives = CollectivePath::InGraph;  // RuntimePlan::collectives
+    std::vector<const GgufFile *> adapters;                // LoRA adapter files, open for the load
+    const ControlVector * control = nullptr;               // nullptr: none
 };
 
 class ThreadRankGroup final : public RankGroup {

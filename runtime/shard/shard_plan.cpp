@@ -133,22 +133,21 @@ struct Axes {
 
 Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
     Axes a{head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt};
-    if (hp.has_dense_ffn()) {
-        std::vector<int64_t> widths;
-        for (int il = 0; il < hp.n_layer; ++il) {
-            const int64_t w = hp.layer(il).n_ff;
-            auto at = std::find(widths.begin(), widths.end(), w);
-            a.ff_of_layer[il] = (int) (at - widths.begin());
-            if (at == widths.end()) widths.push_back(w);
-        }
-        for (const int64_t w : widths) {
-            a.ff.push_back(
-                ffn_axis(file, hp, w, "ffn_down.weight", n_ranks, [&](int il) { return hp.layer(il).n_ff == w; }));
-        }
+    auto dense = [&](int il) { return hp.block(il).ffn.has_dense(); };
+    auto experts = [&](int il) { return hp.block(il).ffn.has_experts(); };
+    std::vector<int64_t> widths;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (!dense(il)) continue;
+        const int64_t w = hp.layer(il).n_ff;
+        auto at = std::find(widths.begin(), widths.end(), w);
+        a.ff_of_layer[il] = (int) (at - widths.begin());
+        if (at == widths.end()) widths.push_back(w);
     }
-    if (hp.is_moe()) {
-        a.ff_exp = ffn_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, [](int) { return true; });
+    for (const int64_t w : widths) {
+        a.ff.push_back(ffn_axis(file, hp, w, "ffn_down.weight", n_ranks,
+                                [&](int il) { return dense(il) && hp.layer(il).n_ff == w; }));
     }
+    if (hp.is_moe()) a.ff_exp = ffn_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, experts);
     return a;
 }
 

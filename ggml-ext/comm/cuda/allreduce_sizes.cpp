@@ -1,5 +1,6 @@
 #include "ggml-ext/comm/cuda/allreduce_sizes.h"
 
+#include "ggml-ext/environment.h"
 #include "ggml-ext/error.h"
 
 #include <algorithm>
@@ -11,10 +12,10 @@ namespace llama_tp {
 namespace {
 
 // The first of the variables that is set (and not empty) overrides value.
-void override_from(size_t & value, std::initializer_list<const char *> variables) {
+void override_from(size_t & value, const Environment & env, std::initializer_list<const char *> variables) {
     for (const char * variable : variables) {
-        const char * text = std::getenv(variable);
-        if (text && *text) {
+        const std::string text = env.get(variable);
+        if (!text.empty()) {
             value = parse_byte_count(text, variable);
             return;
         }
@@ -46,11 +47,16 @@ size_t parse_byte_count(const std::string & text, const std::string & what) {
 }
 
 GpuAllReduceSizes GpuAllReduceSizes::from_env() {
+    return from(Environment::of_process());
+}
+
+GpuAllReduceSizes GpuAllReduceSizes::from(const Environment & env) {
     GpuAllReduceSizes s;
-    override_from(s.nccl_bf16_min_bytes, {"LLAMA_TP_NCCL_BF16_MIN_BYTES"});
-    override_from(s.internal_bf16_min_bytes, {"LLAMA_TP_INTERNAL_BF16_MIN_BYTES", "GGML_CUDA_AR_BF16_THRESHOLD"});
-    override_from(s.internal_copy_min_bytes, {"LLAMA_TP_INTERNAL_COPY_MIN_BYTES", "GGML_CUDA_AR_COPY_THRESHOLD"});
-    override_from(s.internal_copy_chunk_bytes, {"LLAMA_TP_INTERNAL_COPY_CHUNK_BYTES", "GGML_CUDA_AR_COPY_CHUNK_BYTES"});
+    override_from(s.nccl_bf16_min_bytes, env, {"LLAMA_TP_NCCL_BF16_MIN_BYTES"});
+    override_from(s.internal_bf16_min_bytes, env, {"LLAMA_TP_INTERNAL_BF16_MIN_BYTES", "GGML_CUDA_AR_BF16_THRESHOLD"});
+    override_from(s.internal_copy_min_bytes, env, {"LLAMA_TP_INTERNAL_COPY_MIN_BYTES", "GGML_CUDA_AR_COPY_THRESHOLD"});
+    override_from(s.internal_copy_chunk_bytes, env,
+                  {"LLAMA_TP_INTERNAL_COPY_CHUNK_BYTES", "GGML_CUDA_AR_COPY_CHUNK_BYTES"});
     if (s.internal_copy_chunk_bytes != 0 && s.internal_copy_chunk_bytes < kMinCopyChunkBytes) {
         throw Error(
             "the internal engine's copy chunk (LLAMA_TP_INTERNAL_COPY_CHUNK_BYTES or "

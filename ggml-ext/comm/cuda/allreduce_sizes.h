@@ -8,6 +8,8 @@
 
 namespace llama_tp {
 
+class Environment;
+
 struct GpuAllReduceSizes {
     // Where the caller leaves the wire to the engine: float sums of at least
     // this many bytes go on a BF16 wire, smaller ones in F32; 0: always F32.
@@ -30,7 +32,8 @@ struct GpuAllReduceSizes {
     // The defaults with the environment's overrides (ours before upstream's).
     // Throws llama_tp::Error naming the variable for a value that is not a
     // byte count, or a chunk size below kMinCopyChunkBytes.
-    static GpuAllReduceSizes from_env();
+    static GpuAllReduceSizes from(const Environment & env);
+    static GpuAllReduceSizes from_env();  // the process's environment
 
     // The copy engines' chunk for a call of wire_bytes.
     size_t copy_chunk_bytes(size_t wire_bytes) const;

@@ -1,0 +1,63 @@
+#pragma once
+// The blocks a layer is made of, each a kind with its own settings. An
+// architecture (runtime/model/arch/) says which blocks its layers have; the
+// weights, the shard plan and the graph build each block by its kind and
+// settings, never by the architecture's name.
+
+#include <string>
+
+namespace llama_tp {
+
+// A layer's attention.
+struct AttentionBlock {
+    // Grouped-query attention: Q, K and V (or one fused QKV matrix) split by
+    // heads across ranks, the output projection by its input (row-parallel).
+    enum class Kind { GroupedQuery };
+    Kind kind = Kind::GroupedQuery;
+    bool qkv_bias = false;         // biases on Q, K and V (qwen2, gpt-oss)
+    bool qk_norm = false;          // per-head RMS norms of queries and keys
+    bool value_norm = false;       // values RMS-normed without a weight (gemma4)
+    bool values_optional = false;  // attn_v may be absent: the values are the keys' projection (gemma4)
+    bool sinks = false;            // one logit per head and a bias on the output (gpt-oss)
+    bool post_norm = false;        // an RMS norm of the block's output (post_attention_norm: gemma)
+    bool rope_factors = true;      // its RoPE reads the model's frequency factors (not gemma4's sliding layers)
+};
+
+// A layer's feed-forward network.
+struct FfnBlock {
+    enum class Kind {
+        Dense,            // one gated FFN, split by its width
+        Experts,          // routed experts, every expert's width split, the router mirrored
+        DenseAndExperts,  // both, each normed on its own, added (gemma4)
+    };
+    // How the gate meets the up projection.
+    enum class Gate {
+        SwiGlu,         // silu(gate) * up
+        GeGlu,          // gelu(gate) * up (gemma)
+        SwiGluClamped,  // gpt-oss's: alpha 1.702, limit 7
+    };
+    Kind kind = Kind::Dense;
+    Gate gate = Gate::SwiGlu;
+    std::string input_norm = "ffn_norm";  // the norm before it (gpt-oss: post_attention_norm)
+    bool post_norm = false;               // an RMS norm of the block's output (post_ffw_norm: gemma)
+    bool fused_gate_up = false;           // ffn_up holds the gate's rows, then the up's (phi3)
+    // Experts: the router's top-k taken of its logits and softmaxed over the
+    // picked (gpt-oss), instead of a softmax over all and the picked
+    // normalised; biases on the router and every expert matrix (gpt-oss); a
+    // scale on the router's input, one per expert on the down projection and
+    // norms around both halves (gemma4).
+    bool softmax_after_top_k = false;
+    bool expert_biases = false;
+    bool expert_scales = false;
+
+    bool has_dense() const { return kind != Kind::Experts; }
+    bool has_experts() const { return kind != Kind::Dense; }
+};
+
+struct LayerBlocks {
+    AttentionBlock attention;
+    FfnBlock ffn;
+    bool output_scale = false;  // a scale on the layer's output, where the file has one (gemma4)
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,45 @@
+#pragma once
+// The GGUF metadata architectures read alike: each architecture's file
+// (architectures.h) calls these, in its order, for the keys it has.
+
+#include "runtime/model/hparams.h"
+
+#include <cstdint>
+#include <string>
+
+namespace llama_tp {
+
+class GgufFile;
+
+// Throws llama_tp::Error naming the file and the key where v <= 0.
+void require_positive(const GgufFile & file, const std::string & what, int64_t v);
+
+// RoPE as the file gives it, rotating as rope_type says (ggml's mode), and
+// the values the graph applies without overrides.
+void read_rope(const GgufFile & file, const std::string & a, HParams & hp, int32_t rope_type);
+
+// Every layer's shape, as upstream reads it: KV heads and FFN widths per
+// layer where the file gives arrays; sliding-window layers with a head size
+// and rotated dimensions of their own where it gives the _swa keys.
+// experts_only: no dense FFN, so feed_forward_length may be absent.
+void read_layer_shapes(const GgufFile & file, const std::string & a, HParams & hp, bool experts_only);
+
+// The experts: expert_count (required, or 0 where absent: none), the used
+// count, their width (expert_feed_forward_length, or the dense FFN's width
+// where width_is_ffn: Mixtral) and weight scale.
+void read_experts(const GgufFile & file, const std::string & a, HParams & hp, bool required, bool width_is_ffn);
+
+// The sliding window (window 0: none), which layers slide, and their RoPE:
+// base_swa where the file gives none, the other layers' frequency scale or none.
+struct SlidingWindowDefaults {
+    int64_t window;  // -1: the file must give it
+    int64_t period;  // layers il with il % period < period - 1 slide, where the file gives no array
+    double base_swa;
+    bool scaled;
+};
+void read_sliding_window(const GgufFile & file, const std::string & a, HParams & hp, SlidingWindowDefaults d);
+
+// Every layer with the same blocks.
+void set_uniform_blocks(HParams & hp, const LayerBlocks & blocks);
+
+}  // namespace llama_tp
