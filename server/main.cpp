@@ -8,7 +8,7 @@
 #include "runtime/text/tokenizer.h"
 #include "server/chat/chat_format.h"
 #include "server/serving/context_size.h"
-#include "server/http/http_routes.h"
+#include "server/routes/route_table.h"
 #include "server/http/http_task_queue.h"
 #include "server/http/listener.h"
 #include "server/log.h"

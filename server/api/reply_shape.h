@@ -1,7 +1,7 @@
 #pragma once
 // How a generation is answered in one API's shape: a whole JSON object at the
 // end, or a stream of server-sent events. The routes drive every shape the
-// same way (server/http/http_routes.cpp); one implementation per API: OpenAI's
+// same way (server/serving/generation.cpp); one implementation per API: OpenAI's
 // (completions and chat), llama-server's native one, Anthropic's Messages.
 
 #include "server/http/api_error.h"

@@ -1,6 +1,7 @@
 #pragma once
-// HTTP routes: authentication, error objects, and the OpenAI-compatible
-// endpoints on top of the scheduler.
+// The route table of the model's server: each path under --api-prefix to a
+// named handler (server/routes/handlers.h), behind authentication and
+// readiness; and the state every handler shares.
 
 #include "server/http/metrics.h"
 #include "server/server_options.h"
@@ -46,6 +47,7 @@ struct ServerState {
     Metrics metrics;
 };
 
+// Authentication, readiness, logging and every route of the table.
 void register_routes(httplib::Server & http, ServerState & state);
 
 }  // namespace llama_tp::server
