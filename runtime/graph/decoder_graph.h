@@ -1,14 +1,9 @@
 #pragma once
 // The forward graph of a decoder-only transformer for one batch shape, over
-// one rank's shard: llama (with or without experts), qwen2 (QKV bias), qwen3
-// (Q/K norm), qwen3moe (mixture of experts), phi3 (fused QKV and gate/up,
-// loaded as separate slices; queries scaled before attention) and gemma3
-// (scaled embeddings, post-norms, GELU FFN, sliding-window layers with their
-// own RoPE base, soft-capped logits), gemma4 (gemma3 with per-layer head
-// sizes, layers sharing a KV cache, per-layer token embeddings, experts beside
-// the dense FFN) and gpt-oss (sinks, biases). Partial sums
-// meet in collective nodes: one after the
-// attention output projection, one after the FFN (for MoE after all routed
+// one rank's shard: the embeddings, every layer's blocks (runtime/blocks/:
+// attention, then the FFN, each with its residual), the final norm and the
+// head. Partial sums meet in collective nodes: one after the attention
+// output projection, one after the FFN (for experts after all routed
 // experts are summed).
 
 #include "runtime/kv/kv_cache.h"

@@ -1,5 +1,7 @@
 #include "runtime/model/weights.h"
 
+#include "runtime/model/weight_declarer.h"
+
 #include "ggml-ext/ops/exact_matmul.h"
 
 #include "runtime/model/control_vector.h"
@@ -93,7 +95,6 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
 ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const WeightsLoad & load)
     : device_(load.device), check_data_(load.check_data), one_pass_products_(load.one_pass_products) {
     const RankShard * shard = load.shard;
-    const bool split_invariant = load.split_invariant;
     const ggml_backend_dev_t device = load.device;
     const std::vector<const GgufFile *> & adapters = load.adapters;
     host_buft_ = ggml_backend_dev_buffer_type(device);
@@ -114,44 +115,8 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     repack_ctx_.reset(new_meta_context(n_max));
 
     const int64_t E = hp.n_embd, V = hp.n_vocab;
-    auto rows = [](const ShardRange & r, int64_t unit) {
-        return TensorSlice{TensorSlice::Rows, r.begin * unit, r.end * unit};
-    };
-    auto cols = [](const ShardRange & r, int64_t unit) {
-        return TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit};
-    };
-    // Rows of one part of a fused matrix (that part, or its slice) from row offset on.
-    auto part = [](const TensorSlice & s, int64_t offset, int64_t size) {
-        return s.axis == TensorSlice::Whole ? TensorSlice{TensorSlice::Rows, offset, offset + size}
-                                            : TensorSlice{TensorSlice::Rows, offset + s.begin, offset + s.end};
-    };
-    const TensorSlice vocab_rows = shard ? rows(shard->vocab, 1) : TensorSlice{};
-    const TensorSlice q_cols_heads = shard ? cols(shard->q_heads, 1) : TensorSlice{};
-    // With split-invariant sums a row-parallel matrix is multiplied in one
-    // pass over its cells where ggml-ext has a kernel for its type (then it
-    // keeps ggml's plain layout), else one product per cell, each cell a
-    // tensor of its own that ggml's kernels take as they take any matrix.
-    // cells: the rank's pieces (nullptr: the whole matrix, one cell of width).
-    auto row_parallel = [&](const std::string & name, const std::vector<int64_t> & shape,
-                            const std::vector<ShardRange> * cells, int64_t unit, int64_t width, bool experts) {
-        RowParallelWeight w;
-        w.cell_bounds = {0};
-        if (cells) {
-            for (const ShardRange & r : *cells) w.cell_bounds.push_back((r.end - cells->front().begin) * unit);
-        } else {
-            w.cell_bounds.push_back(width);
-        }
-        const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
-        w.first = !cells || cells->front().begin == 0;
-        w.one_pass = split_invariant && load.ops == RankOps::Host && one_pass(file.find_tensor(name), experts);
-        if (!split_invariant || w.one_pass) {
-            w.pieces.push_back(declare(file, name, shape, !w.one_pass, whole));
-            return w;
-        }
-        GGML_ASSERT(cells != nullptr);  // split-invariant sums always come with a shard plan
-        for (const ShardRange & r : *cells) w.pieces.push_back(declare(file, name, shape, true, cols(r, unit)));
-        return w;
-    };
+    WeightDeclarer d{*this, file, hp, load};
+    const TensorSlice vocab_rows = shard ? d.rows(shard->vocab, 1) : TensorSlice{};
 
     // Under tensor parallelism the embedding table is split by vocabulary like
     // the output head (a tied head then is the same shard): each rank looks up
@@ -181,51 +146,9 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     layers.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
-        const LayerShard * ls = shard ? &shard->layers[il] : nullptr;
-        const int64_t hd = hp.layer(il).head_dim, F = hp.layer(il).n_ff;
-        const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
-        const AttentionBlock & attn = hp.block(il).attention;
-        const FfnBlock & ffn = hp.block(il).ffn;
-        const TensorSlice q_rows = shard ? rows(shard->q_heads, hd) : TensorSlice{};
-        const TensorSlice q_cols = shard ? cols(shard->q_heads, hd) : TensorSlice{};
-        const TensorSlice kv_rows = ls ? rows(ls->kv_heads, hd) : TensorSlice{};
-        const TensorSlice kv_cols = ls ? cols(ls->kv_heads, hd) : TensorSlice{};
-        const TensorSlice ff_rows = ls ? rows(ls->ff.width, 1) : TensorSlice{};
-        const TensorSlice fx_rows = ls ? rows(ls->ff_exp.width, 1) : TensorSlice{};
-        const TensorSlice fx_cols = ls ? cols(ls->ff_exp.width, 1) : TensorSlice{};
         LayerWeights & l = layers[il];
-        l.attn_norm = declare(file, p + "attn_norm.weight", {E}, false);
-        if (file.find_tensor(p + "attn_qkv.weight")) {
-            // Fused (phi3): the rank's heads of each of Q, K and V, stacked
-            // into one matrix as the file stacks the whole of them.
-            l.wqkv = declare_rows(file, p + "attn_qkv.weight", {E, Q + 2 * KV},
-                                  {part(q_rows, 0, Q), part(kv_rows, Q, KV), part(kv_rows, Q + KV, KV)});
-        } else {
-            // Layers that share an earlier layer's cache project no keys or
-            // values; the others may have no V where values are the keys'.
-            const bool own_kv = il < hp.n_layer_kv();
-            l.wq = declare(file, p + "attn_q.weight", {E, Q}, true, q_rows);
-            if (own_kv) l.wk = declare(file, p + "attn_k.weight", {E, KV}, true, kv_rows);
-            if (own_kv) l.wv = declare(file, p + "attn_v.weight", {E, KV}, true, kv_rows, !attn.values_optional);
-        }
-        l.wo = row_parallel(p + "attn_output.weight", {Q, E}, shard ? &shard->o_pieces : nullptr, hd, Q, false);
-        if (attn.qkv_bias) {
-            // A bias is one row: its slice is a column range.
-            l.bq = declare(file, p + "attn_q.bias", {Q}, false, q_cols);
-            l.bk = declare(file, p + "attn_k.bias", {KV}, false, kv_cols);
-            l.bv = declare(file, p + "attn_v.bias", {KV}, false, kv_cols);
-        }
-        if (attn.sinks) {
-            l.bo = declare(file, p + "attn_output.bias", {E}, false);
-            l.attn_sinks = declare(file, p + "attn_sinks.weight", {hp.n_head}, false, q_cols_heads);
-        }
-        if (attn.qk_norm) {
-            l.q_norm = declare(file, p + "attn_q_norm.weight", {hd}, false);
-            if (l.wk || l.wqkv) l.k_norm = declare(file, p + "attn_k_norm.weight", {hd}, false);
-        }
-        l.ffn_norm = declare(file, p + ffn.input_norm + ".weight", {E}, false);
-        if (attn.post_norm) l.attn_post_norm = declare(file, p + "post_attention_norm.weight", {E}, false);
-        if (ffn.post_norm) l.ffn_post_norm = declare(file, p + "post_ffw_norm.weight", {E}, false);
+        declare_attention_weights(d, il, l);
+        declare_ffn_weights(d, il, l);
         if (hp.block(il).output_scale) {
             l.out_scale = declare(file, p + "layer_output_scale.weight", {1}, false, {}, /*required =*/false);
         }
@@ -234,45 +157,6 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
             l.per_layer_proj = declare(file, p + "proj.weight", {PL, E}, true);
             l.per_layer_norm = declare(file, p + "post_norm.weight", {E}, false);
         }
-        if (ffn.has_experts()) {
-            const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
-            l.ffn_router = declare(file, p + "ffn_gate_inp.weight", {E, X}, false);
-            if (file.find_tensor(p + "ffn_gate_up_exps.weight")) {
-                l.ffn_gate_up_exps = declare_rows(file, p + "ffn_gate_up_exps.weight", {E, 2 * FX, X},
-                                                  {part(fx_rows, 0, FX), part(fx_rows, FX, FX)});
-            } else {
-                l.ffn_gate_exps = declare(file, p + "ffn_gate_exps.weight", {E, FX, X}, true, fx_rows);
-                l.ffn_up_exps = declare(file, p + "ffn_up_exps.weight", {E, FX, X}, true, fx_rows);
-            }
-            l.ffn_down_exps =
-                row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ls ? &ls->ff_exp.pieces : nullptr, 1, FX, true);
-            if (ffn.expert_biases) {
-                l.ffn_router_b = declare(file, p + "ffn_gate_inp.bias", {X}, false);
-                l.ffn_gate_exps_b = declare(file, p + "ffn_gate_exps.bias", {FX, X}, false, fx_cols);
-                l.ffn_up_exps_b = declare(file, p + "ffn_up_exps.bias", {FX, X}, false, fx_cols);
-                if (!ls || ls->ff_exp.width.begin == 0) {
-                    l.ffn_down_exps_b = declare(file, p + "ffn_down_exps.bias", {E, X}, false);
-                }
-            }
-            if (ffn.expert_scales) {
-                l.ffn_router_scale = declare(file, p + "ffn_gate_inp.scale", {E}, false);
-                l.ffn_down_exps_scale = declare(file, p + "ffn_down_exps.scale", {X}, false, {}, /*required =*/false);
-                l.ffn_post_norm_1 = declare(file, p + "post_ffw_norm_1.weight", {E}, false);
-                l.ffn_pre_norm_2 = declare(file, p + "pre_ffw_norm_2.weight", {E}, false);
-                l.ffn_post_norm_2 = declare(file, p + "post_ffw_norm_2.weight", {E}, false);
-            }
-        }
-        if (!ffn.has_dense()) continue;
-        const std::vector<ShardRange> * ff_cells = ls ? &ls->ff.pieces : nullptr;
-        if (ffn.fused_gate_up) {
-            // Fused gate and up (gate first): the rank's width of each, stacked.
-            l.ffn_gate_up =
-                declare_rows(file, p + "ffn_up.weight", {E, 2 * F}, {part(ff_rows, 0, F), part(ff_rows, F, F)});
-        } else {
-            l.ffn_gate = declare(file, p + "ffn_gate.weight", {E, F}, true, ff_rows);
-            l.ffn_up = declare(file, p + "ffn_up.weight", {E, F}, true, ff_rows);
-        }
-        l.ffn_down = row_parallel(p + "ffn_down.weight", {F, E}, ff_cells, 1, F, false);
     }
     for (const GgufFile * a : adapters) declare_adapter(*a, file, hp);
     allocate_and_read(file, load.progress);
@@ -489,6 +373,39 @@ uint64_t ModelWeights::total_bytes() const {
     uint64_t n = 0;
     for (const auto & b : buffers_) n += ggml_backend_buffer_get_size(b.get());
     return n;
+}
+
+ggml_tensor * WeightDeclarer::declare(const std::string & name, std::vector<int64_t> shape, bool matrix,
+                                      TensorSlice slice, bool required) {
+    return weights.declare(file, name, std::move(shape), matrix, slice, required);
+}
+
+ggml_tensor * WeightDeclarer::declare_rows(const std::string & name, const std::vector<int64_t> & shape,
+                                           const std::vector<TensorSlice> & parts) {
+    return weights.declare_rows(file, name, shape, parts);
+}
+
+RowParallelWeight WeightDeclarer::row_parallel(const std::string & name, const std::vector<int64_t> & shape,
+                                               const std::vector<ShardRange> * cells, int64_t unit, int64_t width,
+                                               bool experts) {
+    const bool split_invariant = load.split_invariant;
+    RowParallelWeight w;
+    w.cell_bounds = {0};
+    if (cells) {
+        for (const ShardRange & r : *cells) w.cell_bounds.push_back((r.end - cells->front().begin) * unit);
+    } else {
+        w.cell_bounds.push_back(width);
+    }
+    const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
+    w.first = !cells || cells->front().begin == 0;
+    w.one_pass = split_invariant && load.ops == RankOps::Host && one_pass(file.find_tensor(name), experts);
+    if (!split_invariant || w.one_pass) {
+        w.pieces.push_back(declare(name, shape, !w.one_pass, whole));
+        return w;
+    }
+    GGML_ASSERT(cells != nullptr);  // split-invariant sums always come with a shard plan
+    for (const ShardRange & r : *cells) w.pieces.push_back(declare(name, shape, true, cols(r, unit)));
+    return w;
 }
 
 }  // namespace llama_tp

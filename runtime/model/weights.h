@@ -196,6 +196,7 @@ class ModelWeights {
     int64_t n_params() const { return n_params_; }
 
   private:
+    friend struct WeightDeclarer;  // the blocks declare their layers' tensors through it
     // What a tensor is read from: slices of file tensors, one after another.
     struct Part {
         std::string name;  // tensor in the file

@@ -1,0 +1,161 @@
+// Grouped-query attention: its weights and its graph. Q, K and V of the
+// rank's heads (biases, norms, RoPE), the keys and values written to the
+// layer's cache (or read from the layer it shares), attention over each
+// run's cells, and the output projection summed over the group.
+#include "runtime/graph/graph_builder.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/model/weight_declarer.h"
+
+#include "ggml-ext/ops/row_attention.h"
+
+#include <cmath>
+
+#include "ggml.h"
+
+namespace llama_tp {
+
+// The attention block's weights: Q, K and V split by the rank's heads (their
+// rows; a fused QKV matrix as the rank's rows of each part), the output
+// projection by its input (row-parallel), and the block's biases, sinks and
+// norms.
+void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
+    const HParams & hp = d.hp;
+    const AttentionBlock & attn = hp.block(il).attention;
+    const RankShard * shard = d.shard();
+    const LayerShard * ls = d.layer(il);
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const int64_t E = hp.n_embd, hd = hp.layer(il).head_dim;
+    const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
+    const TensorSlice q_rows = shard ? d.rows(shard->q_heads, hd) : TensorSlice{};
+    const TensorSlice q_cols = shard ? d.cols(shard->q_heads, hd) : TensorSlice{};
+    const TensorSlice kv_rows = ls ? d.rows(ls->kv_heads, hd) : TensorSlice{};
+    const TensorSlice kv_cols = ls ? d.cols(ls->kv_heads, hd) : TensorSlice{};
+    l.attn_norm = d.declare(p + "attn_norm.weight", {E}, false);
+    if (d.file.find_tensor(p + "attn_qkv.weight")) {
+        // Fused (phi3): the rank's heads of each of Q, K and V, stacked
+        // into one matrix as the file stacks the whole of them.
+        l.wqkv = d.declare_rows(p + "attn_qkv.weight", {E, Q + 2 * KV},
+                                {d.part(q_rows, 0, Q), d.part(kv_rows, Q, KV), d.part(kv_rows, Q + KV, KV)});
+    } else {
+        // Layers that share an earlier layer's cache project no keys or
+        // values; the others may have no V where values are the keys'.
+        const bool own_kv = il < hp.n_layer_kv();
+        l.wq = d.declare(p + "attn_q.weight", {E, Q}, true, q_rows);
+        if (own_kv) l.wk = d.declare(p + "attn_k.weight", {E, KV}, true, kv_rows);
+        if (own_kv) l.wv = d.declare(p + "attn_v.weight", {E, KV}, true, kv_rows, !attn.values_optional);
+    }
+    l.wo = d.row_parallel(p + "attn_output.weight", {Q, E}, shard ? &shard->o_pieces : nullptr, hd, Q, false);
+    if (attn.qkv_bias) {
+        // A bias is one row: its slice is a column range.
+        l.bq = d.declare(p + "attn_q.bias", {Q}, false, q_cols);
+        l.bk = d.declare(p + "attn_k.bias", {KV}, false, kv_cols);
+        l.bv = d.declare(p + "attn_v.bias", {KV}, false, kv_cols);
+    }
+    if (attn.sinks) {
+        l.bo = d.declare(p + "attn_output.bias", {E}, false);
+        l.attn_sinks =
+            d.declare(p + "attn_sinks.weight", {hp.n_head}, false, shard ? d.cols(shard->q_heads, 1) : TensorSlice{});
+    }
+    if (attn.qk_norm) {
+        l.q_norm = d.declare(p + "attn_q_norm.weight", {hd}, false);
+        if (l.wk || l.wqkv) l.k_norm = d.declare(p + "attn_k_norm.weight", {hd}, false);
+    }
+    if (attn.post_norm) l.attn_post_norm = d.declare(p + "post_attention_norm.weight", {E}, false);
+}
+
+// Writes this batch's keys or values ([head_dim, heads, tokens], the
+// heads of a token contiguous) into layer il's cache, in its pool's cells.
+// Views of the cache are taken of the write's result so that they order
+// after it.
+ggml_tensor * GraphBuilder::store(int il, ggml_tensor * cache, ggml_tensor * cur) const {
+    return ggml_set_rows(ctx, cache, ggml_view_2d(ctx, cur, cache->ne[0], shape.n_tokens, cur->nb[2], 0),
+                         kv.windowed(il) ? in.kv_cells_swa : in.kv_cells);
+}
+
+GraphBuilder::Qkv GraphBuilder::project_qkv(int il, ggml_tensor * cur) const {
+    const LayerWeights & l = w.layers[il];
+    const int64_t hd = head_dim(il), nq = n_q(il), nkv = n_kv(il);
+    if (!l.wqkv) {
+        // Without a V matrix (Gemma 4's global layers) the values are the keys' projection.
+        ggml_tensor * k = project_heads(cur, l.wk, l.bk, hd, nkv);
+        return {project_heads(cur, l.wq, l.bq, hd, nq), k, l.wv ? project_heads(cur, l.wv, l.bv, hd, nkv) : k};
+    }
+    ggml_tensor * qkv = project(l.wqkv, cur);
+    const size_t head = ggml_row_size(qkv->type, hd);
+    auto heads = [&](int64_t n, int64_t first) {
+        return ggml_view_3d(ctx, qkv, hd, n, shape.n_tokens, head, qkv->nb[1], first * head);
+    };
+    return {heads(nq, 0), heads(nkv, nq), heads(nkv, nq + nkv)};
+}
+
+// Each stream's cells of a stored cache: [head_dim, window, n_kv, n_streams].
+ggml_tensor * GraphBuilder::cache_view(int il, ggml_tensor * stored, const AttentionRun & run) const {
+    const size_t cell = stored->nb[1];
+    return ggml_view_4d(ctx, stored, head_dim(il), run.window, n_kv(il), run.n_streams, cell,
+                        ggml_row_size(stored->type, head_dim(il)), (size_t) run.stride * cell,
+                        (size_t) run.cell0 * cell);
+}
+
+// Attention of one run's queries (of q [head_dim, n_q, n_tokens]) over
+// their streams' cells: [head_dim, n_q, run.size()]. With per-sequence
+// regions every row goes through ggml-ext's row attention, so a position
+// gets the same numbers in a prompt, as a decode token or after a cached
+// prefix; the shared pool keeps ggml's kernel, identical to upstream.
+ggml_tensor * GraphBuilder::attend(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
+                                   ggml_tensor * kq_mask, size_t mask_offset) const {
+    const int64_t hd = head_dim(il), nq = n_q(il);
+    ggml_tensor * sinks = w.layers[il].attn_sinks;
+    ggml_tensor * qr = ggml_view_4d(ctx, q, hd, nq, run.n_tokens, run.n_streams, q->nb[1], q->nb[2],
+                                    (size_t) run.n_tokens * q->nb[2], (size_t) run.t0 * q->nb[2]);
+    const size_t row = (size_t) run.window * sizeof(ggml_fp16_t);
+    ggml_tensor * mask = ggml_view_4d(ctx, kq_mask, run.window, run.n_tokens, 1, run.n_streams, row, row * run.n_tokens,
+                                      row * run.n_tokens, mask_offset * sizeof(ggml_fp16_t));
+    ggml_tensor * qp = ggml_permute(ctx, qr, 0, 2, 1, 3);
+    const float scale = hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) hd);
+    ggml_tensor * out = nullptr;
+    // Row attention reads F16 caches only, on the CPU.
+    if (row_attention && !kv.all().unified() && kv.types().both_f16()) {
+        out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run), cache_view(il, v, run), mask, sinks, scale,
+                                     hp.attn_logit_softcap);
+    } else {
+        out = ggml_flash_attn_ext(ctx, qp, cache_view(il, k, run), cache_view(il, v, run), mask, scale, 0.0f,
+                                  hp.attn_logit_softcap);
+        ggml_prec_set_acc(out, GGML_PREC_F32);
+        if (sinks) ggml_flash_attn_ext_add_sinks(out, sinks);
+    }
+    return ggml_reshape_3d(ctx, out, hd, nq, run.size());
+}
+
+// Self-attention, projected back to n_embd and summed over the group
+// (rows: see row_parallel). Each rank computes its heads; each run attends
+// only over its own cells; the runs' results are joined in token order.
+ggml_tensor * GraphBuilder::attention(int il, ggml_tensor * cur, ggml_tensor * rows) {
+    const LayerWeights & l = w.layers[il];
+    ggml_tensor * q = nullptr;
+    if (il < hp.n_layer_kv()) {
+        auto [qp, k, v] = project_qkv(il, cur);
+        q = qp;
+        if (l.k_norm) k = norm(k, l.k_norm);
+        if (hp.block(il).attention.value_norm) v = ggml_rms_norm(ctx, v, hp.rms_eps);
+        k = rope(k, il);
+        stored.push_back({store(il, kv.k(il), k), store(il, kv.v(il), v)});
+    } else {
+        q = project_heads(cur, l.wq, l.bq, head_dim(il), n_q(il));
+    }
+    if (l.q_norm) q = norm(q, l.q_norm);
+    q = rope(q, il);
+    if (hp.query_scale != 0.0f && hp.query_scale != 1.0f) q = ggml_scale(ctx, q, hp.query_scale);
+    const auto [k_stored, v_stored] = stored[hp.kv_layer(il)];
+    ggml_tensor * attn = nullptr;
+    size_t mask_offset = 0;
+    for (const AttentionRun & run : hp.is_swa(il) ? shape.swa_runs() : shape.runs) {
+        ggml_tensor * part =
+            attend(il, q, k_stored, v_stored, run, hp.is_swa(il) ? in.kq_mask_swa : in.kq_mask, mask_offset);
+        attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
+        mask_offset += (size_t) run.window * run.size();
+    }
+    ggml_tensor * out = project(l.wo, ggml_reshape_2d(ctx, attn, head_dim(il) * n_q(il), shape.n_tokens), rows);
+    return l.bo ? ggml_add(ctx, out, l.bo) : out;
+}
+
+}  // namespace llama_tp

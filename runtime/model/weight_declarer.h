@@ -1,0 +1,59 @@
+#pragma once
+// How a rank's slices of a model's tensors are declared: the slices its
+// shard takes (rows, columns, parts of a fused matrix), row-parallel
+// matrices cell by cell, and the tensors themselves, read later from the
+// file. ModelWeights declares the model's own tensors with it; each block
+// kind declares its layers' (runtime/blocks/).
+
+#include "runtime/model/weights.h"
+#include "runtime/shard/shard_plan.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+
+struct WeightDeclarer {
+    ModelWeights & weights;
+    const GgufFile & file;
+    const HParams & hp;
+    const WeightsLoad & load;
+
+    const RankShard * shard() const { return load.shard; }
+    // What the rank holds of layer il (nullptr: the whole model, one piece).
+    const LayerShard * layer(int il) const { return load.shard ? &load.shard->layers[il] : nullptr; }
+
+    // The rows or columns a range of units (heads, FFN columns) covers.
+    static TensorSlice rows(const ShardRange & r, int64_t unit) {
+        return TensorSlice{TensorSlice::Rows, r.begin * unit, r.end * unit};
+    }
+    static TensorSlice cols(const ShardRange & r, int64_t unit) {
+        return TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit};
+    }
+    // Rows of one part of a fused matrix (that part, or its slice) from row offset on.
+    static TensorSlice part(const TensorSlice & s, int64_t offset, int64_t size) {
+        return s.axis == TensorSlice::Whole ? TensorSlice{TensorSlice::Rows, offset, offset + size}
+                                            : TensorSlice{TensorSlice::Rows, offset + s.begin, offset + s.end};
+    }
+
+    // A tensor of the file, its slice (whole where the shard is none).
+    ggml_tensor * declare(const std::string & name, std::vector<int64_t> shape, bool matrix, TensorSlice slice = {},
+                          bool required = true);
+    // A matrix of row ranges of one file matrix, stacked in order (ModelWeights::declare_rows).
+    ggml_tensor * declare_rows(const std::string & name, const std::vector<int64_t> & shape,
+                               const std::vector<TensorSlice> & parts);
+    // With split-invariant sums a row-parallel matrix is multiplied in one
+    // pass over its cells where ggml-ext has a kernel for its type (then it
+    // keeps ggml's plain layout), else one product per cell, each cell a
+    // tensor of its own that ggml's kernels take as they take any matrix.
+    // cells: the rank's pieces (nullptr: the whole matrix, one cell of width).
+    RowParallelWeight row_parallel(const std::string & name, const std::vector<int64_t> & shape,
+                                   const std::vector<ShardRange> * cells, int64_t unit, int64_t width, bool experts);
+};
+
+// Each block kind's weights of layer il, declared into l.
+void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l);  // runtime/blocks/attention.cpp
+void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l);        // runtime/blocks/ffn.cpp
+
+}  // namespace llama_tp
