@@ -14,7 +14,7 @@
 #include "server/log.h"
 #include "server/serving/lora_adapters.h"
 #include "server/router/model_router.h"
-#include "server/serving/scheduler.h"
+#include "server/serving/scheduler/scheduler.h"
 #include "server/server_options.h"
 
 #include <malloc.h>

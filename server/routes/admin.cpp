@@ -8,7 +8,7 @@
 #include "server/chat/chat_format.h"
 #include "server/http/metrics.h"
 #include "server/serving/lora_adapters.h"
-#include "server/serving/scheduler.h"
+#include "server/serving/scheduler/scheduler.h"
 #include "server/serving/slot_file.h"
 
 #include <cpp-httplib/httplib.h>

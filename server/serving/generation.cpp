@@ -13,7 +13,7 @@
 #include "server/chat/chat_output_parser.h"
 #include "server/chat/tool_grammar.h"
 #include "server/serving/lora_adapters.h"
-#include "server/serving/scheduler.h"
+#include "server/serving/scheduler/scheduler.h"
 
 #include <cpp-httplib/httplib.h>
 
