@@ -171,9 +171,6 @@ class TensorParallelEngine final : public Engine {
                          "sums cannot be replayed from one\n",
                          allreduce->name());
         }
-        // Before the ranks run a graph: ggml reads it once, at its first graph.
-        // (It holds for the whole process, a reference run in it included.)
-        if (setup.collectives == CollectivePath::Captured) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
         if (says) std::fprintf(stderr, "llama-tp: collectives %s\n", collective_path_name(setup.collectives));
         auto local = std::make_unique<ThreadRankGroup>(setup, std::move(allreduce));
         setup.control = nullptr;  // gone with this call
@@ -722,6 +719,10 @@ class TensorParallelEngine final : public Engine {
 };
 
 }  // namespace
+
+bool ggml_graphs_off_for_capture(const Environment & env) {
+    return graph_capture_asked(env);
+}
 
 std::unique_ptr<Engine> Engine::load(const EngineOptions & options) {
     return std::make_unique<TensorParallelEngine>(options);

@@ -23,6 +23,14 @@ struct CollectiveStats {
     double seconds = 0.0;
 };
 
+// Whether a program must turn ggml's own CUDA graphs off for the process
+// (GGML_CUDA_DISABLE_GRAPHS=1) before it loads anything: whole steps are to
+// be captured (LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE), and one capture cannot
+// hold another. ggml reads the variable once, at its first graph; the
+// runtime never changes the environment. Throws llama_tp::Error for a
+// malformed value.
+bool ggml_graphs_off_for_capture(const Environment & env);
+
 class Engine {
   public:
     // Throws llama_tp::Error naming the file (and tensor) on any load failure.

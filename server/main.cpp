@@ -282,6 +282,13 @@ int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * a
 
 int main(int argc, char ** argv) {
     limit_malloc_arenas();
+    try {
+        // Before any graph: see ggml_graphs_off_for_capture.
+        if (ggml_graphs_off_for_capture(Environment::of_process())) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
+    } catch (const Error & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
     // Before any thread starts (libcommon's log thread, which the flag parser
     // may start, and MPI's), so that all of them inherit the mask. A shell
     // may start a background job with SIGINT ignored, and an ignored signal
