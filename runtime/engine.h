@@ -6,6 +6,7 @@
 #include "runtime/engine_options.h"
 #include "runtime/model/classifier_head.h"
 #include "runtime/model_info.h"
+#include "runtime/ranks/collective_stats.h"
 
 #include <cstdint>
 #include <memory>
@@ -16,12 +17,6 @@
 namespace llama_tp {
 
 class Tokenizer;
-
-// How often and how long a rank has waited in collectives since loading.
-struct CollectiveStats {
-    int64_t calls = 0;
-    double seconds = 0.0;
-};
 
 // Whether a program must turn ggml's own CUDA graphs off for the process
 // (GGML_CUDA_DISABLE_GRAPHS=1) before it loads anything: whole steps are to

@@ -10,7 +10,8 @@
 #include "runtime/plan/rank_ops.h"
 #include "runtime/kv/kv_cache.h"
 #include "runtime/graph/decoder_graph.h"
-#include "runtime/engine.h"
+#include "runtime/engine_options.h"
+#include "runtime/ranks/collective_stats.h"
 #include "runtime/ranks/step.h"
 #include "runtime/model/weights.h"
 

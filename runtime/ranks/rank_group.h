@@ -5,7 +5,8 @@
 // the AllReduce engine inside their graphs, so the ranks may be threads of
 // this process (ThreadRankGroup) or processes launched by MPI (MpiRankGroup).
 
-#include "runtime/engine.h"
+#include "runtime/engine_options.h"
+#include "runtime/ranks/collective_stats.h"
 #include "runtime/ranks/step.h"
 
 #include <cstdint>
