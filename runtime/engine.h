@@ -18,6 +18,22 @@ namespace llama_tp {
 
 class Tokenizer;
 
+// What a model's KV cache takes, read from its file's header (no tensor
+// data), for sizing a context before loading: F16 keys and values.
+struct KvFootprint {
+    int32_t n_ctx_train = 0;
+    uint64_t bytes_per_cell = 0;  // keys and values of the layers that keep every cell, all ranks together
+    uint64_t weight_bytes = 0;
+    // The sliding-window layers' cache per slot where they keep only their
+    // window (KvPoolSizes), whatever the context; 0: they count in bytes_per_cell.
+    uint64_t window_bytes_per_slot = 0;
+};
+
+// n_batch and swa_full: EngineOptions', which size the sliding-window
+// layers' cache.
+KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
+                         const std::vector<MetadataOverride> & overrides = {});
+
 // Whether a program must turn ggml's own CUDA graphs off for the process
 // (GGML_CUDA_DISABLE_GRAPHS=1) before it loads anything: whole steps are to
 // be captured (LLAMA_TP_COLLECTIVE_GRAPH_CAPTURE), and one capture cannot

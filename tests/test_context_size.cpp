@@ -7,7 +7,7 @@
 using llama_tp::server::ContextChoice;
 using llama_tp::server::fit_context;
 using llama_tp::server::fit_requested_context;
-using llama_tp::server::KvFootprint;
+using llama_tp::KvFootprint;
 
 namespace {
 

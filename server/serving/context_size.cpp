@@ -1,9 +1,5 @@
 #include "server/serving/context_size.h"
 
-#include "runtime/model/gguf_file.h"
-#include "runtime/model/hparams.h"
-#include "runtime/kv/kv_pools.h"
-
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -82,26 +78,6 @@ ContextChoice fit_requested_context(const KvFootprint & kv, int32_t n_slots, int
                     ? "a region of that many cells for each slot (" + gib(regions) + ") would not fit in " + budget.what
                     : std::string("the free memory is unknown"));
     return c;
-}
-
-KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
-                         const std::vector<MetadataOverride> & overrides) {
-    GgufFile file(model_path, overrides);
-    const HParams hp = read_hparams(file);
-    KvFootprint kv;
-    kv.n_ctx_train = hp.n_ctx_train;
-    const int32_t window = swa_full ? 0 : KvPoolSizes::window_cells_per_sequence(hp, n_batch);
-    // F16 keys and values.
-    for (int il = 0; il < hp.n_layer_kv(); ++il) {
-        const uint64_t bytes = 2u * (uint64_t) hp.n_embd_kv(il) * 2u;
-        if (window > 0 && hp.is_swa(il)) {
-            kv.window_bytes_per_slot += bytes * (uint64_t) window;
-        } else {
-            kv.bytes_per_cell += bytes;
-        }
-    }
-    kv.weight_bytes = file.file_size();
-    return kv;
 }
 
 uint64_t available_memory_bytes() {

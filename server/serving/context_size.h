@@ -9,22 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/gguf_file.h"
+#include "runtime/engine.h"
 
 namespace llama_tp::server {
 
 // The most the KV cache takes without -c (F16 cells: an 8B model's 64K
 // cells); -c N gives the N cells asked for.
 constexpr uint64_t kDefaultKvCeiling = uint64_t(8) << 30;
-
-struct KvFootprint {
-    int32_t n_ctx_train = 0;
-    uint64_t bytes_per_cell = 0;  // keys and values of the layers that keep every cell, all ranks together
-    uint64_t weight_bytes = 0;
-    // The sliding-window layers' cache per slot where they keep only their
-    // window (KvPoolSizes), whatever the context; 0: they count in bytes_per_cell.
-    uint64_t window_bytes_per_slot = 0;
-};
 
 struct ContextChoice {
     int32_t n_ctx = 0;     // cells in all
@@ -41,11 +32,6 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
 // the weights leave free, else the slots share N cells as llama-server's do.
 // n_ctx 0: the training context.
 ContextChoice fit_requested_context(const KvFootprint & kv, int32_t n_slots, int32_t n_ctx, uint64_t available_bytes);
-
-// Reads the model file's header (no tensor data). n_batch and swa_full: the
-// server's -b and --swa-full, which size the sliding-window layers' cache.
-KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
-                         const std::vector<MetadataOverride> & overrides = {});
 
 // MemAvailable of /proc/meminfo; 0 when it cannot be read.
 uint64_t available_memory_bytes();
