@@ -8,6 +8,7 @@
 #include "ggml-ext/comm/process_group.h"
 #include "runtime/kv/kv_cells.h"
 #include "runtime/kv/kv_image.h"
+#include "runtime/load_agreement.h"
 #include "runtime/plan/runtime_plan.h"
 #include "runtime/ranks/mpi_rank_group.h"
 #include "runtime/ranks/rank_devices.h"
@@ -18,10 +19,8 @@
 #include "runtime/model/weights.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -30,38 +29,6 @@
 namespace llama_tp {
 
 namespace {
-
-std::string file_name_of(const std::string & path) {
-    const size_t slash = path.find_last_of('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-bool has_layer_matrix(const GgufFile & file, bool (*of_type)(ggml_type)) {
-    for (int64_t i = 0; i < file.n_tensors(); ++i) {
-        const ggml_tensor * t = file.tensor_at(i);
-        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2 && of_type(t->type)) return true;
-    }
-    return false;
-}
-
-// The type of most of the layers' matrix bytes, in capitals ("Q8_0"); "" for none.
-std::string main_weight_type(const GgufFile & file) {
-    std::map<ggml_type, size_t> bytes;
-    for (int64_t i = 0; i < file.n_tensors(); ++i) {
-        const ggml_tensor * t = file.tensor_at(i);
-        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2) bytes[t->type] += ggml_nbytes(t);
-    }
-    if (bytes.empty()) return "";
-    const auto most = std::max_element(bytes.begin(), bytes.end(),
-                                       [](const auto & a, const auto & b) { return a.second < b.second; });
-    std::string name = ggml_type_name(most->first);
-    for (char & c : name) c = (char) std::toupper((unsigned char) c);
-    return name;
-}
-
-bool is_half(ggml_type type) {
-    return type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
-}
 
 // Rank 0's side of a rank group: it validates every batch, decides its
 // placement on its own copy of the cells' bookkeeping and hands the ranks
@@ -74,7 +41,8 @@ class TensorParallelEngine final : public Engine {
         const int n_processes = processes ? processes->size() : 1;
         std::vector<std::unique_ptr<GgufFile>> adapters;  // open for the load
         for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
-        if (n_processes > 1) MpiRankGroup::agree(*processes, setup_text(file) + adapters_text(adapters));
+        if (n_processes > 1)
+            MpiRankGroup::agree(*processes, setup_agreement(options_, file) + adapters_agreement(options_, adapters));
         hp_ = read_hparams(file);
         for (const MetadataOverride & o : options_.metadata_overrides) {
             std::fprintf(stderr, "llama-tp: metadata override %s\n", o.describe().c_str());
@@ -148,7 +116,8 @@ class TensorParallelEngine final : public Engine {
         if (n_processes > 1) MpiRankGroup::agree(*processes, control.describe() + "\n");
         // What the shard plan, the cache sizes and info() were made from: a
         // reload after a sleep must find the same files.
-        const std::string source = setup_text(file) + adapters_text(adapters) + control.describe();
+        const std::string source =
+            setup_agreement(options_, file) + adapters_agreement(options_, adapters) + control.describe();
         if (loaded_from_.empty()) {
             loaded_from_ = source;
         } else if (source != loaded_from_) {
@@ -543,18 +512,6 @@ class TensorParallelEngine final : public Engine {
         }
     }
 
-    // What every process of a group must agree on before it loads anything.
-    // The RoPE overrides, for the processes of a launch to agree on.
-    std::string rope_text() const {
-        const RopeOverrides & r = options_.rope;
-        if (!r.any()) return "rope: the model's\n";
-        char text[256];
-        std::snprintf(text, sizeof text, "rope: scaling %d, base %g, scale %g, orig %d, yarn %g %g %g %g\n",
-                      r.scaling ? (int) *r.scaling : -1, r.freq_base, r.freq_scale, r.yarn_orig_ctx, r.yarn_ext_factor,
-                      r.yarn_attn_factor, r.yarn_beta_fast, r.yarn_beta_slow);
-        return text;
-    }
-
     static std::unique_ptr<GgufFile> open_adapter(const std::string & path) {
         try {
             return std::make_unique<GgufFile>(path);
@@ -572,46 +529,6 @@ class TensorParallelEngine final : public Engine {
         ControlVector cv(options_.control_vectors, hp_.n_layer, hp_.n_embd, options_.control_range);
         if (!options_.control_vectors.empty()) std::fprintf(stderr, "llama-tp: %s\n", cv.describe().c_str());
         return cv;
-    }
-
-    // Every process must apply the same adapters.
-    std::string adapters_text(const std::vector<std::unique_ptr<GgufFile>> & adapters) const {
-        std::string s;
-        for (size_t i = 0; i < adapters.size(); ++i) {
-            char digest[32];
-            std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) adapters[i]->header_digest());
-            s += "lora: " + std::to_string(adapters[i]->file_size()) + " bytes, header digest " + digest + ", scale " +
-                 std::to_string(options_.loras[i].scale) + "\n";
-        }
-        return s;
-    }
-
-    std::string wire_text() const {
-        if (!options_.allreduce_wire) return ", the engine's wire";
-        return *options_.allreduce_wire == WireType::BF16 ? ", bf16 wire" : ", f32 wire";
-    }
-
-    std::string setup_text(const GgufFile & file) const {
-        char digest[32];
-        std::snprintf(digest, sizeof digest, "%016llx", (unsigned long long) file.header_digest());
-        std::string split;
-        for (float w : options_.tensor_split) split += (split.empty() ? "" : ",") + std::to_string(w);
-        return "model: " + std::to_string(file.file_size()) + " bytes, header digest " + digest + "\n" +
-               "build: " + LLAMA_TP_BUILD_ID + "\n" + "ranks per process: " + std::to_string(options_.tp) + "\n" +
-               "tensor split: " + (split.empty() ? "even" : split) + "\n" + "allreduce: " + options_.allreduce +
-               wire_text() + "\n" + "split-invariant: " +
-               (options_.split_invariant ? (*options_.split_invariant ? "yes" : "no") : "where free") + "\n" +
-               "context: " + std::to_string(options_.n_ctx) + " cells, " + std::to_string(options_.n_seq_max) +
-               " sequences, " + (options_.kv_unified ? "unified" : "per sequence") +
-               (options_.swa_full ? ", swa full" : "") + ", k " + kv_type_name(options_.kv_types.k) + ", v " +
-               kv_type_name(options_.kv_types.v) + "\n" + "batch: " + std::to_string(options_.n_batch) + "\n" +
-               rope_text() + "outputs: " + (options_.embeddings ? "embeddings" : "logits") + "\n" + overrides_text();
-    }
-
-    std::string overrides_text() const {
-        std::string s;
-        for (const MetadataOverride & o : options_.metadata_overrides) s += "metadata override: " + o.describe() + "\n";
-        return s;
     }
 
     void validate_batch(const Batch & batch) const {
@@ -647,41 +564,8 @@ class TensorParallelEngine final : public Engine {
         }
     }
 
-    std::string kv_format_text(const GgufFile & file) const {
-        char text[384];
-        std::snprintf(text, sizeof text,
-                      "rope base %g, scale %g, sliding base %g, scale %g, yarn ext %g, attn %g, beta %g/%g, original "
-                      "context %d",
-                      hp_.rope_freq_base, hp_.rope_freq_scale, hp_.rope_freq_base_swa, hp_.rope_freq_scale_swa,
-                      hp_.yarn_ext_factor, hp_.yarn_attn_factor, hp_.yarn_beta_fast, hp_.yarn_beta_slow,
-                      hp_.rope_n_ctx_orig);
-        std::string s = text;
-        // LongRoPE picks its factors by the context per sequence (ModelWeights::rope_factors).
-        if (file.find_tensor("rope_factors_long.weight")) {
-            s += std::string(", LongRoPE ") +
-                 (GGML_PAD(cells_->all().n_cells_per_seq(), 256) > hp_.n_ctx_orig_train ? "long" : "short");
-        }
-        s += std::string("; k ") + kv_type_name(options_.kv_types.k) + ", v " + kv_type_name(options_.kv_types.v);
-        return s;
-    }
-
     void fill_info(const GgufFile & file) {
-        info_.kv_format = kv_format_text(file);
-        info_.path = options_.model_path;
-        info_.file_size = file.file_size();
-        info_.header_digest = file.header_digest();
-        info_.name = file.get_string("general.name", file_name_of(options_.model_path));
-        info_.architecture = hp_.arch_name;
-        info_.n_vocab = hp_.n_vocab;
-        info_.n_ctx_train = hp_.n_ctx_train;
-        info_.n_embd = hp_.n_embd;
-        info_.n_layer = hp_.n_layer;
-        info_.n_head = hp_.n_head;
-        for (int il = 0; il < hp_.n_layer_kv(); ++il) info_.n_embd_kv += hp_.n_embd_kv(il);
-        info_.moe = hp_.is_moe();
-        info_.quantized = has_layer_matrix(file, ggml_is_quantized);
-        info_.half_weights = !info_.quantized && has_layer_matrix(file, is_half);
-        info_.weight_type = main_weight_type(file);
+        info_ = describe_model(file, hp_, options_, cells_->all().n_cells_per_seq());
         // Per rank figures summed; mirrored tensors count once per rank.
         for (const RankReport & r : group_->reports()) {
             info_.n_params += r.n_params;

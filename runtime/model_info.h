@@ -1,6 +1,10 @@
 #pragma once
 // What a loaded model is, for logs, /v1/models and /props.
 
+#include "runtime/engine_options.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/model/hparams.h"
+
 #include <cstdint>
 #include <string>
 
@@ -41,5 +45,10 @@ struct ModelInfo {
     // sliding-window layers that keep their window, not the other way).
     std::string kv_format;
 };
+
+// What the file says of the model (everything but the ranks' figures, which
+// the engine adds once they are loaded); n_cells_per_seq: the cache's, which
+// decides LongRoPE's factors.
+ModelInfo describe_model(const GgufFile & file, const HParams & hp, const EngineOptions & o, int32_t n_cells_per_seq);
 
 }  // namespace llama_tp

@@ -1,0 +1,85 @@
+#include "runtime/model_info.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+
+#include "ggml.h"
+
+namespace llama_tp {
+namespace {
+
+std::string file_name_of(const std::string & path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool has_layer_matrix(const GgufFile & file, bool (*of_type)(ggml_type)) {
+    for (int64_t i = 0; i < file.n_tensors(); ++i) {
+        const ggml_tensor * t = file.tensor_at(i);
+        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2 && of_type(t->type)) return true;
+    }
+    return false;
+}
+
+// The type of most of the layers' matrix bytes, in capitals ("Q8_0"); "" for none.
+std::string main_weight_type(const GgufFile & file) {
+    std::map<ggml_type, size_t> bytes;
+    for (int64_t i = 0; i < file.n_tensors(); ++i) {
+        const ggml_tensor * t = file.tensor_at(i);
+        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2) bytes[t->type] += ggml_nbytes(t);
+    }
+    if (bytes.empty()) return "";
+    const auto most = std::max_element(bytes.begin(), bytes.end(),
+                                       [](const auto & a, const auto & b) { return a.second < b.second; });
+    std::string name = ggml_type_name(most->first);
+    for (char & c : name) c = (char) std::toupper((unsigned char) c);
+    return name;
+}
+
+bool is_half(ggml_type type) {
+    return type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
+}
+
+std::string kv_format_text(const GgufFile & file, const HParams & hp, const EngineOptions & o,
+                           int32_t n_cells_per_seq) {
+    char text[384];
+    std::snprintf(text, sizeof text,
+                  "rope base %g, scale %g, sliding base %g, scale %g, yarn ext %g, attn %g, beta %g/%g, original "
+                  "context %d",
+                  hp.rope_freq_base, hp.rope_freq_scale, hp.rope_freq_base_swa, hp.rope_freq_scale_swa,
+                  hp.yarn_ext_factor, hp.yarn_attn_factor, hp.yarn_beta_fast, hp.yarn_beta_slow, hp.rope_n_ctx_orig);
+    std::string s = text;
+    // LongRoPE picks its factors by the context per sequence (ModelWeights::rope_factors).
+    if (file.find_tensor("rope_factors_long.weight")) {
+        s += std::string(", LongRoPE ") + (GGML_PAD(n_cells_per_seq, 256) > hp.n_ctx_orig_train ? "long" : "short");
+    }
+    s += std::string("; k ") + kv_type_name(o.kv_types.k) + ", v " + kv_type_name(o.kv_types.v);
+    return s;
+}
+
+}  // namespace
+
+ModelInfo describe_model(const GgufFile & file, const HParams & hp, const EngineOptions & o, int32_t n_cells_per_seq) {
+    ModelInfo info;
+    info.kv_format = kv_format_text(file, hp, o, n_cells_per_seq);
+    info.path = o.model_path;
+    info.file_size = file.file_size();
+    info.header_digest = file.header_digest();
+    info.name = file.get_string("general.name", file_name_of(o.model_path));
+    info.architecture = hp.arch_name;
+    info.n_vocab = hp.n_vocab;
+    info.n_ctx_train = hp.n_ctx_train;
+    info.n_embd = hp.n_embd;
+    info.n_layer = hp.n_layer;
+    info.n_head = hp.n_head;
+    for (int il = 0; il < hp.n_layer_kv(); ++il) info.n_embd_kv += hp.n_embd_kv(il);
+    info.moe = hp.is_moe();
+    info.quantized = has_layer_matrix(file, ggml_is_quantized);
+    info.half_weights = !info.quantized && has_layer_matrix(file, is_half);
+    info.weight_type = main_weight_type(file);
+    return info;
+}
+
+}  // namespace llama_tp
