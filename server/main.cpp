@@ -15,6 +15,7 @@
 #include "server/serving/lora_adapters.h"
 #include "server/router/model_router.h"
 #include "server/serving/scheduler/scheduler.h"
+#include "server/server_lifetime.h"
 #include "server/server_options.h"
 
 #include <malloc.h>
@@ -36,29 +37,11 @@ using namespace llama_tp::server;
 
 namespace {
 
-std::mutex g_stop_mutex;
-std::condition_variable g_stop_cv;
-bool g_stop_requested = false;
-std::atomic<bool> g_ready{false};
-std::atomic<bool> g_http_failed{false};
-std::atomic<bool> g_group_failed{false};
-
-bool g_stop_requested_flag() {
-    std::lock_guard<std::mutex> lock(g_stop_mutex);
-    return g_stop_requested;
-}
-
-void request_stop() {
-    {
-        std::lock_guard<std::mutex> lock(g_stop_mutex);
-        g_stop_requested = true;
-    }
-    g_stop_cv.notify_all();
-}
+using Lifetime = std::shared_ptr<ServerLifetime>;
 
 // SIGINT/SIGTERM are blocked in every thread and taken here with sigwait, so
 // shutdown runs as ordinary code rather than inside a signal handler.
-void signal_thread(sigset_t set) {
+void signal_thread(sigset_t set, Lifetime life) {
     int n_signals = 0;
     while (true) {
         int sig = 0;
@@ -66,7 +49,7 @@ void signal_thread(sigset_t set) {
             continue;
         }
         n_signals++;
-        if (!g_ready) {
+        if (!life->ready()) {
             SRV_INF("signal %d during startup: exiting", sig);
             std::_Exit(0);
         }
@@ -75,7 +58,7 @@ void signal_thread(sigset_t set) {
             std::_Exit(1);
         }
         SRV_INF("signal %d: shutting down", sig);
-        request_stop();
+        life->request_stop();
     }
 }
 
@@ -209,28 +192,28 @@ int follow_process_zero(const ServerOptions & opts, const ProcessGroup & process
 
 // A rank group that failed cannot serve again: answer /health with the
 // failure for a moment, then exit non-zero for a supervisor to restart it.
-void stop_after_group_failure(const std::string & why) {
+void stop_after_group_failure(const std::string & why, Lifetime life) {
     SRV_ERR("the rank group failed: %s; exiting (restart the group)", why.c_str());
-    std::thread([] {
+    std::thread([life] {
         std::this_thread::sleep_for(std::chrono::seconds(1));
-        g_group_failed = true;
-        request_stop();
+        life->group_failed();
+        life->request_stop();
     }).detach();
 }
 
 }  // namespace
 
 // Starts serving on every listener; returns their URLs for the log.
-std::string start_listeners(std::vector<std::unique_ptr<Listener>> & listeners) {
+std::string start_listeners(std::vector<std::unique_ptr<Listener>> & listeners, const Lifetime & life) {
     std::string urls;
     for (auto & l : listeners) {
         // Serving ends when stop() is called, and only then is that expected.
-        l->start([] {
-            if (!g_stop_requested_flag()) {
+        l->start([life] {
+            if (!life->stop_requested()) {
                 SRV_ERR("HTTP server stopped unexpectedly");
-                g_http_failed = true;
+                life->http_failed();
             }
-            request_stop();
+            life->request_stop();
         });
         urls += (urls.empty() ? "" : ", ") + l->url();
     }
@@ -238,14 +221,14 @@ std::string start_listeners(std::vector<std::unique_ptr<Listener>> & listeners) 
 }
 
 // Router mode: no model, no ranks; the children load the models.
-int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * argv0) {
+int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * argv0, const Lifetime & life) {
     if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
         SRV_ERR(
             "router mode (--models-dir without a model) runs as one process, not under mpirun: launch "
             "llama-tp-server with -m under mpirun instead");
         return 1;
     }
-    std::thread(signal_thread, sigs).detach();
+    std::thread(signal_thread, sigs, life).detach();
     std::unique_ptr<ModelRouter> router;
     std::vector<std::unique_ptr<Listener>> listeners;
     // Requests for every model, and those waiting for a model to load, share
@@ -264,20 +247,17 @@ int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * a
         SRV_ERR("%s", e.what());
         return 1;
     }
-    const std::string urls = start_listeners(listeners);
-    g_ready = true;
+    const std::string urls = start_listeners(listeners, life);
+    life->set_ready();
     SRV_INF("llama-tp-server router ready: %zu models in %s, at most %d at once%s, listening on %s", router->n_models(),
             opts.models_dir.c_str(), opts.models_max, opts.models_autoload ? ", loaded on first use" : "",
             urls.c_str());
-    {
-        std::unique_lock<std::mutex> lock(g_stop_mutex);
-        g_stop_cv.wait(lock, [] { return g_stop_requested; });
-    }
+    life->wait_for_stop();
     router->shut_down();  // forwarded requests end with their children
     listeners.clear();
     router.reset();
     SRV_INF("stopped");
-    return g_http_failed ? 1 : 0;
+    return life->exit_status();
 }
 
 int main(int argc, char ** argv) {
@@ -325,7 +305,9 @@ int main(int argc, char ** argv) {
         return 2;
     }
     for (const auto & w : opts.warnings) SRV_WRN("%s", w.c_str());
-    if (opts.router()) return run_router(opts, sigs, argv[0]);
+    // Shared with the threads that may end the process, detached ones included.
+    const Lifetime life = std::make_shared<ServerLifetime>();
+    if (opts.router()) return run_router(opts, sigs, argv[0], life);
 
     // Before MPI starts: a process still downloading would miss the first
     // collective's deadline, while MPI's own start waits for every process.
@@ -370,7 +352,7 @@ int main(int argc, char ** argv) {
         opts.engine.shares_cores = false;  // the draft model runs on process 0 only
         return follow_process_zero(opts, *processes, sigs);
     }
-    std::thread(signal_thread, sigs).detach();
+    std::thread(signal_thread, sigs, life).detach();
 
     ServerState state(opts);
     std::vector<std::unique_ptr<Listener>> listeners;
@@ -383,12 +365,12 @@ int main(int argc, char ** argv) {
         SRV_ERR("%s", e.what());
         return 1;
     }
-    const std::string urls = start_listeners(listeners);
+    const std::string urls = start_listeners(listeners, life);
     SRV_INF("listening on %s (loading %s)", urls.c_str(), opts.engine.model_path.c_str());
 
     auto fail_startup = [&](const std::string & what) {
         SRV_ERR("%s", what.c_str());
-        request_stop();
+        life->request_stop();
         listeners.clear();
         return 1;
     };
@@ -463,7 +445,7 @@ int main(int argc, char ** argv) {
                         reuse);
     // Whenever the server falls idle, the allocator hands freed pages back.
     scheduler.set_on_idle(release_free_memory);
-    scheduler.set_on_group_failed(stop_after_group_failure);
+    scheduler.set_on_group_failed([life](const std::string & why) { stop_after_group_failure(why, life); });
     const bool speculative = !drafters.empty();
     scheduler.set_drafters(std::move(drafters));
     if (opts.sleep_idle_seconds > 0 && processes && processes->size() > 1) {
@@ -485,7 +467,7 @@ int main(int argc, char ** argv) {
     state.created =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     state.ready = true;
-    g_ready = true;
+    life->set_ready();
 
     SRV_INF(
         "llama-tp-server ready: model %s (%s, %s params), tp %d (allreduce %s%s), ctx %d (%d per slot, %s), "
@@ -499,10 +481,7 @@ int main(int argc, char ** argv) {
         engine->options().n_batch, engine->options().n_threads, chat->origin().c_str(),
         opts.api_keys.empty() ? "off" : "on", urls.c_str());
 
-    {
-        std::unique_lock<std::mutex> lock(g_stop_mutex);
-        g_stop_cv.wait(lock, [] { return g_stop_requested; });
-    }
+    life->wait_for_stop();
 
     // Running requests end with 503 first, so that no HTTP worker stays
     // blocked on a channel while the server joins its threads.
@@ -514,5 +493,5 @@ int main(int argc, char ** argv) {
     scheduler.shutdown();
     listeners.clear();
     SRV_INF("stopped");
-    return g_http_failed || g_group_failed ? 1 : 0;
+    return life->exit_status();
 }
