@@ -446,16 +446,13 @@ class TensorParallelEngine final : public Engine {
         for (const std::string & line : runtime_.log) std::fprintf(stderr, "%s\n", line.c_str());
     }
 
-    // Across processes the mpi engine joins them, or nccl where the ranks
-    // are on CUDA devices; the other engines join threads of one process only.
+    // The engine that joins the ranks of the group's processes (the factory's
+    // mpi, or nccl across them), and its log line.
     std::unique_ptr<AllReduceEngine> process_allreduce(ProcessGroup & processes) const {
-        const AllReduceConfig & ac = runtime_.allreduce;
+        AllReduceConfig ac = runtime_.allreduce;
+        ac.processes = &processes;
         const std::string name = normalized_engine_name(ac.engine);
-        if (name != "auto" && name != "mpi" && name != "nccl") {
-            throw Error("allreduce engine '" + ac.engine + "' joins the ranks of one process; ranks in " +
-                        std::to_string(processes.size()) + " processes need mpi, nccl (or auto)");
-        }
-        std::unique_ptr<AllReduceEngine> engine = processes.make_allreduce(ac);
+        std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(ac);
         if (processes.rank() == 0) {
             const bool device = engine->takes_device_memory();
             std::fprintf(

@@ -5,6 +5,7 @@
 
 #include "ggml-ext/comm/allreduce_engine.h"
 #include "ggml-ext/comm/allreduce_wire.h"
+#include "ggml-ext/comm/process_group.h"
 #include "ggml-ext/environment.h"
 #include "ggml-ext/error.h"
 
@@ -394,6 +395,63 @@ TEST(AllReduceFactory, AutoPicksNoneForOneRankAndCpuForMore) {
               "llama-tp: allreduce engine cpu (auto: 2 ranks in one process, host memory)\n");
     EXPECT_STREQ(pair->name(), "cpu");
     EXPECT_EQ(pair->n_ranks(), 2);
+}
+
+// A group of processes that only says how many there are and which engine
+// it was asked for.
+class ProcessesStandIn final : public ProcessGroup {
+  public:
+    explicit ProcessesStandIn(int size) : size_(size) {}
+    int rank() const override { return 0; }
+    int size() const override { return size_; }
+    int local_size() const override { return size_; }
+    int local_rank() const override { return 0; }
+    const std::string & host() const override { return host_; }
+    void broadcast(std::vector<uint8_t> &, Patience) override {}
+    void gather(const std::vector<uint8_t> &, std::vector<std::vector<uint8_t>> *, Patience) override {}
+    void end_together() override {}
+    std::unique_ptr<AllReduceEngine> make_allreduce(const AllReduceConfig & config) override {
+        asked.push_back(config.engine);
+        AllReduceConfig local = config;
+        local.engine = "cpu";
+        local.processes = nullptr;
+        return make_allreduce_engine(local);
+    }
+    std::vector<std::string> asked;
+
+  private:
+    int size_;
+    std::string host_ = "here";
+};
+
+TEST(AllReduceFactory, RanksInSeveralProcessesTakeTheirGroupsEngine) {
+    ProcessesStandIn two(2);
+    AllReduceConfig c;
+    c.n_ranks = 2;
+    c.processes = &two;
+    for (const char * name : {"auto", "mpi", "NCCL"}) {
+        c.engine = name;
+        testing::internal::CaptureStderr();
+        EXPECT_STREQ(make_allreduce_engine(c)->name(), "cpu") << name;
+        testing::internal::GetCapturedStderr();
+    }
+    EXPECT_EQ(two.asked, (std::vector<std::string>{"auto", "mpi", "NCCL"}));
+    c.engine = "butterfly";
+    try {
+        make_allreduce_engine(c);
+        ADD_FAILURE() << "butterfly taken across processes";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("'butterfly' joins the ranks of one process; ranks in 2 processes need "
+                                             "mpi, nccl (or auto)"),
+                  std::string::npos)
+            << e.what();
+    }
+    ProcessesStandIn one(1);
+    c.processes = &one;
+    testing::internal::CaptureStderr();
+    EXPECT_STREQ(make_allreduce_engine(c)->name(), "butterfly") << "one process: its own ranks' engines";
+    testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(one.asked.empty());
 }
 
 TEST(AllReduceFactory, NamesAreCaseAndSpaceInsensitive) {

@@ -3,6 +3,7 @@
 #include "ggml-ext/comm/allreduce_butterfly.h"
 #include "ggml-ext/comm/allreduce_cpu.h"
 #include "ggml-ext/comm/allreduce_none.h"
+#include "ggml-ext/comm/process_group.h"
 #include "ggml-ext/environment.h"
 #include "ggml-ext/error.h"
 #ifdef LLAMA_TP_HAVE_CUDA
@@ -156,6 +157,15 @@ void AllReduceEngine::allreduce_on_stream(int, double *, size_t, void *) {
 }
 
 std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config) {
+    ProcessGroup * processes = config.processes;
+    if (processes && processes->size() > 1) {
+        const std::string name = normalized_engine_name(config.engine);
+        if (name != "auto" && !name.empty() && name != "mpi" && name != "nccl") {
+            throw Error("allreduce engine '" + config.engine + "' joins the ranks of one process; ranks in " +
+                        std::to_string(processes->size()) + " processes need mpi, nccl (or auto)");
+        }
+        return processes->make_allreduce(config);
+    }
     AllReduceChoice choice = choose_allreduce_engine(config, built_allreduce_engines());
     std::fprintf(stderr, "%s\n", choice.log_line.c_str());
     return std::move(choice.engine);

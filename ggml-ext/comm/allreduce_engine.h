@@ -16,6 +16,7 @@
 namespace llama_tp {
 
 class Environment;
+class ProcessGroup;
 
 enum class WireType { F32, BF16 };
 
@@ -32,6 +33,9 @@ struct AllReduceConfig {
     RankMemory memory = RankMemory::Host;
     std::vector<int> cuda_devices;  // with RankMemory::Cuda: each rank's device ordinal
     GpuAllReduceSizes gpu_sizes;    // the defaults; GpuAllReduceSizes::from() for the environment's
+    // The processes of an MPI launch whose ranks the engine joins (n_ranks
+    // in each; nullptr or one process: the ranks of this process only).
+    ProcessGroup * processes = nullptr;
 };
 
 class AllReduceEngine {
@@ -78,7 +82,10 @@ class AllReduceEngine {
 };
 
 // Builds the engine the config names; "auto" walks the chain of engines that
-// fit and logs one line saying what it chose and why. An engine that fails to
+// fit and logs one line saying what it chose and why. Ranks in several
+// processes (config.processes) take their group's engine, mpi, or nccl
+// across the processes where the ranks are on CUDA devices (auto or nccl);
+// any other name is refused there. An engine that fails to
 // initialise falls back down the chain with one warning line. Throws
 // llama_tp::Error for an unknown engine name.
 //

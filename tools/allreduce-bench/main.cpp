@@ -302,12 +302,8 @@ std::unique_ptr<AllReduceEngine> make_engine(const Options & o, ProcessGroup * p
         config.memory = RankMemory::Cuda;
         config.cuda_devices = o.cuda_devices;
     }
-    if (!processes) return make_allreduce_engine(config);
-    const std::string name = normalized_engine_name(o.engine);
-    if (name != "mpi" && name != "auto" && name != "nccl") {
-        throw Error("under mpirun the engine is mpi, nccl (ranks on --cuda devices) or auto, not '" + o.engine + "'");
-    }
-    return processes->make_allreduce(config);
+    config.processes = processes;
+    return make_allreduce_engine(config);
 }
 
 int run(const Options & o, ProcessGroup * processes) {
