@@ -6,7 +6,7 @@
 #include "ggml-ext/ops/collective.h"
 #include "ggml-ext/error.h"
 #include "ggml-ext/exec/graph_fingerprint.h"
-#include "ggml-ext/exec/meta_executor.h"
+#include "ggml-ext/exec/segment_executor.h"
 
 #include <condition_variable>
 #include <cstring>
@@ -152,10 +152,10 @@ TEST(CollectiveNode, SegmentedExecutionKeepsTheContractAndCachesTheSplit) {
     RankCall calls[kRanks];
     RankGraph graphs[kRanks];
     setup(group, calls, graphs);
-    std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
+    std::vector<std::unique_ptr<llama_tp::SegmentExecutor>> executors;
     for (int r = 0; r < kRanks; ++r) {
         executors.push_back(
-            std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(), llama_tp::CollectiveRun::Segments));
+            std::make_unique<llama_tp::SegmentExecutor>(graphs[r].backend.get(), llama_tp::CollectiveRun::Segments));
     }
     check_steps(graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); });
     for (int r = 0; r < kRanks; ++r) {
@@ -170,10 +170,10 @@ TEST(CollectiveNode, SegmentedExecutionThroughHostMemory) {
     RankCall calls[kRanks];
     RankGraph graphs[kRanks];
     setup(group, calls, graphs);
-    std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
+    std::vector<std::unique_ptr<llama_tp::SegmentExecutor>> executors;
     for (int r = 0; r < kRanks; ++r) {
-        executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get(),
-                                                                     llama_tp::CollectiveRun::SegmentsThroughHost));
+        executors.push_back(std::make_unique<llama_tp::SegmentExecutor>(graphs[r].backend.get(),
+                                                                        llama_tp::CollectiveRun::SegmentsThroughHost));
     }
     check_steps(
         graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); }, /*staged =*/true);
@@ -185,9 +185,9 @@ TEST(CollectiveNode, InGraphOnTheCpuBackend) {
     RankCall calls[kRanks];
     RankGraph graphs[kRanks];
     setup(group, calls, graphs);
-    std::vector<std::unique_ptr<llama_tp::MetaExecutor>> executors;
+    std::vector<std::unique_ptr<llama_tp::SegmentExecutor>> executors;
     for (int r = 0; r < kRanks; ++r)
-        executors.push_back(std::make_unique<llama_tp::MetaExecutor>(graphs[r].backend.get()));
+        executors.push_back(std::make_unique<llama_tp::SegmentExecutor>(graphs[r].backend.get()));
     check_steps(graphs, calls, [&](int r) { return executors[r]->compute(graphs[r].gf); });
     EXPECT_EQ(executors[0]->splits_built(), 0) << "the CPU backend runs the node in-graph: nothing to split";
 }
@@ -296,9 +296,9 @@ TEST(CollectiveNode, StepsAreCapturedOnTheSecondRunAndReplayed) {
     capture->launched = &launched;
     capture->abandoned = &abandoned;
     capture->replayed = &replayed;
-    llama_tp::MetaExecutor executor(backend.get(), llama_tp::CollectiveRun::Segments, true,
-                                    std::make_unique<NoExactKernels>(), std::make_unique<NoStreamBridge>(),
-                                    std::move(capture));
+    llama_tp::SegmentExecutor executor(backend.get(), llama_tp::CollectiveRun::Segments, true,
+                                       std::make_unique<NoExactKernels>(), std::make_unique<NoStreamBridge>(),
+                                       std::move(capture));
     auto step = [&](int want_calls, int want_begun, int want_replayed, const char * what) {
         ASSERT_EQ(executor.compute(gf), GGML_STATUS_SUCCESS) << what;
         EXPECT_EQ(calls, want_calls) << what;
@@ -330,8 +330,8 @@ TEST(CollectiveNode, StepsAreCapturedOnTheSecondRunAndReplayed) {
     step(6, 2, 4, "healthy again: the graph captured is replayed");
     EXPECT_EQ(abandoned, 0);
     EXPECT_THROW(
-        llama_tp::MetaExecutor(backend.get(), llama_tp::CollectiveRun::Segments, true,
-                               std::make_unique<NoExactKernels>(), nullptr, std::make_unique<CountingCapture>()),
+        llama_tp::SegmentExecutor(backend.get(), llama_tp::CollectiveRun::Segments, true,
+                                  std::make_unique<NoExactKernels>(), nullptr, std::make_unique<CountingCapture>()),
         llama_tp::Error)
         << "a capture needs the collectives on the stream";
 }

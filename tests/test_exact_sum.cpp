@@ -7,7 +7,7 @@
 
 #include "ggml-ext/ops/collective.h"
 #include "ggml-ext/ops/exact_sum.h"
-#include "ggml-ext/exec/meta_executor.h"
+#include "ggml-ext/exec/segment_executor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -146,7 +146,7 @@ struct CountingKernels final : llama_tp::ExactSumKernels {
 };
 
 // 20 parts (three sum nodes: 8, 7 and 5 parts) and the rounding, in a CPU
-// backend's buffer, run by a meta executor in each mode.
+// backend's buffer, run by a segment executor in each mode.
 struct ExecutorCase {
     ggml_context * ctx = nullptr;
     ggml_backend_t backend = ggml_backend_cpu_init();
@@ -181,7 +181,7 @@ struct ExecutorCase {
         ggml_backend_free(backend);
         ggml_free(ctx);
     }
-    std::vector<float> run(llama_tp::MetaExecutor & executor) {
+    std::vector<float> run(llama_tp::SegmentExecutor & executor) {
         EXPECT_EQ(executor.compute(gf), GGML_STATUS_SUCCESS);
         std::vector<float> y((size_t) ggml_nelements(out));
         ggml_backend_tensor_get(out, y.data(), 0, y.size() * sizeof(float));
@@ -189,26 +189,26 @@ struct ExecutorCase {
     }
 };
 
-TEST(ExactSum, MetaExecutorRunsTheNodesBetweenSegmentsWithTheSameBits) {
+TEST(ExactSum, SegmentExecutorRunsTheNodesBetweenSegmentsWithTheSameBits) {
     ExecutorCase c;
-    llama_tp::MetaExecutor in_graph(c.backend);
+    llama_tp::SegmentExecutor in_graph(c.backend);
     EXPECT_EQ(c.run(in_graph), c.expected);
     EXPECT_EQ(in_graph.n_segments(), 0u) << "the CPU backend runs the nodes in its graph";
 
     int sums = 0, rounds = 0;
-    llama_tp::MetaExecutor device(c.backend, llama_tp::CollectiveRun::Segments, false,
-                                  std::make_unique<CountingKernels>(&sums, &rounds));
+    llama_tp::SegmentExecutor device(c.backend, llama_tp::CollectiveRun::Segments, false,
+                                     std::make_unique<CountingKernels>(&sums, &rounds));
     for (int step = 0; step < 2; ++step) EXPECT_EQ(c.run(device), c.expected);
     EXPECT_EQ(device.n_segments(), 5u) << "three sums and the rounding, each between segments";
     EXPECT_EQ(device.splits_built(), 1);
     EXPECT_EQ(sums, 6);
     EXPECT_EQ(rounds, 2);
 
-    llama_tp::MetaExecutor host(c.backend, llama_tp::CollectiveRun::Segments);
+    llama_tp::SegmentExecutor host(c.backend, llama_tp::CollectiveRun::Segments);
     EXPECT_EQ(c.run(host), c.expected);
     sums = rounds = 0;
-    llama_tp::MetaExecutor copies(c.backend, llama_tp::CollectiveRun::SegmentsThroughHost, false,
-                                  std::make_unique<CountingKernels>(&sums, &rounds));
+    llama_tp::SegmentExecutor copies(c.backend, llama_tp::CollectiveRun::SegmentsThroughHost, false,
+                                     std::make_unique<CountingKernels>(&sums, &rounds));
     EXPECT_EQ(c.run(copies), c.expected);
     EXPECT_EQ(sums + rounds, 0) << "host copies, not the device's kernels";
 }

@@ -152,7 +152,7 @@ TEST(PortableGraph, MatchesTheCpuGraphWithinTheContract) {
 }
 
 // A GPU rank's split-invariant sums: one ggml product per grid cell, the
-// cells added in double by the meta executor between graph segments (through
+// cells added in double by the segment executor between graph segments (through
 // host copies here, by the GPU's kernels there). Asked for only. (This f32
 // model's cells take other ggml kernels at other splits, so its probabilities
 // move a little; the accuracy matrix holds q8_0 and f16 models to identical

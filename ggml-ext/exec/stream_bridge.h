@@ -3,7 +3,7 @@
 // backend's stream without a wait on the host: enter() makes a stream of the
 // bridge's wait for everything queued on the backend so far and returns it
 // (a cudaStream_t); leave() makes the backend wait for everything queued on
-// that stream since. The meta executor queues a segment, enters, queues the
+// that stream since. The segment executor queues a segment, enters, queues the
 // node's work, leaves, and queues the next segment.
 
 #include <memory>

@@ -5,7 +5,7 @@
 // dependency on any communication library. On backends that run custom ops
 // (the CPU backend) the callback runs inside the graph, ordered after the
 // producers of `a` and before its consumers, once per compute. Elsewhere the
-// meta executor splits the graph at these nodes and calls the callback
+// segment executor splits the graph at these nodes and calls the callback
 // between segments.
 
 #include <cstddef>

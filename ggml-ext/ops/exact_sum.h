@@ -15,7 +15,7 @@
 // partial products.
 //
 // The nodes are custom operations, which only the CPU backend runs in its
-// graph; on other backends the meta executor runs them between the graph's
+// graph; on other backends the segment executor runs them between the graph's
 // segments (ggml_ext_exact_node, ExactSumKernels).
 
 #include "ggml.h"

@@ -1,6 +1,6 @@
 #pragma once
 // The arithmetic of split-invariant sums' nodes (exact_sum.h) on the memory of
-// a backend that cannot run them in its graph: what the meta executor runs
+// a backend that cannot run them in its graph: what the segment executor runs
 // between the graph's segments there. stream: a stream of the device (a
 // cudaStream_t) to queue the work on and return at once; nullptr: the
 // kernels' own, and the call returns when the values are written.

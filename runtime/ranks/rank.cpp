@@ -35,7 +35,7 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
 
 // The exact sums' kernels (split-invariant sums, the embedding rows' assembly)
 // for a rank whose graph cannot run ggml-ext's custom operations on its
-// device: on a CUDA GPU our own kernels; elsewhere (null) the meta executor
+// device: on a CUDA GPU our own kernels; elsewhere (null) the segment executor
 // adds on the host.
 std::unique_ptr<ExactSumKernels> exact_sum_kernels(ggml_backend_dev_t device, const RankConfig & config) {
     if (config.collectives == CollectivePath::InGraph || config.collectives == CollectivePath::ThroughHost) {
@@ -124,7 +124,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     StreamWork stream = stream_work(backend_.get(), device, config);
-    executor_ = std::make_unique<MetaExecutor>(
+    executor_ = std::make_unique<SegmentExecutor>(
         backend_.get(),
         config.collectives == CollectivePath::ThroughHost ? CollectiveRun::SegmentsThroughHost : CollectiveRun::Auto,
         config.allreduce && config.allreduce->takes_device_memory(), exact_sum_kernels(device, config),
@@ -153,7 +153,7 @@ void Rank::timed_allreduce(T * data, size_t n, void * stream) {
     collective_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
 }
 
-// stream: queued there (the meta executor's bridge), else summed now.
+// stream: queued there (the segment executor's bridge), else summed now.
 void Rank::allreduce_callback(void * user, void * data, size_t n, void * stream) {
     static_cast<Rank *>(user)->timed_allreduce(static_cast<float *>(data), n, stream);
 }

@@ -4,7 +4,7 @@
 // the same graph shape over its own shard; collective nodes join them.
 
 #include "ggml-ext/comm/allreduce_engine.h"
-#include "ggml-ext/exec/meta_executor.h"
+#include "ggml-ext/exec/segment_executor.h"
 #include "runtime/batch.h"
 #include "runtime/model/hparams.h"
 #include "runtime/plan/rank_ops.h"
@@ -113,7 +113,7 @@ class Rank {
     ggml_threadpool_t threadpool_ = nullptr;
     std::unique_ptr<KvCache> kv_;
     ggml_gallocr_ptr allocator_;
-    std::unique_ptr<MetaExecutor> executor_;
+    std::unique_ptr<SegmentExecutor> executor_;
     bool said_replay_ = false;
 
     ggml_context_ptr graph_ctx_;

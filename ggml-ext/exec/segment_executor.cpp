@@ -1,4 +1,4 @@
-#include "ggml-ext/exec/meta_executor.h"
+#include "ggml-ext/exec/segment_executor.h"
 
 #include "ggml-ext/ops/collective.h"
 #include "ggml-ext/error.h"
@@ -10,9 +10,9 @@
 
 namespace llama_tp {
 
-MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode, bool device_memory,
-                           std::unique_ptr<ExactSumKernels> exact, std::unique_ptr<StreamBridge> bridge,
-                           std::unique_ptr<StepCapture> capture)
+SegmentExecutor::SegmentExecutor(ggml_backend_t backend, CollectiveRun mode, bool device_memory,
+                                 std::unique_ptr<ExactSumKernels> exact, std::unique_ptr<StreamBridge> bridge,
+                                 std::unique_ptr<StepCapture> capture)
     : backend_(backend),
       mode_(mode),
       device_memory_(device_memory),
@@ -25,13 +25,13 @@ MetaExecutor::MetaExecutor(ggml_backend_t backend, CollectiveRun mode, bool devi
     if (capture_ && !bridge_) throw Error("capturing whole steps needs their collectives on the stream (a bridge)");
 }
 
-bool MetaExecutor::is_boundary(ggml_tensor * node) const {
+bool SegmentExecutor::is_boundary(ggml_tensor * node) const {
     if (ggml_cluster_allreduce_info(node, nullptr, nullptr)) return true;
     if (ggml_ext_exact_node(node, nullptr, nullptr) == GGML_EXT_EXACT_NONE) return false;
     return mode_ != CollectiveRun::Auto || !ggml_backend_supports_op(backend_, node);
 }
 
-bool MetaExecutor::runs_in_graph(ggml_cgraph * gf) const {
+bool SegmentExecutor::runs_in_graph(ggml_cgraph * gf) const {
     if (mode_ != CollectiveRun::Auto) return false;
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
@@ -42,7 +42,7 @@ bool MetaExecutor::runs_in_graph(ggml_cgraph * gf) const {
     return true;
 }
 
-void MetaExecutor::split(ggml_cgraph * gf) {
+void SegmentExecutor::split(ggml_cgraph * gf) {
     segments_.clear();
     const int n = ggml_graph_n_nodes(gf);
     int n_boundaries = 0;
@@ -77,7 +77,7 @@ void MetaExecutor::split(ggml_cgraph * gf) {
     splits_built_++;
 }
 
-ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
+ggml_status SegmentExecutor::compute(ggml_cgraph * gf) {
     if (runs_in_graph(gf)) return ggml_backend_graph_compute(backend_, gf);
     if (gf != cached_graph_ || ggml_graph_n_nodes(gf) != cached_n_nodes_) split(gf);
     const ggml_status st = capture_ ? run_captured(gf) : run_segments();
@@ -87,7 +87,7 @@ ggml_status MetaExecutor::compute(ggml_cgraph * gf) {
 
 // Replays the captured step where the graph is the one captured; captures a
 // graph seen the step before (a shape that repeats); else runs it as it is.
-ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
+ggml_status SegmentExecutor::run_captured(ggml_cgraph * gf) {
     if (!capturable_ || (healthy_ && !healthy_())) {
         last_fingerprint_.clear();
         return run_segments();
@@ -123,7 +123,7 @@ ggml_status MetaExecutor::run_captured(ggml_cgraph * gf) {
     return st;
 }
 
-ggml_status MetaExecutor::run_segments() {
+ggml_status SegmentExecutor::run_segments() {
     for (const Segment & seg : segments_) {
         if (ggml_graph_n_nodes(seg.graph) > 0) {
             const ggml_status st = bridge_ ? ggml_backend_graph_compute_async(backend_, seg.graph)
@@ -145,7 +145,7 @@ ggml_status MetaExecutor::run_segments() {
     return GGML_STATUS_SUCCESS;
 }
 
-void MetaExecutor::queue_on_stream(ggml_tensor * node) {
+void SegmentExecutor::queue_on_stream(ggml_tensor * node) {
     void * stream = bridge_->enter();
     ggml_cluster_allreduce_fn fn = nullptr;
     void * user = nullptr;
@@ -157,12 +157,12 @@ void MetaExecutor::queue_on_stream(ggml_tensor * node) {
     bridge_->leave();
 }
 
-bool MetaExecutor::host_readable(const ggml_tensor * node) const {
+bool SegmentExecutor::host_readable(const ggml_tensor * node) const {
     const ggml_backend_buffer_t buffer = node->view_src ? node->view_src->buffer : node->buffer;
     return mode_ != CollectiveRun::SegmentsThroughHost && buffer && ggml_backend_buffer_is_host(buffer);
 }
 
-void MetaExecutor::run_collective(ggml_tensor * node) {
+void SegmentExecutor::run_collective(ggml_tensor * node) {
     ggml_cluster_allreduce_fn fn = nullptr;
     void * user = nullptr;
     ggml_cluster_allreduce_info(node, &fn, &user);
@@ -177,7 +177,7 @@ void MetaExecutor::run_collective(ggml_tensor * node) {
     ggml_backend_tensor_set(node, staging_.data(), 0, staging_.size());
 }
 
-void MetaExecutor::run_exact(ggml_tensor * node, void * stream) {
+void SegmentExecutor::run_exact(ggml_tensor * node, void * stream) {
     int first = 0, n_parts = 0;
     const ggml_ext_exact_op op = ggml_ext_exact_node(node, &first, &n_parts);
     const size_t n = (size_t) ggml_nelements(node);
@@ -198,7 +198,8 @@ void MetaExecutor::run_exact(ggml_tensor * node, void * stream) {
 
 // The node's sources and (for an accumulation) its running sum copied to the
 // host, the arithmetic there, and the result copied back.
-void MetaExecutor::run_exact_through_host(ggml_tensor * node, ggml_ext_exact_op op, int first, int n_parts, size_t n) {
+void SegmentExecutor::run_exact_through_host(ggml_tensor * node, ggml_ext_exact_op op, int first, int n_parts,
+                                             size_t n) {
     std::vector<std::vector<float>> values((size_t) n_parts, std::vector<float>(n));
     const float * parts[GGML_MAX_SRC];
     for (int j = 0; j < n_parts; ++j) {
@@ -215,8 +216,8 @@ void MetaExecutor::run_exact_through_host(ggml_tensor * node, ggml_ext_exact_op 
 
 // The node's arithmetic on pointers the kernels (on_device) or the host can use:
 // in is the rounding's source, out the node's values.
-void MetaExecutor::exact_arithmetic(ggml_ext_exact_op op, const float * const * parts, int n_parts, const void * in,
-                                    void * out, size_t n, bool on_device, void * stream) {
+void SegmentExecutor::exact_arithmetic(ggml_ext_exact_op op, const float * const * parts, int n_parts, const void * in,
+                                       void * out, size_t n, bool on_device, void * stream) {
     if (op == GGML_EXT_EXACT_ROUND) {
         const double * from = static_cast<const double *>(in);
         if (on_device) {

@@ -42,7 +42,7 @@ enum class CollectiveRun {
     SegmentsThroughHost,  // between segments, each copied through host memory
 };
 
-class MetaExecutor {
+class SegmentExecutor {
   public:
     // device_memory: the collectives' callbacks take the backend's memory as
     // it is (a GPU engine's); otherwise memory the host cannot read is copied.
@@ -50,9 +50,9 @@ class MetaExecutor {
     // bridge: queue the nodes' work on the backend's stream order (may be
     // null; needs device_memory, exact kernels, and callbacks that take a stream).
     // capture: capture and replay whole steps (may be null; needs a bridge).
-    MetaExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto, bool device_memory = false,
-                 std::unique_ptr<ExactSumKernels> exact = nullptr, std::unique_ptr<StreamBridge> bridge = nullptr,
-                 std::unique_ptr<StepCapture> capture = nullptr);
+    SegmentExecutor(ggml_backend_t backend, CollectiveRun mode = CollectiveRun::Auto, bool device_memory = false,
+                    std::unique_ptr<ExactSumKernels> exact = nullptr, std::unique_ptr<StreamBridge> bridge = nullptr,
+                    std::unique_ptr<StepCapture> capture = nullptr);
 
     // Throws llama_tp::Error naming a node the backend cannot run.
     ggml_status compute(ggml_cgraph * gf);
