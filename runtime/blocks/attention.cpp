@@ -2,13 +2,16 @@
 // rank's heads (biases, norms, RoPE), the keys and values written to the
 // layer's cache (or read from the layer it shares), attention over each
 // run's cells, and the output projection summed over the group.
+#include "runtime/error.h"
 #include "runtime/graph/graph_builder.h"
 #include "runtime/model/gguf_file.h"
 #include "runtime/model/weight_declarer.h"
+#include "runtime/shard/axis.h"
 
 #include "ggml-ext/ops/row_attention.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "ggml.h"
 
@@ -156,6 +159,41 @@ ggml_tensor * GraphBuilder::attention(int il, ggml_tensor * cur, ggml_tensor * r
     }
     ggml_tensor * out = project(l.wo, ggml_reshape_2d(ctx, attn, head_dim(il) * n_q(il), shape.n_tokens), rows);
     return l.bo ? ggml_add(ctx, out, l.bo) : out;
+}
+
+// Its shard units.
+Axis attention_head_axis(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
+    // Column slices of attn_output start at head boundaries, which must also
+    // be quantization-block boundaries; a rank holds whole KV groups of every
+    // layer whose KV heads go round.
+    int64_t unit = 1;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerShape & s = hp.layer(il);
+        const int64_t blk_o = block_of(file, "blk." + std::to_string(il) + ".attn_output.weight");
+        const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) s.head_dim);
+        const int64_t group = hp.n_head / s.n_head_kv;
+        unit = std::lcm(unit, std::lcm(s.n_head_kv >= n_ranks ? group : 1, heads_per_block));
+    }
+    return {hp.n_head, unit,
+            "attention heads (" + std::to_string(hp.n_head) + " heads in units of " + std::to_string(unit) +
+                " for blk.*.attn_q.weight / attn_output.weight)"};
+}
+
+// Attention maps local query head i to local KV head i / (local ratio):
+// right when the rank holds whole groups, or part of a single group.
+ShardRange attention_kv_heads(const HParams & hp, int il, const ShardRange & q, int rank, int n_ranks) {
+    const int64_t n_head_kv = hp.layer(il).n_head_kv, group = hp.n_head / n_head_kv;
+    const ShardRange kv{q.begin / group, (q.end + group - 1) / group};
+    const bool whole_groups = q.begin % group == 0 && q.size() == kv.size() * group;
+    if (kv.size() != 1 && !whole_groups) {
+        throw Error("cannot split attention across " + std::to_string(n_ranks) + " ranks: rank " +
+                    std::to_string(rank) + " would hold query heads [" + std::to_string(q.begin) + ", " +
+                    std::to_string(q.end) + ") that do not map evenly onto KV heads (" + std::to_string(hp.n_head) +
+                    " query heads, " + std::to_string(n_head_kv) + " KV heads in layer " + std::to_string(il) +
+                    "); choose a tensor-parallel degree that divides " + std::to_string(n_head_kv) + " or " +
+                    std::to_string(hp.n_head));
+    }
+    return kv;
 }
 
 }  // namespace llama_tp

@@ -5,10 +5,10 @@
 #include "runtime/graph/graph_builder.h"
 #include "runtime/model/gguf_file.h"
 #include "runtime/model/weight_declarer.h"
-
-#include "ggml-ext/ops/row_attention.h"
+#include "runtime/shard/axis.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "ggml.h"
 
@@ -201,6 +201,20 @@ ggml_tensor * GraphBuilder::ffn(int il, ggml_tensor * x) const {
     router_in = ggml_mul(ctx, router_in, l.ffn_router_scale);
     ggml_tensor * experts = norm(moe_ffn(ffn, l, norm(x, l.ffn_pre_norm_2), router_in), l.ffn_post_norm_2);
     return ggml_add(ctx, dense, experts);
+}
+
+// Its shard units.
+// Slices of whole
+// 16-row tiles where the width allows (quantization blocks are already), so
+// that ggml's kernels treat a slice of gate/up as they treat the whole matrix,
+// which split-invariant sums rely on.
+Axis ffn_width_axis(const GgufFile & file, const HParams & hp, int64_t width, const std::string & down, int64_t n_ranks,
+                    const std::function<bool(int)> & layers) {
+    const int64_t blk = block_of_layers(file, hp, down, layers), tiled = std::lcm(blk, ShardPlan::kRowTile);
+    const int64_t unit = width % tiled == 0 && width / tiled >= n_ranks ? tiled : blk;
+    return {width, unit,
+            "the FFN width (" + std::to_string(width) + " in blocks of " + std::to_string(unit) + " for blk.*." + down +
+                ")"};
 }
 
 }  // namespace llama_tp

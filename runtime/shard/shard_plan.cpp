@@ -1,6 +1,7 @@
 #include "runtime/shard/shard_plan.h"
 
 #include "runtime/error.h"
+#include "runtime/shard/axis.h"
 #include "runtime/model/gguf_file.h"
 
 #include <algorithm>
@@ -15,31 +16,6 @@ namespace llama_tp {
 
 namespace {
 
-// Quantization block of a tensor (1 for float types); 1 when absent.
-int64_t block_of(const GgufFile & file, const std::string & name) {
-    const ggml_tensor * t = file.find_tensor(name);
-    return t ? ggml_blck_size(t->type) : 1;
-}
-
-// The largest block of the copies of a tensor in the layers `il` picks.
-template <typename Pick>
-int64_t block_of_layers(const GgufFile & file, const HParams & hp, const std::string & suffix, const Pick & pick) {
-    int64_t b = 1;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        if (pick(il)) b = std::lcm(b, block_of(file, "blk." + std::to_string(il) + "." + suffix));
-    }
-    return b;
-}
-
-std::vector<ShardRange> plan_or_explain(int64_t extent, int64_t granularity, const std::vector<float> & weights,
-                                        const std::string & what) {
-    try {
-        return plan_shards(extent, granularity, weights);
-    } catch (const Error & e) {
-        throw Error("cannot split " + what + " across " + std::to_string(weights.size()) + " ranks: " + e.what());
-    }
-}
-
 // "0, 3, 6, 12" for the message of a split that misses the grid.
 std::string grid_string(const std::vector<int64_t> & grid) {
     std::string out;
@@ -48,34 +24,6 @@ std::string grid_string(const std::vector<int64_t> & grid) {
 }
 
 constexpr int64_t kRowTile = ShardPlan::kRowTile;
-
-// One axis a split divides: the query heads, or an FFN width (the dense
-// FFN's of the layers that have that width, or the experts').
-struct Axis {
-    int64_t extent;
-    int64_t unit;  // boundaries fall on multiples of it
-    std::string what;
-    std::vector<ShardRange> split(const std::vector<float> & weights) const {
-        return plan_or_explain(extent, unit, weights, what);
-    }
-};
-
-Axis head_axis(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
-    // Column slices of attn_output start at head boundaries, which must also
-    // be quantization-block boundaries; a rank holds whole KV groups of every
-    // layer whose KV heads go round.
-    int64_t unit = 1;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        const LayerShape & s = hp.layer(il);
-        const int64_t blk_o = block_of(file, "blk." + std::to_string(il) + ".attn_output.weight");
-        const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) s.head_dim);
-        const int64_t group = hp.n_head / s.n_head_kv;
-        unit = std::lcm(unit, std::lcm(s.n_head_kv >= n_ranks ? group : 1, heads_per_block));
-    }
-    return {hp.n_head, unit,
-            "attention heads (" + std::to_string(hp.n_head) + " heads in units of " + std::to_string(unit) +
-                " for blk.*.attn_q.weight / attn_output.weight)"};
-}
 
 // ggml multiplies float matrices of a multiple of 4 rows with its tiled
 // kernel (llamafile's) and others with its own, which adds in another order:
@@ -91,8 +39,8 @@ bool same_float_kernel(int64_t slice_rows, int64_t whole_rows) {
 // of 4 either, each boundary moved by a row or two where needed.
 std::vector<ShardRange> vocab_slices(int64_t n_vocab, const std::vector<float> & weights) {
     const std::string what = "the output head vocabulary";
-    if (n_vocab % 4 == 0) return plan_or_explain(n_vocab, std::gcd(n_vocab, 4 * kRowTile), weights, what);
-    std::vector<ShardRange> slices = plan_or_explain(n_vocab, 1, weights, what);
+    if (n_vocab % 4 == 0) return Axis{n_vocab, std::gcd(n_vocab, 4 * kRowTile), what}.split(weights);
+    std::vector<ShardRange> slices = Axis{n_vocab, 1, what}.split(weights);
     if (slices.size() < 2) return slices;
     auto move_end = [&](size_t r, int64_t rows) { slices[r].end = slices[r + 1].begin = slices[r].end + rows; };
     for (size_t r = 0; r + 1 < slices.size(); ++r) {
@@ -109,20 +57,6 @@ std::vector<ShardRange> vocab_slices(int64_t n_vocab, const std::vector<float> &
     return slices;
 }
 
-// An FFN width of `width` whose down projections are `down`: slices of whole
-// 16-row tiles where the width allows (quantization blocks are already), so
-// that ggml's kernels treat a slice of gate/up as they treat the whole matrix,
-// which split-invariant sums rely on.
-template <typename Pick>
-Axis ffn_axis(const GgufFile & file, const HParams & hp, int64_t width, const std::string & down, int64_t n_ranks,
-              const Pick & pick) {
-    const int64_t blk = block_of_layers(file, hp, down, pick), tiled = std::lcm(blk, kRowTile);
-    const int64_t unit = width % tiled == 0 && width / tiled >= n_ranks ? tiled : blk;
-    return {width, unit,
-            "the FFN width (" + std::to_string(width) + " in blocks of " + std::to_string(unit) + " for blk.*." + down +
-                ")"};
-}
-
 // Every axis a model's split divides, for n_ranks ranks.
 struct Axes {
     Axis heads;
@@ -132,7 +66,7 @@ struct Axes {
 };
 
 Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
-    Axes a{head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt};
+    Axes a{attention_head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt};
     auto dense = [&](int il) { return hp.block(il).ffn.has_dense(); };
     auto experts = [&](int il) { return hp.block(il).ffn.has_experts(); };
     std::vector<int64_t> widths;
@@ -144,10 +78,10 @@ Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
         if (at == widths.end()) widths.push_back(w);
     }
     for (const int64_t w : widths) {
-        a.ff.push_back(ffn_axis(file, hp, w, "ffn_down.weight", n_ranks,
-                                [&](int il) { return dense(il) && hp.layer(il).n_ff == w; }));
+        a.ff.push_back(ffn_width_axis(file, hp, w, "ffn_down.weight", n_ranks,
+                                      [&](int il) { return dense(il) && hp.layer(il).n_ff == w; }));
     }
-    if (hp.is_moe()) a.ff_exp = ffn_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, experts);
+    if (hp.is_moe()) a.ff_exp = ffn_width_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, experts);
     return a;
 }
 
@@ -221,24 +155,6 @@ SplitAxis split_axis(const AxisOf & axis_of, const std::vector<float> & weights,
     return s;
 }
 
-// The KV heads layer il's query heads q read. Attention maps local query
-// head i to local KV head i / (local ratio): right when the rank holds whole
-// groups, or part of a single group.
-ShardRange kv_heads_of(const HParams & hp, int il, const ShardRange & q, int rank, int n_ranks) {
-    const int64_t n_head_kv = hp.layer(il).n_head_kv, group = hp.n_head / n_head_kv;
-    const ShardRange kv{q.begin / group, (q.end + group - 1) / group};
-    const bool whole_groups = q.begin % group == 0 && q.size() == kv.size() * group;
-    if (kv.size() != 1 && !whole_groups) {
-        throw Error("cannot split attention across " + std::to_string(n_ranks) + " ranks: rank " +
-                    std::to_string(rank) + " would hold query heads [" + std::to_string(q.begin) + ", " +
-                    std::to_string(q.end) + ") that do not map evenly onto KV heads (" + std::to_string(hp.n_head) +
-                    " query heads, " + std::to_string(n_head_kv) + " KV heads in layer " + std::to_string(il) +
-                    "); choose a tensor-parallel degree that divides " + std::to_string(n_head_kv) + " or " +
-                    std::to_string(hp.n_head));
-    }
-    return kv;
-}
-
 }  // namespace
 
 ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks, const std::vector<float> & weights_in,
@@ -275,7 +191,7 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
         s.layers.resize(hp.n_layer);
         for (int il = 0; il < hp.n_layer; ++il) {
             LayerShard & l = s.layers[il];
-            l.kv_heads = kv_heads_of(hp, il, s.q_heads, r, n_ranks);
+            l.kv_heads = attention_kv_heads(hp, il, s.q_heads, r, n_ranks);
             if (axes.ff_of_layer[il] >= 0) {
                 const SplitAxis & f = ff[axes.ff_of_layer[il]];
                 l.ff = {f.ranges[r], f.pieces[r]};

@@ -1,7 +1,9 @@
 #pragma once
 // How a model's matrices are divided among tensor-parallel ranks
 // (Megatron-style): attention by heads, the FFN by its width, the output
-// head by vocabulary. Norms and token embeddings are mirrored.
+// head and the token embeddings by vocabulary. Norms are mirrored. Each
+// block kind says which axes it has (runtime/shard/axis.h); this plan splits
+// them all alike and is the one place a rank's share is decided.
 
 #include "ggml-ext/shard_range.h"
 #include "runtime/model/hparams.h"

@@ -1,0 +1,46 @@
+#pragma once
+// One axis a split divides (the query heads, an FFN width): its extent, the
+// unit its boundaries fall on and how to name it in an error. The shard plan
+// (shard_plan.cpp) splits every axis alike; each block kind says which axes
+// it has and what their units are, in its own file (runtime/blocks/).
+
+#include "ggml-ext/shard_range.h"
+#include "runtime/model/hparams.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace llama_tp {
+
+class GgufFile;
+
+struct Axis {
+    int64_t extent;
+    int64_t unit;  // boundaries fall on multiples of it
+    std::string what;
+    // Throws llama_tp::Error saying what cannot be split and why.
+    std::vector<ShardRange> split(const std::vector<float> & weights) const;
+};
+
+// Quantization block of a tensor (1 for float types); 1 when absent.
+int64_t block_of(const GgufFile & file, const std::string & name);
+// The largest block of the copies of a tensor (blk.N.suffix) in the layers `pick` picks.
+int64_t block_of_layers(const GgufFile & file, const HParams & hp, const std::string & suffix,
+                        const std::function<bool(int)> & pick);
+
+// The blocks' axes, each defined in its block's file.
+// Attention (runtime/blocks/attention.cpp): the query heads, in units that
+// keep whole KV groups where KV heads go round and whole quantization
+// blocks of attn_output's columns.
+Axis attention_head_axis(const GgufFile & file, const HParams & hp, int64_t n_ranks);
+// The KV heads layer il's query heads q read; throws llama_tp::Error where
+// they do not map evenly onto KV heads.
+ShardRange attention_kv_heads(const HParams & hp, int il, const ShardRange & q, int rank, int n_ranks);
+// FFN (runtime/blocks/ffn.cpp): a width of `width` whose down projections
+// (blk.*.down) are in the layers `layers` picks.
+Axis ffn_width_axis(const GgufFile & file, const HParams & hp, int64_t width, const std::string & down, int64_t n_ranks,
+                    const std::function<bool(int)> & layers);
+
+}  // namespace llama_tp
