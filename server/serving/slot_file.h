@@ -8,7 +8,7 @@
 // checksum; a file from another model or format, or a truncated or corrupt
 // one, is refused before anything is restored.
 
-#include "runtime/kv/kv_cache.h"
+#include "runtime/engine_options.h"
 
 #include <cstdint>
 #include <stdexcept>

@@ -4,8 +4,7 @@
 // sampled token, and the target model's logits of that one step check them
 // all (server/README.md, "Speculative decoding").
 
-#include "runtime/kv/kv_cache.h"
-#include "runtime/ranks/rank_devices.h"
+#include "runtime/engine_options.h"
 
 #include <cstdint>
 #include <memory>
