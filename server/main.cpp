@@ -262,13 +262,6 @@ int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * a
 
 int main(int argc, char ** argv) {
     limit_malloc_arenas();
-    try {
-        // Before any graph: see ggml_graphs_off_for_capture.
-        if (ggml_graphs_off_for_capture(Environment::of_process())) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
-    } catch (const Error & e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
     // Before any thread starts (libcommon's log thread, which the flag parser
     // may start, and MPI's), so that all of them inherit the mask. A shell
     // may start a background job with SIGINT ignored, and an ignored signal
@@ -308,6 +301,13 @@ int main(int argc, char ** argv) {
     // Shared with the threads that may end the process, detached ones included.
     const Lifetime life = std::make_shared<ServerLifetime>();
     if (opts.router()) return run_router(opts, sigs, argv[0], life);
+    try {
+        // Before any graph: see ggml_graphs_off_for_capture.
+        if (ggml_graphs_off_for_capture(Environment::of_process())) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
+    } catch (const Error & e) {
+        SRV_ERR("%s", e.what());
+        return 1;
+    }
 
     // Before MPI starts: a process still downloading would miss the first
     // collective's deadline, while MPI's own start waits for every process.

@@ -94,7 +94,7 @@ step bench-1b-split-invariant "$bin/llama-tp-bench" -m "$models/1b-q8_0.gguf" -p
     --json
 # Each segment waited for on the host (the default), and queued on the
 # streams (LLAMA_TP_STREAM_COLLECTIVES=1; on one GPU with every kernel
-# loaded up front: runtime/plan/runtime_plan.h).
+# loaded up front: runtime/plan/runtime_plan.h, stream_collectives_asked).
 on_stream=(env GGML_CUDA_DEVICES=2 LLAMA_TP_STREAM_COLLECTIVES=1 CUDA_MODULE_LOADING=EAGER)
 step tp2-internal-f32-on-stream "${on_stream[@]}" "$bin/llama-tp-compare" -m "$models/small-f16.gguf" \
     --reference tp1 --tp 2 --allreduce internal --json

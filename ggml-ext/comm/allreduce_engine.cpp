@@ -158,7 +158,7 @@ void AllReduceEngine::allreduce_on_stream(int, double *, size_t, void *) {
 
 std::unique_ptr<AllReduceEngine> make_allreduce_engine(const AllReduceConfig & config) {
     ProcessGroup * processes = config.processes;
-    if (processes && processes->size() > 1) {
+    if (processes) {
         const std::string name = normalized_engine_name(config.engine);
         if (name != "auto" && !name.empty() && name != "mpi" && name != "nccl") {
             throw Error("allreduce engine '" + config.engine + "' joins the ranks of one process; ranks in " +

@@ -34,7 +34,7 @@ struct AllReduceConfig {
     std::vector<int> cuda_devices;  // with RankMemory::Cuda: each rank's device ordinal
     GpuAllReduceSizes gpu_sizes;    // the defaults; GpuAllReduceSizes::from() for the environment's
     // The processes of an MPI launch whose ranks the engine joins (n_ranks
-    // in each; nullptr or one process: the ranks of this process only).
+    // in each; nullptr: the ranks of this process only).
     ProcessGroup * processes = nullptr;
 };
 

@@ -203,11 +203,9 @@ ggml_tensor * GraphBuilder::ffn(int il, ggml_tensor * x) const {
     return ggml_add(ctx, dense, experts);
 }
 
-// Its shard units.
-// Slices of whole
-// 16-row tiles where the width allows (quantization blocks are already), so
-// that ggml's kernels treat a slice of gate/up as they treat the whole matrix,
-// which split-invariant sums rely on.
+// Its shard units: slices of whole 16-row tiles where the width allows
+// (quantization blocks are already), so that ggml's kernels treat a slice of
+// gate/up as they treat the whole matrix, which split-invariant sums rely on.
 Axis ffn_width_axis(const GgufFile & file, const HParams & hp, int64_t width, const std::string & down, int64_t n_ranks,
                     const std::function<bool(int)> & layers) {
     const int64_t blk = block_of_layers(file, hp, down, layers), tiled = std::lcm(blk, ShardPlan::kRowTile);

@@ -56,7 +56,10 @@ struct RuntimePlan {
 RuntimePlan resolve_runtime(const EngineOptions & options, const PlanFacts & facts, const Environment & env);
 
 // The environment's switches, each 0 or 1 (unset: 0); throw llama_tp::Error
-// naming the variable for anything else.
+// naming the variable for anything else. Collectives wait on the host by
+// default: the on-stream path is new, and on one GPU shared by two ranks
+// (GGML_CUDA_DEVICES) its kernels, each spinning for the other's, advanced
+// only about once a millisecond.
 bool stream_collectives_asked(const Environment & env);  // LLAMA_TP_STREAM_COLLECTIVES
 bool graph_capture_asked(const Environment & env);       // ours, else GGML_CUDA_COLLECTIVE_GRAPH_CAPTURE
 

@@ -1,9 +1,9 @@
 #pragma once
 // The named handlers of the route table (route_table.cpp), by the protocol
 // they serve: OpenAI's (openai.cpp), Anthropic's (anthropic.cpp),
-// llama-server's own (native.cpp) and the server's administration
-// (admin.cpp). Each answers one request; an exception it throws becomes an
-// error object (guarded()).
+// llama-server's own (native.cpp), pooled outputs (pooling.cpp) and the
+// server's administration (admin.cpp). Each answers one request; an
+// exception it throws becomes an error object (guarded()).
 
 #include "server/routes/route_table.h"
 
@@ -23,7 +23,6 @@ void handle_chat(ServerState & st, const httplib::Request & req, httplib::Respon
 void handle_chat_input_tokens(ServerState & st, const httplib::Request & req, httplib::Response & res);
 void handle_responses(ServerState & st, const httplib::Request & req, httplib::Response & res);
 void handle_responses_input_tokens(ServerState & st, const httplib::Request & req, httplib::Response & res);
-void handle_openai_embeddings(ServerState & st, const httplib::Request & req, httplib::Response & res);
 
 // Anthropic
 void handle_messages(ServerState & st, const httplib::Request & req, httplib::Response & res);
@@ -35,6 +34,9 @@ void handle_infill(ServerState & st, const httplib::Request & req, httplib::Resp
 void handle_tokenize(ServerState & st, const httplib::Request & req, httplib::Response & res);
 void handle_detokenize(ServerState & st, const httplib::Request & req, httplib::Response & res);
 void handle_apply_template(ServerState & st, const httplib::Request & req, httplib::Response & res);
+
+// Pooled outputs: embeddings in both shapes, rerank
+void handle_openai_embeddings(ServerState & st, const httplib::Request & req, httplib::Response & res);
 void handle_native_embeddings(ServerState & st, const httplib::Request & req, httplib::Response & res);
 void handle_rerank(ServerState & st, const httplib::Request & req, httplib::Response & res);
 
