@@ -244,4 +244,11 @@ struct EngineFlags {
     }
 };
 
+// Before any graph, a reference run's included: ggml's own CUDA graphs off
+// for the process where whole steps are to be captured
+// (ggml_graphs_off_for_capture). Throws llama_tp::Error for a malformed value.
+inline void prepare_process_for_capture() {
+    if (ggml_graphs_off_for_capture(Environment::of_process())) setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
+}
+
 }  // namespace llama_tp

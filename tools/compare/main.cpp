@@ -330,10 +330,7 @@ int main(int argc, char ** argv) {
     // ends the whole job when it goes.
     std::unique_ptr<llama_tp::ProcessGroup> processes;
     try {
-        // Before any graph, the reference's included: see ggml_graphs_off_for_capture.
-        if (llama_tp::ggml_graphs_off_for_capture(llama_tp::Environment::of_process())) {
-            setenv("GGML_CUDA_DISABLE_GRAPHS", "1", 1);
-        }
+        llama_tp::prepare_process_for_capture();
         processes = llama_tp::join_launched_processes(llama_tp::kProcessTimeout_s);
         o.engine.join(processes.get());
         return llama_tp::run(o);
