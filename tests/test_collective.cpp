@@ -47,9 +47,10 @@ struct RankCall {
     std::vector<float> seen_values;  // the input as the callback saw it
 };
 
-void stand_in_allreduce(void * user, void * data, size_t n, void * stream) {
+void stand_in_allreduce(void * user, void * data, ggml_type type, size_t n, void * stream) {
     auto * call = static_cast<RankCall *>(user);
     EXPECT_EQ(stream, nullptr);
+    EXPECT_EQ(type, GGML_TYPE_F32);
     call->calls++;
     call->seen_n = n;
     call->seen_data = data;
@@ -264,7 +265,7 @@ struct CountingCapture final : llama_tp::StepCapture {
 };
 
 // A rank's collective that needs no other rank: doubles the values, counts its calls.
-void doubling_allreduce(void * user, void * data, size_t n, void *) {
+void doubling_allreduce(void * user, void * data, ggml_type, size_t n, void *) {
     ++*static_cast<int *>(user);
     float * f = static_cast<float *>(data);
     for (size_t i = 0; i < n; ++i) f[i] *= 2.0f;

@@ -106,8 +106,9 @@ struct Call {
     size_t n = 0;
 };
 
-void twice(void * user, void * data, size_t n, void *) {
+void twice(void * user, void * data, ggml_type type, size_t n, void *) {
     Call * call = static_cast<Call *>(user);
+    EXPECT_EQ(type, GGML_TYPE_F64);
     call->calls++;
     call->n = n;
     double * x = static_cast<double *>(data);

@@ -150,7 +150,7 @@ void SegmentExecutor::queue_on_stream(ggml_tensor * node) {
     ggml_cluster_allreduce_fn fn = nullptr;
     void * user = nullptr;
     if (ggml_cluster_allreduce_info(node, &fn, &user)) {
-        fn(user, node->data, (size_t) ggml_nelements(node), stream);
+        fn(user, node->data, node->type, (size_t) ggml_nelements(node), stream);
     } else {
         run_exact(node, stream);
     }
@@ -168,12 +168,12 @@ void SegmentExecutor::run_collective(ggml_tensor * node) {
     ggml_cluster_allreduce_info(node, &fn, &user);
     const size_t n = (size_t) ggml_nelements(node);
     if (host_readable(node) || (device_memory_ && mode_ != CollectiveRun::SegmentsThroughHost)) {
-        fn(user, node->data, n, nullptr);
+        fn(user, node->data, node->type, n, nullptr);
         return;
     }
     staging_.resize(ggml_nbytes(node));
     ggml_backend_tensor_get(node, staging_.data(), 0, staging_.size());
-    fn(user, staging_.data(), n, nullptr);
+    fn(user, staging_.data(), node->type, n, nullptr);
     ggml_backend_tensor_set(node, staging_.data(), 0, staging_.size());
 }
 

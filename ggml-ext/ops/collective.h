@@ -14,10 +14,10 @@
 
 extern "C" {
 
-// data: the node's F32 or F64 values (n elements; the caller registers a
-// callback that knows which), in the backend's memory;
+// data: the node's n values of type (GGML_TYPE_F32, or GGML_TYPE_F64 for
+// split-invariant sums), in the backend's memory;
 // stream: the backend's stream where it has one, else NULL.
-typedef void (*ggml_cluster_allreduce_fn)(void * user, void * data, size_t n, void * stream);
+typedef void (*ggml_cluster_allreduce_fn)(void * user, void * data, enum ggml_type type, size_t n, void * stream);
 
 // a must be a contiguous F32 or F64 tensor; the result is a view of it (in place).
 struct ggml_tensor * ggml_cluster_allreduce(struct ggml_context * ctx, struct ggml_tensor * a,

@@ -1,5 +1,6 @@
 #include "ggml-ext/ops/exact_matmul.h"
 
+#include "ggml-ext/ops/op_params.h"
 #include "ggml-ext/ops/q8_0_cells.h"
 
 #include <algorithm>
@@ -21,12 +22,37 @@ struct RowShare {
     }
 };
 
-// The cell bounds as offsets in blocks of `block` columns (no bounds: one cell).
-std::vector<int64_t> bounds_in_blocks(const int64_t * bounds, int64_t width, int64_t block) {
-    if (!bounds) return {0, width / block};
-    std::vector<int64_t> out{0};
-    for (int64_t c = 1; out.back() * block < width; ++c) out.push_back(bounds[c] / block);
-    return out;
+// The product's cells, their offsets in blocks of W's type
+// (ggml-ext/ops/op_params.h): blocks[0] = 0 < ... < blocks[n] = W's blocks.
+// The reduction grid has at most 10 cells (runtime/shard/shard_plan.h).
+struct Cells {
+    int32_t n;
+    int32_t blocks[GGML_MAX_OP_PARAMS / sizeof(int32_t) - 1];
+};
+constexpr int kMaxCells = (int) (sizeof(Cells::blocks) / sizeof(int32_t)) - 1;
+constexpr const char * kCellsName = "exact_matmul_cells";
+
+// bounds in columns (nullptr: one cell of width) as Cells.
+Cells cells_of(const int64_t * bounds, int64_t width, int64_t block) {
+    Cells c{};
+    c.blocks[0] = 0;
+    if (!bounds) {
+        c.n = 1;
+        c.blocks[1] = (int32_t) (width / block);
+        return c;
+    }
+    while (bounds[c.n] < width) {
+        GGML_ASSERT(c.n < kMaxCells && "more cells than an exact product takes");
+        ++c.n;
+        c.blocks[c.n] = (int32_t) (bounds[c.n] / block);
+    }
+    return c;
+}
+
+std::vector<int64_t> cell_blocks(const ggml_tensor * dst) {
+    Cells c{};
+    ggml_ext::op_params_of(dst, kCellsName, &c);
+    return std::vector<int64_t>(c.blocks, c.blocks + c.n + 1);
 }
 
 // x's rows in the type W's dot products take.
@@ -56,11 +82,11 @@ constexpr int64_t kTokenBlock = 64;
 // arithmetic.
 constexpr int64_t kStreamTokens = 4;
 
-void product_q8_0(ggml_tensor * dst, const int64_t * bounds, int ith, int nth) {
+void product_q8_0(ggml_tensor * dst, int ith, int nth) {
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * x = dst->src[1];
     const int64_t M = w->ne[1], T = x->ne[1], n_blocks = w->ne[0] / 32;
-    const std::vector<int64_t> cells = bounds_in_blocks(bounds, w->ne[0], 32);
+    const std::vector<int64_t> cells = cell_blocks(dst);
     const ggml_ext::Q8Kernel kernel = ggml_ext::q8_best_kernel();
     const int64_t tile_tokens = ggml_ext::q8_tile_tokens(kernel);
     const bool rounded = dst->type == GGML_TYPE_F32;
@@ -140,8 +166,8 @@ void product_q8_0(ggml_tensor * dst, const int64_t * bounds, int ith, int nth) {
     }
 }
 
-void product(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    product_q8_0(dst, static_cast<const int64_t *>(userdata), ith, nth);
+void product(ggml_tensor * dst, int ith, int nth, void *) {
+    product_q8_0(dst, ith, nth);
 }
 
 void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
@@ -183,9 +209,10 @@ ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_te
     ggml_tensor * x_args[1] = {x};
     ggml_tensor * xq =
         ggml_custom_4d(ctx, x_type, x->ne[0], x->ne[1], 1, 1, x_args, 1, quantize_rows, GGML_N_TASKS_MAX, nullptr);
-    ggml_tensor * args[2] = {w, xq};
-    ggml_tensor * out = ggml_custom_4d(ctx, out_type, w->ne[1], x->ne[1], 1, 1, args, 2, product, GGML_N_TASKS_MAX,
-                                       const_cast<int64_t *>(bounds));
+    const Cells cells = cells_of(bounds, w->ne[0], ggml_blck_size(w->type));
+    ggml_tensor * args[3] = {w, xq, ggml_ext::op_params_tensor(ctx, kCellsName, cells)};
+    ggml_tensor * out =
+        ggml_custom_4d(ctx, out_type, w->ne[1], x->ne[1], 1, 1, args, 3, product, GGML_N_TASKS_MAX, nullptr);
     ggml_set_name(out, "exact_matmul");
     return out;
 }

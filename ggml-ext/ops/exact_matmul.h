@@ -32,9 +32,9 @@ bool ggml_ext_exact_matmul_preferred(void);
 
 // w:      [K, M] of a type it takes, in ggml's plain layout (not repacked)
 // x:      F32 [K, T], rows contiguous
-// bounds: column offsets 0 = b[0] < b[1] < ... = K of the cells, each a
-//         multiple of w's block size; read while the graph runs, so they must
-//         outlive every graph holding the node. NULL: one cell, the whole row.
+// bounds: column offsets 0 = b[0] < b[1] < ... = K of the cells (at most
+//         14), each a multiple of w's block size; the node keeps a copy.
+//         NULL: one cell, the whole row.
 // out_type: F64 [M, T], the sums to reduce across ranks (exact_sum.h), or
 //           F32 [M, T], each sum rounded once, where no other rank adds to it.
 struct ggml_tensor * ggml_ext_exact_matmul(struct ggml_context * ctx, struct ggml_tensor * w, struct ggml_tensor * x,

@@ -1,14 +1,14 @@
 #include "ggml-ext/ops/exact_sum.h"
 
+#include "ggml-ext/ops/op_params.h"
+
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 namespace {
 
-// Every node's last source is a small tag tensor whose name and op_params say
-// what the node does, so that an executor reading the graph finds it (as the
-// collective node's companion does).
+// Every node's companion (ggml-ext/ops/op_params.h) says what the node does,
+// so that an executor reading the graph finds it.
 constexpr const char * kTagName = "ggml_ext_exact";
 
 // A custom op takes at most GGML_MAX_SRC - 1 sources, one of them the tag;
@@ -17,11 +17,7 @@ constexpr int kPartsFirstNode = GGML_MAX_SRC - 2;
 constexpr int kPartsPerNode = GGML_MAX_SRC - 3;
 
 ggml_tensor * tag(ggml_context * ctx, ggml_ext_exact_op op) {
-    ggml_tensor * t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1);
-    ggml_set_name(t, kTagName);
-    const int32_t v = op;
-    std::memcpy(t->op_params, &v, sizeof(v));
-    return t;
+    return ggml_ext::op_params_tensor(ctx, kTagName, (int32_t) op);
 }
 
 // This thread's share [begin, end) of n elements.
@@ -81,12 +77,10 @@ ggml_tensor * ggml_ext_exact_round(ggml_context * ctx, ggml_tensor * acc) {
 }
 
 ggml_ext_exact_op ggml_ext_exact_node(const ggml_tensor * node, int * first_part, int * n_parts) {
-    if (node->op != GGML_OP_CUSTOM) return GGML_EXT_EXACT_NONE;
-    int last = -1;
-    for (int j = 0; j < GGML_MAX_SRC && node->src[j]; ++j) last = j;
-    if (last < 0 || std::strcmp(node->src[last]->name, kTagName) != 0) return GGML_EXT_EXACT_NONE;
     int32_t op = 0;
-    std::memcpy(&op, node->src[last]->op_params, sizeof(op));
+    if (!ggml_ext::op_params_of(node, kTagName, &op)) return GGML_EXT_EXACT_NONE;
+    int last = 0;
+    while (last + 1 < GGML_MAX_SRC && node->src[last + 1]) ++last;
     const int first = op == GGML_EXT_EXACT_ACCUMULATE ? 1 : 0;
     if (first_part) *first_part = first;
     if (n_parts) *n_parts = op == GGML_EXT_EXACT_ROUND ? 0 : last - first;  // the rounding's source is no part

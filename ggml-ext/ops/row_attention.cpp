@@ -1,5 +1,7 @@
 #include "ggml-ext/ops/row_attention.h"
 
+#include "ggml-ext/ops/op_params.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -462,13 +464,19 @@ float * part_at(const ggml_tensor * parts, int64_t T, int64_t t, int64_t h, int6
                                      (s * T + t) * parts->nb[3]);
 }
 
+// How the partials' scores are made (ggml-ext/ops/op_params.h).
+struct Scores {
+    float scale, softcap;
+};
+constexpr const char * kScoresName = "row_attention_scores";
+
 // The partial results: work units (an item, or one chunk of an item when
 // chunks are split) are dealt to the threads in turn. Unsplit, a thread
 // combines an item's chunks itself and keeps one partial per row.
-void run_parts(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    float params[2];  // scale, softcap
-    std::memcpy(params, &userdata, sizeof(params));
-    const float scale = params[0], softcap = params[1];
+void run_parts(ggml_tensor * dst, int ith, int nth, void *) {
+    Scores params{};
+    ggml_ext::op_params_of(dst, kScoresName, &params);
+    const float scale = params.scale, softcap = params.softcap;
     const ggml_tensor * tq = dst->src[0];
     const int64_t D = tq->ne[0], T = tq->ne[1];
     const Plan p = plan_of(tq, dst->src[1], dst->ne[1], nth);
@@ -549,20 +557,15 @@ ggml_tensor * ggml_ext_row_attention(ggml_context * ctx, ggml_tensor * q, ggml_t
     GGML_ASSERT(mask->ne[0] >= k->ne[1]);
     GGML_ASSERT(k->nb[0] == sizeof(ggml_fp16_t) && v->nb[0] == sizeof(ggml_fp16_t));
     GGML_ASSERT(!sinks || (sinks->type == GGML_TYPE_F32 && ggml_is_contiguous(sinks) && sinks->ne[0] == q->ne[2]));
-    // The scale and soft-cap travel in the user pointer's bits: nothing to keep alive.
-    static_assert(2 * sizeof(float) <= sizeof(void *), "two floats must fit a pointer");
-    const float params[2] = {scale, softcap};
-    void * userdata = nullptr;
-    std::memcpy(&userdata, params, sizeof(params));
     const int64_t D = q->ne[0], T = q->ne[1], n_head = q->ne[2], n_streams = q->ne[3];
     // A partial result per chunk where few rows are decoded (and the
     // partials stay small), so that the threads can share a row's chunks.
     const int64_t n_chunks = (k->ne[1] + kChunkCells - 1) / kChunkCells;
     const int64_t part_bytes = n_chunks * (kPartHead + D) * n_head * T * n_streams * (int64_t) sizeof(float);
     const int64_t slots = n_chunks > 1 && T <= kSplitTokens && part_bytes <= kMaxPartBytes ? n_chunks : 1;
-    ggml_tensor * part_args[4] = {q, k, v, mask};
-    ggml_tensor * parts = ggml_custom_4d(ctx, GGML_TYPE_F32, kPartHead + D, slots, n_head, T * n_streams, part_args, 4,
-                                         run_parts, GGML_N_TASKS_MAX, userdata);
+    ggml_tensor * part_args[5] = {q, k, v, mask, ggml_ext::op_params_tensor(ctx, kScoresName, Scores{scale, softcap})};
+    ggml_tensor * parts = ggml_custom_4d(ctx, GGML_TYPE_F32, kPartHead + D, slots, n_head, T * n_streams, part_args, 5,
+                                         run_parts, GGML_N_TASKS_MAX, nullptr);
     ggml_set_name(parts, "row_attention_parts");
     ggml_tensor * row_args[4] = {parts, q, k, sinks};
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, D, n_head, T, n_streams, row_args, sinks ? 4 : 3, run_rows,

@@ -27,7 +27,7 @@ ggml_tensor * GraphBuilder::lookup(ggml_tensor * table) const {
     if (!reduce) return ggml_get_rows(ctx, table, in.tokens);
     ggml_tensor * rows = ggml_mul(ctx, ggml_get_rows(ctx, table, in.embd_rows), in.embd_mask);
     return ggml_ext_exact_round(
-        ctx, ggml_cluster_allreduce(ctx, ggml_ext_exact_sum(ctx, &rows, 1), reduce->fn_f64, reduce->user));
+        ctx, ggml_cluster_allreduce(ctx, ggml_ext_exact_sum(ctx, &rows, 1), reduce->fn, reduce->user));
 }
 
 // Gemma 4's per-layer inputs [n_embd_per_layer, n_tokens, n_layer]: each

@@ -23,11 +23,10 @@ namespace llama_tp {
 struct HParams;
 class ModelWeights;
 
-// How a rank's partial sums are combined: a collective node calling fn for
-// F32 values, fn_f64 for F64 ones (split-invariant sums).
+// How a rank's partial sums are combined: a collective node calling fn
+// (F32 values, or F64 ones for split-invariant sums).
 struct Collective {
     ggml_cluster_allreduce_fn fn;
-    ggml_cluster_allreduce_fn fn_f64;
     void * user;
 };
 

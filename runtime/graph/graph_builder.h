@@ -156,7 +156,7 @@ struct GraphBuilder {
 
     // A rank's double sums reduced across the group and rounded once.
     ggml_tensor * exact_total(ggml_tensor * acc) const {
-        if (reduce) acc = ggml_cluster_allreduce(ctx, acc, reduce->fn_f64, reduce->user);
+        if (reduce) acc = ggml_cluster_allreduce(ctx, acc, reduce->fn, reduce->user);
         return ggml_ext_exact_round(ctx, acc);
     }
 

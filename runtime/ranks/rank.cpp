@@ -154,12 +154,13 @@ void Rank::timed_allreduce(T * data, size_t n, void * stream) {
 }
 
 // stream: queued there (the segment executor's bridge), else summed now.
-void Rank::allreduce_callback(void * user, void * data, size_t n, void * stream) {
-    static_cast<Rank *>(user)->timed_allreduce(static_cast<float *>(data), n, stream);
-}
-
-void Rank::allreduce_f64_callback(void * user, void * data, size_t n, void * stream) {
-    static_cast<Rank *>(user)->timed_allreduce(static_cast<double *>(data), n, stream);
+void Rank::allreduce_callback(void * user, void * data, ggml_type type, size_t n, void * stream) {
+    Rank * rank = static_cast<Rank *>(user);
+    if (type == GGML_TYPE_F64) {
+        rank->timed_allreduce(static_cast<double *>(data), n, stream);
+    } else {
+        rank->timed_allreduce(static_cast<float *>(data), n, stream);
+    }
 }
 
 void Rank::apply_edits(const std::vector<KvEdit> & edits) {
@@ -357,7 +358,7 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
         if (!graph_ctx_) throw Error("out of memory building the graph");
         graph_ = ggml_new_graph_custom(graph_ctx_.get(), n_nodes, false);
         shape_ = shape;
-        const Collective reduce{allreduce_callback, allreduce_f64_callback, this};
+        const Collective reduce{allreduce_callback, this};
         GraphMode mode;
         mode.reduce = config_.n_ranks > 1 ? &reduce : nullptr;
         mode.split_invariant = config_.split_invariant;

@@ -100,8 +100,7 @@ class Rank {
     void copy_heads(const std::vector<int64_t> & cells, const std::vector<int64_t> & window_cells, uint8_t * image,
                     bool to_image);
 
-    static void allreduce_callback(void * user, void * data, size_t n, void * stream);
-    static void allreduce_f64_callback(void * user, void * data, size_t n, void * stream);
+    static void allreduce_callback(void * user, void * data, ggml_type type, size_t n, void * stream);
     template <typename T>
     void timed_allreduce(T * data, size_t n, void * stream);
 
