@@ -69,8 +69,7 @@ class TensorParallelEngine final : public Engine {
             // The ranks' devices may decide the sums: every process must take the same.
             MpiRankGroup::agree(*processes, std::string("sums: ") + (options_.exact_sums() ? "exact" : "float") + "\n");
         }
-        const bool sharded = n_ranks > 1 || options_.exact_sums();
-        if (sharded) plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
+        plan_ = ShardPlan::plan(file, hp_, n_ranks, options_.tensor_split, options_.exact_sums());
         // GPU ranks attend with ggml's attention, fastest over whole windows.
         kv_sizes_ = KvPoolSizes::of(hp_, options_.n_ctx, options_.n_seq_max, options_.kv_unified, options_.n_batch,
                                     options_.swa_full, !runtime_.host_ops());
@@ -102,7 +101,7 @@ class TensorParallelEngine final : public Engine {
         const int tp = options_.tp;
         setup.file = &file;
         setup.hp = &hp_;
-        setup.plan = plan_.ranks.empty() ? nullptr : &plan_;
+        setup.plan = &plan_;
         setup.options = &options_;
         setup.kv_sizes = kv_sizes_;
         setup.first_rank = processes ? processes->rank() * tp : 0;

@@ -24,15 +24,13 @@ namespace llama_tp {
 void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const HParams & hp = d.hp;
     const AttentionBlock & attn = hp.block(il).attention;
-    const RankShard * shard = d.shard();
-    const LayerShard * ls = d.layer(il);
+    const RankShard & shard = d.shard();
+    const LayerShard & ls = d.layer(il);
     const std::string p = "blk." + std::to_string(il) + ".";
     const int64_t E = hp.n_embd, hd = hp.layer(il).head_dim;
     const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
-    const TensorSlice q_rows = shard ? d.rows(shard->q_heads, hd) : TensorSlice{};
-    const TensorSlice q_cols = shard ? d.cols(shard->q_heads, hd) : TensorSlice{};
-    const TensorSlice kv_rows = ls ? d.rows(ls->kv_heads, hd) : TensorSlice{};
-    const TensorSlice kv_cols = ls ? d.cols(ls->kv_heads, hd) : TensorSlice{};
+    const TensorSlice q_rows = d.rows(shard.q_heads, hd), q_cols = d.cols(shard.q_heads, hd);
+    const TensorSlice kv_rows = d.rows(ls.kv_heads, hd), kv_cols = d.cols(ls.kv_heads, hd);
     l.attn_norm = d.declare(p + "attn_norm.weight", {E}, false);
     if (d.file.find_tensor(p + "attn_qkv.weight")) {
         // Fused (phi3): the rank's heads of each of Q, K and V, stacked
@@ -47,7 +45,7 @@ void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
         if (own_kv) l.wk = d.declare(p + "attn_k.weight", {E, KV}, true, kv_rows);
         if (own_kv) l.wv = d.declare(p + "attn_v.weight", {E, KV}, true, kv_rows, !attn.values_optional);
     }
-    l.wo = d.row_parallel(p + "attn_output.weight", {Q, E}, shard ? &shard->o_pieces : nullptr, hd, Q, false);
+    l.wo = d.row_parallel(p + "attn_output.weight", {Q, E}, shard.o_pieces, hd, false);
     if (attn.qkv_bias) {
         // A bias is one row: its slice is a column range.
         l.bq = d.declare(p + "attn_q.bias", {Q}, false, q_cols);
@@ -56,8 +54,7 @@ void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     }
     if (attn.sinks) {
         l.bo = d.declare(p + "attn_output.bias", {E}, false);
-        l.attn_sinks =
-            d.declare(p + "attn_sinks.weight", {hp.n_head}, false, shard ? d.cols(shard->q_heads, 1) : TensorSlice{});
+        l.attn_sinks = d.declare(p + "attn_sinks.weight", {hp.n_head}, false, d.cols(shard.q_heads, 1));
     }
     if (attn.qk_norm) {
         l.q_norm = d.declare(p + "attn_q_norm.weight", {hd}, false);

@@ -21,15 +21,15 @@ namespace llama_tp {
 void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const HParams & hp = d.hp;
     const FfnBlock & ffn = hp.block(il).ffn;
-    const LayerShard * ls = d.layer(il);
+    const LayerShard & ls = d.layer(il);
     const std::string p = "blk." + std::to_string(il) + ".";
     const int64_t E = hp.n_embd, F = hp.layer(il).n_ff;
     l.ffn_norm = d.declare(p + ffn.input_norm + ".weight", {E}, false);
     if (ffn.post_norm) l.ffn_post_norm = d.declare(p + "post_ffw_norm.weight", {E}, false);
     if (ffn.has_experts()) {
         const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
-        const TensorSlice fx_rows = ls ? d.rows(ls->ff_exp.width, 1) : TensorSlice{};
-        const TensorSlice fx_cols = ls ? d.cols(ls->ff_exp.width, 1) : TensorSlice{};
+        const TensorSlice fx_rows = d.rows(ls.ff_exp.width, 1);
+        const TensorSlice fx_cols = d.cols(ls.ff_exp.width, 1);
         l.ffn_router = d.declare(p + "ffn_gate_inp.weight", {E, X}, false);
         if (d.file.find_tensor(p + "ffn_gate_up_exps.weight")) {
             l.ffn_gate_up_exps = d.declare_rows(p + "ffn_gate_up_exps.weight", {E, 2 * FX, X},
@@ -38,14 +38,13 @@ void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
             l.ffn_gate_exps = d.declare(p + "ffn_gate_exps.weight", {E, FX, X}, true, fx_rows);
             l.ffn_up_exps = d.declare(p + "ffn_up_exps.weight", {E, FX, X}, true, fx_rows);
         }
-        l.ffn_down_exps =
-            d.row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ls ? &ls->ff_exp.pieces : nullptr, 1, FX, true);
+        l.ffn_down_exps = d.row_parallel(p + "ffn_down_exps.weight", {FX, E, X}, ls.ff_exp.pieces, 1, true);
         if (ffn.expert_biases) {
             l.ffn_router_b = d.declare(p + "ffn_gate_inp.bias", {X}, false);
             l.ffn_gate_exps_b = d.declare(p + "ffn_gate_exps.bias", {FX, X}, false, fx_cols);
             l.ffn_up_exps_b = d.declare(p + "ffn_up_exps.bias", {FX, X}, false, fx_cols);
             // Added once: by the rank holding the first cell of the width.
-            if (!ls || ls->ff_exp.width.begin == 0) {
+            if (ls.ff_exp.width.begin == 0) {
                 l.ffn_down_exps_b = d.declare(p + "ffn_down_exps.bias", {E, X}, false);
             }
         }
@@ -58,7 +57,7 @@ void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
         }
     }
     if (!ffn.has_dense()) return;
-    const TensorSlice ff_rows = ls ? d.rows(ls->ff.width, 1) : TensorSlice{};
+    const TensorSlice ff_rows = d.rows(ls.ff.width, 1);
     if (ffn.fused_gate_up) {
         // Fused gate and up (gate first): the rank's width of each, stacked.
         l.ffn_gate_up = d.declare_rows(p + "ffn_up.weight", {E, 2 * F}, {d.part(ff_rows, 0, F), d.part(ff_rows, F, F)});
@@ -66,7 +65,7 @@ void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
         l.ffn_gate = d.declare(p + "ffn_gate.weight", {E, F}, true, ff_rows);
         l.ffn_up = d.declare(p + "ffn_up.weight", {E, F}, true, ff_rows);
     }
-    l.ffn_down = d.row_parallel(p + "ffn_down.weight", {F, E}, ls ? &ls->ff.pieces : nullptr, 1, F, false);
+    l.ffn_down = d.row_parallel(p + "ffn_down.weight", {F, E}, ls.ff.pieces, 1, false);
 }
 
 // The gate's activation times up (FfnBlock::Gate).

@@ -66,7 +66,7 @@ void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams &
         // Gathered to F32 (any cache type), rotated, written back in the cache's type.
         ggml_tensor * rows = ggml_get_rows(ctx, k, cells);
         const int64_t hd = hp.layer(il).head_dim;
-        rows = ggml_reshape_3d(ctx, rows, hd, k->ne[0] / hd, n);
+        rows = ggml_reshape_3d(ctx, rows, hd, w.shard().layers[il].kv_heads.size(), n);
         rows = rope_layer(ctx, rows, shift, hp, w, kv, il);
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, k, ggml_reshape_2d(ctx, rows, k->ne[0], n), cells));
     }

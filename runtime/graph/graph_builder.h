@@ -14,6 +14,7 @@
 #include "runtime/kv/kv_cache.h"
 #include "runtime/model/hparams.h"
 #include "runtime/model/weights.h"
+#include "runtime/shard/shard_plan.h"
 
 #include <cstdint>
 #include <utility>
@@ -48,8 +49,8 @@ struct GraphBuilder {
 
     int64_t head_dim(int il) const { return hp.layer(il).head_dim; }
     // This rank's query heads and layer il's KV heads.
-    int64_t n_q(int il) const { return w.layers[il].wo.cell_bounds.back() / head_dim(il); }
-    int64_t n_kv(int il) const { return kv.k(il)->ne[0] / head_dim(il); }
+    int64_t n_q(int) const { return w.shard().q_heads.size(); }
+    int64_t n_kv(int il) const { return w.shard().layers[il].kv_heads.size(); }
 
     // Sums a rank's partial result across the group (a no-op for one rank).
     ggml_tensor * all_reduce(ggml_tensor * x) const {

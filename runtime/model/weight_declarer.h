@@ -20,9 +20,9 @@ struct WeightDeclarer {
     const HParams & hp;
     const WeightsLoad & load;
 
-    const RankShard * shard() const { return load.shard; }
-    // What the rank holds of layer il (nullptr: the whole model, one piece).
-    const LayerShard * layer(int il) const { return load.shard ? &load.shard->layers[il] : nullptr; }
+    // What the rank holds (ShardPlan), and of layer il.
+    const RankShard & shard() const { return *load.shard; }
+    const LayerShard & layer(int il) const { return load.shard->layers[il]; }
 
     // The rows or columns a range of units (heads, FFN columns) covers.
     static TensorSlice rows(const ShardRange & r, int64_t unit) {
@@ -37,7 +37,7 @@ struct WeightDeclarer {
                                             : TensorSlice{TensorSlice::Rows, offset + s.begin, offset + s.end};
     }
 
-    // A tensor of the file, its slice (whole where the shard is none).
+    // A tensor of the file, its slice (a slice of all of it is the whole).
     ggml_tensor * declare(const std::string & name, std::vector<int64_t> shape, bool matrix, TensorSlice slice = {},
                           bool required = true);
     // A matrix of row ranges of one file matrix, stacked in order (ModelWeights::declare_rows).
@@ -47,9 +47,9 @@ struct WeightDeclarer {
     // pass over its cells where ggml-ext has a kernel for its type (then it
     // keeps ggml's plain layout), else one product per cell, each cell a
     // tensor of its own that ggml's kernels take as they take any matrix.
-    // cells: the rank's pieces (nullptr: the whole matrix, one cell of width).
+    // cells: the rank's pieces, in units of `unit` columns.
     RowParallelWeight row_parallel(const std::string & name, const std::vector<int64_t> & shape,
-                                   const std::vector<ShardRange> * cells, int64_t unit, int64_t width, bool experts);
+                                   const std::vector<ShardRange> & cells, int64_t unit, bool experts);
 };
 
 // Each block kind's weights of layer il, declared into l.

@@ -93,8 +93,12 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
 }
 
 ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const WeightsLoad & load)
-    : device_(load.device), check_data_(load.check_data), one_pass_products_(load.one_pass_products) {
-    const RankShard * shard = load.shard;
+    : shard_(load.shard),
+      device_(load.device),
+      check_data_(load.check_data),
+      one_pass_products_(load.one_pass_products) {
+    if (!load.shard) throw Error("model file '" + file.path() + "': a rank's weights need its share of the model");
+    const RankShard & shard = *load.shard;
     const ggml_backend_dev_t device = load.device;
     const std::vector<const GgufFile *> & adapters = load.adapters;
     host_buft_ = ggml_backend_dev_buffer_type(device);
@@ -102,12 +106,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     // Split-invariant sums may keep every cell of a row-parallel matrix in a
     // tensor of its own, and a fused matrix is several tensors (phi3: QKV
     // three, gate/up two), so a layer may declare this many beyond its file's.
-    size_t n_pieces = 0;
-    if (shard) {
-        for (const LayerShard & l : shard->layers) {
-            n_pieces = std::max(n_pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
-        }
-    }
+    const size_t n_pieces = shard.max_pieces();
     size_t n_max = (size_t) file.n_tensors() + 8 + (size_t) hp.n_layer * (n_pieces + 3);
     // An adapter's A of a row-parallel matrix is one tensor per cell.
     for (const GgufFile * a : adapters) n_max += (size_t) a->n_tensors() * (n_pieces + 2);
@@ -116,7 +115,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
 
     const int64_t E = hp.n_embd, V = hp.n_vocab;
     WeightDeclarer d{*this, file, hp, load};
-    const TensorSlice vocab_rows = shard ? d.rows(shard->vocab, 1) : TensorSlice{};
+    const TensorSlice vocab_rows = d.rows(shard.vocab, 1);
 
     // Under tensor parallelism the embedding table is split by vocabulary like
     // the output head (a tied head then is the same shard): each rank looks up
@@ -191,6 +190,9 @@ ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & n
                                     bool matrix, TensorSlice slice, bool required) {
     const ggml_tensor * desc = find_checked(file, name, shape, required);
     if (!desc) return nullptr;
+    // One rank's share is all of the tensor: read it whole, at once.
+    const int64_t extent = slice.axis == TensorSlice::Rows ? desc->ne[1] : desc->ne[0];
+    if (slice.axis != TensorSlice::Whole && slice.begin == 0 && slice.end == extent) slice = TensorSlice{};
     int64_t ne[GGML_MAX_DIMS] = {1, 1, 1, 1};
     std::copy(desc->ne, desc->ne + GGML_MAX_DIMS, ne);
     if (slice.axis == TensorSlice::Rows) ne[1] = slice.end - slice.begin;
@@ -386,25 +388,19 @@ ggml_tensor * WeightDeclarer::declare_rows(const std::string & name, const std::
 }
 
 RowParallelWeight WeightDeclarer::row_parallel(const std::string & name, const std::vector<int64_t> & shape,
-                                               const std::vector<ShardRange> * cells, int64_t unit, int64_t width,
-                                               bool experts) {
+                                               const std::vector<ShardRange> & cells, int64_t unit, bool experts) {
     const bool split_invariant = load.split_invariant;
     RowParallelWeight w;
     w.cell_bounds = {0};
-    if (cells) {
-        for (const ShardRange & r : *cells) w.cell_bounds.push_back((r.end - cells->front().begin) * unit);
-    } else {
-        w.cell_bounds.push_back(width);
-    }
-    const TensorSlice whole = cells ? cols({cells->front().begin, cells->back().end}, unit) : TensorSlice{};
-    w.first = !cells || cells->front().begin == 0;
+    for (const ShardRange & r : cells) w.cell_bounds.push_back((r.end - cells.front().begin) * unit);
+    const TensorSlice whole = cols({cells.front().begin, cells.back().end}, unit);
+    w.first = cells.front().begin == 0;
     w.one_pass = split_invariant && load.ops == RankOps::Host && one_pass(file.find_tensor(name), experts);
     if (!split_invariant || w.one_pass) {
         w.pieces.push_back(declare(name, shape, !w.one_pass, whole));
         return w;
     }
-    GGML_ASSERT(cells != nullptr);  // split-invariant sums always come with a shard plan
-    for (const ShardRange & r : *cells) w.pieces.push_back(declare(name, shape, true, cols(r, unit)));
+    for (const ShardRange & r : cells) w.pieces.push_back(declare(name, shape, true, cols(r, unit)));
     return w;
 }
 

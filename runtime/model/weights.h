@@ -125,7 +125,7 @@ struct LayerWeights {
 
 // How one rank's weights are read.
 struct WeightsLoad {
-    const RankShard * shard = nullptr;  // nullptr: the whole model, in one piece
+    const RankShard * shard = nullptr;  // the rank's share (ShardPlan; one rank's is the whole model); required
     // The row-parallel matrices are multiplied cell by cell (ShardPlan, RowParallelWeight).
     bool split_invariant = false;
     // With ggml-ext's host operations, split-invariant sums multiply q8_0
@@ -147,7 +147,7 @@ struct WeightsLoad {
 
 class ModelWeights {
   public:
-    // Loads the whole model or one rank's shard of it; a rank reads only the
+    // Loads one rank's shard of the model; a rank reads only the
     // bytes of its own slices. Throws llama_tp::Error naming the file and
     // tensor when a tensor is missing, has the wrong shape, cannot be read
     // or (check_data) holds invalid values.
@@ -194,6 +194,8 @@ class ModelWeights {
 
     uint64_t total_bytes() const;
     int64_t n_params() const { return n_params_; }
+    // What these weights are of the model: their heads, widths and vocabulary.
+    const RankShard & shard() const { return *shard_; }
 
   private:
     friend struct WeightDeclarer;  // the blocks declare their layers' tensors through it
@@ -227,6 +229,7 @@ class ModelWeights {
     size_t read_rows(const GgufFile & file, const Part & part, int64_t slab, uint8_t * dst) const;
 
     std::vector<std::pair<ggml_tensor *, std::vector<Part>>> sources_;
+    const RankShard * shard_;
     ggml_backend_dev_t device_;
     bool check_data_ = false;
     bool one_pass_products_ = false;

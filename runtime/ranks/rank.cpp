@@ -19,13 +19,8 @@ namespace {
 
 // Graph nodes: a fixed budget for the layers plus a few per attention run,
 // and per piece of a row-parallel matrix, and layer.
-size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankShard * shard, size_t n_adapters) {
-    size_t pieces = 3;
-    if (shard) {
-        for (const LayerShard & l : shard->layers) {
-            pieces = std::max(pieces, shard->o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
-        }
-    }
+size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankShard & shard, size_t n_adapters) {
+    const size_t pieces = std::max<size_t>(3, shard.max_pieces());
     // A LoRA pair takes a few nodes, a row-parallel one's A a product per cell.
     const size_t lora = n_adapters * 7 * (pieces + 6);
     // A run of attention takes up to 9 nodes (row attention: its partials, then the rows).
@@ -87,6 +82,7 @@ uint64_t active_adapters(const Batch & batch, size_t n_adapters) {
 Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config) : hp_(hp), config_(config) {
     ggml_backend_dev_t device = config.device;
     if (!device) throw Error("rank " + std::to_string(config.rank) + " has no backend device");
+    if (!config.shard) throw Error("rank " + std::to_string(config.rank) + " has no share of the model");
     WeightsLoad load;
     load.shard = config.shard;
     load.split_invariant = config.split_invariant;
@@ -100,7 +96,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     config_.adapters.clear();  // open for the load only
     if (config.control) weights_->add_control_vector(*config.control);
     config_.control = nullptr;
-    vocab_begin_ = config.shard ? config.shard->vocab.begin : 0;
+    vocab_begin_ = config.shard->vocab.begin;
     backend_.reset(ggml_backend_dev_init(device, nullptr));
     if (!backend_) {
         throw Error("could not initialise backend device " + std::string(ggml_backend_dev_name(device)) + " for rank " +
@@ -119,7 +115,7 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     }
     std::vector<int32_t> n_kv;
     for (int il = 0; il < hp.n_layer; ++il) {
-        n_kv.push_back(config.shard ? (int32_t) config.shard->layers[il].kv_heads.size() : hp.layer(il).n_head_kv);
+        n_kv.push_back((int32_t) config.shard->layers[il].kv_heads.size());
     }
     kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
@@ -308,8 +304,7 @@ void Rank::copy_heads(const std::vector<int64_t> & cells, const std::vector<int6
     const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size(), kv_->sizes().window_keep);
     for (int il = 0; il < hp_.n_layer_kv(); ++il) {
         const std::vector<int64_t> & own = kv_->windowed(il) ? window_cells : cells;
-        const ShardRange heads =
-            config_.shard ? config_.shard->layers[il].kv_heads : ShardRange{0, hp_.layer(il).n_head_kv};
+        const ShardRange heads = config_.shard->layers[il].kv_heads;
         const int32_t h0 = (int32_t) heads.begin;
         for (const bool values : {false, true}) {
             ggml_tensor * t = values ? kv_->v(il) : kv_->k(il);
@@ -351,7 +346,7 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
                    const GraphShape & shape) {
     if (!graph_ || !(shape_ == shape)) {
         graph_ctx_.reset();
-        const size_t n_nodes = max_graph_nodes(hp_, shape, config_.shard, weights_->loras.size());
+        const size_t n_nodes = max_graph_nodes(hp_, shape, *config_.shard, weights_->loras.size());
         ggml_init_params params = {n_nodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(n_nodes, false),
                                    nullptr, true};
         graph_ctx_.reset(ggml_init(params));

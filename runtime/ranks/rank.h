@@ -36,7 +36,7 @@ struct RankConfig {
     ggml_backend_dev_t device = nullptr;                   // the backend device the rank runs on
     RankOps ops = RankOps::Host;                           // the operations its graph and weights may use (RuntimePlan)
     CollectivePath collectives = CollectivePath::InGraph;  // how its sums meet the others' (RuntimePlan)
-    const RankShard * shard = nullptr;                     // nullptr: the whole model, in one piece
+    const RankShard * shard = nullptr;                     // its share of the model (ShardPlan); required
     bool split_invariant = false;                          // the shard's pieces are summed exactly (ShardPlan)
     bool one_pass_products = false;                        // EngineOptions::one_pass_products
     AllReduceEngine * allreduce = nullptr;

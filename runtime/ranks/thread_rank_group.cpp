@@ -22,7 +22,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.device = setup.devices[local];
             rc.ops = setup.ops;
             rc.collectives = setup.collectives;
-            rc.shard = setup.plan ? &setup.plan->ranks[rc.rank] : nullptr;
+            rc.shard = &setup.plan->ranks[rc.rank];
             rc.split_invariant = o.exact_sums();
             rc.one_pass_products = o.one_pass_products.value_or(false);
             rc.allreduce = allreduce_.get();

@@ -26,7 +26,7 @@ struct ShardPlan;
 struct RankSetup {
     const GgufFile * file = nullptr;
     const HParams * hp = nullptr;
-    const ShardPlan * plan = nullptr;  // nullptr: the whole model on one rank
+    const ShardPlan * plan = nullptr;  // every rank's share, one rank's the whole model
     const EngineOptions * options = nullptr;
     KvPoolSizes kv_sizes;  // of every rank's cache
     int first_rank = 0;

@@ -202,6 +202,12 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
     return p;
 }
 
+size_t RankShard::max_pieces() const {
+    size_t n = 0;
+    for (const LayerShard & l : layers) n = std::max(n, o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
+    return n;
+}
+
 bool ShardPlan::tiled(const HParams & hp) const {
     auto on_tiles = [](int64_t rows) { return rows % kRowTile == 0; };
     for (const RankShard & s : ranks) {

@@ -37,6 +37,9 @@ struct RankShard {
     // cells of the reduction grid it holds.
     std::vector<ShardRange> o_pieces;
     std::vector<LayerShard> layers;
+
+    // The most pieces of row-parallel matrices a layer has.
+    size_t max_pieces() const;
 };
 
 struct ShardPlan {
