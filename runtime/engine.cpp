@@ -453,12 +453,9 @@ class TensorParallelEngine final : public Engine {
         const std::string name = normalized_engine_name(ac.engine);
         std::unique_ptr<AllReduceEngine> engine = make_allreduce_engine(ac);
         if (processes.rank() == 0) {
-            const bool device = engine->takes_device_memory();
-            std::fprintf(
-                stderr, "llama-tp: allreduce engine %s (%s: %d ranks in %d processes, %d per process; %s)\n",
-                engine->name(), name == "auto" ? "auto" : "requested", options_.tp * processes.size(), processes.size(),
-                options_.tp,
-                device ? "NCCL across processes, in device memory" : "MPI across processes, shared memory inside one");
+            std::fprintf(stderr, "llama-tp: allreduce engine %s (%s: %d ranks in %d processes, %d per process; %s)\n",
+                         engine->name(), name == "auto" ? "auto" : "requested", options_.tp * processes.size(),
+                         processes.size(), options_.tp, engine->joins().c_str());
         }
         return engine;
     }

@@ -477,9 +477,11 @@ TEST(AllReduceFactory, CudaOnlyNamesFallBackWithOneWarning) {
 // The chain with stand-ins for the GPU engines, as a CUDA build has them.
 class StandInEngine final : public AllReduceEngine {
   public:
-    StandInEngine(const char * name, int n_ranks, bool device) : name_(name), n_ranks_(n_ranks), device_(device) {}
+    StandInEngine(const char * name, int n_ranks, bool device, std::string joins)
+        : name_(name), n_ranks_(n_ranks), device_(device), joins_(std::move(joins)) {}
     const char * name() const override { return name_; }
     int n_ranks() const override { return n_ranks_; }
+    std::string joins() const override { return joins_; }
     bool takes_device_memory() const override { return device_; }
     bool rounds_to_bf16() const override { return false; }
     void allreduce(int, float *, size_t) override {}
@@ -492,6 +494,7 @@ class StandInEngine final : public AllReduceEngine {
     const char * name_;
     int n_ranks_;
     bool device_;
+    std::string joins_;
 };
 
 // This build's engines plus stand-ins: nccl fails to initialise when told to,
@@ -501,12 +504,14 @@ AllReduceBuilders with_gpu_stand_ins(bool nccl_fails) {
     b["nccl"] = [nccl_fails](const AllReduceConfig & c) -> std::unique_ptr<AllReduceEngine> {
         if (c.memory != RankMemory::Cuda) throw Error("the ranks' values are in host memory");
         if (nccl_fails) throw Error("ncclCommInitAll: unhandled system error");
-        return std::make_unique<StandInEngine>("nccl", c.n_ranks, true);
+        return std::make_unique<StandInEngine>("nccl", c.n_ranks, true,
+                                               ranks_text(c.n_ranks) + " on CUDA devices, NCCL");
     };
     b["internal"] = [](const AllReduceConfig & c) -> std::unique_ptr<AllReduceEngine> {
         if (c.memory != RankMemory::Cuda) throw Error("the ranks' values are in host memory");
         if (c.n_ranks != 2) throw Error("needs exactly 2 ranks, not " + std::to_string(c.n_ranks));
-        return std::make_unique<StandInEngine>("internal", c.n_ranks, true);
+        return std::make_unique<StandInEngine>("internal", c.n_ranks, true,
+                                               "2 CUDA devices, through pinned host memory");
     };
     return b;
 }

@@ -52,6 +52,7 @@ class EngineStandIn final : public AllReduceEngine {
     EngineStandIn(bool on_stream, bool replays) : on_stream_(on_stream), replays_(replays) {}
     const char * name() const override { return "stand-in"; }
     int n_ranks() const override { return 2; }
+    std::string joins() const override { return "2 stand-in ranks"; }
     bool rounds_to_bf16() const override { return false; }
     void allreduce(int, float *, size_t) override {}
     void allreduce(int, double *, size_t) override {}

@@ -23,6 +23,7 @@ class ButterflyAllReduce final : public AllReduceWithGroupFailure {
     explicit ButterflyAllReduce(const AllReduceConfig & config);
 
     const char * name() const override { return "butterfly"; }
+    std::string joins() const override { return ranks_text(n_ranks_) + ", pairwise exchange"; }
     bool rounds_to_bf16() const override { return wire_ == WireType::BF16; }
     int n_ranks() const override { return n_ranks_; }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }

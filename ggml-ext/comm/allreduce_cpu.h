@@ -37,6 +37,7 @@ class CpuAllReduce final : public AllReduceEngine {
     explicit CpuAllReduce(const AllReduceConfig & config);
 
     const char * name() const override { return "cpu"; }
+    std::string joins() const override { return ranks_text(n_ranks_) + " in one process, host memory"; }
     bool rounds_to_bf16() const override { return wire_ == WireType::BF16; }
     int n_ranks() const override { return n_ranks_; }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }

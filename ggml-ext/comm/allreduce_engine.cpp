@@ -50,20 +50,10 @@ Chain chain_for(const std::string & requested, const AllReduceConfig & config) {
     throw Error("unknown allreduce engine '" + requested + "' (valid: " + kNames + ")");
 }
 
-std::string ranks_text(int n_ranks) {
-    return std::to_string(n_ranks) + (n_ranks == 1 ? " rank" : " ranks");
-}
-
 // Why the chosen engine fits, for the log line.
 std::string fit_of(const AllReduceEngine & engine, const AllReduceConfig & config) {
-    const std::string name = engine.name();
-    const std::string staged =
-        config.memory == RankMemory::Cuda && !engine.takes_device_memory() ? " (copied from the devices)" : "";
-    if (name == "cpu") return ranks_text(engine.n_ranks()) + " in one process, host memory" + staged;
-    if (name == "butterfly") return ranks_text(engine.n_ranks()) + ", pairwise exchange" + staged;
-    if (name == "nccl") return ranks_text(engine.n_ranks()) + " on CUDA devices, NCCL";
-    if (name == "internal") return "2 CUDA devices, through pinned host memory";
-    return "1 rank, nothing to reduce";
+    const bool staged = config.memory == RankMemory::Cuda && !engine.takes_device_memory();
+    return engine.joins() + (staged ? " (copied from the devices)" : "");
 }
 
 void validate(const AllReduceConfig & config) {
@@ -77,6 +67,10 @@ void validate(const AllReduceConfig & config) {
 }
 
 }  // namespace
+
+std::string ranks_text(int n_ranks) {
+    return std::to_string(n_ranks) + (n_ranks == 1 ? " rank" : " ranks");
+}
 
 std::string normalized_engine_name(const std::string & name) {
     std::string out;

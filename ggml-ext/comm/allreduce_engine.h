@@ -43,6 +43,9 @@ class AllReduceEngine {
     virtual ~AllReduceEngine() = default;
     virtual const char * name() const = 0;
     virtual int n_ranks() const = 0;
+    // How it joins its ranks, in words, for the line that reports the choice
+    // ("2 ranks in one process, host memory").
+    virtual std::string joins() const = 0;
     // Whether allreduce() takes the ranks' device memory (RankMemory::Cuda)
     // as it is; an engine of host memory is handed a host copy instead.
     virtual bool takes_device_memory() const { return false; }
@@ -123,6 +126,9 @@ const AllReduceBuilders & built_allreduce_engines();
 // else "". An explicit --allreduce flag beats the environment: callers use
 // this only when no flag was given.
 std::string allreduce_engine_from(const Environment & env);
+
+// "1 rank", "3 ranks": for AllReduceEngine::joins.
+std::string ranks_text(int n_ranks);
 
 // An engine name as the chain reads it: lower case, without white space.
 std::string normalized_engine_name(const std::string & name);

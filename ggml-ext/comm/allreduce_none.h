@@ -12,6 +12,7 @@ class NoneAllReduce final : public AllReduceWithGroupFailure {
     explicit NoneAllReduce(const AllReduceConfig & config);
 
     const char * name() const override { return "none"; }
+    std::string joins() const override { return "1 rank, nothing to reduce"; }
     bool rounds_to_bf16() const override { return false; }
     int n_ranks() const override { return 1; }
     void allreduce(int rank, float *, size_t) override { check_rank(rank); }

@@ -56,6 +56,7 @@ class InternalAllReduce final : public AllReduceWithGroupFailure {
     ~InternalAllReduce() override;
 
     const char * name() const override { return "internal"; }
+    std::string joins() const override { return "2 CUDA devices, through pinned host memory"; }
     int n_ranks() const override { return 2; }
     bool takes_device_memory() const override { return true; }
     bool rounds_to_bf16() const override;

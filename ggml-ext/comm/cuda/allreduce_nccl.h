@@ -61,6 +61,7 @@ class NcclAllReduce final : public AllReduceWithGroupFailure {
     static void check_devices(const AllReduceConfig & config);
 
     const char * name() const override { return "nccl"; }
+    std::string joins() const override { return ranks_text(total_ranks_) + " on CUDA devices, NCCL"; }
     int n_ranks() const override { return total_ranks_; }
     bool takes_device_memory() const override { return true; }
     bool rounds_to_bf16() const override;

@@ -45,6 +45,7 @@ class MpiAllReduce final : public AllReduceWithGroupFailure {
     MpiAllReduce(MPI_Comm data, MpiPeers peers, const AllReduceConfig & config);
 
     const char * name() const override { return "mpi"; }
+    std::string joins() const override { return "MPI across processes, shared memory inside one"; }
     bool rounds_to_bf16() const override { return wire_ == WireType::BF16; }
     int n_ranks() const override { return n_local_ * (int) peers_.hosts.size(); }
     void allreduce(int rank, float * data, size_t n) override { run(rank, data, n); }
