@@ -12,7 +12,8 @@ std::string text_of(const json & content, const std::string & param) {
     std::string out;
     for (size_t i = 0; i < content.size(); ++i) {
         const json & b = content[i];
-        if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string()) {
+        if (!b.is_object() || string_in(b, "type", param + "[" + std::to_string(i) + "]") != "text" ||
+            !b.contains("text") || !b["text"].is_string()) {
             throw bad_request("'" + param + "[" + std::to_string(i) + "]' must be a text block", param,
                               "invalid_value");
         }
@@ -26,7 +27,7 @@ std::string text_of(const json & content, const std::string & param) {
 void add_message(const json & m, size_t i, json & out) {
     const std::string param = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw bad_request("'" + param + "' must be an object", param, "invalid_value");
-    const std::string role = m.value("role", "");
+    const std::string role = string_in(m, "role", param);
     if (role != "user" && role != "assistant")
         throw bad_request("'" + param + ".role' must be user or assistant", param, "invalid_value");
     const json content = m.contains("content") ? m["content"] : json("");
@@ -41,11 +42,11 @@ void add_message(const json & m, size_t i, json & out) {
     for (size_t k = 0; k < content.size(); ++k) {
         const json & b = content[k];
         const std::string bparam = param + ".content[" + std::to_string(k) + "]";
-        const std::string type = b.is_object() ? b.value("type", "") : "";
+        const std::string type = string_in(b, "type", bparam);
         if (type == "text") {
             text += (text.empty() ? "" : "\n") + text_of(json::array({b}), bparam);
         } else if (type == "thinking" && role == "assistant") {
-            thinking += b.value("thinking", "");
+            thinking += string_in(b, "thinking", bparam);
         } else if (type == "redacted_thinking") {
             continue;
         } else if (type == "tool_use" && role == "assistant") {
@@ -57,8 +58,9 @@ void add_message(const json & m, size_t i, json & out) {
                  {"function", {{"name", b["name"]}, {"arguments", b.value("input", json::object()).dump()}}}});
         } else if (type == "tool_result" && role == "user") {
             std::string result = b.contains("content") ? text_of(b["content"], bparam + ".content") : "";
-            if (b.value("is_error", false)) result = "Error: " + result;
-            out.push_back({{"role", "tool"}, {"tool_call_id", b.value("tool_use_id", "")}, {"content", result}});
+            if (bool_in(b, "is_error", bparam, false)) result = "Error: " + result;
+            out.push_back(
+                {{"role", "tool"}, {"tool_call_id", string_in(b, "tool_use_id", bparam)}, {"content", result}});
         } else if (type == "image" || type == "document") {
             throw bad_request("'" + bparam + "': " + type + " blocks are not supported (text only)", bparam,
                               "unsupported_value");
@@ -86,7 +88,7 @@ json tools_of(const json & tools) {
         const std::string param = "tools[" + std::to_string(i) + "]";
         if (!t.is_object() || !t.contains("name"))
             throw bad_request("'" + param + "' needs a name", param, "invalid_value");
-        const std::string type = t.value("type", "custom");
+        const std::string type = string_in(t, "type", param, "custom");
         if (type != "custom") {
             throw bad_request("'" + param + "': server tools (" + type + ") are not supported", param,
                               "unsupported_value");
@@ -100,12 +102,12 @@ json tools_of(const json & tools) {
 
 json tool_choice_of(const json & c, json & body) {
     if (!c.is_object()) throw bad_request("'tool_choice' must be an object", "tool_choice", "invalid_value");
-    if (c.value("disable_parallel_tool_use", false)) body["parallel_tool_calls"] = false;
-    const std::string type = c.value("type", "auto");
+    if (bool_in(c, "disable_parallel_tool_use", "tool_choice", false)) body["parallel_tool_calls"] = false;
+    const std::string type = string_in(c, "type", "tool_choice", "auto");
     if (type == "auto") return "auto";
     if (type == "any") return "required";
     if (type == "none") return "none";
-    if (type == "tool") return {{"type", "function"}, {"function", {{"name", c.value("name", "")}}}};
+    if (type == "tool") return {{"type", "function"}, {"function", {{"name", string_in(c, "name", "tool_choice")}}}};
     throw bad_request("'tool_choice.type' must be auto, any, tool or none", "tool_choice", "invalid_value");
 }
 
@@ -132,7 +134,7 @@ json openai_chat_body(const json & in) {
     if (in.contains("tools")) body["tools"] = tools_of(in["tools"]);
     if (in.contains("tool_choice")) body["tool_choice"] = tool_choice_of(in["tool_choice"], body);
     if (in.contains("thinking") && in["thinking"].is_object()) {
-        const bool on = in["thinking"].value("type", "") == "enabled";
+        const bool on = string_in(in["thinking"], "type", "thinking") == "enabled";
         body["chat_template_kwargs"] = {{"enable_thinking", on}};
     }
     // llama-server's own fields (grammar, n_probs, cache_prompt, ...) pass as they are.

@@ -4,6 +4,15 @@ namespace llama_tp::server {
 
 namespace {
 
+// The call a function_call_output answers: required, as OpenAI requires it.
+std::string call_id_of(const json & item, const std::string & param) {
+    const std::string id = string_in(item, "call_id", param);
+    if (id.empty()) {
+        throw bad_request("'" + param + ".call_id' is required", param + ".call_id", "missing_required_parameter");
+    }
+    return id;
+}
+
 // The text of a message item's content: a string, or input_text / output_text parts.
 std::string content_text(const json & content, const std::string & param) {
     if (content.is_string()) return content.get<std::string>();
@@ -12,10 +21,10 @@ std::string content_text(const json & content, const std::string & param) {
     std::string out;
     for (size_t i = 0; i < content.size(); ++i) {
         const json & p = content[i];
-        const std::string type = p.is_object() ? p.value("type", "") : "";
         const std::string pparam = param + "[" + std::to_string(i) + "]";
+        const std::string type = string_in(p, "type", pparam);
         if (type == "input_text" || type == "output_text" || type == "text") {
-            out += (out.empty() ? "" : "\n") + p.value("text", "");
+            out += (out.empty() ? "" : "\n") + string_in(p, "text", pparam);
         } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
             throw bad_request("'" + pparam + "': " + type + " parts are not supported (text only)", pparam,
                               "unsupported_value");
@@ -29,9 +38,9 @@ std::string content_text(const json & content, const std::string & param) {
 void add_item(const json & item, size_t i, json & messages) {
     const std::string param = "input[" + std::to_string(i) + "]";
     if (!item.is_object()) throw bad_request("'" + param + "' must be an object", param, "invalid_value");
-    const std::string type = item.value("type", "message");
+    const std::string type = string_in(item, "type", param, "message");
     if (type == "message") {
-        std::string role = item.value("role", "");
+        std::string role = string_in(item, "role", param);
         if (role == "developer") role = "system";
         if (role != "user" && role != "assistant" && role != "system") {
             throw bad_request("'" + param + ".role' must be user, assistant, system or developer", param,
@@ -41,9 +50,10 @@ void add_item(const json & item, size_t i, json & messages) {
             {{"role", role}, {"content", content_text(item.contains("content") ? item["content"] : json(""), param)}});
     } else if (type == "function_call") {
         const json call = {
-            {"id", item.value("call_id", item.value("id", ""))},
+            {"id", string_in(item, "call_id", param, string_in(item, "id", param))},
             {"type", "function"},
-            {"function", {{"name", item.value("name", "")}, {"arguments", item.value("arguments", "")}}}};
+            {"function",
+             {{"name", string_in(item, "name", param)}, {"arguments", string_in(item, "arguments", param)}}}};
         // Calls of one turn join the assistant message before them.
         if (!messages.empty() && messages.back()["role"] == "assistant") {
             messages.back()["tool_calls"].push_back(call);
@@ -53,7 +63,7 @@ void add_item(const json & item, size_t i, json & messages) {
     } else if (type == "function_call_output") {
         const json & out = item.contains("output") ? item["output"] : json("");
         messages.push_back({{"role", "tool"},
-                            {"tool_call_id", item.value("call_id", "")},
+                            {"tool_call_id", call_id_of(item, param)},
                             {"content", out.is_string() ? out.get<std::string>() : out.dump()}});
     } else if (type == "reasoning") {
         return;  // earlier thinking: not rendered again
@@ -90,7 +100,8 @@ json chat_body_from_responses(const json & in) {
         if (in.contains(same)) body[same] = in[same];
     }
     if (body.contains("tool_choice") && body["tool_choice"].is_object()) {
-        body["tool_choice"] = {{"type", "function"}, {"function", {{"name", body["tool_choice"].value("name", "")}}}};
+        const std::string name = string_in(body["tool_choice"], "name", "tool_choice");
+        body["tool_choice"] = {{"type", "function"}, {"function", {{"name", name}}}};
     }
     if (in.contains("max_output_tokens")) body["max_tokens"] = in["max_output_tokens"];
     if (in.contains("tools")) {
@@ -99,10 +110,10 @@ json chat_body_from_responses(const json & in) {
         for (size_t i = 0; i < in["tools"].size(); ++i) {
             const json & t = in["tools"][i];
             const std::string param = "tools[" + std::to_string(i) + "]";
-            if (!t.is_object() || t.value("type", "") != "function") {
+            if (string_in(t, "type", param) != "function") {
                 throw bad_request("'" + param + "': only function tools are supported", param, "unsupported_value");
             }
-            json fn = {{"name", t.value("name", "")}, {"parameters", t.value("parameters", json::object())}};
+            json fn = {{"name", string_in(t, "name", param)}, {"parameters", t.value("parameters", json::object())}};
             if (t.contains("description")) fn["description"] = t["description"];
             tools.push_back({{"type", "function"}, {"function", fn}});
         }
@@ -110,10 +121,11 @@ json chat_body_from_responses(const json & in) {
     }
     if (in.contains("text") && in["text"].is_object() && in["text"].contains("format")) {
         const json & f = in["text"]["format"];
-        if (f.value("type", "text") == "json_schema") {
+        const std::string type = string_in(f, "type", "text.format", "text");
+        if (type == "json_schema") {
             body["response_format"] = {{"type", "json_schema"},
                                        {"json_schema", {{"schema", f.value("schema", json::object())}}}};
-        } else if (f.value("type", "text") == "json_object") {
+        } else if (type == "json_object") {
             body["response_format"] = {{"type", "json_object"}};
         }
     }

@@ -10,129 +10,6 @@ namespace llama_tp::server {
 
 namespace {
 
-const char * type_name(const json & v) {
-    switch (v.type()) {
-        case json::value_t::null:
-            return "null";
-        case json::value_t::boolean:
-            return "a boolean";
-        case json::value_t::number_integer:
-        case json::value_t::number_unsigned:
-            return "an integer";
-        case json::value_t::number_float:
-            return "a number";
-        case json::value_t::string:
-            return "a string";
-        case json::value_t::array:
-            return "an array";
-        case json::value_t::object:
-            return "an object";
-        default:
-            return "an unsupported value";
-    }
-}
-
-ApiError wrong_type(const std::string & name, const char * expected, const json & got) {
-    return bad_request("'" + name + "' must be " + expected + ", got " + type_name(got), name, "invalid_type");
-}
-
-ApiError out_of_range(const std::string & name, const std::string & what) {
-    return bad_request("'" + name + "' " + what, name, "invalid_value");
-}
-
-// The field's value, or nullptr when absent or null (OpenAI clients send null
-// for "not set").
-const json * field(const json & body, const char * name) {
-    const auto it = body.find(name);
-    if (it == body.end() || it->is_null()) {
-        return nullptr;
-    }
-    return &*it;
-}
-
-bool is_integral(const json & v) {
-    if (v.is_number_integer() || v.is_number_unsigned()) {
-        return true;
-    }
-    if (v.is_number_float()) {
-        const double d = v.get<double>();
-        return std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15;
-    }
-    return false;
-}
-
-// Integer in [lo, hi]; `fallback` when absent.
-long long get_int(const json & body, const char * name, long long lo, long long hi, long long fallback) {
-    const json * v = field(body, name);
-    if (v == nullptr) {
-        return fallback;
-    }
-    if (!is_integral(*v)) {
-        throw wrong_type(name, "an integer", *v);
-    }
-    long long x;
-    if (v->is_number_unsigned()) {
-        const auto u = v->get<unsigned long long>();
-        x = u > (unsigned long long) std::numeric_limits<long long>::max() ? std::numeric_limits<long long>::max()
-                                                                           : (long long) u;
-    } else if (v->is_number_float()) {
-        x = (long long) v->get<double>();
-    } else {
-        x = v->get<long long>();
-    }
-    if (x < lo || x > hi) {
-        throw out_of_range(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                                     std::to_string(x));
-    }
-    return x;
-}
-
-double get_number(const json & body, const char * name, double lo, double hi, double fallback) {
-    const json * v = field(body, name);
-    if (v == nullptr) {
-        return fallback;
-    }
-    if (!v->is_number()) {
-        throw wrong_type(name, "a number", *v);
-    }
-    const double x = v->get<double>();
-    if (!std::isfinite(x) || x < lo || x > hi) {
-        char buf[160];
-        std::snprintf(buf, sizeof(buf), "must be between %g and %g, got %g", lo, hi, x);
-        throw out_of_range(name, buf);
-    }
-    return x;
-}
-
-bool get_bool(const json & body, const char * name, bool fallback) {
-    const json * v = field(body, name);
-    if (v == nullptr) {
-        return fallback;
-    }
-    if (!v->is_boolean()) {
-        throw wrong_type(name, "a boolean", *v);
-    }
-    return v->get<bool>();
-}
-
-std::string get_string(const json & body, const char * name, const std::string & fallback) {
-    const json * v = field(body, name);
-    if (v == nullptr) {
-        return fallback;
-    }
-    if (!v->is_string()) {
-        throw wrong_type(name, "a string", *v);
-    }
-    return v->get<std::string>();
-}
-
-void expect_type(const json & body, const char * name, bool ok, const char * expected) {
-    const json * v = field(body, name);
-    if (v != nullptr && !ok) {
-        throw wrong_type(name, expected, *v);
-    }
-}
-
 bool is_token_array(const json & v) {
     if (!v.is_array() || v.empty()) {
         return false;
@@ -283,6 +160,32 @@ void parse_messages(const json & body, GenerationRequest & r) {
             cm.tool_calls = parse_history_tool_calls(*calls, param + ".tool_calls");
         }
         r.messages.push_back(std::move(cm));
+    }
+}
+
+// The deepest nesting of groups a request's grammar may have: the grammar
+// parser and sampler recurse into each group.
+constexpr int kMaxGrammarDepth = 256;
+
+// Throws a 400 where the grammar's groups nest deeper than kMaxGrammarDepth
+// (brackets inside literals, character classes and comments do not count).
+void check_grammar_depth(const std::string & grammar) {
+    int depth = 0;
+    for (size_t i = 0; i < grammar.size(); ++i) {
+        const char c = grammar[i];
+        if (c == '"' || c == '[') {
+            const char close = c == '"' ? '"' : ']';
+            for (++i; i < grammar.size() && grammar[i] != close; ++i) {
+                if (grammar[i] == '\\') ++i;
+            }
+        } else if (c == '#') {
+            while (i < grammar.size() && grammar[i] != '\n') ++i;
+        } else if (c == '(' && ++depth > kMaxGrammarDepth) {
+            throw bad_request("'grammar' nests groups deeper than " + std::to_string(kMaxGrammarDepth) + " levels",
+                              "grammar", "invalid_value");
+        } else if (c == ')') {
+            --depth;
+        }
     }
 }
 
@@ -606,27 +509,6 @@ std::vector<SamplerStage> sampler_order(const json & v, const std::string & para
     return out;
 }
 
-bool bool_field(const json & body, const char * name, bool fallback) {
-    return get_bool(body, name, fallback);
-}
-
-json parse_json(const std::string & body) {
-    try {
-        return json::parse(body);
-    } catch (const json::parse_error & e) {
-        throw bad_request(std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
-    }
-}
-
-json parse_json_body(const std::string & body) {
-    const json j = parse_json(body);
-    if (!j.is_object()) {
-        throw bad_request(std::string("the request body must be a JSON object, got ") + type_name(j), "",
-                          "invalid_json");
-    }
-    return j;
-}
-
 GenerationRequest parse_generation_request(Endpoint endpoint, const json & body, const RequestDefaults & defaults) {
     GenerationRequest r;
     r.endpoint = endpoint;
@@ -687,6 +569,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     // A server default grammar (--grammar, -j) gives way to any format the request asks for.
     const bool grammar_in_request = field(body, "grammar") != nullptr;
     s.grammar = get_string(body, "grammar", s.grammar);
+    if (grammar_in_request) check_grammar_depth(s.grammar);
     parse_response_format(body, r);
     if (const json * js = field(body, "json_schema")) {  // llama-server's top-level form
         if (!js->is_object() && !js->is_boolean()) throw wrong_type("json_schema", "an object", *js);

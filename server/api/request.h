@@ -4,7 +4,7 @@
 // ApiError 400 naming the field; nothing here touches the engine.
 
 #include "runtime/text/sampler.h"
-#include "server/http/api_error.h"
+#include "server/http/json_fields.h"
 #include "server/chat/tools.h"
 
 #include <nlohmann/json.hpp>
@@ -109,14 +109,5 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
 // top_p, min_p, xtc, temperature and their aliases) or its one-letter codes,
 // in order. Throws ApiError 400 naming `param` for an unknown one.
 std::vector<SamplerStage> sampler_order(const json & names_or_codes, const std::string & param);
-
-// A boolean field of a body; fallback when absent or null. Throws ApiError
-// 400 naming it when it is something else.
-bool bool_field(const json & body, const char * name, bool fallback);
-
-// Parses a request body, throwing ApiError 400 when it is not a JSON object.
-json parse_json_body(const std::string & body);
-// Any JSON value (for the endpoints whose body is an array); throws as above.
-json parse_json(const std::string & body);
 
 }  // namespace llama_tp::server

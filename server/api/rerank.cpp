@@ -47,7 +47,7 @@ RerankRequest parse_rerank_request(const json & body) {
         }
         r.top_n = (int32_t) std::min<long long>(top->get<long long>(), (long long) r.documents.size());
     }
-    r.return_text = r.tei && bool_field(body, "return_text", false);
+    r.return_text = r.tei && get_bool(body, "return_text", false);
     if (const auto m = body.find("model"); m != body.end() && m->is_string()) r.model = m->get<std::string>();
     return r;
 }

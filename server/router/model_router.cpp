@@ -1,6 +1,7 @@
 #include "server/router/model_router.h"
 
 #include "runtime/error.h"
+#include "server/api/request.h"
 #include "server/http/api_error.h"
 #include "server/http/http_access.h"
 #include "server/log.h"
@@ -153,12 +154,7 @@ struct ProxyStream {
 };
 
 std::string model_of_body(const httplib::Request & req) {
-    json body;
-    try {
-        body = json::parse(req.body);
-    } catch (const std::exception &) {
-        throw ApiError(400, "the request body is not valid JSON");
-    }
+    const json body = parse_json(req.body);
     if (!body.is_object() || !body.contains("model")) return "";
     if (!body["model"].is_string()) throw ApiError(400, "\"model\" must be a string", "model");
     return body["model"].get<std::string>();

@@ -56,9 +56,9 @@ void handle_tokenize(ServerState & st, const Request & req, Response & res) {
     if (it == body.end() || !it->is_string()) {
         throw bad_request("'content' must be a string", "content", "invalid_type");
     }
-    const bool add_special = bool_field(body, "add_special", false);
-    const bool parse_special = bool_field(body, "parse_special", true);
-    const bool with_pieces = bool_field(body, "with_pieces", false);
+    const bool add_special = get_bool(body, "add_special", false);
+    const bool parse_special = get_bool(body, "parse_special", true);
+    const bool with_pieces = get_bool(body, "with_pieces", false);
     const auto & tok = st.engine->tokenizer();
     const std::vector<int32_t> ids = tok.tokenize(it->get<std::string>(), add_special, parse_special);
     if (!with_pieces) {

@@ -130,6 +130,11 @@ def test_thinking_blocks():
     ({"messages": ASK, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0]"),
     ({"messages": ASK, "tool_choice": {"type": "sometimes"}}, "tool_choice"),
     ({"messages": ASK, "max_tokens": "many"}, "max_tokens"),
+    # Fields of the wrong type name themselves (they were a 500).
+    ({"messages": [{"role": 5, "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes",
+                                                  "content": "x"}]}]}, "messages[0].content[0].is_error"),
+    ({"messages": ASK, "tool_choice": {"type": 3}}, "tool_choice.type"),
 ])
 def test_refusals(agent_server, body, param):
     assert_error(agent_server.post("/v1/messages", body), 400, param=param)

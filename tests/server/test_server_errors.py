@@ -10,9 +10,23 @@ H = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]
 LONG = "the cat sat on the mat " * 400  # far beyond 512 tokens per slot
 
+
+
+def nested_schema(depth):
+    """A chat body whose json_schema nests objects `depth` deep, as raw JSON."""
+    schema = '{"type":"object","properties":{"a":' * depth + '{"type":"string"}' + "}}" * depth
+    return '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"json_schema":' + schema + "}"
+
+
 # (route, body or raw string, expected param or None)
 CASES = [
     ("malformed-json", C, "{\"prompt\": \"x\",", None),
+    ("number-overflow", C, '{"prompt": "x", "max_tokens": 1e400}', None),
+    # Once crashed the server: the schema-to-grammar conversion recursed
+    # past the stack.
+    ("nesting-too-deep", H, nested_schema(10000), None),
+    ("grammar-too-deep", C, {"prompt": "x", "grammar": "root ::= " + "(" * 100000 + '"a"' + ")" * 100000},
+     "grammar"),
     ("body-is-array", C, "[1, 2]", None),
     ("body-is-string", H, "\"hello\"", None),
     ("empty-body", C, "", None),
@@ -110,6 +124,25 @@ def test_bad_request(server, route, body, param):
     assert err["type"] == ("exceed_context_size_error" if too_long else "invalid_request_error")
     if param is not None:
         assert err["param"] == param, err
+
+
+def test_nesting_limit_names_the_depth_and_deep_enough_schemas_are_served(server):
+    r = server.post(H, data=nested_schema(200).encode(), headers={"Content-Type": "application/json"})
+    err = assert_error(r, 400, code="invalid_json")
+    assert "deeper than 256 levels" in err["message"], err
+    r = server.post(H, data=nested_schema(100).encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def test_grammar_depth_limit(server):
+    def grammar(depth):
+        return "root ::= " + "(" * depth + '"a"' + ")" * depth + "  # ((( in a comment\n"
+    err = assert_error(server.post(C, {"prompt": "x", "grammar": grammar(257), "max_tokens": 1}), 400,
+                       param="grammar")
+    assert "deeper than 256 levels" in err["message"], err
+    r = server.post(C, {"prompt": "x", "grammar": grammar(256), "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == "a"
 
 
 def test_context_length_code(server):

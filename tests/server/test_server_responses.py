@@ -99,6 +99,11 @@ def test_stream_function_call(agent):
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0][0]"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]"),
     ({"input": [{"type": "computer_call"}]}, "input[0]"),
+    ({"input": [{"type": "function_call_output", "call_id": None, "output": "x"}]}, "input[0].call_id"),
+    ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+    ({"input": [{"role": 5, "content": "hi"}]}, "input[0].role"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": ["f"], "arguments": "{}"}]}, "input[0].name"),
+    ({"input": "hi", "text": {"format": "json_schema"}}, "text.format"),
 ])
 def test_refusals(agent, body, param):
     r = agent.post("/v1/responses", body)
