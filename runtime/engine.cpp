@@ -41,8 +41,12 @@ class TensorParallelEngine final : public Engine {
         const int n_processes = processes ? processes->size() : 1;
         std::vector<std::unique_ptr<GgufFile>> adapters;  // open for the load
         for (const LoraOptions & l : options_.loras) adapters.push_back(open_adapter(l.path));
-        if (n_processes > 1)
-            MpiRankGroup::agree(*processes, setup_agreement(options_, file) + adapters_agreement(options_, adapters));
+        if (n_processes > 1) {
+            const std::string source = "model file '" + options_.model_path + "'";
+            MpiRankGroup::agree(*processes, setup_agreement(options_, file) + adapters_agreement(options_, adapters),
+                                source);
+            MpiRankGroup::agree(*processes, data_agreement(file, options_.n_threads), source);
+        }
         hp_ = read_hparams(file);
         for (const MetadataOverride & o : options_.metadata_overrides) {
             std::fprintf(stderr, "llama-tp: metadata override %s\n", o.describe().c_str());

@@ -1,5 +1,8 @@
 #include "runtime/load_agreement.h"
 
+#include "runtime/model/data_digest.h"
+
+#include <chrono>
 #include <cstdio>
 
 namespace llama_tp {
@@ -54,6 +57,20 @@ std::string adapters_agreement(const EngineOptions & o, const std::vector<std::u
              std::to_string(o.loras[i].scale) + "\n";
     }
     return s;
+}
+
+std::string data_agreement(const GgufFile & file, int n_threads) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t digest = tensor_data_digest(file, n_threads);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    uint64_t bytes = 0;
+    for (int p = 0; p < file.n_parts(); ++p) bytes += file.part_data(p).end - file.part_data(p).begin;
+    std::fprintf(stderr, "llama-tp: tensor data digest %016llx: %.2f GB read in %.2f s (%.2f GB/s)\n",
+                 (unsigned long long) digest, bytes / 1e9, s, s > 0 ? bytes / 1e9 / s : 0.0);
+    char text[96];
+    std::snprintf(text, sizeof text, "tensor data: %llu bytes, digest %016llx\n", (unsigned long long) bytes,
+                  (unsigned long long) digest);
+    return text;
 }
 
 }  // namespace llama_tp

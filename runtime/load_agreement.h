@@ -15,5 +15,9 @@ namespace llama_tp {
 
 std::string setup_agreement(const EngineOptions & o, const GgufFile & file);
 std::string adapters_agreement(const EngineOptions & o, const std::vector<std::unique_ptr<GgufFile>> & adapters);
+// The digest of the model's tensor data, read whole (tensor_data_digest),
+// with the time it took on stderr: equal metadata may still hold other
+// weights, or a byte changed by a bad copy.
+std::string data_agreement(const GgufFile & file, int n_threads);
 
 }  // namespace llama_tp

@@ -114,7 +114,7 @@ other="$work/other.gguf"
 mismatch=$(timeout 120 "${mpi[@]}" sh -c \
     "[ \"\$OMPI_COMM_WORLD_RANK\" = 1 ] && m='$other' || m='$model'; exec '$compare' -m \"\$m\" --reference tp1 -t 1" \
     2>&1)
-if [[ $? == 0 || $mismatch != *"process 1 on llama-tp-host-b does not match process 0 on llama-tp-host-a"* ]]; then
+if [[ $? == 0 || $mismatch != *"process 1 on llama-tp-host-b (model file '$other') does not match process 0 on llama-tp-host-a (model file '$model')"* ]]; then
     failures=$((failures + 1))
     echo "FAILED: a mismatched model was not refused with the hosts named:" >&2
     tail -5 <<<"$mismatch" >&2

@@ -48,6 +48,9 @@ TEST(Step, LoadAndReadStepsCarryTheirImageAndSequence) {
     EXPECT_EQ(d.kind, Step::Kind::Read);
     EXPECT_EQ(d.read_seq, 3);
     EXPECT_EQ(d.read_n, 17);
+    Step beat;
+    beat.kind = Step::Kind::Heartbeat;
+    EXPECT_EQ(Step::decode(beat.encode()).kind, Step::Kind::Heartbeat);
     std::vector<uint8_t> bytes = r.encode();
     bytes[4] = 9;  // no such kind
     EXPECT_THROW(Step::decode(bytes), Error);

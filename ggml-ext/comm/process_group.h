@@ -16,9 +16,11 @@
 namespace llama_tp {
 
 // How long a wait for another process may last: a step's (the timeout the
-// group was joined with), or start-up's, when processes open and load the
-// model at their own pace.
-enum class Patience { Step, Startup };
+// group was joined with), start-up's, when processes open and load the
+// model at their own pace, or a follower's for the next step while the group
+// idles (process 0 sends a step or a heartbeat at least every
+// kHeartbeatInterval_s, so a step's timeout past that means it is gone).
+enum class Patience { Step, Startup, Idle };
 
 class ProcessGroup {
   public:
@@ -33,9 +35,9 @@ class ProcessGroup {
     virtual const std::string & host() const = 0;
 
     // Process 0's bytes to every other process (resized to fit). A follower
-    // waits as long as it takes (the group may idle between requests),
-    // sleeping so that it does not hold a core. Throws llama_tp::Error, at
-    // once after a wait was abandoned.
+    // waits for them as long as the patience allows (at start-up: as long as
+    // it takes), sleeping so that it does not hold a core. Throws
+    // llama_tp::Error, at once after a wait was abandoned.
     virtual void broadcast(std::vector<uint8_t> & bytes, Patience patience = Patience::Step) = 0;
 
     // Every process's bytes to process 0: parts (process 0 only; nullptr
@@ -62,6 +64,9 @@ class ProcessGroup {
 constexpr double kProcessTimeout_s = 5.0;
 // Start-up: a large model read from a slow disk on another machine.
 constexpr double kStartupTimeout_s = 600.0;
+// While the group idles process 0 sends a heartbeat this often; a follower
+// that hears nothing for a step's timeout longer gives up on it.
+constexpr double kHeartbeatInterval_s = 1.0;
 
 // Whether mpirun (or another MPI launcher) started this process.
 bool launched_by_mpi();

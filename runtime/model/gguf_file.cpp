@@ -456,6 +456,15 @@ uint64_t GgufFile::header_digest() const {
     return h;
 }
 
+GgufFile::DataRange GgufFile::part_data(int p) const {
+    const Part & part = *parts_.at((size_t) p);
+    return {gguf_get_data_offset(part.gguf.get()), part.size};
+}
+
+void GgufFile::read_part(int p, uint64_t at, void * dst, size_t n) const {
+    parts_.at((size_t) p)->read(at, dst, n);
+}
+
 void GgufFile::read_tensor(const ggml_tensor * desc, uint64_t at, void * dst, size_t n) const {
     const auto it = by_desc_.find(desc);
     if (it == by_desc_.end())

@@ -67,6 +67,14 @@ class GgufFile {
     // the data): two models with equal size and digest are the same model.
     uint64_t header_digest() const;
 
+    // Part p's tensor data: bytes [begin, end) of its file, all after its header.
+    struct DataRange {
+        uint64_t begin = 0, end = 0;
+    };
+    DataRange part_data(int p) const;
+    // Reads n bytes from byte `at` of part p's file; throws naming the part
+    // on a short read.
+    void read_part(int p, uint64_t at, void * dst, size_t n) const;
     // Reads n bytes from byte `at` of a tensor's data; throws naming the part
     // on a short read.
     void read_tensor(const ggml_tensor * desc, uint64_t at, void * dst, size_t n) const;

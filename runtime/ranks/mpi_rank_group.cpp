@@ -46,20 +46,30 @@ std::string text_of(const std::vector<uint8_t> & bytes) {
 
 }  // namespace
 
-void MpiRankGroup::agree(ProcessGroup & processes, const std::string & setup) {
-    const std::string mine = "host: " + processes.host() + "\n" + setup;
+void MpiRankGroup::agree(ProcessGroup & processes, const std::string & setup, const std::string & source) {
+    // Two lines before the setup: the host, and the source (one line).
+    const std::string mine = processes.host() + "\n" + source + "\n" + setup;
     std::vector<std::vector<uint8_t>> parts;
     processes.gather(std::vector<uint8_t>(mine.begin(), mine.end()), processes.rank() == 0 ? &parts : nullptr,
                      Patience::Startup);
+    auto named = [](const std::string & host, const std::string & from) {
+        return host + (from.empty() ? "" : " (" + from + ")");
+    };
     std::string verdict;
     if (processes.rank() == 0) {
         for (int p = 1; p < processes.size() && verdict.empty(); ++p) {
             const std::string theirs = text_of(parts[p]);
-            const std::string host = lines_of(theirs).empty() ? "?" : lines_of(theirs)[0].second;
-            const std::string what = difference(setup, theirs.substr(theirs.find('\n') + 1));
+            const size_t host_end = theirs.find('\n');
+            const size_t source_end = host_end == std::string::npos ? host_end : theirs.find('\n', host_end + 1);
+            if (source_end == std::string::npos) {
+                verdict = "process " + std::to_string(p) + " sent a malformed setup";
+                break;
+            }
+            const std::string what = difference(setup, theirs.substr(source_end + 1));
             if (!what.empty()) {
-                verdict = "process " + std::to_string(p) + " on " + host + " does not match process 0 on " +
-                          processes.host() + ": " + what;
+                verdict = "process " + std::to_string(p) + " on " +
+                          named(theirs.substr(0, host_end), theirs.substr(host_end + 1, source_end - host_end - 1)) +
+                          " does not match process 0 on " + named(processes.host(), source) + ": " + what;
             }
         }
     }
@@ -84,13 +94,23 @@ MpiRankGroup::MpiRankGroup(ProcessGroup & processes, std::unique_ptr<RankGroup> 
       n_ranks_(local_->n_ranks() * processes.size()),
       stats_(n_ranks_) {
     gather_reports();
+    last_step_ = std::chrono::steady_clock::now();
+    if (processes_.rank() == 0 && processes_.size() > 1) beat_thread_ = std::thread([this] { beat(); });
 }
 
 MpiRankGroup::~MpiRankGroup() {
+    if (processes_.rank() != 0) return;
+    if (beat_thread_.joinable()) {
+        {
+            std::lock_guard<std::mutex> lock(beat_mutex_);
+            beat_stop_ = true;
+        }
+        beat_cv_.notify_all();
+        beat_thread_.join();
+    }
     // Also after a failed step: followers waiting for the next step end
     // cleanly. Where a wait was abandoned the broadcast refuses at once and
     // the process group ends the job instead.
-    if (processes_.rank() != 0) return;
     try {
         Step shutdown;
         shutdown.kind = Step::Kind::Shutdown;
@@ -153,20 +173,50 @@ std::string MpiRankGroup::failure() const {
     return local_->failure();
 }
 
-void MpiRankGroup::drive(const Step & step, const std::function<void()> & here, const Join & join) {
+void MpiRankGroup::drive(const Step & step, const std::function<void()> & here, const Join & join, Patience patience) {
+    std::lock_guard<std::mutex> step_lock(step_mutex_);
     const std::string failed = failure();
     if (!failed.empty()) throw Error("the rank group has failed: " + failed);
     try {
         std::vector<uint8_t> bytes = step.encode();
-        processes_.broadcast(bytes);
+        processes_.broadcast(bytes, patience);
         here();
         std::vector<std::vector<uint8_t>> parts;
-        processes_.gather({}, &parts);
+        processes_.gather({}, &parts, patience);
         for (int p = 1; p < processes_.size(); ++p) join(p, parts[p]);
+        last_step_ = std::chrono::steady_clock::now();
     } catch (const std::exception & e) {
         std::lock_guard<std::mutex> lock(failure_mutex_);
         if (failure_.empty()) failure_ = e.what();
         throw;
+    }
+}
+
+void MpiRankGroup::beat() {
+    using Clock = std::chrono::steady_clock;
+    const auto interval =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kHeartbeatInterval_s));
+    Step heartbeat;
+    heartbeat.kind = Step::Kind::Heartbeat;
+    // The first waits as start-up does: a follower may still finish its load.
+    Patience patience = Patience::Startup;
+    std::unique_lock<std::mutex> lock(beat_mutex_);
+    while (!beat_cv_.wait_for(lock, interval / 4, [&] { return beat_stop_; })) {
+        {
+            std::lock_guard<std::mutex> step_lock(step_mutex_);
+            if (Clock::now() - last_step_ < interval) continue;
+        }
+        if (!failure().empty()) return;
+        lock.unlock();
+        try {
+            drive(
+                heartbeat, [] {}, [](int, const std::vector<uint8_t> &) {}, patience);
+        } catch (const std::exception & e) {
+            std::fprintf(stderr, "llama-tp: heartbeat: %s\n", e.what());
+            return;  // failure() says why
+        }
+        patience = Patience::Step;
+        lock.lock();
     }
 }
 
@@ -210,11 +260,15 @@ void MpiRankGroup::follow_read(const Step & step) {
 void MpiRankGroup::follow() {
     for (;;) {
         std::vector<uint8_t> bytes;
-        processes_.broadcast(bytes);
+        processes_.broadcast(bytes, Patience::Idle);
         const Step step = Step::decode(bytes);
         if (step.kind == Step::Kind::Shutdown) {
             processes_.end_together();
             return;
+        }
+        if (step.kind == Step::Kind::Heartbeat) {
+            processes_.gather({}, nullptr);
+            continue;
         }
         if (step.kind == Step::Kind::Read) {
             follow_read(step);

@@ -81,7 +81,7 @@ Step Step::decode(const std::vector<uint8_t> & bytes) {
     if (r.get<uint32_t>() != kMagic) throw Error("malformed step message: bad magic");
     Step s;
     const int32_t kind = r.get<int32_t>();
-    if (kind < (int32_t) Kind::Decode || kind > (int32_t) Kind::Read) {
+    if (kind < (int32_t) Kind::Decode || kind > (int32_t) Kind::Heartbeat) {
         throw Error("malformed step message: kind " + std::to_string(kind));
     }
     s.kind = (Kind) kind;

@@ -29,8 +29,10 @@ struct KvEdit {
 // and fill its cells from `kv` (a KvImageLayout image of batch.size() cells)
 // instead of computing them. Read: copy the cells of sequence read_seq,
 // positions [0, read_n), into an image. Shutdown: followers stop.
+// Heartbeat: nothing to do but answer, so that process 0 and its followers
+// each learn within seconds that the other stopped while the group idles.
 struct Step {
-    enum class Kind : int32_t { Decode = 1, Shutdown = 2, Load = 3, Read = 4 };
+    enum class Kind : int32_t { Decode = 1, Shutdown = 2, Load = 3, Read = 4, Heartbeat = 5 };
     Kind kind = Kind::Decode;
     std::vector<KvEdit> edits;  // applied in order before the batch is placed
     Batch batch;

@@ -1,7 +1,7 @@
 """llama-tp-server under mpirun: two processes serve as one rank group
 (process 0 answers HTTP, process 1 follows), give a single-process
 server's greedy answers, and stop together when a process dies, stops
-answering, or holds another model."""
+answering (busy or idle), or holds another model."""
 
 import json
 import os
@@ -220,6 +220,37 @@ def test_a_follower_fault_stops_the_group(model, fault):
         assert 503 in health, health
 
 
+@pytest.mark.parametrize("process", [0, 1], ids=["process-0", "follower"])
+def test_a_process_stopped_while_idle_stops_the_group(model, process):
+    """No request runs: only the heartbeat between the processes can notice."""
+    group = MpiServer("-np", "1", "-c", "512", "-t", "1", model=model)
+    r = group.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    time.sleep(2.0)  # idle for longer than a heartbeat
+    assert group.get("/health").status_code == 200
+    os.kill(group.ranks[process], signal.SIGSTOP)
+    since = time.time()
+    health = []
+    while process == 1 and group.proc.poll() is None and time.time() - since < GROUP_GONE_S:
+        try:
+            health.append(requests.get(group.base + "/health", timeout=1).status_code)
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    took = group.wait_group_gone(since)
+    log = group.log_text()
+    group.stop()
+    assert group.proc.returncode != 0, log
+    print(f"process {process} stopped while idle: every process gone after {took:.1f} s")
+    if process == 1:
+        # Process 0 names the follower and answers 503 on /health before it exits.
+        assert "process 1 on" in log and "stopped answering" in log, log
+        assert 503 in health, health
+    else:
+        # The follower names process 0.
+        assert "process 0 on" in log and "stopped answering" in log, log
+
+
 def test_each_process_may_read_the_model_at_its_own_path(model, tmp_path):
     copy = tmp_path / "copy.gguf"
     shutil.copy(model, copy)
@@ -286,6 +317,26 @@ def test_a_process_with_another_model_is_refused(model, tmp_path):
     assert r.returncode != 0
     assert "process 1 on" in r.stderr and "does not match process 0" in r.stderr, r.stderr
     assert "model:" in r.stderr and "header digest" in r.stderr, r.stderr
+
+
+def test_a_process_with_one_changed_byte_of_weights_is_refused(model, tmp_path):
+    """Same metadata, same size: only the digest of the tensor data tells them apart."""
+    changed = tmp_path / "changed.gguf"
+    data = bytearray(model.read_bytes())
+    data[len(data) - 1000] ^= 0x01
+    changed.write_bytes(bytes(data))
+    require_mpirun()
+    server = [str(server_bin()), "--port", "0", "-c", "256", "-t", "1"]
+    r = subprocess.run([*MPIRUN, "-n", "1", *server, "-m", str(model), ":", "-n", "1", *server, "-m", str(changed)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    refusal = [l for l in r.stderr.splitlines() if "refusing to start" in l]
+    assert refusal, r.stderr
+    # The process, its host and its file, and what differs.
+    assert "process 1 on" in refusal[0] and f"(model file '{changed}')" in refusal[0], refusal[0]
+    assert f"process 0 on" in refusal[0] and f"(model file '{model}')" in refusal[0], refusal[0]
+    assert "tensor data is" in refusal[0], refusal[0]
+    assert "tensor data digest" in r.stderr  # the time it took is logged
 
 
 def test_slots_move_between_one_process_and_two(model, tmp_path):

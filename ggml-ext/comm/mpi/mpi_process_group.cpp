@@ -85,7 +85,7 @@ class MpiProcessGroup final : public ProcessGroup {
         // A warm-up collective on the data communicator: its connections are
         // made now, not inside the first step's graph.
         Backoff backoff(timeout_s_);
-        wait(MPI_Ibarrier(data_.get(), &request_), backoff, "warm-up barrier");
+        wait(MPI_Ibarrier(data_.get(), &request_), backoff, timeout_s_, "warm-up barrier");
     }
 
     int rank() const override { return rank_; }
@@ -97,12 +97,15 @@ class MpiProcessGroup final : public ProcessGroup {
     void broadcast(std::vector<uint8_t> & bytes, Patience patience) override {
         refuse_if_abandoned("step broadcast");
         uint64_t n = bytes.size();
-        // Followers may wait for the next step through any idle time.
-        Backoff header_wait = rank_ == 0 ? bounded(patience) : Backoff::unbounded();
-        wait(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, control_.get(), &request_), header_wait, "step broadcast");
+        // At start-up followers wait for process 0 however long it loads.
+        const bool as_long_as_it_takes = rank_ != 0 && patience == Patience::Startup;
+        Backoff header_wait = as_long_as_it_takes ? Backoff::unbounded() : Backoff(seconds(patience));
+        wait(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, control_.get(), &request_), header_wait, seconds(patience),
+             "step broadcast");
         bytes.resize(n);
-        Backoff body_wait = bounded(patience);
-        wait(MPI_Ibcast(bytes.data(), (int) n, MPI_BYTE, 0, control_.get(), &request_), body_wait, "step broadcast");
+        Backoff body_wait(seconds(patience));
+        wait(MPI_Ibcast(bytes.data(), (int) n, MPI_BYTE, 0, control_.get(), &request_), body_wait, seconds(patience),
+             "step broadcast");
     }
 
     void gather(const std::vector<uint8_t> & mine, std::vector<std::vector<uint8_t>> * parts,
@@ -110,9 +113,9 @@ class MpiProcessGroup final : public ProcessGroup {
         refuse_if_abandoned("gather");
         uint64_t n = mine.size();
         std::vector<uint64_t> sizes(rank_ == 0 ? size_ : 0);
-        Backoff backoff = bounded(patience);
+        Backoff backoff(seconds(patience));
         wait(MPI_Igather(&n, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, 0, control_.get(), &request_), backoff,
-             "gather");
+             seconds(patience), "gather");
         std::vector<int> counts(sizes.size()), offsets(sizes.size());
         uint64_t total = 0;
         for (size_t p = 0; p < sizes.size(); ++p) {
@@ -127,7 +130,7 @@ class MpiProcessGroup final : public ProcessGroup {
         std::vector<uint8_t> all(total);
         wait(MPI_Igatherv(mine.data(), (int) n, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, 0,
                           control_.get(), &request_),
-             backoff, "gather");
+             backoff, seconds(patience), "gather");
         if (!parts) return;
         parts->assign(size_, {});
         for (int p = 0; p < size_; ++p) {
@@ -185,13 +188,21 @@ class MpiProcessGroup final : public ProcessGroup {
         if (abandoned_->load()) throw Error(std::string(what) + ": the process group has failed");
     }
 
-    Backoff bounded(Patience patience) const {
-        return Backoff(patience == Patience::Startup ? kStartupTimeout_s : timeout_s_);
+    double seconds(Patience patience) const {
+        switch (patience) {
+            case Patience::Startup:
+                return kStartupTimeout_s;
+            case Patience::Idle:
+                return timeout_s_ + kHeartbeatInterval_s;
+            case Patience::Step:
+                break;
+        }
+        return timeout_s_;
     }
 
     // Completes an operation just posted (rc: its outcome). Once a wait was
     // abandoned no more MPI calls are made: their buffers may still be in use.
-    void wait(int rc, Backoff & backoff, const char * what) {
+    void wait(int rc, Backoff & backoff, double timeout_s, const char * what) {
         if (rc == MPI_SUCCESS) rc = mpi_wait(request_, backoff);
         if (rc != MPI_SUCCESS) abandoned_->store(true);
         if (rc == MPI_ERR_PENDING) {
@@ -199,7 +210,7 @@ class MpiProcessGroup final : public ProcessGroup {
             for (int p = 0; p < size_; ++p) {
                 if (p != rank_) others += (others.empty() ? "" : ", ") + std::to_string(p) + " on " + hosts_[p];
             }
-            throw Error(std::string(what) + ": no answer within " + std::to_string((int) timeout_s_) +
+            throw Error(std::string(what) + ": no answer within " + std::to_string((int) timeout_s) +
                         " s: " + (size_ == 2 ? "process " : "one of processes ") + others +
                         " stopped answering (waiting: process " + std::to_string(rank_) + " on " + host_ + ")");
         }

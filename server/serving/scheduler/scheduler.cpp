@@ -151,7 +151,16 @@ void Scheduler::run() {
                     continue;
                 }
             } else {
-                cv_.wait(lock, has_work);
+                // A group of processes may fail while it idles (a process
+                // stopped between requests): its heartbeat says so, asked
+                // once a second.
+                while (!cv_.wait_for(lock, std::chrono::seconds(1), has_work)) {
+                    if (!group_failure_.empty()) continue;
+                    lock.unlock();
+                    const std::string broken = engine_.failure();
+                    if (!broken.empty()) fail_group(broken);
+                    lock.lock();
+                }
             }
             if (stopping_) {
                 break;
