@@ -15,6 +15,7 @@
 #include "server/serving/lora_adapters.h"
 #include "server/router/model_router.h"
 #include "server/serving/scheduler/scheduler.h"
+#include "server/serving/warm_up.h"
 #include "server/server_lifetime.h"
 #include "server/server_options.h"
 
@@ -378,6 +379,7 @@ int main(int argc, char ** argv) {
     std::unique_ptr<Engine> engine;
     try {
         engine = Engine::load(opts.engine);
+        if (opts.warmup) warm_up(*engine);
     } catch (const Error & e) {
         return fail_startup(std::string("failed to load model: ") + e.what());
     } catch (const std::exception & e) {

@@ -413,6 +413,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     }
     o.reasoning_budget_message = p.sampling.reasoning_budget_message;
     o.sleep_idle_seconds = p.sleep_idle_seconds;
+    o.warmup = p.warmup;
     o.context_shift = p.ctx_shift;
     o.n_keep = p.n_keep;
     o.verbose = p.verbosity >= 4;

@@ -69,6 +69,7 @@ struct ServerOptions {
     int enable_reasoning = -1;                // -1: as the template decides, 0 off, 1 on
     int32_t reasoning_budget = -1;            // thinking tokens before the end tag is forced; -1: no limit
     int32_t sleep_idle_seconds = -1;          // the model is freed after this long without a request (-1: never)
+    bool warmup = true;                       // one step at load (--no-warmup skips it)
     bool context_shift = false;               // a full slot drops half its tokens after n_keep and goes on
     int32_t n_keep = 0;                       // prompt tokens a context shift keeps (-1: all)
     std::string reasoning_budget_message;     // put before the forced end tag

@@ -2,12 +2,14 @@
 
 import json
 import signal
+import struct
 import subprocess
 import threading
 import time
 
 import requests
 
+from gguf_layout import tensor_offsets
 from server_harness import ServerProcess, generated_model, model_path, require_binary_and_model, server_bin
 
 
@@ -54,6 +56,25 @@ def test_model_that_fails_to_load(tmp_path):
     r = run("-m", str(junk), "--port", "0")
     assert r.returncode == 1
     assert "junk.gguf" in r.stderr
+
+
+def test_a_model_that_cannot_decode_fails_at_start(tmp_path):
+    """Weights that are not numbers: the warm-up step finds them before /health says ok."""
+    model = generated_model(tmp_path / "f32.gguf", weight_type="f32")
+    kind, offset = tensor_offsets(model)["output_norm.weight"]
+    assert kind == 0  # F32
+    with open(model, "r+b") as f:
+        f.seek(offset)
+        f.write(struct.pack("<f", float("nan")))
+    r = run("-m", str(model), "--port", "0", "-c", "256", timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "warm-up step" in r.stderr and str(model) in r.stderr and "not numbers" in r.stderr, r.stderr
+    # --no-warmup skips the step: the server starts, and the first request meets the model.
+    server = ServerProcess("--no-warmup", "-c", "256", model=model)
+    try:
+        assert server.get("/health").status_code == 200
+    finally:
+        assert server.stop() == 0
 
 
 def test_bad_chat_template(tmp_path):
