@@ -177,10 +177,25 @@ std::vector<int32_t> infill_prompt(const ServerState & st, const GenerationReque
     return out;
 }
 
+// Every message and every tool takes the template at least one token: more
+// of them than a slot holds tokens cannot fit, and are refused before the
+// template renders them (which costs seconds for 100,000 messages).
+void refuse_what_cannot_fit(const ServerState & st, const GenerationRequest & gr) {
+    const auto refuse = [&](size_t n, const char * what, const char * param) {
+        throw exceeds_context("the request has " + std::to_string(n) + " " + what +
+                                  ", each at least one token, but the context of a slot holds " +
+                                  std::to_string(st.n_ctx_slot),
+                              param, (int32_t) std::min<size_t>(n, INT32_MAX), st.n_ctx_slot);
+    };
+    if (gr.messages.size() >= (size_t) st.n_ctx_slot) refuse(gr.messages.size(), "messages", "messages");
+    if (gr.tools.tools.size() >= (size_t) st.n_ctx_slot) refuse(gr.tools.tools.size(), "tools", "tools");
+}
+
 PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, std::vector<std::string> & stops) {
     const Tokenizer & tok = st.engine->tokenizer();
     PreparedPrompt out;
     if (gr.endpoint == Endpoint::Chat) {
+        refuse_what_cannot_fit(st, gr);
         ChatPrompt cp = st.chat->apply(gr.messages, gr.tools, turn_options(st, gr));
         // The template's stops count as the request's, as llama-server: -r's then give way.
         if (!cp.stops.empty() && gr.stop_is_default) stops.clear();

@@ -1,5 +1,5 @@
-"""Request limits: --max-body-size (413) and --max-queue (503), both as OpenAI
-error objects."""
+"""Request limits: --max-body-size (413), --max-queue (503) and more messages
+or tools than a slot's context holds (400), all as OpenAI error objects."""
 
 import json
 import time
@@ -116,3 +116,26 @@ def test_kept_alive_connections_make_way_for_waiting_ones():
             c.join(timeout=30)
         assert s.stop() == 0, s.log_text()
     assert sum(closes) > 0, "no busy connection was asked to close"
+
+
+@pytest.mark.parametrize("what", ["messages", "tools"])
+def test_more_messages_or_tools_than_a_slot_holds_tokens_are_refused_at_once(what):
+    """Each takes at least one token: refused before the template renders 100,000 of them."""
+    s = ServerProcess("-np", "1", "-c", "512", "-t", "1")
+    try:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        if what == "messages":
+            body["messages"] = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hi"}
+                                for i in range(100000)]
+        else:
+            body["tools"] = [{"type": "function", "function": {"name": f"f{i}", "parameters": {"type": "object"}}}
+                             for i in range(2000)]
+        r = s.post("/v1/chat/completions", body)
+        err = assert_error(r, 400, param=what)
+        assert err["type"] == "exceed_context_size_error"
+        assert f"{len(body[what])} {what}" in err["message"] and "at least one token" in err["message"], err
+        # A request that fits is served as before.
+        r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0, s.log_text()
