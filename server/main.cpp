@@ -8,6 +8,7 @@
 #include "runtime/text/tokenizer.h"
 #include "server/chat/chat_format.h"
 #include "server/serving/context_size.h"
+#include "server/serving/prompt_cache.h"
 #include "server/routes/route_table.h"
 #include "server/http/http_task_queue.h"
 #include "server/http/listener.h"
@@ -437,12 +438,12 @@ int main(int argc, char ** argv) {
 
     SlotReuse reuse;
     reuse.prompt_similarity = opts.slot_prompt_similarity;
-    reuse.prompt_cache_bytes = opts.cache_ram_mib < 0 ? -1 : (int64_t) opts.cache_ram_mib << 20;
+    const PromptCacheLimit cache_limit =
+        prompt_cache_limit(opts.cache_ram_mib, opts.cache_ram_given, available_memory_bytes());
+    reuse.prompt_cache_bytes = cache_limit.bytes;
     reuse.ctx_checkpoints = opts.ctx_checkpoints;
-    if (opts.cache_ram_mib != 0) {
-        SRV_INF("prompt cache: slots' prompts kept in host memory, %s (--cache-ram)",
-                opts.cache_ram_mib < 0 ? "no limit" : (std::to_string(opts.cache_ram_mib) + " MiB at most").c_str());
-    }
+    if (cache_limit.bytes != 0)
+        SRV_INF("prompt cache: slots' prompts kept in host memory, %s", cache_limit.reason.c_str());
     Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch, opts.max_queue, &state.metrics,
                         reuse);
     // Whenever the server falls idle, the allocator hands freed pages back.

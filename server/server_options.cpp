@@ -396,6 +396,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.chat_template = p.chat_template;
     o.slot_save_path = p.slot_save_path;  // the handler checked it is a directory
     o.cache_ram_mib = p.cache_ram_mib;
+    o.cache_ram_given = up.was_given("-cram");
     o.ctx_checkpoints = std::max(0, p.n_ctx_checkpoints);
     o.slot_prompt_similarity = p.slot_prompt_similarity;
     o.special = p.special;

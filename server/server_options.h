@@ -60,6 +60,7 @@ struct ServerOptions {
     std::vector<std::string> tags;            // --tags: listed with the model, informational
     std::string slot_save_path;               // directory for POST /slots/{id}?action=save|restore ("": off)
     int32_t cache_ram_mib = 8192;             // the prompt cache's host memory (-1: no limit, 0: off)
+    bool cache_ram_given = false;             // else the default is capped by the memory the machine has
     int32_t ctx_checkpoints = 32;             // per slot, into the prompt cache (sliding-window models)
     float slot_prompt_similarity = 0.1f;      // -sps (SlotReuse)
     bool special = false;                     // -sp: special tokens appear in the generated text

@@ -76,7 +76,8 @@ const std::map<std::string, std::string> & honoured() {
          "recently used one"},
         {"-cram",
          "a slot's cells kept in host memory when another prompt takes the slot, given back to a later "
-         "prompt that shares more with them (default 8192 MiB, -1: no limit, 0: off)"},
+         "prompt that shares more with them (default 8192 MiB, at most a quarter of the memory available after the "
+         "model; -1: no limit, 0: off)"},
         {"-ctxcp",
          "per slot: a prompt's cells kept in the --cache-ram prompt cache 4 tokens before its end, where "
          "sliding-window layers keep only their window"},

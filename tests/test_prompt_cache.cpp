@@ -161,3 +161,25 @@ TEST(PromptCache, KeepsASlotsNewestCheckpointsOnly) {
     EXPECT_EQ(cache.longest_prefix(tokens(1, 35), {}), 30u);
     EXPECT_EQ(cache.longest_prefix(tokens(500, 12), {}), 10u);
 }
+
+TEST(PromptCacheLimit, TheDefaultTakesAQuarterOfAvailableMemoryAtMost) {
+    using llama_tp::server::prompt_cache_limit;
+    const uint64_t gib = 1ull << 30;
+    // A small machine: 8 GiB available after the model gives 2 GiB.
+    auto l = prompt_cache_limit(8192, false, 8 * gib);
+    EXPECT_EQ(l.bytes, (int64_t) (2 * gib));
+    EXPECT_NE(l.reason.find("2048 MiB at most"), std::string::npos) << l.reason;
+    EXPECT_NE(l.reason.find("8192 MiB available"), std::string::npos) << l.reason;
+    // A large one keeps llama-server's default.
+    l = prompt_cache_limit(8192, false, 256 * gib);
+    EXPECT_EQ(l.bytes, (int64_t) (8 * gib));
+    EXPECT_NE(l.reason.find("the default"), std::string::npos) << l.reason;
+    // Unknown memory: the default.
+    EXPECT_EQ(prompt_cache_limit(8192, false, 0).bytes, (int64_t) (8 * gib));
+    // Given: as asked, whatever the machine has.
+    l = prompt_cache_limit(8192, true, 8 * gib);
+    EXPECT_EQ(l.bytes, (int64_t) (8 * gib));
+    EXPECT_NE(l.reason.find("(--cache-ram)"), std::string::npos) << l.reason;
+    EXPECT_EQ(prompt_cache_limit(-1, false, 8 * gib).bytes, -1);
+    EXPECT_EQ(prompt_cache_limit(0, false, 8 * gib).bytes, 0);
+}

@@ -89,4 +89,26 @@ size_t PromptCache::longest_prefix(const std::vector<int32_t> & tokens, const st
     return best(tokens, lora, 0, usable, prefix) == kept_.end() ? 0 : prefix;
 }
 
+PromptCacheLimit prompt_cache_limit(int32_t mib, bool given, uint64_t available_bytes) {
+    const auto in_mib = [](uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+    PromptCacheLimit l;
+    if (mib == 0) return {0, "off (--cache-ram 0)"};
+    if (mib < 0) return {-1, "no limit (--cache-ram -1)"};
+    l.bytes = (int64_t) mib << 20;
+    if (given) {
+        l.reason = in_mib((uint64_t) l.bytes) + " at most (--cache-ram)";
+        return l;
+    }
+    const uint64_t share = available_bytes / kDefaultCacheShare;
+    if (available_bytes > 0 && share < (uint64_t) l.bytes) {
+        l.bytes = (int64_t) share;
+        l.reason = in_mib(share) + " at most: a quarter of the " + in_mib(available_bytes) +
+                   " available after the model, instead of the default " + std::to_string(mib) +
+                   " MiB (--cache-ram sets it)";
+    } else {
+        l.reason = in_mib((uint64_t) l.bytes) + " at most (the default; --cache-ram sets it)";
+    }
+    return l;
+}
+
 }  // namespace llama_tp::server

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace llama_tp::server {
@@ -76,5 +77,21 @@ class PromptCache {
     std::deque<CachedPrompt> kept_;  // oldest first
     size_t bytes_ = 0;
 };
+
+// llama-server's default --cache-ram; without the flag the cache takes at
+// most 1/kDefaultCacheShare of the memory the machine has available once
+// the model and its KV cache are loaded, so that the default cannot fill a
+// smaller machine.
+constexpr int32_t kDefaultCacheRamMib = 8192;
+constexpr uint64_t kDefaultCacheShare = 4;
+
+struct PromptCacheLimit {
+    int64_t bytes = 0;   // < 0: no limit, 0: off
+    std::string reason;  // one line for the log
+};
+
+// mib: --cache-ram's value (-1 no limit, 0 off); given: whether the user set
+// it; available_bytes: the machine's available memory now (0: unknown).
+PromptCacheLimit prompt_cache_limit(int32_t mib, bool given, uint64_t available_bytes);
 
 }  // namespace llama_tp::server

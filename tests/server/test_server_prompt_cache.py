@@ -40,6 +40,9 @@ def test_a_prompt_that_lost_its_slot_gets_its_cells_back():
         # The other prompt went to the cache in turn.
         assert complete(s, OTHER)["tokens_cached"] == other["tokens_evaluated"] - 1
         assert "restored from the prompt cache" in s.log_text()
+        # The default limit is said at start, with what it was made from.
+        line = [l for l in s.log_text().splitlines() if "prompt cache: " in l]
+        assert line and "MiB at most" in line[0] and "--cache-ram sets it" in line[0], s.log_text()
     finally:
         assert s.stop() == 0
 
