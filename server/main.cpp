@@ -7,6 +7,7 @@
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
 #include "server/chat/chat_format.h"
+#include "server/build_info.h"
 #include "server/serving/context_size.h"
 #include "server/serving/prompt_cache.h"
 #include "server/routes/route_table.h"
@@ -282,6 +283,10 @@ int main(int argc, char ** argv) {
         opts = parse_server_options(argc, argv, outcome);
         if (outcome == ParseOutcome::Help) {
             print_usage(argv[0]);
+            return 0;
+        }
+        if (outcome == ParseOutcome::Version) {
+            std::fputs(version_text().c_str(), stdout);
             return 0;
         }
         if (outcome == ParseOutcome::FlagSupport) {

@@ -91,6 +91,7 @@ std::string without_error_prefix(const std::string & what) {
 const std::vector<Flag> & own_flags() {
     static const std::vector<Flag> table = {
         {{"-h", "--help", "--usage"}, "", "", "show this help and exit", nullptr},
+        {{"--version"}, "", "", "show this build and the llama.cpp it is built on, and exit", nullptr},
         {{"--flag-support"},
          "",
          "",
@@ -609,6 +610,10 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
         }
         if (own && own->names.front() == "-h") {
             outcome = ParseOutcome::Help;
+            return o;
+        }
+        if (own && own->names.front() == "--version") {
+            outcome = ParseOutcome::Version;
             return o;
         }
         if (own && own->names.front() == "--flag-support") {

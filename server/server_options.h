@@ -102,7 +102,7 @@ class UsageError : public std::runtime_error {
     explicit UsageError(const std::string & what) : std::runtime_error(what) {}
 };
 
-enum class ParseOutcome { Serve, Help, FlagSupport };
+enum class ParseOutcome { Serve, Help, Version, FlagSupport };
 
 // Reads llama-server's command line and llama-tp's own flags (server/README.md).
 // Throws UsageError; returns early for --help and --flag-support.

@@ -1,5 +1,7 @@
 #include "server/api/response.h"
 
+#include "server/build_info.h"
+
 #include "runtime/text/tokenizer.h"
 
 #include <chrono>
@@ -64,7 +66,7 @@ json base(const ResponseContext & ctx, bool chunk) {
             {"object", object},
             {"created", ctx.created},
             {"model", ctx.model},
-            {"system_fingerprint", "llama-tp"}};
+            {"system_fingerprint", build_fingerprint()}};
 }
 
 json tool_calls_json(const std::vector<ToolCall> & calls) {
@@ -209,7 +211,7 @@ json delta_chunk(const ResponseContext & ctx, const json & delta) {
 json role_chunk(const ResponseContext & ctx) {
     json r = base(ctx, true);
     r["choices"] = json::array({{{"index", ctx.index},
-                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                 {"delta", {{"role", "assistant"}, {"content", nullptr}}},
                                  {"logprobs", nullptr},
                                  {"finish_reason", nullptr}}});
     return r;

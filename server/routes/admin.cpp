@@ -3,6 +3,7 @@
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
+#include "server/build_info.h"
 #include "server/http/http_access.h"
 #include "server/api/native_response.h"
 #include "server/chat/chat_format.h"
@@ -54,7 +55,7 @@ json props_json(const ServerState & st) {
                   {"chat_template_origin", st.chat->origin()},
                   {"bos_token", token_text(tok.bos())},
                   {"eos_token", token_text(tok.eos())},
-                  {"build_info", "llama-tp"},
+                  {"build_info", build_fingerprint()},
                   {"is_sleeping", st.scheduler->asleep()},
                   {"cors_proxy_enabled", false},  // /cors-proxy answers 403 here
                   // llama-tp's own

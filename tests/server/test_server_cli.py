@@ -1,6 +1,7 @@
 """Command line: bad flags exit 2, load failures exit 1, signals exit 0."""
 
 import json
+import re
 import signal
 import struct
 import subprocess
@@ -24,6 +25,13 @@ def test_help():
     for flag in ("--model", "--ctx-size", "--parallel", "--api-key", "--tensor-split", "--allreduce", "--tp",
                  "--bf16-wire", "--f32-wire", "--split-invariant", "--chat-template", "--n-predict"):
         assert flag in r.stdout
+
+
+def test_version_names_this_build_and_its_llama_cpp():
+    r = run("--version")
+    assert r.returncode == 0, r.stderr
+    assert re.match(r"llama-tp-server \S+ \(b[0-9]+-([0-9a-f]{7,}|unknown)\)\nbuilt on llama.cpp [0-9a-f]{40}\n$",
+                    r.stdout), r.stdout
 
 
 def test_unknown_flag():

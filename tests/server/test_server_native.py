@@ -3,6 +3,7 @@
 --api-prefix and its error types."""
 
 import json
+import re
 import threading
 import time
 
@@ -167,6 +168,7 @@ def test_props_shape(server):
               "is_sleeping", "cors_proxy_enabled"):
         assert k in p, k
     assert p["model_ftype"] == "F32", p["model_ftype"]  # stories260K's weights
+    assert re.fullmatch(r"b[0-9]+-([0-9a-f]{7,}|unknown)", p["build_info"]), p["build_info"]
     assert p["ui"] is False and p["cors_proxy_enabled"] is False and p["ui_settings"] == {}
     caps = p["chat_template_caps"]
     assert caps and all(isinstance(v, bool) for v in caps.values()), caps

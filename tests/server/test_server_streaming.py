@@ -1,6 +1,7 @@
 """Server-sent events: chunk shapes, the final chunk, usage, [DONE]."""
 
 import json
+import re
 
 import requests
 
@@ -42,10 +43,13 @@ def test_chat_stream_shape(server):
     for c in chunks:
         assert c["object"] == "chat.completion.chunk"
         assert c["id"].startswith("chatcmpl-")
-    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        # llama-server's form: b<build>-<commit>
+        assert re.fullmatch(r"b[0-9]+-([0-9a-f]{7,}|unknown)", c["system_fingerprint"]), c
+    # As llama-server: the role first, its content null rather than empty.
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"][0]["delta"] == {}
-    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     full = server.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
     assert text == full
 
