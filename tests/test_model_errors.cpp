@@ -69,6 +69,29 @@ TEST(ModelErrors, WrongShapeIsNamed) {
     std::remove(path.c_str());
 }
 
+// Values the loader sizes its tables by are checked against the file before
+// anything is sized by them.
+TEST(ModelErrors, HyperparametersBeyondTheFileAreRefused) {
+    const std::string path = test::temp_path("hparams.gguf");
+    const std::pair<std::function<void(gguf_context *)>, std::string> cases[] = {
+        {[](gguf_context * g) { gguf_set_val_u32(g, "llama.block_count", 2000000000); },
+         "block_count is 2000000000, but the file holds only"},
+        {[](gguf_context * g) { gguf_set_val_u64(g, "llama.block_count", (1ull << 32) + 5); },
+         "llama.block_count is 4294967301, beyond a 32-bit integer"},
+        {[](gguf_context * g) { gguf_set_val_u32(g, "llama.embedding_length", 128); },
+         "embedding_length is 128, but token_embd.weight is 64 wide"},
+        {[](gguf_context * g) { gguf_set_val_u32(g, "llama.attention.head_count_kv", 3000000000u); },
+         "llama.attention.head_count_kv is 3000000000, beyond a 32-bit integer"},
+    };
+    for (const auto & [edit, expected] : cases) {
+        test::copy_gguf(LLAMA_TP_TEST_MODEL, path, edit, [](const std::string &) { return true; });
+        const std::string msg = load_error(path);
+        EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+        EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    }
+    std::remove(path.c_str());
+}
+
 // --check-tensors: each rank checks the values it reads; without it a NaN
 // loads (as upstream's loader, which checks nothing by default).
 TEST(ModelErrors, InvalidValuesAreNamedWhenChecked) {

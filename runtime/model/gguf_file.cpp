@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "ggml.h"
@@ -345,6 +346,21 @@ std::string GgufFile::get_string(const std::string & key) const {
 std::string GgufFile::get_string(const std::string & key, const std::string & fallback) const {
     if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Str)) return o->s;
     return key_id(key) >= 0 ? get_string(key) : fallback;
+}
+
+int32_t GgufFile::as_int32(const std::string & key, int64_t v) const {
+    if (v < INT32_MIN || v > INT32_MAX) {
+        throw Error("model file '" + path() + "': " + key + " is " + std::to_string(v) + ", beyond a 32-bit integer");
+    }
+    return (int32_t) v;
+}
+
+int32_t GgufFile::get_int32(const std::string & key) const {
+    return as_int32(key, get_int(key));
+}
+
+int32_t GgufFile::get_int32(const std::string & key, int64_t fallback) const {
+    return as_int32(key, get_int(key, fallback));
 }
 
 int64_t GgufFile::get_int(const std::string & key) const {

@@ -53,6 +53,11 @@ class GgufFile {
     std::string get_string(const std::string & key, const std::string & fallback) const;
     int64_t get_int(const std::string & key) const;  // any integer type
     int64_t get_int(const std::string & key, int64_t fallback) const;
+    // The same, refused (naming the key) beyond a 32-bit integer's range.
+    int32_t get_int32(const std::string & key) const;
+    int32_t get_int32(const std::string & key, int64_t fallback) const;
+    // v, read from key, as a 32-bit integer; refused naming the key beyond its range.
+    int32_t as_int32(const std::string & key, int64_t v) const;
     double get_float(const std::string & key) const;  // any numeric type
     double get_float(const std::string & key, double fallback) const;
     bool is_array(const std::string & key) const;

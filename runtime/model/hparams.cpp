@@ -21,10 +21,10 @@ HParams read_hparams(const GgufFile & file) {
     }
     const std::string & a = hp.arch_name;
 
-    hp.n_embd = (int32_t) file.get_int(a + ".embedding_length");
-    hp.n_layer = (int32_t) file.get_int(a + ".block_count");
-    hp.n_head = (int32_t) file.get_int(a + ".attention.head_count");
-    hp.n_ctx_train = (int32_t) file.get_int(a + ".context_length", 2048);
+    hp.n_embd = file.get_int32(a + ".embedding_length");
+    hp.n_layer = file.get_int32(a + ".block_count");
+    hp.n_head = file.get_int32(a + ".attention.head_count");
+    hp.n_ctx_train = file.get_int32(a + ".context_length", 2048);
     hp.rms_eps = (float) file.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5);
     for (auto [what, v] : {std::pair<const char *, int64_t>{"embedding_length", hp.n_embd},
                            {"block_count", hp.n_layer},
@@ -34,7 +34,17 @@ HParams read_hparams(const GgufFile & file) {
 
     const ggml_tensor * embd = file.find_tensor("token_embd.weight");
     if (!embd) throw Error("model file '" + file.path() + "': missing tensor 'token_embd.weight'");
-    hp.n_vocab = (int32_t) file.get_int(a + ".vocab_size", embd->ne[1]);
+    // What the loader sizes its tables by, against what the file holds: every
+    // layer has tensors of its own, the embedding is n_embd wide.
+    if (hp.n_layer > file.n_tensors()) {
+        throw Error("model file '" + file.path() + "': block_count is " + std::to_string(hp.n_layer) +
+                    ", but the file holds only " + std::to_string(file.n_tensors()) + " tensors");
+    }
+    if (embd->ne[0] != hp.n_embd) {
+        throw Error("model file '" + file.path() + "': embedding_length is " + std::to_string(hp.n_embd) +
+                    ", but token_embd.weight is " + std::to_string(embd->ne[0]) + " wide");
+    }
+    hp.n_vocab = file.get_int32(a + ".vocab_size", embd->ne[1]);
     read_architecture(file, a, hp);
     return hp;
 }

@@ -27,7 +27,7 @@ void read_window(const GgufFile & file, const std::string & a, HParams & hp) {
 
 // Layers that share an earlier layer's cache must match it.
 void read_shared_kv(const GgufFile & file, const std::string & a, HParams & hp) {
-    hp.n_kv_shared = (int32_t) file.get_int(a + ".attention.shared_kv_layers", 0);
+    hp.n_kv_shared = file.get_int32(a + ".attention.shared_kv_layers", 0);
     if (hp.n_kv_shared < 0 || hp.n_embd_per_layer < 0) {
         throw Error("model file '" + file.path() + "': negative shared_kv_layers or embedding_length_per_layer_input");
     }
@@ -56,7 +56,7 @@ void read_gemma4(const GgufFile & file, const std::string & a, HParams & hp) {
     read_experts(file, a, hp, /*required =*/false, /*width_is_ffn =*/false);
     hp.query_scale = 1.0f;
     hp.final_logit_softcap = (float) file.get_float(a + ".final_logit_softcapping", 30.0);
-    hp.n_embd_per_layer = (int32_t) file.get_int(a + ".embedding_length_per_layer_input", 0);
+    hp.n_embd_per_layer = file.get_int32(a + ".embedding_length_per_layer_input", 0);
     read_shared_kv(file, a, hp);
     hp.embedding_scale = std::sqrt((float) hp.n_embd);
     hp.rows_after_norm = true;

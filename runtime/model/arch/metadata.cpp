@@ -54,7 +54,7 @@ void require_positive(const GgufFile & file, const std::string & what, int64_t v
 void read_rope(const GgufFile & file, const std::string & a, HParams & hp, int32_t rope_type) {
     hp.rope_type = rope_type;
     hp.rope_freq_base_train = (float) file.get_float(a + ".rope.freq_base", 10000.0);
-    hp.n_ctx_orig_train = (int32_t) file.get_int(a + ".rope.scaling.original_context_length", hp.n_ctx_train);
+    hp.n_ctx_orig_train = file.get_int32(a + ".rope.scaling.original_context_length", hp.n_ctx_train);
     const std::string scaling = file.get_string(a + ".rope.scaling.type", "none");
     const std::optional<RopeScaling> type = rope_scaling_from_name(scaling);
     if (!type) throw Error("model file '" + file.path() + "': RoPE scaling type '" + scaling + "' is not supported");
@@ -83,8 +83,10 @@ void read_layer_shapes(const GgufFile & file, const std::string & a, HParams & h
     for (int il = 0; il < hp.n_layer; ++il) {
         const bool swa = hp.is_swa(il);
         LayerShape & s = hp.layers[il];
-        s = {(int32_t) n_head_kv[il], (int32_t) (swa ? head_dim_swa : head_dim), (int32_t) (swa ? n_rot_swa : n_rot),
-             (int32_t) n_ff[il]};
+        s = {file.as_int32(a + ".attention.head_count_kv", n_head_kv[il]),
+             file.as_int32(a + ".attention.key_length", swa ? head_dim_swa : head_dim),
+             file.as_int32(a + ".rope.dimension_count", swa ? n_rot_swa : n_rot),
+             file.as_int32(a + ".feed_forward_length", n_ff[il])};
         const std::string at = " (layer " + std::to_string(il) + ")";
         require_positive(file, "attention.head_count_kv" + at, s.n_head_kv);
         require_positive(file, "feed_forward_length" + at, s.n_ff);
@@ -101,10 +103,10 @@ void read_layer_shapes(const GgufFile & file, const std::string & a, HParams & h
 }
 
 void read_experts(const GgufFile & file, const std::string & a, HParams & hp, bool required, bool width_is_ffn) {
-    hp.n_expert = (int32_t) (required ? file.get_int(a + ".expert_count") : file.get_int(a + ".expert_count", 0));
+    hp.n_expert = required ? file.get_int32(a + ".expert_count") : file.get_int32(a + ".expert_count", 0);
     if (hp.n_expert == 0 && !required) return;
-    hp.n_expert_used = (int32_t) file.get_int(a + ".expert_used_count");
-    hp.n_ff_exp = (int32_t) (width_is_ffn ? hp.layer(0).n_ff : file.get_int(a + ".expert_feed_forward_length"));
+    hp.n_expert_used = file.get_int32(a + ".expert_used_count");
+    hp.n_ff_exp = width_is_ffn ? hp.layer(0).n_ff : file.get_int32(a + ".expert_feed_forward_length");
     hp.expert_weights_scale = (float) file.get_float(a + ".expert_weights_scale", 0.0);
     require_positive(file, "expert_count", hp.n_expert);
     require_positive(file, "expert_used_count", hp.n_expert_used);
@@ -117,7 +119,7 @@ void read_experts(const GgufFile & file, const std::string & a, HParams & hp, bo
 
 void read_sliding_window(const GgufFile & file, const std::string & a, HParams & hp, SlidingWindowDefaults d) {
     const std::string key = a + ".attention.sliding_window";
-    hp.n_swa = (int32_t) (d.window < 0 ? file.get_int(key) : file.get_int(key, d.window));
+    hp.n_swa = d.window < 0 ? file.get_int32(key) : file.get_int32(key, d.window);
     if (hp.n_swa < 0 || (d.window < 0 && hp.n_swa == 0)) require_positive(file, "attention.sliding_window", hp.n_swa);
     if (hp.n_swa == 0) return;
     hp.swa_layers = read_swa_layers(file, a, hp, d.period);
