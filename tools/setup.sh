@@ -2,8 +2,9 @@
 # Installs what llama-tp needs on a Debian machine (only what is missing),
 # fetches the pinned llama.cpp (cached outside the clone) and builds
 # everything into build/. Extra CMake options: LLAMA_TP_CMAKE_ARGS.
-# --tests: also what only the tests use (HIP's compiler, to compile the GPU
-# code for AMD GPUs), where Debian has it for this machine.
+# --tests: also what only the tests use: clang for the fuzz targets, and
+# HIP's compiler (to compile the GPU code for AMD GPUs) where Debian has it
+# for this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,12 @@ packages=(build-essential cmake ninja-build ccache git ca-certificates nodejs np
           python3 python3-pytest python3-requests python3-matplotlib python3-tqdm
           libgtest-dev procps curl openmpi-bin libopenmpi-dev iproute2 libssl-dev)
 test_packages=(hipcc libamdhip64-dev)
+# The fuzz targets: clang with libFuzzer's runtime.
+fuzz_packages=(clang libclang-rt-dev)
+extra_cmake=()
 if [[ ${1:-} == --tests ]]; then
+    packages+=("${fuzz_packages[@]}")
+    extra_cmake+=(-DLLAMA_TP_FUZZ=ON)
     # One this machine's package lists know nothing of (another architecture)
     # is left out, without fetching the lists on every run for it.
     lists_fetched=0
@@ -56,5 +62,5 @@ fi
 build_dir=${LLAMA_TP_BUILD_DIR:-build}
 # MPI ranks wherever Open MPI is found (LLAMA_TP_CMAKE_ARGS may say OFF).
 # shellcheck disable=SC2086
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_TP_MPI=AUTO ${LLAMA_TP_CMAKE_ARGS:-}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_TP_MPI=AUTO "${extra_cmake[@]}" ${LLAMA_TP_CMAKE_ARGS:-}
 cmake --build "$build_dir" -j "$(nproc)"
