@@ -35,44 +35,53 @@ std::vector<int32_t> to_tokens(const json & v) {
     return out;
 }
 
+constexpr const char * kPromptForms =
+    "a string, an array of token ids, an object with 'prompt_string', or an array with one of them";
+
+// One prompt: a string, token ids, or llama-server's object form
+// {"prompt_string": ..., "multimodal_data": [...]}. False for anything else.
+bool read_one_prompt(const json & e, GenerationRequest & r) {
+    if (e.is_string()) {
+        r.prompt_text = e.get<std::string>();
+        return true;
+    }
+    if (e.is_array() && !e.empty() && is_token_array(e)) {
+        r.prompt_is_tokens = true;
+        r.prompt_tokens = to_tokens(e);
+        return true;
+    }
+    if (!e.is_object()) return false;
+    const json * media = field(e, "multimodal_data");
+    if (media != nullptr && !(media->is_array() && media->empty())) {
+        throw bad_request("'prompt.multimodal_data' needs a multimodal model, which this server does not load",
+                          "prompt", "unsupported_value");
+    }
+    r.prompt_text = string_in(e, "prompt_string", "prompt");
+    if (field(e, "prompt_string") == nullptr) {
+        throw bad_request("'prompt.prompt_string' is required", "prompt", "missing_required_parameter");
+    }
+    return true;
+}
+
 void parse_prompt(const json & body, GenerationRequest & r) {
     const json * p = field(body, "prompt");
     if (p == nullptr) {
         throw bad_request("'prompt' is required", "prompt", "missing_required_parameter");
     }
-    if (p->is_string()) {
-        r.prompt_text = p->get<std::string>();
-        return;
-    }
-    if (!p->is_array()) {
-        throw wrong_type("prompt", "a string, an array of token ids, or an array with one string", *p);
-    }
-    if (p->empty()) {
+    if (p->is_array() && p->empty()) {
         throw bad_request("'prompt' must not be an empty array", "prompt", "invalid_value");
     }
-    if (is_token_array(*p)) {
-        r.prompt_is_tokens = true;
-        r.prompt_tokens = to_tokens(*p);
-        return;
-    }
+    if (read_one_prompt(*p, r)) return;
+    if (!p->is_array()) throw wrong_type("prompt", kPromptForms, *p);
     if (p->size() > 1) {
         for (const auto & e : *p) {
-            if (!e.is_string() && !is_token_array(e)) {
-                throw wrong_type("prompt", "a string, an array of token ids, or an array with one string", *p);
-            }
+            GenerationRequest probe;
+            if (!read_one_prompt(e, probe)) throw wrong_type("prompt", kPromptForms, *p);
         }
         throw bad_request("only one prompt per request is supported (got " + std::to_string(p->size()) + ")", "prompt",
                           "unsupported_value");
     }
-    const json & e = (*p)[0];
-    if (e.is_string()) {
-        r.prompt_text = e.get<std::string>();
-    } else if (is_token_array(e)) {
-        r.prompt_is_tokens = true;
-        r.prompt_tokens = to_tokens(e);
-    } else {
-        throw wrong_type("prompt", "a string, an array of token ids, or an array with one string", *p);
-    }
+    if (!read_one_prompt((*p)[0], r)) throw wrong_type("prompt", kPromptForms, *p);
 }
 
 std::string message_content(const json & msg, size_t i, const std::string & role) {

@@ -43,6 +43,22 @@ def test_completion_shape_and_same_text_as_openai_route(server):
     assert body["tokens_evaluated"] == oai["usage"]["prompt_tokens"]
 
 
+def test_prompt_as_llama_servers_object(server):
+    """{"prompt_string": ...}: the same text as the plain string, alone or in a one-element array."""
+    plain = native(server, n_predict=6, temperature=0, ignore_eos=True)
+    for prompt in ({"prompt_string": PROMPT}, [{"prompt_string": PROMPT, "multimodal_data": []}]):
+        got = native(server, prompt=prompt, n_predict=6, temperature=0, ignore_eos=True)
+        assert got["content"] == plain["content"] and got["prompt"] == PROMPT, got
+    # Media needs a multimodal model; a wrong-typed or missing string names the field.
+    r = server.post("/completion", {"prompt": {"prompt_string": PROMPT, "multimodal_data": ["aGk="]}})
+    assert_error(r, 400, param="prompt")
+    assert "multimodal" in r.json()["error"]["message"]
+    r = server.post("/completion", {"prompt": {"prompt_string": 5}})
+    assert_error(r, 400)
+    assert "prompt.prompt_string" in r.json()["error"]["message"], r.text
+    assert_error(server.post("/completion", {"prompt": {"text": PROMPT}}), 400, param="prompt")
+
+
 def test_completions_route_is_the_native_shape(server):
     r = server.post("/completions", {"prompt": PROMPT, "n_predict": 3, "temperature": 0})
     assert r.status_code == 200, r.text
