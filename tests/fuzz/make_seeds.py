@@ -107,6 +107,7 @@ def main():
                   "tool_choice": "auto"},
         "completion": {"prompt": "Once upon a time", "n_predict": 16, "samplers": ["top_k", "temperature"],
                        "grammar": "root ::= \"a\" | \"b\"", "n_probs": 2, "stream": True},
+        "completion-object": {"prompt": [{"prompt_string": "Once", "multimodal_data": []}], "n_predict": 4},
         "infill": {"input_prefix": "def f(", "input_suffix": "):", "input_extra": [{"filename": "a.py", "text": "x"}]},
         "responses": {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
                       "instructions": "Be brief.", "max_output_tokens": 8},
