@@ -36,7 +36,7 @@ std::vector<int32_t> to_tokens(const json & v) {
 }
 
 constexpr const char * kPromptForms =
-    "a string, an array of token ids, an object with 'prompt_string', or an array with one of them";
+    "a string, an array of token ids, an object with 'prompt_string', or an array of them";
 
 // One prompt: a string, token ids, or llama-server's object form
 // {"prompt_string": ..., "multimodal_data": [...]}. False for anything else.
@@ -73,15 +73,12 @@ void parse_prompt(const json & body, GenerationRequest & r) {
     }
     if (read_one_prompt(*p, r)) return;
     if (!p->is_array()) throw wrong_type("prompt", kPromptForms, *p);
-    if (p->size() > 1) {
-        for (const auto & e : *p) {
-            GenerationRequest probe;
-            if (!read_one_prompt(e, probe)) throw wrong_type("prompt", kPromptForms, *p);
-        }
-        throw bad_request("only one prompt per request is supported (got " + std::to_string(p->size()) + ")", "prompt",
-                          "unsupported_value");
-    }
     if (!read_one_prompt((*p)[0], r)) throw wrong_type("prompt", kPromptForms, *p);
+    for (size_t k = 1; k < p->size(); ++k) {
+        GenerationRequest one;
+        if (!read_one_prompt((*p)[k], one)) throw wrong_type("prompt", kPromptForms, *p);
+        r.more_prompts.push_back({one.prompt_is_tokens, std::move(one.prompt_text), std::move(one.prompt_tokens)});
+    }
 }
 
 std::string message_content(const json & msg, size_t i, const std::string & role) {

@@ -42,6 +42,13 @@ struct RequestDefaults {
     int32_t sse_ping_interval_s = 30;  // --sse-ping-interval: a comment line after this long silent (<= 0: never)
 };
 
+// One prompt of a completion: text or token ids.
+struct PromptInput {
+    bool is_tokens = false;
+    std::string text;
+    std::vector<int32_t> tokens;
+};
+
 // What the request wants generated; the prompt is not yet tokenized.
 struct GenerationRequest {
     Endpoint endpoint = Endpoint::Completion;
@@ -51,6 +58,10 @@ struct GenerationRequest {
     bool prompt_is_tokens = false;
     std::string prompt_text;
     std::vector<int32_t> prompt_tokens;
+    // Several prompts in one request (llama-server's and OpenAI's prompt
+    // arrays): those after the first, each answered on its own, prompt k's
+    // choice i at index k * n_choices + i.
+    std::vector<PromptInput> more_prompts;
 
     // Infill: the code before and after the gap, other files for context.
     std::string input_prefix, input_suffix;

@@ -606,13 +606,27 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
                               std::to_string(st.scheduler->n_slots()) + " slots",
                           "n", "invalid_value");
     }
+    const size_t n_prompts = 1 + request.more_prompts.size();
+    const size_t room = (size_t) st.scheduler->n_slots() + (size_t) std::max(0, st.opts.max_queue);
+    if (n_prompts * (size_t) n > room) {
+        throw bad_request(std::to_string(n_prompts) + " prompts x " + std::to_string(n) +
+                              " answers are more than the " + std::to_string(room) +
+                              " the server's slots and queue hold",
+                          "prompt", "invalid_value");
+    }
     std::vector<Choice> choices;
     std::vector<std::unique_ptr<Task>> tasks;
     ResponseContext first;
-    for (int32_t i = 0; i < n; ++i) {
+    for (int32_t i = 0; i < (int32_t) n_prompts * n; ++i) {
         GenerationRequest gr = request;
+        if (i >= n) {
+            const PromptInput & p = request.more_prompts[(size_t) (i / n) - 1];
+            gr.prompt_is_tokens = p.is_tokens;
+            gr.prompt_text = p.text;
+            gr.prompt_tokens = p.tokens;
+        }
         // A fixed seed gives each choice its own.
-        if (gr.sampling.seed != 0xFFFFFFFFu) gr.sampling.seed += (uint32_t) i;
+        if (gr.sampling.seed != 0xFFFFFFFFu) gr.sampling.seed += (uint32_t) (i % n);
         std::shared_ptr<ChatOutputParser> parser;
         std::unique_ptr<Task> task = make_task(st, gr, parser);
         ResponseContext ctx = i == 0 ? ResponseContext::make(endpoint, gr.model.empty() ? st.model_name : gr.model,

@@ -36,7 +36,7 @@ CASES = [
     ("prompt-empty-array", C, {"prompt": []}, "prompt"),
     ("prompt-token-out-of-range", C, {"prompt": [1, 999999]}, "prompt"),
     ("prompt-negative-token", C, {"prompt": [1, -5]}, "prompt"),
-    ("prompt-several", C, {"prompt": ["a", "b"]}, "prompt"),
+    ("prompt-several-one-wrong", C, {"prompt": ["a", 5]}, "prompt"),
     ("prompt-too-long", C, {"prompt": LONG}, "prompt"),
     ("temperature-string", C, {"prompt": "x", "temperature": "hot"}, "temperature"),
     ("temperature-negative", C, {"prompt": "x", "temperature": -1}, "temperature"),

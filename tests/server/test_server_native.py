@@ -9,7 +9,7 @@ import time
 
 import requests
 
-from server_harness import ServerProcess, assert_error
+from server_harness import ServerProcess, assert_error, sse_events
 
 PROMPT = "Once upon a time"
 
@@ -57,6 +57,37 @@ def test_prompt_as_llama_servers_object(server):
     assert_error(r, 400)
     assert "prompt.prompt_string" in r.json()["error"]["message"], r.text
     assert_error(server.post("/completion", {"prompt": {"text": PROMPT}}), 400, param="prompt")
+
+
+def test_several_prompts_in_one_request(server):
+    """As llama-server: one answer per prompt, in order, each as that prompt alone would get it."""
+    prompts = [PROMPT, "The little dog", [1, 45, 217]]
+    alone = [native(server, prompt=p, n_predict=5, temperature=0, ignore_eos=True) for p in prompts]
+    r = server.post("/completion", {"prompt": prompts, "n_predict": 5, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert isinstance(got, list) and len(got) == 3, got
+    for k, (g, a) in enumerate(zip(got, alone)):
+        assert g["index"] == k and g["content"] == a["content"] and g["prompt"] == a["prompt"], (k, g, a)
+    # Streamed: every event names its prompt, and each prompt's text is the same.
+    r = server.post("/completion", {"prompt": prompts, "n_predict": 5, "temperature": 0, "ignore_eos": True,
+                                    "stream": True}, stream=True)
+    assert r.status_code == 200, r.text
+    texts = ["", "", ""]
+    for e in sse_events(r):
+        if e != "[DONE]":
+            ev = json.loads(e)
+            texts[ev["index"]] += ev["content"]
+    assert texts == [a["content"] for a in alone]
+    # OpenAI's route: one choice per prompt, index k.
+    oai = server.post("/v1/completions", {"prompt": prompts[:2], "max_tokens": 5, "temperature": 0,
+                                          "ignore_eos": True}).json()
+    assert [c["index"] for c in oai["choices"]] == [0, 1], oai
+    assert [c["text"] for c in oai["choices"]] == [a["content"] for a in alone[:2]]
+    # More answers than the slots and the queue hold at once: refused whole, nothing runs.
+    r = server.post("/completion", {"prompt": ["a"] * 500, "n_predict": 1})
+    assert_error(r, 400, param="prompt")
+    assert "500 prompts" in r.json()["error"]["message"], r.text
 
 
 def test_completions_route_is_the_native_shape(server):
