@@ -459,7 +459,8 @@ const ggml_tensor * GgufFile::find_tensor(const std::string & name) const {
 
 uint64_t GgufFile::header_digest() const {
     std::vector<uint8_t> bytes(1 << 20);
-    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    // FNV-1a, and it stays so: saved slot files record this digest of their model.
+    uint64_t h = 1469598103934665603ull;
     for (const auto & part : parts_) {
         const uint64_t n = gguf_get_data_offset(part->gguf.get());
         for (uint64_t at = 0; at < n;) {

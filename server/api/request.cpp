@@ -40,14 +40,14 @@ constexpr const char * kPromptForms =
 
 // One prompt: a string, token ids, or llama-server's object form
 // {"prompt_string": ..., "multimodal_data": [...]}. False for anything else.
-bool read_one_prompt(const json & e, GenerationRequest & r) {
+bool read_one_prompt(const json & e, PromptInput & out) {
     if (e.is_string()) {
-        r.prompt_text = e.get<std::string>();
+        out.text = e.get<std::string>();
         return true;
     }
     if (e.is_array() && !e.empty() && is_token_array(e)) {
-        r.prompt_is_tokens = true;
-        r.prompt_tokens = to_tokens(e);
+        out.is_tokens = true;
+        out.tokens = to_tokens(e);
         return true;
     }
     if (!e.is_object()) return false;
@@ -56,10 +56,10 @@ bool read_one_prompt(const json & e, GenerationRequest & r) {
         throw bad_request("'prompt.multimodal_data' needs a multimodal model, which this server does not load",
                           "prompt", "unsupported_value");
     }
-    r.prompt_text = string_in(e, "prompt_string", "prompt");
     if (field(e, "prompt_string") == nullptr) {
         throw bad_request("'prompt.prompt_string' is required", "prompt", "missing_required_parameter");
     }
+    out.text = string_in(e, "prompt_string", "prompt");
     return true;
 }
 
@@ -71,13 +71,20 @@ void parse_prompt(const json & body, GenerationRequest & r) {
     if (p->is_array() && p->empty()) {
         throw bad_request("'prompt' must not be an empty array", "prompt", "invalid_value");
     }
-    if (read_one_prompt(*p, r)) return;
+    PromptInput one;
+    if (read_one_prompt(*p, one)) {
+        r.take_prompt(std::move(one));
+        return;
+    }
     if (!p->is_array()) throw wrong_type("prompt", kPromptForms, *p);
-    if (!read_one_prompt((*p)[0], r)) throw wrong_type("prompt", kPromptForms, *p);
-    for (size_t k = 1; k < p->size(); ++k) {
-        GenerationRequest one;
+    for (size_t k = 0; k < p->size(); ++k) {
+        one = {};
         if (!read_one_prompt((*p)[k], one)) throw wrong_type("prompt", kPromptForms, *p);
-        r.more_prompts.push_back({one.prompt_is_tokens, std::move(one.prompt_text), std::move(one.prompt_tokens)});
+        if (k == 0) {
+            r.take_prompt(std::move(one));
+        } else {
+            r.more_prompts.push_back(std::move(one));
+        }
     }
 }
 

@@ -62,6 +62,11 @@ struct GenerationRequest {
     // arrays): those after the first, each answered on its own, prompt k's
     // choice i at index k * n_choices + i.
     std::vector<PromptInput> more_prompts;
+    void take_prompt(PromptInput p) {
+        prompt_is_tokens = p.is_tokens;
+        prompt_text = std::move(p.text);
+        prompt_tokens = std::move(p.tokens);
+    }
 
     // Infill: the code before and after the gap, other files for context.
     std::string input_prefix, input_suffix;

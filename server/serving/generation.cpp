@@ -619,12 +619,7 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
     ResponseContext first;
     for (int32_t i = 0; i < (int32_t) n_prompts * n; ++i) {
         GenerationRequest gr = request;
-        if (i >= n) {
-            const PromptInput & p = request.more_prompts[(size_t) (i / n) - 1];
-            gr.prompt_is_tokens = p.is_tokens;
-            gr.prompt_text = p.text;
-            gr.prompt_tokens = p.tokens;
-        }
+        if (i >= n) gr.take_prompt(request.more_prompts[(size_t) (i / n) - 1]);
         // A fixed seed gives each choice its own.
         if (gr.sampling.seed != 0xFFFFFFFFu) gr.sampling.seed += (uint32_t) (i % n);
         std::shared_ptr<ChatOutputParser> parser;
