@@ -242,6 +242,10 @@ class TensorParallelEngine final : public Engine {
             throw Error("positions [0, " + std::to_string(n) + ") of sequence " + std::to_string(seq) +
                         " are not all cached");
         }
+        if (cells_->states() && cells_->states()->next(seq) != n) {
+            throw Error("the recurrent state of sequence " + std::to_string(seq) + " holds positions [0, " +
+                        std::to_string(cells_->states()->next(seq)) + "), not [0, " + std::to_string(n) + ")");
+        }
         Step step;
         step.kind = Step::Kind::Read;
         step.edits = pending_edits_;
@@ -257,7 +261,9 @@ class TensorParallelEngine final : public Engine {
 
     bool image_resumable(int32_t n, int32_t m) const override {
         // The window layers hold positions [n - keep, n); m reads [m - keep, m).
+        // A recurrent state goes on only from where it is.
         const int32_t keep = kv_sizes_.window_keep;
+        if (kv_sizes_.recurrent && m > 0 && m < n) return false;
         return !kv_sizes_.windowed() || m <= 0 || m >= n || n <= keep;
     }
 
@@ -333,6 +339,7 @@ class TensorParallelEngine final : public Engine {
     }
     int32_t seq_pos_max(int32_t seq) const override { return cells_->seq_pos_max(seq); }
     bool seq_resumable(int32_t seq, int32_t n) const override { return cells_->resumable(seq, n); }
+    bool can_rewind() const override { return !kv_sizes_.recurrent; }
     int32_t n_free_cells() const override { return cells_->n_free(); }
     const Tokenizer & tokenizer() const override { return *tokenizer_; }
     const ModelInfo & info() const override { return info_; }
@@ -467,14 +474,17 @@ class TensorParallelEngine final : public Engine {
     // The output-head rows each process's ranks hold together; with
     // embeddings process 0 holds whole rows and the others send none.
     // The KV heads each process's ranks hold together (replicated heads may
-    // appear in two processes: they hold the same numbers).
+    // appear in two processes: they hold the same numbers), or of a
+    // linear-attention layer the key heads whose states they hold.
     std::vector<std::vector<ShardRange>> process_kv_heads(int n_processes) const {
         std::vector<std::vector<ShardRange>> out(n_processes);
         for (int p = 0; p < n_processes; ++p) {
             const RankShard & first = plan_.ranks[p * options_.tp];
             const RankShard & last = plan_.ranks[(p + 1) * options_.tp - 1];
             for (int il = 0; il < hp_.n_layer; ++il) {
-                out[p].push_back({first.layers[il].kv_heads.begin, last.layers[il].kv_heads.end});
+                out[p].push_back(hp_.keeps_kv(il)
+                                     ? ShardRange{first.layers[il].kv_heads.begin, last.layers[il].kv_heads.end}
+                                     : ShardRange{first.delta_heads.begin, last.delta_heads.end});
             }
         }
         return out;

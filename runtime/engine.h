@@ -102,6 +102,11 @@ class Engine {
     // only their window's last positions, so a shorter prefix may have lost
     // the ones it reads (then the prompt is computed again).
     virtual bool seq_resumable(int32_t seq, int32_t n) const = 0;
+    // Whether a sequence can be cut back and go on from an earlier position
+    // (a rejected draft, a context shift, a reused chunk): false where a
+    // recurrent state (linear attention) took the later positions in; such
+    // a sequence goes on only from its end or starts again at 0.
+    virtual bool can_rewind() const = 0;
     virtual int32_t n_free_cells() const = 0;
 
     // A sequence's cached keys and values, positions [0, n), as one image in

@@ -74,8 +74,11 @@ ModelInfo describe_model(const GgufFile & file, const HParams & hp, const Engine
     info.n_embd = hp.n_embd;
     info.n_layer = hp.n_layer;
     info.n_head = hp.n_head;
-    for (int il = 0; il < hp.n_layer_kv(); ++il) info.n_embd_kv += hp.n_embd_kv(il);
+    for (int il = 0; il < hp.n_layer_kv(); ++il) {
+        if (hp.keeps_kv(il)) info.n_embd_kv += hp.n_embd_kv(il);
+    }
     info.moe = hp.is_moe();
+    info.recurrent = hp.recurrent();
     info.quantized = has_layer_matrix(file, ggml_is_quantized);
     info.half_weights = !info.quantized && has_layer_matrix(file, is_half);
     info.weight_type = main_weight_type(file);

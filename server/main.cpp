@@ -430,8 +430,18 @@ int main(int argc, char ** argv) {
         SRV_INF("LoRA adapter %zu: %s, scale %g", i, opts.engine.loras[i].path.c_str(), loras->scales()[i]);
     }
 
+    // Linear attention's state cannot be cut back (Engine::can_rewind): no
+    // context shift, reused chunks or drafts, which all take positions back.
+    if (!engine->can_rewind()) {
+        if (opts.context_shift)
+            SRV_WRN("--context-shift has no effect: this model's recurrent state cannot be cut back");
+        if (opts.requests.n_cache_reuse > 0)
+            SRV_WRN("--cache-reuse has no effect: this model's recurrent state cannot be cut back");
+    }
     std::vector<std::unique_ptr<Drafter>> drafters;
-    if (opts.speculative.enabled() && opts.embeddings) {
+    if (opts.speculative.enabled() && !engine->can_rewind()) {
+        SRV_WRN("speculative decoding is off: this model's recurrent state cannot take back a rejected draft");
+    } else if (opts.speculative.enabled() && opts.embeddings) {
         SRV_WRN("speculative decoding has no effect with --embeddings: nothing is generated");
     } else if (opts.speculative.enabled()) {
         try {

@@ -13,6 +13,8 @@
 #   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral, gpt-oss and
 #     Gemma 4 with experts with their experts' pairs), the same checks;
 #   - a control vector (every architecture), against upstream and across ranks;
+#   - linear attention (qwen35): its state carried over prompts and decode
+#     steps of several sequences at once;
 #   - the graphs a GPU rank runs (--portable-graph: ggml's operations only,
 #     collectives between segments through host memory), on the CPU.
 # Every verdict is llama-tp-compare's own: the accuracy contract's clause for
@@ -44,6 +46,9 @@ case $arch in
     gpt-oss) shape+=(--n-head-kv 6 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024 --n-swa 8) ;;
     qwen2|qwen3) shape+=(--n-head-kv 6 --tied-output) ;;
     qwen3moe) shape+=(--n-head-kv 6 --tied-output --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+    # Layer 0 linear attention (12 key heads, 24 value heads of 128), layer 1
+    # gated full attention.
+    qwen35) shape+=(--n-head-kv 6 --full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128) ;;
 esac
 
 failures=0 cases=0
@@ -111,8 +116,9 @@ done
 model="$work/$arch-q8_0.gguf"
 check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --tp 2 -ts 3,1 --no-split-invariant \
     --prompts 3 --n-tokens 12
-# The default: exact sums for dense q8_0 layers (one pass), float sums for
-# experts and for q4_k (one product per grid cell).
+# The default: exact sums for dense q8_0 layers (one pass; linear
+# attention's ssm_out one product per cell), float sums for experts and for
+# q4_k (one product per grid cell).
 dense=true
 [[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss ]] && dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \

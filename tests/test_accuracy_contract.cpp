@@ -90,6 +90,19 @@ TEST(AccuracyContract, UpstreamIsOneDeviceWithinRounding) {
     EXPECT_EQ(contract_bounds(r, model(true)).max_mean_kl, 1e-3);
 }
 
+TEST(AccuracyContract, UpstreamBatchesARecurrentModelsSequencesApart) {
+    ComparedRun r;
+    r.reference_upstream = true;
+    ModelInfo m = model(false);
+    m.half_weights = true;
+    m.recurrent = true;
+    const AccuracyBounds b = contract_bounds(r, m);
+    EXPECT_EQ(b.max_abs_dp, 1e-2);  // as 16-bit activations added in another order
+    EXPECT_NE(b.clause.find("linear attention"), std::string::npos) << b.clause;
+    m.recurrent = false;
+    EXPECT_EQ(contract_bounds(r, m).max_abs_dp, 1e-3);
+}
+
 TEST(AccuracyContract, KvCacheAgainstF16JudgesEightBitsAndReportsFewer) {
     ComparedRun r;
     r.reference_f16_kv = true;

@@ -281,6 +281,7 @@ TEST(KvCacheTypes, NamesTypesAndBlockSizes) {
     HParams hp;
     hp.n_layer = 2;
     hp.set_uniform_layers({2, 32, 32, 64});
+    hp.blocks.assign(2, LayerBlocks{});
     KvCache kv{
         hp, {2, 2}, KvPoolSizes{64, 1, false}, KvTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, ggml_backend_cpu_buffer_type()};
     EXPECT_EQ(kv.k(1)->type, GGML_TYPE_Q8_0);
@@ -316,6 +317,91 @@ TEST(KvPoolSizes, WholeWindowsRoundEachRegionUp) {
     EXPECT_EQ(KvPoolSizes::of(hp, 1000, 3, false, 512, false, true).n_cells, 3 * 512) << "regions of 333 cells";
     EXPECT_EQ(KvPoolSizes::of(hp, 1000, 3, true, 512, false, true).n_cells, 1024) << "one unified pool";
     EXPECT_EQ(KvPoolSizes::of(hp, 2048, 2, false, 512, false, true).n_cells, 2048) << "already whole";
+}
+
+// A recurrent state's bookkeeping: where each sequence goes on, what a
+// removal, a shift or a copy leaves of it, and the runs a batch makes.
+TEST(RecurrentCells, AStateGoesOnOnlyWhereItIs) {
+    RecurrentCells s{3};
+    Batch b;
+    for (int i = 0; i < 5; ++i) b.add(1, i, 0, false);
+    StatePlacement p;
+    ASSERT_TRUE(s.place(b, p));
+    EXPECT_EQ(s.next(0), 5);
+    EXPECT_EQ(p.keep, std::vector<float>{0.0f});  // a new sequence starts from zeros
+    EXPECT_TRUE(s.resumable(0, 5));
+    EXPECT_TRUE(s.resumable(0, 0));
+    EXPECT_FALSE(s.resumable(0, 3));
+    Batch gap;
+    gap.add(1, 6, 0, true);
+    std::string why;
+    EXPECT_FALSE(s.place(gap, p, &why));
+    EXPECT_NE(why.find("positions [0, 5)"), std::string::npos) << why;
+    EXPECT_EQ(s.next(0), 5);
+    Batch next;
+    next.add(1, 5, 0, true);
+    ASSERT_TRUE(s.place(next, p));
+    EXPECT_EQ(p.keep, std::vector<float>{1.0f});
+    s.unplace(p);
+    EXPECT_EQ(s.next(0), 5);
+}
+
+TEST(RecurrentCells, RemovingPositionsItTookInLosesTheStateUnlessAllGo) {
+    RecurrentCells s{2};
+    Batch b;
+    for (int i = 0; i < 8; ++i) b.add(1, i, 0, false);
+    StatePlacement p;
+    ASSERT_TRUE(s.place(b, p));
+    s.seq_remove(0, 8, -1);  // nothing it took in
+    EXPECT_EQ(s.next(0), 8);
+    s.seq_remove(0, 6, -1);
+    EXPECT_EQ(s.next(0), RecurrentCells::kLost);
+    EXPECT_FALSE(s.resumable(0, 6));
+    EXPECT_TRUE(s.resumable(0, 0));
+    Batch again;
+    again.add(1, 6, 0, true);
+    std::string why;
+    EXPECT_FALSE(s.place(again, p, &why));
+    EXPECT_NE(why.find("lost"), std::string::npos) << why;
+    s.seq_remove(0, 0, -1);
+    EXPECT_EQ(s.next(0), 0);
+}
+
+TEST(RecurrentCells, ShiftsMoveTheEndAndCopiesCarryAWholeState) {
+    RecurrentCells s{3};
+    Batch b;
+    for (int i = 0; i < 10; ++i) b.add(1, i, 0, false);
+    StatePlacement p;
+    ASSERT_TRUE(s.place(b, p));
+    s.seq_shift(0, 4, -1, -2);  // the tail moves: it goes on 2 earlier
+    EXPECT_EQ(s.next(0), 8);
+    EXPECT_FALSE(s.copy_fits(0, 1, 0, 5));  // a prefix of it is no state
+    EXPECT_TRUE(s.copy_fits(0, 1, 0, -1));
+    s.seq_copy(0, 1);
+    EXPECT_EQ(s.next(1), 8);
+    EXPECT_FALSE(s.copy_fits(0, 1, 0, -1));  // 1 holds a state already
+    s.seq_shift(0, 2, 4, 1);                 // a middle moved: lost
+    EXPECT_EQ(s.next(0), RecurrentCells::kLost);
+}
+
+TEST(RecurrentCells, NeighbouringSequencesOfEqualLengthShareARun) {
+    RecurrentCells s{4};
+    Batch b;
+    for (int seq : {2, 0, 3}) b.add(1, 0, seq, true);  // one token each
+    for (int i = 0; i < 3; ++i) b.add(1, i, 1, true);  // then three of sequence 1
+    StatePlacement p;
+    ASSERT_TRUE(s.place(b, p));
+    ASSERT_EQ(p.runs.size(), 2u);
+    EXPECT_EQ(p.runs[0], (StateRun{0, 1, 3, 0}));
+    EXPECT_EQ(p.runs[1], (StateRun{3, 3, 1, 3}));
+    EXPECT_EQ(p.rows, (std::vector<int32_t>{2, 0, 3, 1}));
+    Batch split;
+    split.add(1, 1, 2, false);
+    split.add(1, 3, 1, false);
+    split.add(1, 2, 2, false);
+    std::string why;
+    EXPECT_FALSE(s.place(split, p, &why));
+    EXPECT_NE(why.find("not consecutive"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ expect_error() {
 }
 
 echo "== upstream loads every architecture and type"
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35; do
     # gemma2's and gemma4's default logit cap of 30 flattens random logits
     # below the peakedness check; the accuracy matrix runs it.
     capped=()
@@ -117,7 +117,7 @@ rm -f "$work/model.gguf"
 echo "== determinism"
 # The 32000-token vocabulary keeps these quick; it also covers --vocab.
 spm_vocab=$(dirname "$make_model")/../share/llama-tp/ggml-vocab-llama-spm.gguf
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35; do
     check_determinism --arch "$arch" --type q8_0 --vocab "$spm_vocab"
 done
 for type in f32 f16 q4_0 q4_k; do
@@ -168,6 +168,8 @@ expect_error 2 "apply to gemma2, gemma3, gemma4 and gpt-oss" --n-swa 64 -o "$out
 expect_error 2 "applies to gemma2, gemma3 and gemma4 only" --arch gpt-oss --logit-softcap 30 -o "$out"
 expect_error 2 "apply to gemma4 only" --arch gemma3 --n-kv-shared 2 -o "$out"
 expect_error 2 "applies to qwen3 only" --arch llama --reranker -o "$out"
+expect_error 2 "apply to qwen35 only" --arch qwen3 --ssm-n-group 4 -o "$out"
+expect_error 2 "must be a multiple of --ssm-n-group" --arch qwen35 --ssm-n-group 4 --ssm-dt-rank 6 -o "$out"
 expect_error 2 "the last global and the one before it sliding" --arch gemma4 --n-layer 4 --swa-pattern 4 \
     --n-kv-shared 2 -o "$out"
 expect_error 2 "must be between 1 and 4096" --arch phi3 --n-ctx-orig 8192 -o "$out"

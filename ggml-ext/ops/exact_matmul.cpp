@@ -30,6 +30,7 @@ struct Cells {
     int32_t blocks[GGML_MAX_OP_PARAMS / sizeof(int32_t) - 1];
 };
 constexpr int kMaxCells = (int) (sizeof(Cells::blocks) / sizeof(int32_t)) - 1;
+static_assert(kMaxCells == GGML_EXT_EXACT_MATMUL_MAX_CELLS, "exact_matmul.h states the capacity");
 constexpr const char * kCellsName = "exact_matmul_cells";
 
 // bounds in columns (nullptr: one cell of width) as Cells.

@@ -30,6 +30,9 @@ const char * ggml_ext_exact_matmul_kernel(void);
 // it too (with one cell: NULL bounds), each output then the same in any batch.
 bool ggml_ext_exact_matmul_preferred(void);
 
+// The most cells one product takes (its bounds live in the node's parameters).
+#define GGML_EXT_EXACT_MATMUL_MAX_CELLS 14
+
 // w:      [K, M] of a type it takes, in ggml's plain layout (not repacked)
 // x:      F32 [K, T], rows contiguous
 // bounds: column offsets 0 = b[0] < b[1] < ... = K of the cells (at most

@@ -29,7 +29,9 @@ void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const std::string p = "blk." + std::to_string(il) + ".";
     const int64_t E = hp.n_embd, hd = hp.layer(il).head_dim;
     const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
-    const TensorSlice q_rows = d.rows(shard.q_heads, hd), q_cols = d.cols(shard.q_heads, hd);
+    // With an output gate each head's queries are followed by its gate.
+    const int64_t q_unit = attn.output_gate ? 2 * hd : hd;
+    const TensorSlice q_rows = d.rows(shard.q_heads, q_unit), q_cols = d.cols(shard.q_heads, hd);
     const TensorSlice kv_rows = d.rows(ls.kv_heads, hd), kv_cols = d.cols(ls.kv_heads, hd);
     l.attn_norm = d.declare(p + "attn_norm.weight", {E}, false);
     if (d.file.find_tensor(p + "attn_qkv.weight")) {
@@ -41,7 +43,7 @@ void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
         // Layers that share an earlier layer's cache project no keys or
         // values; the others may have no V where values are the keys'.
         const bool own_kv = il < hp.n_layer_kv();
-        l.wq = d.declare(p + "attn_q.weight", {E, Q}, true, q_rows);
+        l.wq = d.declare(p + "attn_q.weight", {E, attn.output_gate ? 2 * Q : Q}, true, q_rows);
         if (own_kv) l.wk = d.declare(p + "attn_k.weight", {E, KV}, true, kv_rows);
         if (own_kv) l.wv = d.declare(p + "attn_v.weight", {E, KV}, true, kv_rows, !attn.values_optional);
     }
@@ -78,7 +80,8 @@ GraphBuilder::Qkv GraphBuilder::project_qkv(int il, ggml_tensor * cur) const {
     if (!l.wqkv) {
         // Without a V matrix (Gemma 4's global layers) the values are the keys' projection.
         ggml_tensor * k = project_heads(cur, l.wk, l.bk, hd, nkv);
-        return {project_heads(cur, l.wq, l.bq, hd, nq), k, l.wv ? project_heads(cur, l.wv, l.bv, hd, nkv) : k};
+        const int64_t q_width = hp.block(il).attention.output_gate ? 2 * hd : hd;
+        return {project_heads(cur, l.wq, l.bq, q_width, nq), k, l.wv ? project_heads(cur, l.wv, l.bv, hd, nkv) : k};
     }
     ggml_tensor * qkv = project(l.wqkv, cur);
     const size_t head = ggml_row_size(qkv->type, hd);
@@ -132,9 +135,17 @@ ggml_tensor * GraphBuilder::attend(int il, ggml_tensor * q, ggml_tensor * k, ggm
 ggml_tensor * GraphBuilder::attention(int il, ggml_tensor * cur, ggml_tensor * rows) {
     const LayerWeights & l = w.layers[il];
     ggml_tensor * q = nullptr;
+    ggml_tensor * gate = nullptr;
     if (il < hp.n_layer_kv()) {
         auto [qp, k, v] = project_qkv(il, cur);
         q = qp;
+        if (hp.block(il).attention.output_gate) {
+            // [2 head_dim, heads, T]: each head's queries, then its gate.
+            const int64_t hd = head_dim(il);
+            gate = ggml_cont(
+                ctx, ggml_view_3d(ctx, q, hd, q->ne[1], q->ne[2], q->nb[1], q->nb[2], ggml_row_size(q->type, hd)));
+            q = ggml_view_3d(ctx, q, hd, q->ne[1], q->ne[2], q->nb[1], q->nb[2], 0);
+        }
         if (l.k_norm) k = norm(k, l.k_norm);
         if (hp.block(il).attention.value_norm) v = ggml_rms_norm(ctx, v, hp.rms_eps);
         k = rope(k, il);
@@ -154,6 +165,7 @@ ggml_tensor * GraphBuilder::attention(int il, ggml_tensor * cur, ggml_tensor * r
         attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
         mask_offset += (size_t) run.window * run.size();
     }
+    if (gate) attn = ggml_mul(ctx, attn, ggml_sigmoid(ctx, gate));
     ggml_tensor * out = project(l.wo, ggml_reshape_2d(ctx, attn, head_dim(il) * n_q(il), shape.n_tokens), rows);
     return l.bo ? ggml_add(ctx, out, l.bo) : out;
 }
@@ -165,6 +177,7 @@ Axis attention_head_axis(const GgufFile & file, const HParams & hp, int64_t n_ra
     // layer whose KV heads go round.
     int64_t unit = 1;
     for (int il = 0; il < hp.n_layer; ++il) {
+        if (!hp.keeps_kv(il)) continue;
         const LayerShape & s = hp.layer(il);
         const int64_t blk_o = block_of(file, "blk." + std::to_string(il) + ".attn_output.weight");
         const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) s.head_dim);

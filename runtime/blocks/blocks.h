@@ -10,9 +10,17 @@ namespace llama_tp {
 
 // A layer's attention.
 struct AttentionBlock {
-    // Grouped-query attention: Q, K and V (or one fused QKV matrix) split by
-    // heads across ranks, the output projection by its input (row-parallel).
-    enum class Kind { GroupedQuery };
+    enum class Kind {
+        // Grouped-query attention: Q, K and V (or one fused QKV matrix) split
+        // by heads across ranks, the output projection by its input
+        // (row-parallel). Keeps keys and values per cell.
+        GroupedQuery,
+        // Linear attention (Gated DeltaNet: qwen35): a causal convolution and
+        // a delta-rule recurrence per value head, split by key heads with the
+        // value heads that read them. Keeps a fixed-size state per sequence
+        // (runtime/blocks/delta_net.cpp).
+        GatedDeltaNet,
+    };
     Kind kind = Kind::GroupedQuery;
     bool qkv_bias = false;         // biases on Q, K and V (qwen2, gpt-oss)
     bool qk_norm = false;          // per-head RMS norms of queries and keys
@@ -21,6 +29,8 @@ struct AttentionBlock {
     bool sinks = false;            // one logit per head and a bias on the output (gpt-oss)
     bool post_norm = false;        // an RMS norm of the block's output (post_attention_norm: gemma)
     bool rope_factors = true;      // its RoPE reads the model's frequency factors (not gemma4's sliding layers)
+    bool output_gate = false;      // attn_q holds each head's queries, then its gate: out *= sigmoid(gate) (qwen35)
+    bool keeps_kv() const { return kind == Kind::GroupedQuery; }
 };
 
 // A layer's feed-forward network.

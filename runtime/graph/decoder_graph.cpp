@@ -59,7 +59,7 @@ void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams &
                            const KvCache & kv, KeyShift all, KeyShift window) {
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         const KeyShift & pool = kv.windowed(il) ? window : all;
-        if (!pool.cells) continue;
+        if (!pool.cells || !hp.keeps_kv(il)) continue;
         ggml_tensor *cells = pool.cells, *shift = pool.shift;
         const int64_t n = cells->ne[0];
         ggml_tensor * k = kv.k(il);
@@ -94,6 +94,16 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         ggml_set_input(in.kv_cells_swa);
     }
 
+    in.state_rows = nullptr;
+    in.state_keep = nullptr;
+    if (!shape.state_runs.empty()) {
+        int64_t n_seqs = 0;
+        for (const StateRun & r : shape.state_runs) n_seqs += r.n_seqs;
+        in.state_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_seqs);
+        in.state_keep = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n_seqs);
+        ggml_set_input(in.state_rows);
+        ggml_set_input(in.state_keep);
+    }
     in.lora_scales.clear();
     for (size_t i = 0; i < w.lora_scales.size(); ++i) {
         in.lora_scales.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T));
@@ -129,7 +139,8 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & l = w.layers[il];
         ggml_tensor * rows = il == hp.n_layer - 1 && !rows_at_end ? in.out_rows : nullptr;
-        ggml_tensor * cur = b.attention(il, b.norm(x, l.attn_norm), rows);
+        ggml_tensor * normed = b.norm(x, l.attn_norm);
+        ggml_tensor * cur = hp.keeps_kv(il) ? b.attention(il, normed, rows) : b.delta_net(il, normed, rows);
         if (l.attn_post_norm) cur = b.norm(cur, l.attn_post_norm);
         if (rows) x = ggml_get_rows(ctx, x, rows);
         x = ggml_add(ctx, x, cur);

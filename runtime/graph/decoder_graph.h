@@ -37,9 +37,10 @@ struct GraphShape {
     std::vector<AttentionRun> runs;         // cover the tokens in order
     std::vector<AttentionRun> window_runs;  // the same over the window pool (empty: none)
     uint64_t lora_active = 0;               // bit i: adapter i changes some token of the batch
+    std::vector<StateRun> state_runs;       // linear attention's (empty: none), cover the tokens in order
     bool operator==(const GraphShape & o) const {
         return n_tokens == o.n_tokens && n_outputs == o.n_outputs && runs == o.runs && window_runs == o.window_runs &&
-               lora_active == o.lora_active;
+               lora_active == o.lora_active && state_runs == o.state_runs;
     }
     // The runs of sliding-window layers.
     const std::vector<AttentionRun> & swa_runs() const { return window_runs.empty() ? runs : window_runs; }
@@ -67,6 +68,10 @@ struct GraphInputs {
     // F32 [1, n_tokens] per ModelWeights::lora_scales entry: each token's
     // scale of that adapter's pairs of that rank.
     std::vector<ggml_tensor *> lora_scales;
+    // Linear attention: each state run's sequences' state rows (I32) and
+    // whether they go on from them (F32 [1, n]: 1) or start from zeros (0).
+    ggml_tensor * state_rows = nullptr;
+    ggml_tensor * state_keep = nullptr;
 };
 
 // Cells of one pool to rotate (I32 [n]) and by how many positions (I32 [n]);

@@ -206,6 +206,16 @@ struct GraphBuilder {
     // only over its own cells; the runs' results are joined in token order.
     ggml_tensor * attention(int il, ggml_tensor * cur, ggml_tensor * rows);
 
+    // Linear attention (runtime/blocks/delta_net.cpp).
+    // The batch's projections: the convolution's input [channels, T], the
+    // output gate z [value dim, T], the update strength and the decay's log
+    // [value heads, T].
+    struct DeltaProjections {
+        ggml_tensor *qkv, *z, *beta, *decay;
+    };
+    ggml_tensor * delta_run(int il, const DeltaProjections & p, const StateRun & run) const;
+    ggml_tensor * delta_net(int il, ggml_tensor * cur, ggml_tensor * rows);
+
     // The feed-forward blocks: dense, experts, both (runtime/blocks/ffn.cpp).
     // The gate's activation times up (FfnBlock::Gate).
     ggml_tensor * gated(const FfnBlock & ffn, ggml_tensor * gate, ggml_tensor * up) const;

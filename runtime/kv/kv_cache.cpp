@@ -38,15 +38,36 @@ void check_kv_type(ggml_type type, int32_t head_dim, const char * which) {
 }
 
 KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, const KvPoolSizes & sizes, KvTypes types,
-                 ggml_backend_buffer_type_t buft)
+                 ggml_backend_buffer_type_t buft, int32_t delta_k_heads)
     : KvPools(sizes), types_(types) {
-    ggml_init_params params = {2 * (size_t) hp.n_layer * ggml_tensor_overhead(), nullptr, true};
+    ggml_init_params params = {4 * (size_t) hp.n_layer * ggml_tensor_overhead(), nullptr, true};
     ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("out of memory creating the KV cache context");
     for (int il = 0; il < hp.n_layer; ++il) source_.push_back(hp.kv_layer(il));
+    const DeltaNetShape & d = hp.delta;
+    const int64_t channels = (int64_t) delta_k_heads * (2 * d.head_k_dim + d.ratio() * d.head_v_dim);
+    const int64_t v_heads = (int64_t) delta_k_heads * d.ratio();
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const bool state = !hp.keeps_kv(il);
+        conv_.push_back(
+            state ? ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F32, (d.conv_kernel - 1) * channels, sizes.n_seq_max)
+                  : nullptr);
+        delta_.push_back(state ? ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F32, v_heads * d.head_v_dim * d.head_v_dim,
+                                                    sizes.n_seq_max)
+                               : nullptr);
+        if (state) {
+            ggml_format_name(conv_.back(), "conv_state_l%d", il);
+            ggml_format_name(delta_.back(), "delta_state_l%d", il);
+        }
+    }
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
-        const int64_t row = (int64_t) n_head_kv[il] * hp.layer(il).head_dim;
         windowed_.push_back(sizes.windowed() && hp.is_swa(il));
+        if (!hp.keeps_kv(il)) {
+            k_.push_back(nullptr);
+            v_.push_back(nullptr);
+            continue;
+        }
+        const int64_t row = (int64_t) n_head_kv[il] * hp.layer(il).head_dim;
         const int64_t rows = windowed_.back() ? window()->n_cells() : all().n_cells();
         ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), types.k, row, rows);
         ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), types.v, row, rows);
@@ -67,7 +88,7 @@ void KvCache::move(const std::vector<KvMove> & moves) {
     if (moves.empty()) return;
     std::vector<uint8_t> rows;
     for (size_t il = 0; il < k_.size(); ++il) {
-        if (!windowed_[il]) continue;
+        if (!windowed_[il] || !k_[il]) continue;
         for (ggml_tensor * t : {k_[il], v_[il]}) {
             const size_t row = t->nb[1];
             // Runs of consecutive moves by the same distance, each read whole

@@ -3,7 +3,9 @@
 // of its pool (sliding-window layers: the window pool where there is one; a
 // layer that shares an earlier layer's cache, HParams::kv_layer, has that
 // layer's), and the cells' bookkeeping (KvPools: which sequence and position
-// each holds).
+// each holds). A linear-attention layer keeps instead, per sequence, a row
+// of its convolution's last inputs and a row of its delta-rule state (F32,
+// as upstream keeps them), of the rank's heads.
 
 #include "runtime/model/hparams.h"
 #include "runtime/kv/kv_pools.h"
@@ -37,14 +39,18 @@ void check_kv_type(ggml_type type, int32_t head_dim, const char * which);
 class KvCache : public KvPools {
   public:
     // n_head_kv: per layer, the KV heads this cache stores (a rank's share
-    // under tensor parallelism).
+    // under tensor parallelism); delta_k_heads: the linear attention's key
+    // heads it stores the state of (their value heads with them).
     KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, const KvPoolSizes & sizes, KvTypes types,
-            ggml_backend_buffer_type_t buft);
+            ggml_backend_buffer_type_t buft, int32_t delta_k_heads = 0);
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
     ggml_tensor * k(int il) const { return k_[source_[il]]; }
     ggml_tensor * v(int il) const { return v_[source_[il]]; }
+    // A linear-attention layer's states: [row, n_seq_max] each (nullptr elsewhere).
+    ggml_tensor * conv_state(int il) const { return conv_[il]; }
+    ggml_tensor * delta_state(int il) const { return delta_[il]; }
     // Whether layer il's cells are the window pool's.
     bool windowed(int il) const { return windowed_[source_[il]]; }
     // Moves the window pool's rows as a placement or copy packed them.
@@ -55,9 +61,10 @@ class KvCache : public KvPools {
   private:
     ggml_context_ptr ctx_;
     ggml_backend_buffer_ptr buffer_;
-    std::vector<ggml_tensor *> k_, v_;  // per layer with a cache of its own
-    std::vector<int> source_;           // per layer: whose cache it reads
-    std::vector<bool> windowed_;        // per layer with a cache of its own
+    std::vector<ggml_tensor *> k_, v_;         // per layer with a cache of its own (nullptr: a state instead)
+    std::vector<ggml_tensor *> conv_, delta_;  // per layer
+    std::vector<int> source_;                  // per layer: whose cache it reads
+    std::vector<bool> windowed_;               // per layer with a cache of its own
     KvTypes types_;
 };
 

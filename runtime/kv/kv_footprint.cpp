@@ -14,6 +14,7 @@ KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool s
     const int32_t window = swa_full ? 0 : KvPoolSizes::window_cells_per_sequence(hp, n_batch);
     // F16 keys and values.
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
+        if (!hp.keeps_kv(il)) continue;
         const uint64_t bytes = 2u * (uint64_t) hp.n_embd_kv(il) * 2u;
         if (window > 0 && hp.is_swa(il)) {
             kv.window_bytes_per_slot += bytes * (uint64_t) window;

@@ -1,5 +1,7 @@
 #include "runtime/kv/kv_image.h"
 
+#include "runtime/shard/axis.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -12,7 +14,7 @@ KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32
     l.n_cells = n_cells;
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         Layer layer;
-        layer.n_head_kv = hp.layer(il).n_head_kv;
+        layer.n_head_kv = hp.keeps_kv(il) ? hp.layer(il).n_head_kv : 0;  // linear attention: none
         layer.windowed = window_keep >= 0 && hp.is_swa(il);
         layer.n_cells = layer.windowed ? std::min(n_cells, window_keep) : n_cells;
         layer.k_head_bytes = ggml_row_size(types.k, hp.layer(il).head_dim);
@@ -21,12 +23,43 @@ KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32
         l.total += (layer.k_row_bytes() + layer.v_row_bytes()) * (size_t) layer.n_cells;
         l.layers.push_back(layer);
     }
+    const DeltaNetShape & d = hp.delta;
+    l.delta = d;
+    l.conv_channel_bytes = sizeof(float) * (size_t) std::max(0, d.conv_kernel - 1);
+    l.delta_head_bytes = sizeof(float) * (size_t) d.head_v_dim * (size_t) d.head_v_dim;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.keeps_kv(il)) continue;
+        State s{il, l.total, l.total + l.conv_channel_bytes * (size_t) d.channels()};
+        l.total = s.delta_at + l.delta_head_bytes * (size_t) d.n_v_heads;
+        l.states.push_back(s);
+    }
     return l;
+}
+
+std::vector<KvImageLayout::Span> KvImageLayout::conv_spans(size_t s, const ShardRange & k) const {
+    std::vector<Span> spans;
+    for (const ShardRange & c : delta_net_channels(delta, k)) {
+        spans.push_back({states[s].conv_at + conv_channel_bytes * (size_t) c.begin, conv_channel_bytes * c.size()});
+    }
+    return spans;
+}
+
+std::vector<KvImageLayout::Span> KvImageLayout::delta_spans(size_t s, const ShardRange & k) const {
+    std::vector<Span> spans;
+    for (const ShardRange & v : delta_net_value_heads(delta, k)) {
+        spans.push_back({states[s].delta_at + delta_head_bytes * (size_t) v.begin, delta_head_bytes * v.size()});
+    }
+    return spans;
 }
 
 std::vector<uint8_t> KvImageLayout::cut_to_window(const KvImageLayout & full, const KvImageLayout & window,
                                                   const std::vector<uint8_t> & image) {
     std::vector<uint8_t> out(window.bytes());
+    // The states, after the layers, are the same in both.
+    const size_t states_at = window.states.empty() ? window.bytes() : window.states.front().conv_at;
+    std::memcpy(out.data() + states_at,
+                image.data() + (full.states.empty() ? full.bytes() : full.states.front().conv_at),
+                window.bytes() - states_at);
     for (int32_t il = 0; il < window.n_layer(); ++il) {
         const Layer & from = full.layers[il];
         const Layer & to = window.layers[il];

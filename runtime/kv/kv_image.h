@@ -2,14 +2,19 @@
 // A sequence's cached keys and values as one image in the whole model's
 // layout, whatever the split: for every layer with a cache of its own the K rows of its cells in
 // position order, then the V rows, each row holding every KV head. Layers
-// with a window pool (KvPoolSizes) hold only the window's last positions. A rank
-// writes or reads only its own heads' bytes, so an image taken at one --tp /
-// -ts loads into any other.
+// with a window pool (KvPoolSizes) hold only the window's last positions.
+// Then every linear-attention layer's state: its convolution's last inputs
+// (K - 1 floats per channel, the file's channel order), then its delta-rule
+// state (head_v_dim^2 floats per value head). A rank writes or reads only
+// its own heads' bytes, so an image taken at one --tp / -ts loads into any
+// other.
 
+#include "ggml-ext/shard_range.h"
 #include "runtime/kv/kv_cache.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace llama_tp {
@@ -28,8 +33,24 @@ struct KvImageLayout {
         size_t head_bytes(bool values) const { return values ? v_head_bytes : k_head_bytes; }
     };
     std::vector<Layer> layers;
+    // A linear-attention layer's state in the image.
+    struct State {
+        int32_t il = 0;
+        size_t conv_at = 0;
+        size_t delta_at = 0;
+    };
+    std::vector<State> states;
+    size_t conv_channel_bytes = 0;  // one channel's last inputs
+    size_t delta_head_bytes = 0;    // one value head's state
     int32_t n_cells = 0;
     size_t total = 0;
+
+    // Where key heads k's states of states[s] lie, piece by piece in the
+    // order a rank's state rows hold them: (offset, bytes).
+    using Span = std::pair<size_t, size_t>;
+    std::vector<Span> conv_spans(size_t s, const ShardRange & k) const;
+    std::vector<Span> delta_spans(size_t s, const ShardRange & k) const;
+    DeltaNetShape delta;
 
     // window_keep: KvPoolSizes::window_keep.
     static KvImageLayout of(const HParams & hp, const KvTypes & types, int32_t n_cells, int32_t window_keep);

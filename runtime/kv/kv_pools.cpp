@@ -46,6 +46,7 @@ KvPoolSizes KvPoolSizes::of(const HParams & hp, int32_t n_ctx, int32_t n_seq_max
         n_ctx = unified ? round_up(n_ctx, g) : round_up(n_ctx / n_seq_max, g) * n_seq_max;
     }
     KvPoolSizes s{n_ctx, n_seq_max, unified};
+    s.recurrent = hp.recurrent();
     const int32_t per_sequence = window_cells_per_sequence(hp, n_batch);
     if (swa_full || per_sequence == 0) return s;
     const int32_t keep = hp.n_swa - 1;
@@ -67,16 +68,23 @@ KvPools::KvPools(const KvPoolSizes & sizes)
     : sizes_(sizes),
       all_(sizes.n_cells, sizes.n_seq_max, sizes.unified),
       window_(sizes.windowed() ? sizes.window_cells : sizes.n_seq_max, sizes.n_seq_max, sizes.unified,
-              std::max(0, sizes.window_keep)) {}
+              std::max(0, sizes.window_keep)),
+      states_(sizes.n_seq_max) {}
 
 bool KvPools::place(const Batch & batch, KvPlacement & out, std::string * why, bool load) {
     out = KvPlacement{};
-    if (!all_.place(batch, out.cells, why)) return false;
+    if (states() && !states_.place(batch, out.states, why)) return false;
+    if (!all_.place(batch, out.cells, why)) {
+        states_.unplace(out.states);
+        out = KvPlacement{};
+        return false;
+    }
     if (!window()) return true;
     const bool placed = load ? window_.place(window_tail(batch, window_.keep()), out.window_cells, why, &out.moves)
                              : window_.place(batch, out.window_cells, why, &out.moves);
     if (!placed) {
         all_.unplace(out.cells);
+        states_.unplace(out.states);
         out = KvPlacement{};
     }
     return placed;
@@ -85,25 +93,33 @@ bool KvPools::place(const Batch & batch, KvPlacement & out, std::string * why, b
 void KvPools::unplace(const KvPlacement & placement) {
     all_.unplace(placement.cells);
     if (window()) window_.unplace(placement.window_cells);
+    if (states()) states_.unplace(placement.states);
 }
 
 void KvPools::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
     all_.seq_remove(seq, p0, p1);
     if (window()) window_.seq_remove(seq, p0, p1);
+    if (states()) states_.seq_remove(seq, p0, p1);
 }
 
 KvShifted KvPools::seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     KvShifted out;
     out.cells = all_.seq_shift(seq, p0, p1, delta);
     if (window()) out.window_cells = window_.seq_shift(seq, p0, p1, delta);
+    if (states()) states_.seq_shift(seq, p0, p1, delta);
     return out;
 }
 
 bool KvPools::seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1, KvCopy & out) {
     out = KvCopy{};
     if (window() && !window_.copy_fits(src, seq, p0, p1)) return false;
+    if (states() && !states_.copy_fits(src, seq, p0, p1)) return false;
     if (!all_.seq_copy(src, seq, p0, p1, out.cells)) return false;
     if (window()) window_.seq_copy(src, seq, p0, p1, out.window_cells, &out.moves);
+    if (states()) {
+        states_.seq_copy(src, seq);
+        out.states = {src, seq};
+    }
     return true;
 }
 

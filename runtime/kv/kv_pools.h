@@ -6,6 +6,7 @@
 // the same order, so every copy of the bookkeeping agrees.
 
 #include "runtime/kv/kv_cells.h"
+#include "runtime/kv/recurrent_cells.h"
 
 #include <cstdint>
 #include <string>
@@ -22,6 +23,7 @@ struct KvPoolSizes {
     bool unified = false;
     int32_t window_keep = -1;  // < 0: no window pool
     int32_t window_cells = 0;
+    bool recurrent = false;  // some layer keeps a state per sequence (RecurrentCells)
     bool windowed() const { return window_keep >= 0; }
 
     // The window pool holds what a batch of n_batch tokens needs besides the
@@ -43,6 +45,7 @@ struct KvPoolSizes {
 struct KvPlacement {
     std::vector<int64_t> cells, window_cells;
     std::vector<KvMove> moves;
+    StatePlacement states;  // a recurrent model's
     uint64_t digest() const;
 };
 
@@ -56,6 +59,7 @@ struct KvShifted {
 struct KvCopy {
     std::vector<std::pair<int64_t, int64_t>> cells, window_cells;
     std::vector<KvMove> moves;
+    std::pair<int32_t, int32_t> states{-1, -1};  // (from, to) state rows; -1: none
 };
 
 class KvPools {
@@ -65,6 +69,7 @@ class KvPools {
     const KvPoolSizes & sizes() const { return sizes_; }
     const KvCells & all() const { return all_; }
     const KvCells * window() const { return sizes_.windowed() ? &window_ : nullptr; }
+    const RecurrentCells * states() const { return sizes_.recurrent ? &states_ : nullptr; }
 
     // As KvCells::place, in both pools. load: the batch's cells come from an
     // image, which holds only the window's last positions for the window pool.
@@ -77,8 +82,11 @@ class KvPools {
     bool seq_copy(int32_t src, int32_t seq, int32_t p0, int32_t p1, KvCopy & out);
     int32_t seq_pos_max(int32_t seq) const { return all_.seq_pos_max(seq); }
     int32_t n_free() const { return all_.n_free(); }
-    // Whether the sequence can continue at position n (KvCells::resumable).
-    bool resumable(int32_t seq, int32_t n) const { return !window() || window_.resumable(seq, n); }
+    // Whether the sequence can continue at position n (KvCells::resumable,
+    // RecurrentCells::resumable).
+    bool resumable(int32_t seq, int32_t n) const {
+        return (!window() || window_.resumable(seq, n)) && (!states() || states_.resumable(seq, n));
+    }
     // As KvCells::cells_of, per pool.
     bool cells_of(int32_t seq, int32_t n, std::vector<int64_t> & cells, std::vector<int64_t> & window_cells) const;
 
@@ -86,6 +94,7 @@ class KvPools {
     KvPoolSizes sizes_;
     KvCells all_;
     KvCells window_;  // one cell per sequence when there is no window pool
+    RecurrentCells states_;
 };
 
 }  // namespace llama_tp

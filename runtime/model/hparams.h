@@ -49,6 +49,22 @@ struct LayerShape {
     }
 };
 
+// Linear attention's shape (the layers of AttentionBlock::Kind::GatedDeltaNet,
+// all alike): key heads and value heads (a multiple of them: value head j
+// reads key head j % n_k_heads, the tiled order qwen35's converter writes),
+// each head's width, and the causal convolution's taps.
+struct DeltaNetShape {
+    int32_t n_k_heads = 0;
+    int32_t n_v_heads = 0;
+    int32_t head_k_dim = 0;
+    int32_t head_v_dim = 0;
+    int32_t conv_kernel = 0;
+    int64_t key_dim() const { return (int64_t) n_k_heads * head_k_dim; }
+    int64_t value_dim() const { return (int64_t) n_v_heads * head_v_dim; }
+    int64_t channels() const { return 2 * key_dim() + value_dim(); }  // q, k and v segments of the convolution
+    int32_t ratio() const { return n_k_heads > 0 ? n_v_heads / n_k_heads : 0; }
+};
+
 struct HParams {
     std::string arch_name;  // general.architecture
     int32_t n_vocab = 0;
@@ -122,6 +138,17 @@ struct HParams {
     float yarn_beta_fast = 32.0f;
     float yarn_beta_slow = 1.0f;
     int32_t rope_n_ctx_orig = 0;
+
+    DeltaNetShape delta;  // where some layer is linear attention
+    // Whether layer il keeps keys and values per cell (linear attention keeps a state instead).
+    bool keeps_kv(int il) const { return blocks[il].attention.keeps_kv(); }
+    // Whether some layer keeps a recurrent state per sequence.
+    bool recurrent() const {
+        for (const LayerBlocks & b : blocks) {
+            if (!b.attention.keeps_kv()) return true;
+        }
+        return false;
+    }
 
     const LayerShape & layer(int il) const { return layers[il]; }
     const LayerBlocks & block(int il) const { return blocks[il]; }

@@ -42,18 +42,26 @@ struct WeightDeclarer {
                           bool required = true);
     // A matrix of row ranges of one file matrix, stacked in order (ModelWeights::declare_rows).
     ggml_tensor * declare_rows(const std::string & name, const std::vector<int64_t> & shape,
-                               const std::vector<TensorSlice> & parts);
+                               const std::vector<TensorSlice> & parts, bool matrix = true);
+    // Column ranges of one file tensor side by side (ModelWeights::declare_cols).
+    ggml_tensor * declare_cols(const std::string & name, const std::vector<int64_t> & shape,
+                               const std::vector<TensorSlice> & parts, bool matrix);
     // With split-invariant sums a row-parallel matrix is multiplied in one
     // pass over its cells where ggml-ext has a kernel for its type (then it
     // keeps ggml's plain layout), else one product per cell, each cell a
     // tensor of its own that ggml's kernels take as they take any matrix.
-    // cells: the rank's pieces, in units of `unit` columns.
+    // cells: the rank's pieces, in units of `unit` columns, in the order its
+    // input holds them (not necessarily adjacent in the file).
+    // all_cells: the matrix's cells on all ranks; one pass only where one
+    // product takes all of them, so that every split multiplies alike.
     RowParallelWeight row_parallel(const std::string & name, const std::vector<int64_t> & shape,
-                                   const std::vector<ShardRange> & cells, int64_t unit, bool experts);
+                                   const std::vector<ShardRange> & cells, int64_t unit, bool experts,
+                                   size_t all_cells = 0);
 };
 
 // Each block kind's weights of layer il, declared into l.
 void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l);  // runtime/blocks/attention.cpp
 void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l);        // runtime/blocks/ffn.cpp
+void declare_delta_net_weights(WeightDeclarer & d, int il, LayerWeights & l);  // runtime/blocks/delta_net.cpp
 
 }  // namespace llama_tp

@@ -83,7 +83,8 @@ bool one_pass_matrix(ggml_type type, int n_dims) {
 bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams & hp) {
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
-        if (!one_pass(file.find_tensor(p + "attn_output.weight"), false) ||
+        const char * output = hp.keeps_kv(il) ? "attn_output.weight" : "ssm_out.weight";
+        if (!one_pass(file.find_tensor(p + output), false) ||
             (hp.block(il).ffn.has_dense() && !one_pass(file.find_tensor(p + "ffn_down.weight"), false)) ||
             hp.block(il).ffn.has_experts()) {
             return false;
@@ -146,7 +147,11 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights & l = layers[il];
-        declare_attention_weights(d, il, l);
+        if (hp.keeps_kv(il)) {
+            declare_attention_weights(d, il, l);
+        } else {
+            declare_delta_net_weights(d, il, l);
+        }
         declare_ffn_weights(d, il, l);
         if (hp.block(il).output_scale) {
             l.out_scale = declare(file, p + "layer_output_scale.weight", {1}, false, {}, /*required =*/false);
@@ -215,6 +220,25 @@ ggml_tensor * ModelWeights::declare_rows(const GgufFile & file, const std::strin
     for (const TensorSlice & slice : parts) {
         GGML_ASSERT(slice.axis == TensorSlice::Rows);
         ne[1] += slice.end - slice.begin;
+        sources.push_back({name, slice, &file});
+    }
+    return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, std::move(sources));
+}
+
+ggml_tensor * ModelWeights::declare_cols(const GgufFile & file, const std::string & name,
+                                         const std::vector<int64_t> & shape, const std::vector<TensorSlice> & parts,
+                                         bool matrix) {
+    if (parts.size() == 1) return declare(file, name, shape, matrix, parts.front());
+    const ggml_tensor * desc = find_checked(file, name, shape, true);
+    int64_t ne[GGML_MAX_DIMS] = {0, desc->ne[1], desc->ne[2], desc->ne[3]};
+    std::vector<Part> sources;
+    for (const TensorSlice & slice : parts) {
+        GGML_ASSERT(slice.axis == TensorSlice::Columns);
+        if (slice.begin % ggml_blck_size(desc->type) != 0 || slice.end % ggml_blck_size(desc->type) != 0) {
+            throw Error("model file '" + file.path() + "': tensor '" + name + "' (" + ggml_type_name(desc->type) +
+                        ") cannot be split at column " + std::to_string(slice.begin) + ": not a block boundary");
+        }
+        ne[0] += slice.end - slice.begin;
         sources.push_back({name, slice, &file});
     }
     return add_tensor(name, desc->type, (int) shape.size(), ne, matrix, std::move(sources));
@@ -292,8 +316,8 @@ void ModelWeights::allocate_and_read(const GgufFile & file, bool progress) {
 
 // Reads a tensor's parts from the file: row ranges slab by 2D slab (per
 // expert for stacked experts), each part's rows of a slab in turn, so that a
-// fused matrix keeps its parts within every expert; a whole tensor at once; a
-// column slice one range per row.
+// fused matrix keeps its parts within every expert; a whole tensor at once;
+// column ranges row by row.
 void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts, Staging & staging) const {
     const size_t n = ggml_nbytes(t);
     const bool host = ggml_backend_buffer_is_host(t->buffer);
@@ -303,8 +327,10 @@ void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts,
         for (int64_t s = 0; s < t->ne[2] * t->ne[3]; ++s) {
             for (const Part & part : parts) dst += read_rows(*part.file, part, s, dst);
         }
+    } else if (parts.front().slice.axis == TensorSlice::Columns) {
+        read_columns(t, parts, dst);
     } else {
-        for (const Part & part : parts) dst += read_part(*part.file, t, part, dst);
+        for (const Part & part : parts) dst += read_whole(*part.file, part, dst);
     }
     if (check_data_ && !ggml_validate_row_data(t->type, host ? t->data : staged, n)) {
         throw Error("model file '" + parts.front().file->path() + "': tensor '" + parts.front().name +
@@ -322,25 +348,24 @@ size_t ModelWeights::read_rows(const GgufFile & file, const Part & part, int64_t
     return n;
 }
 
-size_t ModelWeights::read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const {
+size_t ModelWeights::read_whole(const GgufFile & file, const Part & part, uint8_t * dst) const {
     const ggml_tensor * desc = file.find_tensor(part.name);
-    const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
-    switch (part.slice.axis) {
-        case TensorSlice::Whole:
-            file.read_tensor(desc, 0, dst, ggml_nbytes(desc));
-            return ggml_nbytes(desc);
-        case TensorSlice::Rows:
-            return 0;  // read_rows
-        case TensorSlice::Columns: {
-            const size_t skip = ggml_row_size(desc->type, part.slice.begin);
-            const size_t local_row = ggml_row_size(desc->type, t->ne[0]);
-            const int64_t n_rows = ggml_nrows(t);
-            for (int64_t r = 0; r < n_rows; ++r)
-                file.read_tensor(desc, r * file_row + skip, dst + r * local_row, local_row);
-            return local_row * n_rows;
+    file.read_tensor(desc, 0, dst, ggml_nbytes(desc));
+    return ggml_nbytes(desc);
+}
+
+// Every row's column ranges in turn, side by side.
+void ModelWeights::read_columns(const ggml_tensor * t, const std::vector<Part> & parts, uint8_t * dst) const {
+    const int64_t n_rows = ggml_nrows(t);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        for (const Part & part : parts) {
+            const ggml_tensor * desc = part.file->find_tensor(part.name);
+            const size_t file_row = ggml_row_size(desc->type, desc->ne[0]);
+            const size_t n = ggml_row_size(desc->type, part.slice.end - part.slice.begin);
+            part.file->read_tensor(desc, r * file_row + ggml_row_size(desc->type, part.slice.begin), dst, n);
+            dst += n;
         }
     }
-    return 0;
 }
 
 const std::vector<ModelWeights::Part> & ModelWeights::parts_of(const ggml_tensor * t) const {
@@ -383,21 +408,36 @@ ggml_tensor * WeightDeclarer::declare(const std::string & name, std::vector<int6
 }
 
 ggml_tensor * WeightDeclarer::declare_rows(const std::string & name, const std::vector<int64_t> & shape,
-                                           const std::vector<TensorSlice> & parts) {
-    return weights.declare_rows(file, name, shape, parts);
+                                           const std::vector<TensorSlice> & parts, bool matrix) {
+    return weights.declare_rows(file, name, shape, parts, matrix);
+}
+
+ggml_tensor * WeightDeclarer::declare_cols(const std::string & name, const std::vector<int64_t> & shape,
+                                           const std::vector<TensorSlice> & parts, bool matrix) {
+    return weights.declare_cols(file, name, shape, parts, matrix);
 }
 
 RowParallelWeight WeightDeclarer::row_parallel(const std::string & name, const std::vector<int64_t> & shape,
-                                               const std::vector<ShardRange> & cells, int64_t unit, bool experts) {
+                                               const std::vector<ShardRange> & cells, int64_t unit, bool experts,
+                                               size_t all_cells) {
     const bool split_invariant = load.split_invariant;
     RowParallelWeight w;
     w.cell_bounds = {0};
-    for (const ShardRange & r : cells) w.cell_bounds.push_back((r.end - cells.front().begin) * unit);
-    const TensorSlice whole = cols({cells.front().begin, cells.back().end}, unit);
+    // The rank's columns: its cells, those adjacent in the file joined.
+    std::vector<TensorSlice> ranges;
+    for (const ShardRange & r : cells) {
+        w.cell_bounds.push_back(w.cell_bounds.back() + r.size() * unit);
+        if (!ranges.empty() && ranges.back().end == r.begin * unit) {
+            ranges.back().end = r.end * unit;
+        } else {
+            ranges.push_back(cols(r, unit));
+        }
+    }
     w.first = cells.front().begin == 0;
-    w.one_pass = split_invariant && load.ops == RankOps::Host && one_pass(file.find_tensor(name), experts);
+    w.one_pass = split_invariant && load.ops == RankOps::Host && one_pass(file.find_tensor(name), experts) &&
+                 std::max(all_cells, cells.size()) <= GGML_EXT_EXACT_MATMUL_MAX_CELLS;
     if (!split_invariant || w.one_pass) {
-        w.pieces.push_back(declare(name, shape, !w.one_pass, whole));
+        w.pieces.push_back(declare_cols(name, shape, ranges, !w.one_pass));
         return w;
     }
     for (const ShardRange & r : cells) w.pieces.push_back(declare(name, shape, true, cols(r, unit)));

@@ -121,6 +121,20 @@ struct LayerWeights {
     ggml_tensor * per_layer_norm = nullptr;
     ggml_tensor * out_scale = nullptr;
     ggml_tensor * control = nullptr;  // a control vector's direction, added to the layer's output
+    // Linear attention (runtime/blocks/delta_net.cpp), the rank's key heads
+    // and the value heads that read them: the convolution's input (q, k and
+    // v channels), the output gate, the decay's projection, bias and rate,
+    // the update strength, the convolution's taps, the per-head norm and the
+    // output projection.
+    ggml_tensor * ssm_qkv = nullptr;
+    ggml_tensor * ssm_gate = nullptr;
+    ggml_tensor * ssm_alpha = nullptr;
+    ggml_tensor * ssm_dt = nullptr;
+    ggml_tensor * ssm_a = nullptr;
+    ggml_tensor * ssm_beta = nullptr;
+    ggml_tensor * ssm_conv = nullptr;
+    ggml_tensor * ssm_norm = nullptr;
+    RowParallelWeight ssm_out;
 };
 
 // How one rank's weights are read.
@@ -176,7 +190,11 @@ class ModelWeights {
 
     // Whether split-invariant sums multiply every row-parallel matrix of the
     // model in one pass (RowParallelWeight::one_pass): dense layers whose
-    // attn_output and ffn_down ggml_ext_exact_matmul takes.
+    // attn_output and ffn_down ggml_ext_exact_matmul takes. Linear
+    // attention's ssm_out counts where that kernel takes its type: it has
+    // more cells than one pass takes, so it is one product per cell, which
+    // measured no slower on the whole (docs/benchmarks.md, "Linear
+    // attention").
     static bool row_parallel_in_one_pass(const GgufFile & file, const HParams & hp);
 
     // RoPE's frequency factors (nullptr: none) for a cache of n_ctx_seq cells
@@ -214,6 +232,9 @@ class ModelWeights {
     // them within every expert.
     ggml_tensor * declare_rows(const GgufFile & file, const std::string & name, const std::vector<int64_t> & shape,
                                const std::vector<TensorSlice> & parts, bool matrix = true);
+    // Column ranges of one file tensor, side by side in order in every row.
+    ggml_tensor * declare_cols(const GgufFile & file, const std::string & name, const std::vector<int64_t> & shape,
+                               const std::vector<TensorSlice> & parts, bool matrix);
     // Declares an adapter file's pairs, split as their base matrices
     // (runtime/model/lora_adapter.cpp).
     void declare_adapter(const GgufFile & adapter, const GgufFile & model, const HParams & hp);
@@ -223,8 +244,10 @@ class ModelWeights {
     void allocate_and_read(const GgufFile & file, bool progress);
     class Staging;
     void read_tensor(ggml_tensor * t, const std::vector<Part> & parts, Staging & staging) const;
-    // Reads one part (a whole tensor or a column slice) to dst; returns its bytes.
-    size_t read_part(const GgufFile & file, const ggml_tensor * t, const Part & part, uint8_t * dst) const;
+    // Reads a whole tensor to dst; returns its bytes.
+    size_t read_whole(const GgufFile & file, const Part & part, uint8_t * dst) const;
+    // Reads every row's column-range parts, side by side, to dst.
+    void read_columns(const ggml_tensor * t, const std::vector<Part> & parts, uint8_t * dst) const;
     // Reads one row-range part's rows of one 2D slab to dst; returns their bytes.
     size_t read_rows(const GgufFile & file, const Part & part, int64_t slab, uint8_t * dst) const;
 

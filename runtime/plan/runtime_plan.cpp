@@ -57,9 +57,9 @@ void decide_sums(RuntimePlan & plan, const EngineOptions & o, const PlanFacts & 
             (plan.one_pass_products ? "through the same kernel (batch-invariant)" : "through ggml's q8_0 product"));
     } else if (!asked && !one_pass) {
         plan.log.push_back(
-            "llama-tp: float sums (results move with --tp / -ts): this model's attn_output and ffn_down are not all "
-            "dense q8_0, which split-invariant sums multiply in one pass; --split-invariant forces them (one product "
-            "per grid cell, 7-15% slower on one device)");
+            "llama-tp: float sums (results move with --tp / -ts): this model's attn_output (ssm_out) and ffn_down are "
+            "not all dense q8_0, which split-invariant sums multiply in one pass; --split-invariant forces them (one "
+            "product per grid cell, 7-15% slower on one device)");
     }
 }
 

@@ -248,6 +248,15 @@ void MpiRankGroup::read(const Step & step, uint8_t * image) {
                     }
                 }
             }
+            // Its key heads' states of every linear-attention layer.
+            for (size_t s = 0; s < l.states.size(); ++s) {
+                const ShardRange & k = kv_heads_[p][l.states[s].il];
+                for (const bool delta : {false, true}) {
+                    for (const auto & [at, n] : delta ? l.delta_spans(s, k) : l.conv_spans(s, k)) {
+                        std::memcpy(image + at, part.data() + at, n);
+                    }
+                }
+            }
         });
 }
 

@@ -24,8 +24,9 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
     // A LoRA pair takes a few nodes, a row-parallel one's A a product per cell.
     const size_t lora = n_adapters * 7 * (pieces + 6);
     // A run of attention takes up to 9 nodes (row attention: its partials, then the rows).
-    return 8192 +
-           (size_t) hp.n_layer * (std::max(shape.runs.size(), shape.window_runs.size()) * 10 + pieces * 8 + lora);
+    // A run of linear attention about 30.
+    const size_t runs = std::max(shape.runs.size() * 10, shape.window_runs.size() * 10) + shape.state_runs.size() * 30;
+    return 8192 + (size_t) hp.n_layer * (runs + pieces * 8 + lora);
 }
 
 // The exact sums' kernels (split-invariant sums, the embedding rows' assembly)
@@ -117,7 +118,8 @@ Rank::Rank(const GgufFile & file, const HParams & hp, const RankConfig & config)
     for (int il = 0; il < hp.n_layer; ++il) {
         n_kv.push_back((int32_t) config.shard->layers[il].kv_heads.size());
     }
-    kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device));
+    kv_ = std::make_unique<KvCache>(hp, n_kv, config.kv_sizes, config.kv_types, ggml_backend_dev_buffer_type(device),
+                                    (int32_t) config.shard->delta_heads.size());
     allocator_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
     StreamWork stream = stream_work(backend_.get(), device, config);
     executor_ = std::make_unique<SegmentExecutor>(
@@ -182,8 +184,20 @@ void Rank::apply_edits(const std::vector<KvEdit> & edits) {
 // through host memory (any backend's buffers).
 void Rank::copy_cells(const KvCopy & copied) {
     kv_->move(copied.moves);
+    if (copied.states.first >= 0) {
+        std::vector<uint8_t> row;
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            for (ggml_tensor * t : {kv_->conv_state(il), kv_->delta_state(il)}) {
+                if (!t) continue;
+                row.resize(t->nb[1]);
+                ggml_backend_tensor_get(t, row.data(), (size_t) copied.states.first * t->nb[1], t->nb[1]);
+                ggml_backend_tensor_set(t, row.data(), (size_t) copied.states.second * t->nb[1], t->nb[1]);
+            }
+        }
+    }
     std::vector<uint8_t> row;
     for (int il = 0; il < hp_.n_layer_kv(); ++il) {
+        if (!hp_.keeps_kv(il)) continue;
         for (ggml_tensor * t : {kv_->k(il), kv_->v(il)}) {
             const size_t bytes = t->nb[1];
             row.resize(bytes);
@@ -265,9 +279,10 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
     try {
         const Batch & batch = step.batch;
         const std::vector<int32_t> out_rows = output_rows(batch);
-        GraphShape shape{batch.size(), (int32_t) out_rows.size(), kv_->all().attention_runs(batch), {}};
+        GraphShape shape{batch.size(), (int32_t) out_rows.size(), kv_->all().attention_runs(batch), {}, 0, {}};
         if (kv_->window()) shape.window_runs = kv_->window()->attention_runs(batch);
         if (!weights_->loras.empty()) shape.lora_active = active_adapters(batch, weights_->loras.size());
+        shape.state_runs = placement.states.runs;
         fill_masks(batch, shape);
         prepare(batch, placement, out_rows, shape);
         compute();
@@ -303,6 +318,7 @@ void Rank::copy_heads(const std::vector<int64_t> & cells, const std::vector<int6
                       bool to_image) {
     const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), (int32_t) cells.size(), kv_->sizes().window_keep);
     for (int il = 0; il < hp_.n_layer_kv(); ++il) {
+        if (!hp_.keeps_kv(il)) continue;
         const std::vector<int64_t> & own = kv_->windowed(il) ? window_cells : cells;
         const ShardRange heads = config_.shard->layers[il].kv_heads;
         const int32_t h0 = (int32_t) heads.begin;
@@ -322,6 +338,25 @@ void Rank::copy_heads(const std::vector<int64_t> & cells, const std::vector<int6
     }
 }
 
+void Rank::copy_states(const KvImageLayout & layout, int32_t seq, uint8_t * image, bool to_image) {
+    const ShardRange & k = config_.shard->delta_heads;
+    for (size_t s = 0; s < layout.states.size(); ++s) {
+        const int il = layout.states[s].il;
+        for (const bool delta : {false, true}) {
+            ggml_tensor * t = delta ? kv_->delta_state(il) : kv_->conv_state(il);
+            size_t at = (size_t) seq * t->nb[1];
+            for (const auto & [offset, bytes] : delta ? layout.delta_spans(s, k) : layout.conv_spans(s, k)) {
+                if (to_image) {
+                    ggml_backend_tensor_get(t, image + offset, at, bytes);
+                } else {
+                    ggml_backend_tensor_set(t, image + offset, at, bytes);
+                }
+                at += bytes;
+            }
+        }
+    }
+}
+
 void Rank::load(const Step & step, const KvPlacement & placement) {
     const int32_t n = (int32_t) placement.cells.size();
     const size_t expected = KvImageLayout::of(hp_, kv_->types(), n, kv_->sizes().window_keep).bytes();
@@ -330,6 +365,10 @@ void Rank::load(const Step & step, const KvPlacement & placement) {
                     " bytes for " + std::to_string(n) + " cells, not " + std::to_string(expected));
     }
     copy_heads(placement.cells, placement.window_cells, const_cast<uint8_t *>(step.kv.data()), false);
+    if (n > 0) {
+        const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), n, kv_->sizes().window_keep);
+        copy_states(layout, step.batch.seq[0], const_cast<uint8_t *>(step.kv.data()), false);
+    }
 }
 
 void Rank::read(const Step & step, uint8_t * image) {
@@ -340,6 +379,13 @@ void Rank::read(const Step & step, uint8_t * image) {
                     ") of sequence " + std::to_string(step.read_seq) + " are not all cached");
     }
     copy_heads(cells, window_cells, image, true);
+    if (kv_->states() && kv_->states()->next(step.read_seq) != step.read_n) {
+        throw Error("rank " + std::to_string(config_.rank) + ": the recurrent state of sequence " +
+                    std::to_string(step.read_seq) + " has not taken in exactly positions [0, " +
+                    std::to_string(step.read_n) + ")");
+    }
+    const KvImageLayout layout = KvImageLayout::of(hp_, kv_->types(), step.read_n, kv_->sizes().window_keep);
+    copy_states(layout, step.read_seq, image, true);
 }
 
 void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std::vector<int32_t> & out_rows,
@@ -374,6 +420,8 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
     set_input(inputs_.kq_mask, mask_.data(), mask_.size() * sizeof(ggml_fp16_t));
     set_input(inputs_.kq_mask_swa, mask_swa_.data(), mask_swa_.size() * sizeof(ggml_fp16_t));
     set_input(inputs_.out_rows, out_rows.data(), out_rows.size() * sizeof(int32_t));
+    set_input(inputs_.state_rows, placement.states.rows.data(), placement.states.rows.size() * sizeof(int32_t));
+    set_input(inputs_.state_keep, placement.states.keep.data(), placement.states.keep.size() * sizeof(float));
     if (inputs_.embd_rows) {
         std::vector<int32_t> rows(n);
         std::vector<float> inside(n);

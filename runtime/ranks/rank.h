@@ -3,6 +3,7 @@
 // cache, its backend and thread pool, and its cached graph. Every rank builds
 // the same graph shape over its own shard; collective nodes join them.
 
+#include "runtime/kv/kv_image.h"
 #include "ggml-ext/comm/allreduce_engine.h"
 #include "ggml-ext/exec/segment_executor.h"
 #include "runtime/batch.h"
@@ -99,6 +100,8 @@ class Rank {
     // cells for the layers of the full pool, window_cells for the window pool's.
     void copy_heads(const std::vector<int64_t> & cells, const std::vector<int64_t> & window_cells, uint8_t * image,
                     bool to_image);
+    // The same for the linear-attention states of sequence seq.
+    void copy_states(const KvImageLayout & layout, int32_t seq, uint8_t * image, bool to_image);
 
     static void allreduce_callback(void * user, void * data, ggml_type type, size_t n, void * stream);
     template <typename T>

@@ -38,6 +38,15 @@ Axis attention_head_axis(const GgufFile & file, const HParams & hp, int64_t n_ra
 // The KV heads layer il's query heads q read; throws llama_tp::Error where
 // they do not map evenly onto KV heads.
 ShardRange attention_kv_heads(const HParams & hp, int il, const ShardRange & q, int rank, int n_ranks);
+// Linear attention (runtime/blocks/delta_net.cpp): the key heads, in units
+// that keep whole quantization blocks of ssm_out's columns.
+Axis delta_net_head_axis(const GgufFile & file, const HParams & hp);
+// The value heads that read key heads k, as ranges of value heads in the
+// order a rank stacks them (value head j reads key head j % n_k_heads).
+std::vector<ShardRange> delta_net_value_heads(const DeltaNetShape & d, const ShardRange & k);
+// The convolution's channels of key heads k (their q and k channels, then
+// their value heads'), as ranges of the file's channels in the rank's order.
+std::vector<ShardRange> delta_net_channels(const DeltaNetShape & d, const ShardRange & k);
 // FFN (runtime/blocks/ffn.cpp): a width of `width` whose down projections
 // (blk.*.down) are in the layers `layers` picks.
 Axis ffn_width_axis(const GgufFile & file, const HParams & hp, int64_t width, const std::string & down, int64_t n_ranks,

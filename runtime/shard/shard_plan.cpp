@@ -63,10 +63,11 @@ struct Axes {
     std::vector<Axis> ff;          // one per distinct dense FFN width
     std::vector<int> ff_of_layer;  // index into ff (-1: no dense FFN)
     std::optional<Axis> ff_exp;    // the experts' width
+    std::optional<Axis> delta;     // linear attention's key heads
 };
 
 Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
-    Axes a{attention_head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt};
+    Axes a{attention_head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt, std::nullopt};
     auto dense = [&](int il) { return hp.block(il).ffn.has_dense(); };
     auto experts = [&](int il) { return hp.block(il).ffn.has_experts(); };
     std::vector<int64_t> widths;
@@ -82,6 +83,7 @@ Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
                                       [&](int il) { return dense(il) && hp.layer(il).n_ff == w; }));
     }
     if (hp.is_moe()) a.ff_exp = ffn_width_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, experts);
+    if (hp.recurrent()) a.delta = delta_net_head_axis(file, hp);
     return a;
 }
 
@@ -182,16 +184,35 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
         ff_exp = split_axis([&](int64_t n) { return *model_axes(file, hp, n).ff_exp; }, weights, split_invariant,
                             "the experts' FFN width");
     }
+    std::optional<SplitAxis> delta;
+    if (axes.delta) {
+        delta = split_axis([&](int64_t n) { return *model_axes(file, hp, n).delta; }, weights, split_invariant,
+                           "the linear attention's key heads");
+    }
+    size_t delta_cells = 0;
+    if (delta) {
+        for (const auto & pieces : delta->pieces) delta_cells += pieces.size() * (size_t) hp.delta.ratio();
+    }
     const auto vocab = vocab_slices(hp.n_vocab, weights);
     for (int r = 0; r < n_ranks; ++r) {
         RankShard & s = p.ranks[r];
         s.q_heads = heads.ranges[r];
         s.o_pieces = heads.pieces[r];
         s.vocab = vocab[r];
+        if (delta) {
+            s.delta_heads = delta->ranges[r];
+            s.delta_cells = delta_cells;
+            // ssm_out's columns: each key-head cell once per value block.
+            for (int64_t b = 0; b < hp.delta.ratio(); ++b) {
+                for (const ShardRange & c : delta->pieces[r]) {
+                    s.delta_pieces.push_back({b * hp.delta.n_k_heads + c.begin, b * hp.delta.n_k_heads + c.end});
+                }
+            }
+        }
         s.layers.resize(hp.n_layer);
         for (int il = 0; il < hp.n_layer; ++il) {
             LayerShard & l = s.layers[il];
-            l.kv_heads = attention_kv_heads(hp, il, s.q_heads, r, n_ranks);
+            if (hp.keeps_kv(il)) l.kv_heads = attention_kv_heads(hp, il, s.q_heads, r, n_ranks);
             if (axes.ff_of_layer[il] >= 0) {
                 const SplitAxis & f = ff[axes.ff_of_layer[il]];
                 l.ff = {f.ranges[r], f.pieces[r]};
@@ -204,7 +225,9 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
 
 size_t RankShard::max_pieces() const {
     size_t n = 0;
-    for (const LayerShard & l : layers) n = std::max(n, o_pieces.size() + l.ff.pieces.size() + l.ff_exp.pieces.size());
+    for (const LayerShard & l : layers) {
+        n = std::max(n, std::max(o_pieces.size(), delta_pieces.size()) + l.ff.pieces.size() + l.ff_exp.pieces.size());
+    }
     return n;
 }
 
@@ -218,8 +241,8 @@ bool ShardPlan::tiled(const HParams & hp) const {
         for (int il = 0; il < hp.n_layer; ++il) {
             const LayerShard & l = s.layers[il];
             const int64_t hd = hp.layer(il).head_dim;
-            if (!on_tiles(s.q_heads.begin * hd) || !on_tiles(l.kv_heads.begin * hd) || !on_tiles(l.ff.width.begin) ||
-                !on_tiles(l.ff_exp.width.begin)) {
+            if (!on_tiles(s.q_heads.begin * hd) || !on_tiles(s.delta_heads.begin * hp.delta.head_k_dim) ||
+                !on_tiles(l.kv_heads.begin * hd) || !on_tiles(l.ff.width.begin) || !on_tiles(l.ff_exp.width.begin)) {
                 return false;
             }
         }
@@ -231,9 +254,13 @@ std::string ShardPlan::describe() const {
     std::string out;
     for (int r = 0; r < n_ranks; ++r) {
         const RankShard & s = ranks[r];
-        const LayerShard & l = s.layers.front();
+        // The first layer with a cache (linear attention keeps none).
+        size_t il = 0;
+        while (il + 1 < s.layers.size() && s.layers[il].kv_heads.size() == 0) ++il;
+        const LayerShard & l = s.layers[il];
         out += "rank " + std::to_string(r) + ": heads " + std::to_string(s.q_heads.size()) + " (kv " +
-               std::to_string(l.kv_heads.size()) + "), ffn " +
+               std::to_string(l.kv_heads.size()) + ")" +
+               (s.delta_heads.size() ? ", linear key heads " + std::to_string(s.delta_heads.size()) : "") + ", ffn " +
                std::to_string(l.ff.width.size() ? l.ff.width.size() : l.ff_exp.width.size()) + ", vocab " +
                std::to_string(s.vocab.size()) + (r + 1 < n_ranks ? "; " : "");
     }

@@ -36,6 +36,12 @@ struct RankShard {
     // separately: the rank's whole range, or with split-invariant sums the
     // cells of the reduction grid it holds.
     std::vector<ShardRange> o_pieces;
+    // Linear attention (HParams::delta): the key heads of this rank, in
+    // every such layer (their value heads go with them), and ssm_out's cells
+    // in key heads as o_pieces are in query heads.
+    ShardRange delta_heads;
+    std::vector<ShardRange> delta_pieces;
+    size_t delta_cells = 0;  // ssm_out's cells on all ranks together (each rank computes them alike)
     std::vector<LayerShard> layers;
 
     // The most pieces of row-parallel matrices a layer has.

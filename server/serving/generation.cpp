@@ -275,7 +275,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
 
     int64_t n_predict = gr.max_tokens >= 0 ? gr.max_tokens : (st.opts.n_predict >= 0 ? st.opts.n_predict : INT_MAX);
     // Without a context shift generation ends where the slot's context does.
-    task->context_shift = st.opts.context_shift;
+    task->context_shift = st.opts.context_shift && st.engine->can_rewind();
     task->n_keep = gr.n_keep >= -1 ? gr.n_keep : st.opts.n_keep;
     task->n_discard = gr.n_discard;
     if (!task->context_shift && n_predict > st.n_ctx_slot - n_prompt) {

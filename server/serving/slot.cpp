@@ -54,7 +54,8 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     if (!engine.seq_resumable(id, (int32_t) keep)) keep = 0;
     const size_t from_donor = donor && task->cache_prompt ? std::min(donor->reusable_prefix(*task), most) : 0;
     if (keep < kv_tokens.size()) {
-        const bool reuse = task->cache_prompt && task->n_cache_reuse > 0 && task->lora == kv_lora;
+        const bool reuse =
+            task->cache_prompt && task->n_cache_reuse > 0 && task->lora == kv_lora && engine.can_rewind();
         if (reuse && from_donor <= keep) {
             keep = reuse_chunks(engine, keep, most, task->n_cache_reuse);
         } else {

@@ -441,3 +441,27 @@ def test_sliding_window_cache_across_processes(tmp_path):
             assert s.stop() == 0
     assert answers[0] == answers[1]
     assert (tmp_path / "slot0.bin").read_bytes() == (tmp_path / "slot1.bin").read_bytes()
+
+
+def test_linear_attention_states_across_processes(tmp_path):
+    """A qwen35 whose linear-attention states are split by key heads: two
+    processes answer and save a slot (every process's share of the states
+    joined on process 0) as two ranks of one process do."""
+    model = generated_model(tmp_path / "qwen35.gguf", arch="qwen35",
+                            extra=["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64"])
+    args = ("-np", "1", "-c", "1024", "--split-invariant", "--slot-save-path", str(tmp_path))
+    body = {"prompt": "Once upon a time there was a fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    answers = []
+    for server in (lambda: ServerProcess(*args, "--tp", "2", "-t", "2", model=model),
+                   lambda: MpiServer(*args, "-t", "1", model=model)):
+        s = server()
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            saved = s.post("/slots/0?action=save", {"filename": f"linear{len(answers)}.bin"})
+            assert saved.status_code == 200, saved.text
+            answers.append(r.json()["choices"][0]["text"])
+        finally:
+            assert s.stop() == 0
+    assert answers[0] == answers[1]
+    assert (tmp_path / "linear0.bin").read_bytes() == (tmp_path / "linear1.bin").read_bytes()

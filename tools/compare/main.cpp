@@ -38,6 +38,8 @@ const std::string kUsage = std::string("usage: llama-tp-compare -m FILE [options
                            "  --json                    print only the JSON result\n"
                            "Exit status 0 when the accuracy contract holds; its clause follows from the run:\n"
                            "  against upstream: max |dp| <= 1e-3, top-1 100%, greedy tokens identical;\n"
+                           "    linear attention (upstream steps its sequences apart) and split-invariant\n"
+                           "    sums: as the float sums below;\n"
                            "  split-invariant sums against tp1: max |dp| = 0 (1e-3 where a rank's slice is\n"
                            "    off the 16-row tiles);\n"
                            "  float sums, float weights: max |dp| <= 1e-3 (2e-3 with a 16-bit cache, the\n"

@@ -35,7 +35,7 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
 }
 
 const char * const kArchNames[] = {"llama",  "qwen2",  "qwen3",   "qwen3moe", "phi3",
-                                   "gemma2", "gemma3", "gpt-oss", "gemma4"};
+                                   "gemma2", "gemma3", "gpt-oss", "gemma4",   "qwen35"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
 
@@ -110,6 +110,17 @@ void validate_shape(Arch arch, const Shape & s) {
     }
     if (is_gemma(arch) || s.swa_pattern != 0) {
         require_in_range(s.swa_pattern, "--swa-pattern", 512);
+    }
+    if (arch == Arch::qwen35) {
+        require_in_range(s.full_attention_interval, "--full-attention-interval", 512);
+        require_in_range(s.ssm_n_group, "--ssm-n-group");
+        require_in_range(s.ssm_dt_rank, "--ssm-dt-rank");
+        require_in_range(s.ssm_d_state, "--ssm-d-state");
+        require(s.ssm_dt_rank % s.ssm_n_group == 0, "--ssm-dt-rank (" + std::to_string(s.ssm_dt_rank) +
+                                                        ") must be a multiple of --ssm-n-group (" +
+                                                        std::to_string(s.ssm_n_group) + ")");
+        require(s.n_rot % 2 == 0 && s.n_rot >= 6,
+                "qwen35 rotates a quarter of each head: --head-dim must be at least 24");
     }
     if (arch == Arch::gemma4) {
         require_in_range(s.head_dim_global, "--head-dim-global");
@@ -196,6 +207,14 @@ class TensorPlanner {
         add(name, std::move(ne), GGML_TYPE_F32, 0.0f, kBiasStddev);
     }
     void sink(const std::string & name, int64_t n) { add(name, {n}, GGML_TYPE_F32, 0.0f, 1.0f); }
+    // A convolution's taps (f32, as converters keep them): each output a
+    // unit-gain mix of its channel's last ne[0] inputs.
+    void taps(const std::string & name, std::vector<int64_t> ne) {
+        const float stddev = 1.0f / std::sqrt(static_cast<float>(ne[0]));
+        add(name, std::move(ne), GGML_TYPE_F32, 0.0f, stddev);
+    }
+    // A decay rate per head, negative (Gated DeltaNet's -exp(A_log)).
+    void rate(const std::string & name, int64_t n) { add(name, {n}, GGML_TYPE_F32, -1.0f, 0.3f); }
     void constant(const std::string & name, std::vector<float> values) {
         add(name, {(int64_t) values.size()}, GGML_TYPE_F32, 0.0f, 0.0f);
         plans_.back().values = std::move(values);
@@ -290,8 +309,44 @@ void plan_gemma4_feed_forward(TensorPlanner & planner, const Shape & s, int64_t 
     }
 }
 
+// qwen35's linear attention (Gated DeltaNet), as its converter writes it:
+// Q, K and V of the convolution in one matrix (q, k, v segments, value heads
+// in tiled order), the output gate, the convolution's taps, the decay's
+// projection (alpha), bias (dt) and rate (a, negative), the update strength
+// (beta), a norm per head and the output projection.
+void plan_linear_attention(TensorPlanner & planner, const Shape & s, int64_t il) {
+    const int64_t key_dim = s.ssm_n_group * s.ssm_d_state, value_dim = s.ssm_dt_rank * s.ssm_d_state;
+    planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
+    planner.matrix(layer_tensor(il, "attn_qkv.weight"), {s.n_embd, 2 * key_dim + value_dim});
+    planner.matrix(layer_tensor(il, "attn_gate.weight"), {s.n_embd, value_dim});
+    planner.taps(layer_tensor(il, "ssm_conv1d.weight"), {s.ssm_d_conv, 2 * key_dim + value_dim});
+    planner.bias(layer_tensor(il, "ssm_dt.bias"), s.ssm_dt_rank);
+    planner.rate(layer_tensor(il, "ssm_a"), s.ssm_dt_rank);
+    planner.matrix(layer_tensor(il, "ssm_beta.weight"), {s.n_embd, s.ssm_dt_rank});
+    planner.matrix(layer_tensor(il, "ssm_alpha.weight"), {s.n_embd, s.ssm_dt_rank});
+    planner.norm(layer_tensor(il, "ssm_norm.weight"), s.ssm_d_state);
+    planner.matrix(layer_tensor(il, "ssm_out.weight"), {value_dim, s.n_embd});
+}
+
+// qwen35's full attention: each head's queries followed by its output gate in
+// attn_q, Q and K normed by head.
+void plan_gated_attention(TensorPlanner & planner, const Shape & s, int64_t il) {
+    const int64_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
+    planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
+    planner.matrix(layer_tensor(il, "attn_q.weight"), {s.n_embd, 2 * n_q});
+    planner.matrix(layer_tensor(il, "attn_k.weight"), {s.n_embd, n_kv});
+    planner.matrix(layer_tensor(il, "attn_v.weight"), {s.n_embd, n_kv});
+    planner.matrix(layer_tensor(il, "attn_output.weight"), {n_q, s.n_embd});
+    planner.norm(layer_tensor(il, "attn_q_norm.weight"), s.head_dim);
+    planner.norm(layer_tensor(il, "attn_k_norm.weight"), s.head_dim);
+}
+
 void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_attention(planner, s, il);
+    if (arch == Arch::qwen35) {
+        return is_linear_attention_layer(s, il) ? plan_linear_attention(planner, s, il)
+                                                : plan_gated_attention(planner, s, il);
+    }
     const int64_t n_q = s.n_head * s.head_dim;
     const int64_t n_kv = s.n_head_kv * s.head_dim;
     planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
@@ -326,8 +381,9 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
 
 void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_feed_forward(planner, s, il);
-    // gpt-oss names its FFN's input norm post_attention_norm.
-    planner.norm(layer_tensor(il, arch == Arch::gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
+    // gpt-oss and qwen35 name their FFN's input norm post_attention_norm.
+    const bool post = arch == Arch::gpt_oss || arch == Arch::qwen35;
+    planner.norm(layer_tensor(il, post ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
     if (arch == Arch::phi3) {
         // Gate and up fused in one matrix, gate first.
         planner.matrix(layer_tensor(il, "ffn_up.weight"), {s.n_embd, 2 * s.n_ff});
@@ -384,6 +440,9 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     }
     if (arch == Arch::llama && o.n_expert_used && !o.n_expert) {
         throw UsageError("--n-expert-used needs --n-expert for llama");
+    }
+    if (arch != Arch::qwen35 && (o.full_attention_interval || o.ssm_n_group || o.ssm_dt_rank || o.ssm_d_state)) {
+        throw UsageError("--full-attention-interval and --ssm-* apply to qwen35 only, not " + name);
     }
     if (arch != Arch::qwen3 && o.reranker) {
         throw UsageError("--reranker applies to qwen3 only (Qwen3-Reranker), not " + name);
@@ -458,6 +517,10 @@ bool is_swa_layer(const Shape & s, int64_t il) {
     return s.n_swa > 0 && s.swa_pattern > 0 && il % s.swa_pattern < s.swa_pattern - 1;
 }
 
+bool is_linear_attention_layer(const Shape & s, int64_t il) {
+    return s.full_attention_interval > 0 && (il + 1) % s.full_attention_interval != 0;
+}
+
 const char * default_vocab_file(Arch arch) {
     switch (arch) {
         case Arch::llama:
@@ -481,7 +544,8 @@ const char * default_chat_template_file(Arch arch) {
 bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
            swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || reranker ||
-           head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared;
+           head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared || full_attention_interval ||
+           ssm_n_group || ssm_dt_rank || ssm_d_state;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -526,6 +590,14 @@ Shape preset_shape(Arch arch, Preset preset) {
         s.n_expert = 8;
         s.n_expert_used = arch == Arch::gpt_oss ? 4 : 2;  // gpt-oss routes to 4, as both releases do
         s.n_ff_exp = 768;
+    }
+    if (arch == Arch::qwen35) {
+        // Three linear-attention layers to one of full attention, as the
+        // releases; twice as many value heads as key heads (Qwen3.5's 27B has
+        // three times, its 35B-A3B twice).
+        s.n_layer = std::max<int64_t>(4, s.n_layer);
+        s.full_attention_interval = 4;
+        s.ssm_d_conv = 4;
     }
     if (arch == Arch::gpt_oss) {
         s.n_swa = 128;
@@ -572,6 +644,14 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     }
     if (arch != Arch::phi3) {
         s.n_ctx_orig = s.n_ctx;  // no LongRoPE: written nowhere
+    }
+    s.n_rot = s.head_dim;
+    if (arch == Arch::qwen35) {
+        s.full_attention_interval = o.full_attention_interval.value_or(s.full_attention_interval);
+        s.ssm_n_group = o.ssm_n_group.value_or(s.n_head_kv);
+        s.ssm_dt_rank = o.ssm_dt_rank.value_or(2 * s.ssm_n_group);
+        s.ssm_d_state = o.ssm_d_state.value_or(64);
+        s.n_rot = s.head_dim / 4 / 2 * 2;  // partial rotary, a quarter of the head as the releases
     }
     if (arch == Arch::gemma4) {
         // As the releases: global layers' heads twice as large, half as many KV heads.
@@ -678,7 +758,7 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
     set_u32("attention.head_count_kv", s.n_head_kv);
     set_u32("attention.key_length", s.head_dim);
     set_u32("attention.value_length", s.head_dim);
-    set_u32("rope.dimension_count", s.head_dim);
+    set_u32("rope.dimension_count", s.n_rot);
     gguf_set_val_f32(gguf, arch_key(arch, "rope.freq_base").c_str(), static_cast<float>(s.rope_theta));
     gguf_set_val_f32(gguf, arch_key(arch, "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
     if (arch == Arch::gpt_oss) {
@@ -709,6 +789,21 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.attn_factor").c_str(), static_cast<float>(attn_factor));
     }
     if (arch == Arch::gemma4) set_gemma4_metadata(gguf, s);
+    if (arch == Arch::qwen35) {
+        set_u32("full_attention_interval", s.full_attention_interval);
+        set_u32("ssm.conv_kernel", s.ssm_d_conv);
+        set_u32("ssm.inner_size", s.ssm_dt_rank * s.ssm_d_state);
+        set_u32("ssm.state_size", s.ssm_d_state);
+        set_u32("ssm.time_step_rank", s.ssm_dt_rank);
+        set_u32("ssm.group_count", s.ssm_n_group);
+        // Interleaved M-RoPE's sections over the rotated pairs (text, height,
+        // width, none), pair i in section i % 3 as the releases' [11, 11, 10,
+        // 0]: text tokens get one position in all three, which is plain NeoX
+        // RoPE.
+        const int32_t pairs = static_cast<int32_t>(s.n_rot / 2);
+        const int32_t sections[4] = {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0};
+        gguf_set_arr_data(gguf, arch_key(arch, "rope.dimension_sections").c_str(), GGUF_TYPE_INT32, sections, 4);
+    }
     if (s.reranker) {
         set_u32("pooling_type", 4);  // LLAMA_POOLING_TYPE_RANK
         const char * labels[] = {"yes", "no"};

@@ -124,6 +124,10 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--n-head-kv-global", size_field(&ShapeOverrides::n_head_kv_global)},
         {"--n-embd-per-layer", size_field(&ShapeOverrides::n_embd_per_layer)},
         {"--n-kv-shared", size_field(&ShapeOverrides::n_kv_shared)},
+        {"--full-attention-interval", size_field(&ShapeOverrides::full_attention_interval)},
+        {"--ssm-n-group", size_field(&ShapeOverrides::ssm_n_group)},
+        {"--ssm-dt-rank", size_field(&ShapeOverrides::ssm_dt_rank)},
+        {"--ssm-d-state", size_field(&ShapeOverrides::ssm_d_state)},
         {"--logit-softcap", [](ParseState & s, const std::string & f,
                                const std::string & v) { s.overrides.logit_softcap = parse_positive_real(f, v); }},
         {"--rope-theta", [](ParseState & s, const std::string & f,
@@ -236,7 +240,8 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss   architecture (default llama)
+  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35
+                                      architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
                                       the MoE router stay f32; under q4_0/q4_k/mxfp4
@@ -289,6 +294,11 @@ shape overrides (positive integers unless noted):
                                       FFN, default 2 used, --n-ff / 2 wide; llama takes
                                       --n-expert and --n-expert-used, default 2, for
                                       Mixtral-style experts --n-ff wide)
+  --full-attention-interval N         qwen35: every N-th layer is gated full attention
+                                      (default 4), the others linear attention
+  --ssm-n-group N --ssm-dt-rank N --ssm-d-state N   qwen35: the linear attention's key
+                                      heads, value heads (a multiple of the key heads)
+                                      and head size (default --n-head-kv, twice that, 64)
   --tied-output                       no output.weight: the head reuses token_embd
   --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
                                       a rerank prompt template)

@@ -1,0 +1,73 @@
+#pragma once
+// Which positions each sequence's recurrent state has taken in: linear
+// attention (AttentionBlock::Kind::GatedDeltaNet) keeps one fixed-size state
+// per sequence instead of a cell per position, so a sequence can only go on
+// from where its state is, and a state that lost positions it took in cannot
+// be trimmed back: it is lost, and the sequence starts again at 0. No
+// tensors: every rank keeps one next to its cache, rank 0 one more (as
+// KvCells).
+
+#include "runtime/batch.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace llama_tp {
+
+// Consecutive batch tokens of n_seqs sequences, n_tokens each, that go
+// through linear attention in one operation: sequence j's tokens are
+// [t0 + j * n_tokens, t0 + (j + 1) * n_tokens) and its state row is
+// StatePlacement::rows[first + j].
+struct StateRun {
+    int32_t t0 = 0;
+    int32_t n_tokens = 0;
+    int32_t n_seqs = 0;
+    int32_t first = 0;
+    int32_t size() const { return n_tokens * n_seqs; }
+    bool operator==(const StateRun & o) const {
+        return t0 == o.t0 && n_tokens == o.n_tokens && n_seqs == o.n_seqs && first == o.first;
+    }
+};
+
+// Where a batch's sequences read and write their states.
+struct StatePlacement {
+    std::vector<StateRun> runs;
+    std::vector<int32_t> rows;                        // per sequence of the runs, in order: its state row
+    std::vector<float> keep;                          // the same: 1 to go on from the state, 0 to start from zeros
+    std::vector<std::pair<int32_t, int32_t>> before;  // (sequence, next) before the batch
+};
+
+class RecurrentCells {
+  public:
+    explicit RecurrentCells(int32_t n_seq_max) : next_(n_seq_max, 0) {}
+
+    // Takes a batch in: every sequence's tokens must be consecutive in the
+    // batch, at consecutive positions from where its state is. Returns false
+    // (changing nothing, saying why) otherwise.
+    bool place(const Batch & batch, StatePlacement & out, std::string * why = nullptr);
+    void unplace(const StatePlacement & placement);
+
+    // Removing positions the state took in loses it, unless all of them go
+    // (then it starts again from zeros).
+    void seq_remove(int32_t seq, int32_t p0, int32_t p1);
+    // Moving the state's last positions moves where it goes on; moving any
+    // others loses it.
+    void seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+    // A copy carries the state only when it copies all src took in into an
+    // empty seq.
+    bool copy_fits(int32_t src, int32_t seq, int32_t p0, int32_t p1) const;
+    void seq_copy(int32_t src, int32_t seq);
+    // Whether the sequence can go on at position n.
+    bool resumable(int32_t seq, int32_t n) const { return n == 0 || next_[seq] == n; }
+    int32_t next(int32_t seq) const { return next_[seq]; }
+    int32_t n_seq_max() const { return (int32_t) next_.size(); }
+
+    static constexpr int32_t kLost = -1;
+
+  private:
+    std::vector<int32_t> next_;  // per sequence: its state took in positions [0, next); kLost
+};
+
+}  // namespace llama_tp

@@ -1,0 +1,151 @@
+"""Linear attention (qwen35: Gated DeltaNet layers beside gated full
+attention) served: its recurrent state is one per slot, goes on only from
+where it is, and comes back for a shared prefix through context checkpoints
+(--ctx-checkpoints) and saved slots, taken at one split and restored at
+another. What would cut a state back (context shift, reused chunks, drafts)
+is turned off with a warning, never run on a wrong state."""
+
+import json
+import random
+import threading
+
+import pytest
+
+from server_harness import ServerProcess, generated_model
+
+SHAPE = ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-dt-rank", "8", "--ssm-d-state", "64"]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return generated_model(tmp_path_factory.mktemp("linear") / "qwen35-q8_0.gguf", arch="qwen35", extra=SHAPE)
+
+
+def complete(server, prompt, n=12, **fields):
+    body = {"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True, **fields}
+    r = server.post("/completion", body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def tokens(seed, n):
+    rng = random.Random(seed)
+    return [rng.randrange(300, 20000) for _ in range(n)]
+
+
+def test_four_slots_at_once_answer_as_each_alone(model):
+    s = ServerProcess("-np", "4", "-c", "2048", "-t", "2", model=model)
+    prompts = [tokens(seed, 40 + 13 * seed) for seed in range(4)]
+    try:
+        alone = [complete(s, p, cache_prompt=False)["content"] for p in prompts]
+        together = [None] * 4
+
+        def ask(i):
+            together[i] = complete(s, prompts[i], cache_prompt=False)["content"]
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert together == alone
+        # Streamed through the chat template, the same text as in one piece.
+        body = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 12,
+                "temperature": 0}
+        whole = s.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
+        r = s.post("/v1/chat/completions", dict(body, stream=True), stream=True)
+        text = ""
+        for raw in r.iter_lines():
+            line = raw.decode("utf-8")
+            if line.startswith("data: ") and line != "data: [DONE]":
+                choices = json.loads(line[6:])["choices"]
+                text += (choices[0]["delta"].get("content") or "") if choices else ""
+        assert text == whole
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.mark.parametrize("checkpoints", ["8", "0"])
+def test_a_shared_prefix_resumes_from_a_checkpoint_with_the_cold_answer(model, checkpoints):
+    """The slot's state has taken in the first prompt and its answer; the
+    next prompt shares only the first prompt, where no state is, so it
+    resumes from the checkpoint taken 4 tokens before that prompt's end."""
+    s = ServerProcess("-np", "1", "-c", "2048", "-b", "64", "-t", "2", "--ctx-checkpoints", checkpoints,
+                      model=model)
+    prefix, turn = tokens(1, 1000), tokens(2, 30)
+    try:
+        first = complete(s, prefix, n=16)
+        second = complete(s, prefix + turn, n=16, n_probs=3)
+        cold = complete(s, prefix + turn, n=16, n_probs=3, cache_prompt=False)
+    finally:
+        assert s.stop() == 0
+    if checkpoints == "0":
+        assert second["tokens_cached"] == 0, second
+    else:
+        assert second["tokens_cached"] == first["tokens_evaluated"] - 4, (first["tokens_evaluated"], second)
+        assert second["timings"]["prompt_n"] == len(prefix + turn) - second["tokens_cached"]
+        assert cold["timings"]["prompt_n"] > 1000
+        assert "restored from the prompt cache (a context checkpoint)" in s.log_text()
+    assert second["content"] == cold["content"]
+    for a, b in zip(second["completion_probabilities"], cold["completion_probabilities"]):
+        for x, y in zip(a["top_logprobs"], b["top_logprobs"]):
+            assert x["id"] == y["id"] and abs(x["logprob"] - y["logprob"]) < 1e-3, (x, y)
+
+
+def test_a_prompt_that_goes_on_from_the_whole_answer_keeps_the_state(model):
+    """A stop string caught inside the answer: the state has taken in every
+    decoded token, so a next prompt extending the same tokens goes on from
+    it; one that parts earlier is computed again, with the cold answer."""
+    s = ServerProcess("-np", "1", "-c", "2048", "-t", "2", "--ctx-checkpoints", "0", model=model)
+    prompt = tokens(3, 60)
+    try:
+        first = complete(s, prompt, n=20, return_tokens=True)
+        on = prompt + first["tokens"] + tokens(4, 5)
+        follow = complete(s, on)
+        assert follow["tokens_cached"] == len(prompt) + len(first["tokens"]) - 1
+        assert follow["content"] == complete(s, on, cache_prompt=False)["content"]
+        parted = prompt + first["tokens"][:5] + tokens(5, 5)
+        again = complete(s, parted)
+        assert again["tokens_cached"] == 0
+        assert again["content"] == complete(s, parted, cache_prompt=False)["content"]
+    finally:
+        assert s.stop() == 0
+
+
+def test_what_would_cut_a_state_back_is_off_with_a_warning(model):
+    s = ServerProcess("-np", "1", "-c", "128", "-t", "2", "--context-shift", "--cache-reuse", "4",
+                      "--spec-type", "ngram-simple", model=model)
+    try:
+        r = complete(s, tokens(6, 40), n=200)
+        # No shift: the answer ends where the slot's context does.
+        assert r["tokens_evaluated"] + r["tokens_predicted"] <= 128, r
+        assert r["truncated"] is False or r["stop_type"] == "limit", r
+    finally:
+        assert s.stop() == 0
+    log = s.log_text()
+    assert "--context-shift has no effect" in log
+    assert "--cache-reuse has no effect" in log
+    assert "speculative decoding is off" in log
+
+
+def test_a_slot_saved_at_tp2_restores_at_tp1(model, tmp_path):
+    flags = ("-np", "1", "-c", "1024", "--split-invariant", "--slot-save-path", str(tmp_path))
+    prompt = tokens(7, 50)
+    tp2 = ServerProcess(*flags, "--tp", "2", "-t", "2", model=model)
+    try:
+        first = complete(tp2, prompt, return_tokens=True)
+        assert tp2.post("/slots/0?action=save", {"filename": "linear.bin"}).status_code == 200
+        follow_up = prompt + first["tokens"] + tokens(8, 4)
+        expected = complete(tp2, follow_up)
+    finally:
+        assert tp2.stop() == 0
+    assert expected["tokens_cached"] > len(prompt)
+    tp1 = ServerProcess(*flags, "-t", "1", model=model)
+    try:
+        r = tp1.post("/slots/0?action=restore", {"filename": "linear.bin"})
+        assert r.status_code == 200, r.text
+        warm = complete(tp1, follow_up)
+        assert warm["tokens_cached"] == expected["tokens_cached"]
+        assert warm["content"] == expected["content"]
+    finally:
+        assert tp1.stop() == 0
