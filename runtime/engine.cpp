@@ -229,7 +229,7 @@ class TensorParallelEngine final : public Engine {
         try {
             group_->run(step, logits_.data());
         } catch (...) {
-            cells_->unplace(placement);
+            cells_->unplace(placement, /*stepped =*/true);
             throw;
         }
     }
@@ -306,7 +306,7 @@ class TensorParallelEngine final : public Engine {
         try {
             group_->run(step, unused.data());
         } catch (...) {
-            cells_->unplace(placement);
+            cells_->unplace(placement, /*stepped =*/true);
             throw;
         }
     }
@@ -513,7 +513,7 @@ class TensorParallelEngine final : public Engine {
                          "vocab [%lld, %lld), %.1f MiB, allreduce mpi\n",
                          setup.first_rank + i, setup.n_ranks, processes.host().c_str(),
                          ggml_backend_dev_name(setup.devices[i]), (long long) s.q_heads.begin,
-                         (long long) s.q_heads.end, (long long) s.layers[0].kv_heads.size(), (long long) ffn.begin,
+                         (long long) s.q_heads.end, (long long) s.first_kv_heads().size(), (long long) ffn.begin,
                          (long long) ffn.end, (long long) s.vocab.begin, (long long) s.vocab.end,
                          reports[i].memory_bytes / 1048576.0);
         }

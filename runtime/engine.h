@@ -24,9 +24,10 @@ struct KvFootprint {
     int32_t n_ctx_train = 0;
     uint64_t bytes_per_cell = 0;  // keys and values of the layers that keep every cell, all ranks together
     uint64_t weight_bytes = 0;
-    // The sliding-window layers' cache per slot where they keep only their
-    // window (KvPoolSizes), whatever the context; 0: they count in bytes_per_cell.
-    uint64_t window_bytes_per_slot = 0;
+    // What a slot keeps whatever the context: the sliding-window layers'
+    // cache where they keep only their window (KvPoolSizes; else they count
+    // in bytes_per_cell) and linear attention's states (F32).
+    uint64_t fixed_bytes_per_slot = 0;
 };
 
 // n_batch and swa_full: EngineOptions', which size the sliding-window

@@ -49,6 +49,9 @@ case $arch in
     # Layer 0 linear attention (12 key heads, 24 value heads of 128), layer 1
     # gated full attention.
     qwen35) shape+=(--n-head-kv 6 --full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128) ;;
+    # The same with routed experts beside a shared expert.
+    qwen35moe) shape+=(--n-head-kv 6 --full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128
+                       --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
 
 failures=0 cases=0
@@ -120,7 +123,7 @@ check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --t
 # attention's ssm_out one product per cell), float sums for experts and for
 # q4_k (one product per grid cell).
 dense=true
-[[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss ]] && dense=false
+[[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss || $arch == qwen35moe ]] && dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \
     --n-tokens 12
 expect_exact=false check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \

@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
+using llama_tp::KvFootprint;
 using llama_tp::server::ContextChoice;
 using llama_tp::server::fit_context;
 using llama_tp::server::fit_requested_context;
-using llama_tp::KvFootprint;
 
 namespace {
 
@@ -74,8 +74,8 @@ TEST(ContextSize, SlidingWindowLayersKeepingTheirWindowLeaveRoomForMore) {
     const ContextChoice windowed = fit_context(window, 2, 32 * GiB);
     EXPECT_GT(windowed.per_slot, 4 * full.per_slot);
     // Within the 8 GiB budget, the windows included.
-    EXPECT_LE(((uint64_t) windowed.per_slot * window.bytes_per_cell + window.window_bytes_per_slot) * 2, 8 * GiB);
-    EXPECT_GT(((uint64_t) (windowed.per_slot + 256) * window.bytes_per_cell + window.window_bytes_per_slot) * 2,
+    EXPECT_LE(((uint64_t) windowed.per_slot * window.bytes_per_cell + window.fixed_bytes_per_slot) * 2, 8 * GiB);
+    EXPECT_GT(((uint64_t) (windowed.per_slot + 256) * window.bytes_per_cell + window.fixed_bytes_per_slot) * 2,
               8 * GiB);
 }
 

@@ -404,5 +404,28 @@ TEST(RecurrentCells, NeighbouringSequencesOfEqualLengthShareARun) {
     EXPECT_NE(why.find("not consecutive"), std::string::npos) << why;
 }
 
+TEST(RecurrentCells, AStepThatFailedOnTheWayLosesItsStatesAndStrangeRangesChangeNothing) {
+    RecurrentCells s{2};
+    Batch b;
+    for (int i = 0; i < 4; ++i) b.add(1, i, 0, false);
+    StatePlacement p;
+    ASSERT_TRUE(s.place(b, p));
+    Batch next;
+    next.add(1, 4, 0, true);
+    ASSERT_TRUE(s.place(next, p));
+    s.unplace(p, /*stepped =*/true);  // its rows may hold the step's states already
+    EXPECT_EQ(s.next(0), RecurrentCells::kLost);
+    s.seq_remove(0, 0, -1);
+    ASSERT_TRUE(s.place(b, p));
+    s.seq_remove(0, -1, 0);   // empty
+    s.seq_remove(0, 3, 3);    // empty
+    s.seq_shift(0, 2, 2, 5);  // empty
+    s.seq_remove(-1, 0, -1);  // no such sequence
+    s.seq_remove(7, 0, -1);
+    EXPECT_EQ(s.next(0), 4);
+    EXPECT_FALSE(s.copy_fits(0, 9, 0, -1));
+    EXPECT_FALSE(s.resumable(9, 4));
+}
+
 }  // namespace
 }  // namespace llama_tp

@@ -65,7 +65,7 @@ expect_error() {
 }
 
 echo "== upstream loads every architecture and type"
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35 qwen35moe; do
     # gemma2's and gemma4's default logit cap of 30 flattens random logits
     # below the peakedness check; the accuracy matrix runs it.
     capped=()
@@ -162,13 +162,13 @@ expect_error 2 "must be positive" --rope-theta 0 -o "$out"
 expect_error 2 "needs a number" --rope-theta x -o "$out"
 expect_error 2 "must be between" --n-layer 100000 -o "$out"
 expect_error 2 "must be even" --head-dim 63 --n-head 4 -o "$out"
-expect_error 2 "apply to llama, qwen3moe, gemma4 and gpt-oss" --arch qwen3 --n-expert 4 -o "$out"
+expect_error 2 "apply to llama, qwen3moe, qwen35moe, gemma4 and gpt-oss" --arch qwen3 --n-expert 4 -o "$out"
 expect_error 2 "applies to phi3" --n-ctx-orig 512 -o "$out"
 expect_error 2 "apply to gemma2, gemma3, gemma4 and gpt-oss" --n-swa 64 -o "$out"
 expect_error 2 "applies to gemma2, gemma3 and gemma4 only" --arch gpt-oss --logit-softcap 30 -o "$out"
 expect_error 2 "apply to gemma4 only" --arch gemma3 --n-kv-shared 2 -o "$out"
 expect_error 2 "applies to qwen3 only" --arch llama --reranker -o "$out"
-expect_error 2 "apply to qwen35 only" --arch qwen3 --ssm-n-group 4 -o "$out"
+expect_error 2 "apply to qwen35 and qwen35moe only" --arch qwen3 --ssm-n-group 4 -o "$out"
 expect_error 2 "must be a multiple of --ssm-n-group" --arch qwen35 --ssm-n-group 4 --ssm-dt-rank 6 -o "$out"
 expect_error 2 "the last global and the one before it sliding" --arch gemma4 --n-layer 4 --swa-pattern 4 \
     --n-kv-shared 2 -o "$out"

@@ -34,16 +34,17 @@ void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const TensorSlice q_rows = d.rows(shard.q_heads, q_unit), q_cols = d.cols(shard.q_heads, hd);
     const TensorSlice kv_rows = d.rows(ls.kv_heads, hd), kv_cols = d.cols(ls.kv_heads, hd);
     l.attn_norm = d.declare(p + "attn_norm.weight", {E}, false);
+    const int64_t QG = attn.output_gate ? 2 * Q : Q;  // the queries' rows, gates included
     if (d.file.find_tensor(p + "attn_qkv.weight")) {
-        // Fused (phi3): the rank's heads of each of Q, K and V, stacked
-        // into one matrix as the file stacks the whole of them.
-        l.wqkv = d.declare_rows(p + "attn_qkv.weight", {E, Q + 2 * KV},
-                                {d.part(q_rows, 0, Q), d.part(kv_rows, Q, KV), d.part(kv_rows, Q + KV, KV)});
+        // Fused (phi3, some qwen35): the rank's heads of each of Q, K and V,
+        // stacked into one matrix as the file stacks the whole of them.
+        l.wqkv = d.declare_rows(p + "attn_qkv.weight", {E, QG + 2 * KV},
+                                {d.part(q_rows, 0, QG), d.part(kv_rows, QG, KV), d.part(kv_rows, QG + KV, KV)});
     } else {
         // Layers that share an earlier layer's cache project no keys or
         // values; the others may have no V where values are the keys'.
         const bool own_kv = il < hp.n_layer_kv();
-        l.wq = d.declare(p + "attn_q.weight", {E, attn.output_gate ? 2 * Q : Q}, true, q_rows);
+        l.wq = d.declare(p + "attn_q.weight", {E, QG}, true, q_rows);
         if (own_kv) l.wk = d.declare(p + "attn_k.weight", {E, KV}, true, kv_rows);
         if (own_kv) l.wv = d.declare(p + "attn_v.weight", {E, KV}, true, kv_rows, !attn.values_optional);
     }
@@ -85,10 +86,12 @@ GraphBuilder::Qkv GraphBuilder::project_qkv(int il, ggml_tensor * cur) const {
     }
     ggml_tensor * qkv = project(l.wqkv, cur);
     const size_t head = ggml_row_size(qkv->type, hd);
-    auto heads = [&](int64_t n, int64_t first) {
-        return ggml_view_3d(ctx, qkv, hd, n, shape.n_tokens, head, qkv->nb[1], first * head);
+    // With an output gate a query head is twice as wide (its gate after it).
+    const int64_t q_width = hp.block(il).attention.output_gate ? 2 : 1;
+    auto heads = [&](int64_t width, int64_t n, int64_t first) {
+        return ggml_view_3d(ctx, qkv, width * hd, n, shape.n_tokens, width * head, qkv->nb[1], first * head);
     };
-    return {heads(nq, 0), heads(nkv, nq), heads(nkv, nq + nkv)};
+    return {heads(q_width, nq, 0), heads(1, nkv, q_width * nq), heads(1, nkv, q_width * nq + nkv)};
 }
 
 // Each stream's cells of a stored cache: [head_dim, window, n_kv, n_streams].

@@ -39,6 +39,10 @@ struct FfnBlock {
         Dense,            // one gated FFN, split by its width
         Experts,          // routed experts, every expert's width split, the router mirrored
         DenseAndExperts,  // both, each normed on its own, added (gemma4)
+        // Routed experts and a shared expert (a dense FFN of its own width,
+        // its tensors named *_shexp) from the same input, the shared one
+        // scaled per token by sigmoid(ffn_gate_inp_shexp . x), added (qwen35moe).
+        ExpertsAndShared,
     };
     // How the gate meets the up projection.
     enum class Gate {
@@ -62,6 +66,8 @@ struct FfnBlock {
 
     bool has_dense() const { return kind != Kind::Experts; }
     bool has_experts() const { return kind != Kind::Dense; }
+    // What the dense FFN's tensors are called after ffn_gate, ffn_up, ffn_down.
+    const char * dense_suffix() const { return kind == Kind::ExpertsAndShared ? "_shexp" : ""; }
 };
 
 struct LayerBlocks {

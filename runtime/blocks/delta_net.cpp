@@ -8,7 +8,6 @@
 // sequence it keeps the convolution's last inputs and the delta-rule state
 // of its heads (KvCache::conv_state, delta_state), read and written by every
 // step; sequences of as many tokens each go through in one operation.
-#include "runtime/error.h"
 #include "runtime/graph/graph_builder.h"
 #include "runtime/model/gguf_file.h"
 #include "runtime/model/weight_declarer.h"
@@ -27,9 +26,16 @@ Axis delta_net_head_axis(const GgufFile & file, const HParams & hp) {
     // ssm_out's columns: whole quantization blocks there.
     const int64_t blk = block_of_layers(file, hp, "ssm_out.weight", [&](int il) { return !hp.keeps_kv(il); });
     const int64_t unit = blk / std::gcd(blk, (int64_t) s.head_v_dim);
-    return {s.n_k_heads, unit,
-            "linear attention key heads (" + std::to_string(s.n_k_heads) + " heads in units of " +
-                std::to_string(unit) + " for blk.*.attn_qkv.weight / ssm_out.weight)"};
+    const std::string what = "linear attention key heads (" + std::to_string(s.n_k_heads) + " heads in units of ";
+    // Each later block of value heads starts n_k_heads heads on: off a
+    // quantization block, no rank's columns of it could be read.
+    if (s.ratio() > 1 && s.n_k_heads * (int64_t) s.head_v_dim % blk != 0) {
+        return {s.n_k_heads, s.n_k_heads,
+                what + std::to_string(s.n_k_heads) + ": ssm_out's blocks of value heads start at multiples of " +
+                    std::to_string(s.n_k_heads * (int64_t) s.head_v_dim) + " columns, not of its quantization block " +
+                    std::to_string(blk) + ")"};
+    }
+    return {s.n_k_heads, unit, what + std::to_string(unit) + " for blk.*.attn_qkv.weight / ssm_out.weight)"};
 }
 
 std::vector<ShardRange> delta_net_value_heads(const DeltaNetShape & d, const ShardRange & k) {

@@ -58,14 +58,18 @@ void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     }
     if (!ffn.has_dense()) return;
     const TensorSlice ff_rows = d.rows(ls.ff.width, 1);
+    const std::string s = std::string(ffn.dense_suffix()) + ".weight";
     if (ffn.fused_gate_up) {
         // Fused gate and up (gate first): the rank's width of each, stacked.
         l.ffn_gate_up = d.declare_rows(p + "ffn_up.weight", {E, 2 * F}, {d.part(ff_rows, 0, F), d.part(ff_rows, F, F)});
     } else {
-        l.ffn_gate = d.declare(p + "ffn_gate.weight", {E, F}, true, ff_rows);
-        l.ffn_up = d.declare(p + "ffn_up.weight", {E, F}, true, ff_rows);
+        l.ffn_gate = d.declare(p + "ffn_gate" + s, {E, F}, true, ff_rows);
+        l.ffn_up = d.declare(p + "ffn_up" + s, {E, F}, true, ff_rows);
     }
-    l.ffn_down = d.row_parallel(p + "ffn_down.weight", {F, E}, ls.ff.pieces, 1, false);
+    l.ffn_down = d.row_parallel(p + "ffn_down" + s, {F, E}, ls.ff.pieces, 1, false);
+    // The shared expert's gate: one logit per token, mirrored.
+    if (ffn.kind == FfnBlock::Kind::ExpertsAndShared)
+        l.ffn_shared_gate = d.declare(p + "ffn_gate_inp_shexp.weight", {E}, false);
 }
 
 // The gate's activation times up (FfnBlock::Gate).
@@ -191,6 +195,14 @@ ggml_tensor * GraphBuilder::ffn(int il, ggml_tensor * x) const {
         case FfnBlock::Kind::Experts: {
             ggml_tensor * in = norm(x, l.ffn_norm);
             return moe_ffn(ffn, l, in, in);
+        }
+        case FfnBlock::Kind::ExpertsAndShared: {
+            // Each summed over the group on its own: the shared expert's
+            // gate scales its sum as it would scale every rank's part.
+            ggml_tensor * in = norm(x, l.ffn_norm);
+            ggml_tensor * experts = moe_ffn(ffn, l, in, in);
+            ggml_tensor * gate = ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_shared_gate, in));  // [1, T]
+            return ggml_add(ctx, experts, ggml_mul(ctx, dense_ffn(ffn, l, in), gate));
         }
         case FfnBlock::Kind::DenseAndExperts:
             break;

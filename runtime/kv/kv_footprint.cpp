@@ -3,6 +3,8 @@
 #include "runtime/model/gguf_file.h"
 #include "runtime/model/hparams.h"
 
+#include <algorithm>
+
 namespace llama_tp {
 
 KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
@@ -17,10 +19,16 @@ KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool s
         if (!hp.keeps_kv(il)) continue;
         const uint64_t bytes = 2u * (uint64_t) hp.n_embd_kv(il) * 2u;
         if (window > 0 && hp.is_swa(il)) {
-            kv.window_bytes_per_slot += bytes * (uint64_t) window;
+            kv.fixed_bytes_per_slot += bytes * (uint64_t) window;
         } else {
             kv.bytes_per_cell += bytes;
         }
+    }
+    const DeltaNetShape & d = hp.delta;
+    const uint64_t state = sizeof(float) * ((uint64_t) std::max(0, d.conv_kernel - 1) * (uint64_t) d.channels() +
+                                            (uint64_t) d.head_v_dim * (uint64_t) d.head_v_dim * (uint64_t) d.n_v_heads);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (!hp.keeps_kv(il)) kv.fixed_bytes_per_slot += state;
     }
     kv.weight_bytes = file.file_size();
     return kv;

@@ -50,7 +50,7 @@ struct KvImageLayout {
     using Span = std::pair<size_t, size_t>;
     std::vector<Span> conv_spans(size_t s, const ShardRange & k) const;
     std::vector<Span> delta_spans(size_t s, const ShardRange & k) const;
-    DeltaNetShape delta;
+    DeltaNetShape delta;  // the model's linear-attention shape, which the spans follow
 
     // window_keep: KvPoolSizes::window_keep.
     static KvImageLayout of(const HParams & hp, const KvTypes & types, int32_t n_cells, int32_t window_keep);

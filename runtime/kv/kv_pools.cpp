@@ -61,6 +61,13 @@ uint64_t KvPlacement::digest() const {
     std::vector<int64_t> all = cells;
     all.push_back(-1);
     all.insert(all.end(), window_cells.begin(), window_cells.end());
+    // Where each sequence's state went on from: ranks that disagree would
+    // add other sums without a word.
+    for (const auto & [seq, next] : states.before) {
+        all.push_back(-2);
+        all.push_back(seq);
+        all.push_back(next);
+    }
     return placement_digest(all);
 }
 
@@ -90,10 +97,10 @@ bool KvPools::place(const Batch & batch, KvPlacement & out, std::string * why, b
     return placed;
 }
 
-void KvPools::unplace(const KvPlacement & placement) {
+void KvPools::unplace(const KvPlacement & placement, bool stepped) {
     all_.unplace(placement.cells);
     if (window()) window_.unplace(placement.window_cells);
-    if (states()) states_.unplace(placement.states);
+    if (states()) states_.unplace(placement.states, stepped);
 }
 
 void KvPools::seq_remove(int32_t seq, int32_t p0, int32_t p1) {

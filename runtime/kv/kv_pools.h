@@ -74,7 +74,8 @@ class KvPools {
     // As KvCells::place, in both pools. load: the batch's cells come from an
     // image, which holds only the window's last positions for the window pool.
     bool place(const Batch & batch, KvPlacement & out, std::string * why = nullptr, bool load = false);
-    void unplace(const KvPlacement & placement);
+    // stepped: the step ran, at least in part (RecurrentCells::unplace).
+    void unplace(const KvPlacement & placement, bool stepped = false);
     void seq_remove(int32_t seq, int32_t p0, int32_t p1);
     KvShifted seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
     // False, changing nothing, when either pool cannot take the copy (the

@@ -1,5 +1,7 @@
 #include "runtime/kv/recurrent_cells.h"
 
+#include <algorithm>
+
 namespace llama_tp {
 
 namespace {
@@ -59,28 +61,34 @@ bool RecurrentCells::place(const Batch & batch, StatePlacement & out, std::strin
     return true;
 }
 
-void RecurrentCells::unplace(const StatePlacement & placement) {
-    for (const auto & [seq, next] : placement.before) next_[seq] = next;
+void RecurrentCells::unplace(const StatePlacement & placement, bool stepped) {
+    for (const auto & [seq, next] : placement.before) next_[seq] = stepped ? kLost : next;
 }
 
 void RecurrentCells::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
+    if (seq < 0 || seq >= n_seq_max()) return;
+    p0 = std::max(p0, 0);
+    if (p1 >= 0 && p1 <= p0) return;  // nothing
     int32_t & next = next_[seq];
     if (next == kLost) {
         if (p0 <= 0 && p1 < 0) next = 0;
         return;
     }
-    if (p0 >= next || (p1 >= 0 && p1 <= p0)) return;
-    next = p0 <= 0 && (p1 < 0 || p1 >= next) ? 0 : kLost;
+    if (p0 >= next) return;
+    next = p0 == 0 && (p1 < 0 || p1 >= next) ? 0 : kLost;
 }
 
 void RecurrentCells::seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    if (seq < 0 || seq >= n_seq_max()) return;
+    p0 = std::max(p0, 0);
     int32_t & next = next_[seq];
-    if (next <= 0 || p0 >= next || delta == 0) return;
+    if (next <= 0 || p0 >= next || delta == 0 || (p1 >= 0 && p1 <= p0)) return;
     const bool tail = p1 < 0 || p1 >= next;
     next = tail && p0 + delta >= 0 && next + delta > 0 ? next + delta : kLost;
 }
 
 bool RecurrentCells::copy_fits(int32_t src, int32_t seq, int32_t p0, int32_t p1) const {
+    if (src < 0 || src >= n_seq_max() || seq < 0 || seq >= n_seq_max()) return false;
     return p0 <= 0 && next_[src] != kLost && (p1 < 0 || p1 >= next_[src]) && next_[seq] <= 0;
 }
 

@@ -47,7 +47,9 @@ class RecurrentCells {
     // batch, at consecutive positions from where its state is. Returns false
     // (changing nothing, saying why) otherwise.
     bool place(const Batch & batch, StatePlacement & out, std::string * why = nullptr);
-    void unplace(const StatePlacement & placement);
+    // Undoes place(). stepped: a step may have written the states already
+    // (it failed on the way), so they are lost rather than restored.
+    void unplace(const StatePlacement & placement, bool stepped = false);
 
     // Removing positions the state took in loses it, unless all of them go
     // (then it starts again from zeros).
@@ -60,8 +62,8 @@ class RecurrentCells {
     bool copy_fits(int32_t src, int32_t seq, int32_t p0, int32_t p1) const;
     void seq_copy(int32_t src, int32_t seq);
     // Whether the sequence can go on at position n.
-    bool resumable(int32_t seq, int32_t n) const { return n == 0 || next_[seq] == n; }
-    int32_t next(int32_t seq) const { return next_[seq]; }
+    bool resumable(int32_t seq, int32_t n) const { return n == 0 || next(seq) == n; }
+    int32_t next(int32_t seq) const { return seq >= 0 && seq < n_seq_max() ? next_[seq] : kLost; }
     int32_t n_seq_max() const { return (int32_t) next_.size(); }
 
     static constexpr int32_t kLost = -1;

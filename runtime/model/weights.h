@@ -40,7 +40,9 @@ struct RowParallelWeight {
     std::vector<ggml_tensor *> pieces;
     bool one_pass = false;  // split-invariant, every cell in one ggml_ext_exact_matmul
     // The cells as column offsets in this rank's columns: 0 first, the
-    // width last (one cell without split-invariant sums).
+    // width last (without split-invariant sums one cell, or one per file
+    // range of the rank's columns where those are apart: linear attention's
+    // ssm_out).
     std::vector<int64_t> cell_bounds;
     // Whether the rank's first piece is the matrix's first cell: what every
     // rank holds alike and must count once (a bias, a LoRA pair's change)
@@ -114,6 +116,7 @@ struct LayerWeights {
     ggml_tensor * ffn_post_norm_1 = nullptr;
     ggml_tensor * ffn_pre_norm_2 = nullptr;
     ggml_tensor * ffn_post_norm_2 = nullptr;
+    ggml_tensor * ffn_shared_gate = nullptr;  // qwen35moe: the shared expert's gate [n_embd], mirrored
     // gemma4: the per-layer embedding's gate and projection (mirrored), its
     // norm, and a scale on the layer's output.
     ggml_tensor * per_layer_gate = nullptr;

@@ -239,6 +239,7 @@ void MpiRankGroup::read(const Step & step, uint8_t * image) {
             }
             // Its heads of every cell of every layer, keys and values.
             for (int32_t il = 0; il < l.n_layer(); ++il) {
+                if (l.layers[il].n_head_kv == 0) continue;  // linear attention: its states follow
                 const ShardRange & h = kv_heads_[p][il];
                 for (const bool values : {false, true}) {
                     const size_t n = l.layers[il].head_bytes(values) * (size_t) h.size();

@@ -24,8 +24,8 @@ size_t max_graph_nodes(const HParams & hp, const GraphShape & shape, const RankS
     // A LoRA pair takes a few nodes, a row-parallel one's A a product per cell.
     const size_t lora = n_adapters * 7 * (pieces + 6);
     // A run of attention takes up to 9 nodes (row attention: its partials, then the rows).
-    // A run of linear attention about 30.
-    const size_t runs = std::max(shape.runs.size() * 10, shape.window_runs.size() * 10) + shape.state_runs.size() * 30;
+    // A run of linear attention about 45.
+    const size_t runs = std::max(shape.runs.size() * 10, shape.window_runs.size() * 10) + shape.state_runs.size() * 50;
     return 8192 + (size_t) hp.n_layer * (runs + pieces * 8 + lora);
 }
 
@@ -271,7 +271,7 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         try {
             load(step, placement);
         } catch (...) {
-            kv_->unplace(placement);
+            kv_->unplace(placement, /*stepped =*/true);
             throw;
         }
         return;
@@ -288,7 +288,7 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         compute();
         copy_logits(logits, n_vocab);
     } catch (...) {
-        kv_->unplace(placement);
+        kv_->unplace(placement, /*stepped =*/true);
         throw;
     }
 }

@@ -70,17 +70,19 @@ Axes model_axes(const GgufFile & file, const HParams & hp, int64_t n_ranks) {
     Axes a{attention_head_axis(file, hp, n_ranks), {}, std::vector<int>(hp.n_layer, -1), std::nullopt, std::nullopt};
     auto dense = [&](int il) { return hp.block(il).ffn.has_dense(); };
     auto experts = [&](int il) { return hp.block(il).ffn.has_experts(); };
-    std::vector<int64_t> widths;
+    // One axis per width and tensor name (a shared expert's are *_shexp).
+    std::vector<std::pair<int64_t, std::string>> widths;
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!dense(il)) continue;
-        const int64_t w = hp.layer(il).n_ff;
+        const std::pair<int64_t, std::string> w{hp.layer(il).n_ff, hp.block(il).ffn.dense_suffix()};
         auto at = std::find(widths.begin(), widths.end(), w);
         a.ff_of_layer[il] = (int) (at - widths.begin());
         if (at == widths.end()) widths.push_back(w);
     }
-    for (const int64_t w : widths) {
-        a.ff.push_back(ffn_width_axis(file, hp, w, "ffn_down.weight", n_ranks,
-                                      [&](int il) { return dense(il) && hp.layer(il).n_ff == w; }));
+    for (const auto & [w, suffix] : widths) {
+        a.ff.push_back(ffn_width_axis(file, hp, w, "ffn_down" + suffix + ".weight", n_ranks, [&](int il) {
+            return dense(il) && hp.layer(il).n_ff == w && suffix == hp.block(il).ffn.dense_suffix();
+        }));
     }
     if (hp.is_moe()) a.ff_exp = ffn_width_axis(file, hp, hp.n_ff_exp, "ffn_down_exps.weight", n_ranks, experts);
     if (hp.recurrent()) a.delta = delta_net_head_axis(file, hp);
@@ -231,6 +233,13 @@ size_t RankShard::max_pieces() const {
     return n;
 }
 
+ShardRange RankShard::first_kv_heads() const {
+    for (const LayerShard & l : layers) {
+        if (l.kv_heads.size() > 0) return l.kv_heads;
+    }
+    return {};
+}
+
 bool ShardPlan::tiled(const HParams & hp) const {
     auto on_tiles = [](int64_t rows) { return rows % kRowTile == 0; };
     for (const RankShard & s : ranks) {
@@ -241,8 +250,14 @@ bool ShardPlan::tiled(const HParams & hp) const {
         for (int il = 0; il < hp.n_layer; ++il) {
             const LayerShard & l = s.layers[il];
             const int64_t hd = hp.layer(il).head_dim;
-            if (!on_tiles(s.q_heads.begin * hd) || !on_tiles(s.delta_heads.begin * hp.delta.head_k_dim) ||
-                !on_tiles(l.kv_heads.begin * hd) || !on_tiles(l.ff.width.begin) || !on_tiles(l.ff_exp.width.begin)) {
+            // Linear attention's slices start at its key heads' channels and,
+            // in every block of value heads, at their value heads'.
+            const DeltaNetShape & d = hp.delta;
+            const bool delta_tiled = on_tiles(s.delta_heads.begin * d.head_k_dim) &&
+                                     on_tiles(s.delta_heads.begin * d.head_v_dim) &&
+                                     on_tiles((int64_t) d.n_k_heads * d.head_v_dim);
+            if (!on_tiles(s.q_heads.begin * hd) || !delta_tiled || !on_tiles(l.kv_heads.begin * hd) ||
+                !on_tiles(l.ff.width.begin) || !on_tiles(l.ff_exp.width.begin)) {
                 return false;
             }
         }
@@ -254,12 +269,9 @@ std::string ShardPlan::describe() const {
     std::string out;
     for (int r = 0; r < n_ranks; ++r) {
         const RankShard & s = ranks[r];
-        // The first layer with a cache (linear attention keeps none).
-        size_t il = 0;
-        while (il + 1 < s.layers.size() && s.layers[il].kv_heads.size() == 0) ++il;
-        const LayerShard & l = s.layers[il];
+        const LayerShard & l = s.layers.front();
         out += "rank " + std::to_string(r) + ": heads " + std::to_string(s.q_heads.size()) + " (kv " +
-               std::to_string(l.kv_heads.size()) + ")" +
+               std::to_string(s.first_kv_heads().size()) + ")" +
                (s.delta_heads.size() ? ", linear key heads " + std::to_string(s.delta_heads.size()) : "") + ", ffn " +
                std::to_string(l.ff.width.size() ? l.ff.width.size() : l.ff_exp.width.size()) + ", vocab " +
                std::to_string(s.vocab.size()) + (r + 1 < n_ranks ? "; " : "");

@@ -46,6 +46,9 @@ struct RankShard {
 
     // The most pieces of row-parallel matrices a layer has.
     size_t max_pieces() const;
+    // The KV heads of the first layer that keeps some (for logs; linear
+    // attention keeps none).
+    ShardRange first_kv_heads() const;
 };
 
 struct ShardPlan {

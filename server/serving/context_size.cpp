@@ -45,12 +45,12 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
         const KvBudget budget = kv_budget(kv, available_bytes, kDefaultKvCeiling);
         const uint64_t per_slot = budget.bytes / (uint64_t) n_slots;
         const uint64_t fits =
-            per_slot > kv.window_bytes_per_slot ? (per_slot - kv.window_bytes_per_slot) / kv.bytes_per_cell : 0;
+            per_slot > kv.fixed_bytes_per_slot ? (per_slot - kv.fixed_bytes_per_slot) / kv.bytes_per_cell : 0;
         if (fits < (uint64_t) train) {
             const int32_t floor_cells = std::min(train, kCellStep);
             c.per_slot = std::max<int32_t>(floor_cells, (int32_t) (fits / kCellStep * kCellStep));
             c.reason = "training context " + std::to_string(train) + " per slot limited so that the KV cache (" +
-                       gib((kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots) +
+                       gib((kv.bytes_per_cell * (uint64_t) c.per_slot + kv.fixed_bytes_per_slot) * n_slots) +
                        ") fits in " + budget.what;
         }
     }
@@ -61,7 +61,7 @@ ContextChoice fit_context(const KvFootprint & kv, int32_t n_slots, uint64_t avai
 ContextChoice fit_requested_context(const KvFootprint & kv, int32_t n_slots, int32_t n_ctx, uint64_t available_bytes) {
     ContextChoice c;
     c.per_slot = n_ctx > 0 ? n_ctx : std::max<int32_t>(kv.n_ctx_train, 1);
-    const uint64_t regions = (kv.bytes_per_cell * (uint64_t) c.per_slot + kv.window_bytes_per_slot) * n_slots;
+    const uint64_t regions = (kv.bytes_per_cell * (uint64_t) c.per_slot + kv.fixed_bytes_per_slot) * n_slots;
     // -c sized the cache: regions of its cells are only a layout, within
     // half of the free memory however large.
     const KvBudget budget = kv_budget(kv, available_bytes, UINT64_MAX);

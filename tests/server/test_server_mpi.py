@@ -447,8 +447,9 @@ def test_linear_attention_states_across_processes(tmp_path):
     """A qwen35 whose linear-attention states are split by key heads: two
     processes answer and save a slot (every process's share of the states
     joined on process 0) as two ranks of one process do."""
+    # 8 key heads beside 4 KV heads: each process's share of one is not the other's.
     model = generated_model(tmp_path / "qwen35.gguf", arch="qwen35",
-                            extra=["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64"])
+                            extra=["--n-layer", "4", "--ssm-n-group", "8", "--ssm-d-state", "64"])
     args = ("-np", "1", "-c", "1024", "--split-invariant", "--slot-save-path", str(tmp_path))
     body = {"prompt": "Once upon a time there was a fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
     answers = []

@@ -34,13 +34,18 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama",  "qwen2",  "qwen3",   "qwen3moe", "phi3",
-                                   "gemma2", "gemma3", "gpt-oss", "gemma4",   "qwen35"};
+const char * const kArchNames[] = {"llama",  "qwen2",   "qwen3",  "qwen3moe", "phi3",     "gemma2",
+                                   "gemma3", "gpt-oss", "gemma4", "qwen35",   "qwen35moe"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
 
 bool is_gemma(Arch arch) {
     return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::gemma4;
+}
+
+// Qwen 3.5's layers, dense or with experts beside a shared expert.
+bool is_qwen35(Arch arch) {
+    return arch == Arch::qwen35 || arch == Arch::qwen35moe;
 }
 
 // gemma4's layers: sliding ones as the shape says, global ones with their own
@@ -111,7 +116,7 @@ void validate_shape(Arch arch, const Shape & s) {
     if (is_gemma(arch) || s.swa_pattern != 0) {
         require_in_range(s.swa_pattern, "--swa-pattern", 512);
     }
-    if (arch == Arch::qwen35) {
+    if (is_qwen35(arch)) {
         require_in_range(s.full_attention_interval, "--full-attention-interval", 512);
         require_in_range(s.ssm_n_group, "--ssm-n-group");
         require_in_range(s.ssm_dt_rank, "--ssm-dt-rank");
@@ -343,7 +348,7 @@ void plan_gated_attention(TensorPlanner & planner, const Shape & s, int64_t il) 
 
 void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_attention(planner, s, il);
-    if (arch == Arch::qwen35) {
+    if (is_qwen35(arch)) {
         return is_linear_attention_layer(s, il) ? plan_linear_attention(planner, s, il)
                                                 : plan_gated_attention(planner, s, il);
     }
@@ -382,7 +387,7 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
 void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_feed_forward(planner, s, il);
     // gpt-oss and qwen35 name their FFN's input norm post_attention_norm.
-    const bool post = arch == Arch::gpt_oss || arch == Arch::qwen35;
+    const bool post = arch == Arch::gpt_oss || is_qwen35(arch);
     planner.norm(layer_tensor(il, post ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
     if (arch == Arch::phi3) {
         // Gate and up fused in one matrix, gate first.
@@ -401,6 +406,13 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
         if (biased) planner.bias(layer_tensor(il, "ffn_up_exps.bias"), {s.n_ff_exp, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert});
         if (biased) planner.bias(layer_tensor(il, "ffn_down_exps.bias"), {s.n_embd, s.n_expert});
+        if (arch == Arch::qwen35moe) {
+            // A shared expert as wide as a routed one, its gate one logit a token.
+            planner.router(layer_tensor(il, "ffn_gate_inp_shexp.weight"), {s.n_embd});
+            planner.matrix(layer_tensor(il, "ffn_gate_shexp.weight"), {s.n_embd, s.n_ff_exp});
+            planner.matrix(layer_tensor(il, "ffn_up_shexp.weight"), {s.n_embd, s.n_ff_exp});
+            planner.matrix(layer_tensor(il, "ffn_down_shexp.weight"), {s.n_ff_exp, s.n_embd});
+        }
         return;
     }
     planner.matrix(layer_tensor(il, "ffn_gate.weight"), {s.n_embd, s.n_ff});
@@ -430,10 +442,11 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
             "--head-dim-global, --n-head-kv-global, --n-embd-per-layer and --n-kv-shared apply to gemma4 only, not " +
             name);
     }
-    const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::gemma4;
+    const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::gemma4 || arch == Arch::qwen35moe;
     if (!moe && arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
         throw UsageError(
-            "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, gemma4 and gpt-oss, not " + name);
+            "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, qwen35moe, gemma4 and gpt-oss, not " +
+            name);
     }
     if (arch == Arch::llama && o.n_ff_exp) {
         throw UsageError("llama experts are --n-ff wide: --n-ff-exp applies to qwen3moe and gpt-oss only");
@@ -441,8 +454,8 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     if (arch == Arch::llama && o.n_expert_used && !o.n_expert) {
         throw UsageError("--n-expert-used needs --n-expert for llama");
     }
-    if (arch != Arch::qwen35 && (o.full_attention_interval || o.ssm_n_group || o.ssm_dt_rank || o.ssm_d_state)) {
-        throw UsageError("--full-attention-interval and --ssm-* apply to qwen35 only, not " + name);
+    if (!is_qwen35(arch) && (o.full_attention_interval || o.ssm_n_group || o.ssm_dt_rank || o.ssm_d_state)) {
+        throw UsageError("--full-attention-interval and --ssm-* apply to qwen35 and qwen35moe only, not " + name);
     }
     if (arch != Arch::qwen3 && o.reranker) {
         throw UsageError("--reranker applies to qwen3 only (Qwen3-Reranker), not " + name);
@@ -586,12 +599,12 @@ Shape preset_shape(Arch arch, Preset preset) {
         s.swa_pattern = 2;
         s.logit_softcap = 30.0;
     }
-    if (arch == Arch::qwen3moe || arch == Arch::gpt_oss) {
+    if (arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::qwen35moe) {
         s.n_expert = 8;
         s.n_expert_used = arch == Arch::gpt_oss ? 4 : 2;  // gpt-oss routes to 4, as both releases do
         s.n_ff_exp = 768;
     }
-    if (arch == Arch::qwen35) {
+    if (is_qwen35(arch)) {
         // Three linear-attention layers to one of full attention, as the
         // releases; twice as many value heads as key heads (Qwen3.5's 27B has
         // three times, its 35B-A3B twice).
@@ -646,7 +659,7 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.n_ctx_orig = s.n_ctx;  // no LongRoPE: written nowhere
     }
     s.n_rot = s.head_dim;
-    if (arch == Arch::qwen35) {
+    if (is_qwen35(arch)) {
         s.full_attention_interval = o.full_attention_interval.value_or(s.full_attention_interval);
         s.ssm_n_group = o.ssm_n_group.value_or(s.n_head_kv);
         s.ssm_dt_rank = o.ssm_dt_rank.value_or(2 * s.ssm_n_group);
@@ -789,7 +802,7 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.attn_factor").c_str(), static_cast<float>(attn_factor));
     }
     if (arch == Arch::gemma4) set_gemma4_metadata(gguf, s);
-    if (arch == Arch::qwen35) {
+    if (is_qwen35(arch)) {
         set_u32("full_attention_interval", s.full_attention_interval);
         set_u32("ssm.conv_kernel", s.ssm_d_conv);
         set_u32("ssm.inner_size", s.ssm_dt_rank * s.ssm_d_state);
@@ -820,6 +833,7 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         if (arch != Arch::llama) {
             set_u32("expert_feed_forward_length", s.n_ff_exp);
         }
+        if (arch == Arch::qwen35moe) set_u32("expert_shared_feed_forward_length", s.n_ff_exp);
     }
 }
 

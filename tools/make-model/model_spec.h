@@ -27,7 +27,7 @@ class IoError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt_oss, gemma4, qwen35 };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt_oss, gemma4, qwen35, qwen35moe };
 enum class Preset { tiny, small, b1 };
 enum class WeightType { f32, f16, q8_0, q4_0, q4_k, mxfp4 };
 

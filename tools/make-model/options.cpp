@@ -240,7 +240,7 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35
+  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35|qwen35moe
                                       architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
@@ -290,7 +290,7 @@ shape overrides (positive integers unless noted):
   --n-kv-shared N                     gemma4: the last N layers share the cache of the
                                       last earlier layer of their kind, their FFN twice
                                       as wide
-  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, gpt-oss; gemma4 beside its dense
+  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, qwen35moe, gpt-oss; gemma4 beside its dense
                                       FFN, default 2 used, --n-ff / 2 wide; llama takes
                                       --n-expert and --n-expert-used, default 2, for
                                       Mixtral-style experts --n-ff wide)

@@ -1,6 +1,8 @@
-// qwen35 (Qwen 3.5 and its successors, dense): three of every four layers
-// linear attention (Gated DeltaNet), the others full attention whose queries
-// carry an output gate, with Q/K norms and a quarter of each head rotated.
+// qwen35 and qwen35moe (Qwen 3.5 and its successors, dense and with
+// experts): three of every four layers linear attention (Gated DeltaNet), the
+// others full attention whose queries carry an output gate, with Q/K norms
+// and a quarter of each head rotated. qwen35moe's FFNs are routed experts
+// beside a shared expert of its own width, gated per token.
 // Interleaved M-RoPE over text gives every section the same position, which
 // is NeoX RoPE of the rotated dimensions. The FFN's input norm is called
 // post_attention_norm. Multi-token-prediction layers (nextn_predict_layers,
@@ -77,9 +79,8 @@ void check_rope_sections(const GgufFile & file, const std::string & a, int32_t n
     }
 }
 
-}  // namespace
-
-void read_qwen35(const GgufFile & file, const std::string & a, HParams & hp) {
+// What both share; ffn: the blocks' FFN.
+void read_qwen35_family(const GgufFile & file, const std::string & a, HParams & hp, const FfnBlock & ffn) {
     const int64_t n_nextn = file.get_int(a + ".nextn_predict_layers", 0);
     if (n_nextn < 0 || n_nextn >= hp.n_layer) {
         throw Error("model file '" + file.path() + "': nextn_predict_layers " + std::to_string(n_nextn) +
@@ -87,7 +88,7 @@ void read_qwen35(const GgufFile & file, const std::string & a, HParams & hp) {
     }
     hp.n_layer -= (int32_t) n_nextn;
     read_rope(file, a, hp, GGML_ROPE_TYPE_NEOX);
-    read_layer_shapes(file, a, hp, /*experts_only =*/false);
+    read_layer_shapes(file, a, hp, /*experts_only =*/ffn.kind != FfnBlock::Kind::Dense);
     check_rope_sections(file, a, hp.layer(0).n_rot);
     hp.delta = read_delta_net(file, a);
     hp.rows_after_norm = true;  // as upstream's qwen35 graph picks them
@@ -95,11 +96,29 @@ void read_qwen35(const GgufFile & file, const std::string & a, HParams & hp) {
     LayerBlocks full;
     full.attention.qk_norm = true;
     full.attention.output_gate = true;
+    full.ffn = ffn;
     full.ffn.input_norm = "post_attention_norm";
     LayerBlocks delta = full;
     delta.attention = AttentionBlock{};
     delta.attention.kind = AttentionBlock::Kind::GatedDeltaNet;
     for (int il = 0; il < hp.n_layer; ++il) hp.blocks.push_back(linear[il] ? delta : full);
+}
+
+}  // namespace
+
+void read_qwen35(const GgufFile & file, const std::string & a, HParams & hp) {
+    read_qwen35_family(file, a, hp, FfnBlock{});
+}
+
+void read_qwen35moe(const GgufFile & file, const std::string & a, HParams & hp) {
+    FfnBlock ffn;
+    ffn.kind = FfnBlock::Kind::ExpertsAndShared;
+    read_qwen35_family(file, a, hp, ffn);
+    read_experts(file, a, hp, /*required =*/true, /*width_is_ffn =*/false);
+    // The shared expert's width, as upstream reads it (else the FFN's).
+    const int32_t shared = file.get_int32(a + ".expert_shared_feed_forward_length", hp.layer(0).n_ff);
+    require_positive(file, "expert_shared_feed_forward_length", shared);
+    for (LayerShape & s : hp.layers) s.n_ff = shared;
 }
 
 }  // namespace llama_tp
