@@ -418,6 +418,27 @@ def test_context_shift_across_two_processes(model):
     assert served(MpiServer(*args, "-t", "1", model=model), text) == expected
 
 
+def answer_and_save_as_one_process_and_two(model, tmp_path, args, body, log_line=None):
+    """Two ranks of one process, then two processes of one rank, answer
+    body and save slot 0: both must give the same text and the same bytes."""
+    answers = []
+    for server in (lambda: ServerProcess(*args, "--tp", "2", "-t", "2", model=model),
+                   lambda: MpiServer(*args, "-t", "1", model=model)):
+        s = server()
+        try:
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            if log_line:
+                assert log_line in s.log_text()
+            saved = s.post("/slots/0?action=save", {"filename": f"slot{len(answers)}.bin"})
+            assert saved.status_code == 200, saved.text
+            answers.append(r.json()["choices"][0]["text"])
+        finally:
+            assert s.stop() == 0
+    assert answers[0] == answers[1]
+    assert (tmp_path / "slot0.bin").read_bytes() == (tmp_path / "slot1.bin").read_bytes()
+
+
 def test_sliding_window_cache_across_processes(tmp_path):
     """A dense q8_0 Gemma 3 whose sliding-window layers keep 512 cells of
     2048 (-b 16): two processes, the window moved down several times by a
@@ -426,21 +447,7 @@ def test_sliding_window_cache_across_processes(tmp_path):
     words = " ".join(f"w{i % 97} tale{i % 13}" for i in range(400))
     args = ("-np", "1", "-c", "2048", "-b", "16", "--split-invariant", "--slot-save-path", str(tmp_path))
     body = {"prompt": words, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
-    answers = []
-    for server in (lambda: ServerProcess(*args, "--tp", "2", "-t", "2", model=model),
-                   lambda: MpiServer(*args, "-t", "1", model=model)):
-        s = server()
-        try:
-            r = s.post("/v1/completions", body)
-            assert r.status_code == 200, r.text
-            assert "sliding-window layers keep 512 cells" in s.log_text()
-            saved = s.post("/slots/0?action=save", {"filename": f"slot{len(answers)}.bin"})
-            assert saved.status_code == 200, saved.text
-            answers.append(r.json()["choices"][0]["text"])
-        finally:
-            assert s.stop() == 0
-    assert answers[0] == answers[1]
-    assert (tmp_path / "slot0.bin").read_bytes() == (tmp_path / "slot1.bin").read_bytes()
+    answer_and_save_as_one_process_and_two(model, tmp_path, args, body, "sliding-window layers keep 512 cells")
 
 
 def test_linear_attention_states_across_processes(tmp_path):
@@ -452,17 +459,4 @@ def test_linear_attention_states_across_processes(tmp_path):
                             extra=["--n-layer", "4", "--ssm-n-group", "8", "--ssm-d-state", "64"])
     args = ("-np", "1", "-c", "1024", "--split-invariant", "--slot-save-path", str(tmp_path))
     body = {"prompt": "Once upon a time there was a fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
-    answers = []
-    for server in (lambda: ServerProcess(*args, "--tp", "2", "-t", "2", model=model),
-                   lambda: MpiServer(*args, "-t", "1", model=model)):
-        s = server()
-        try:
-            r = s.post("/v1/completions", body)
-            assert r.status_code == 200, r.text
-            saved = s.post("/slots/0?action=save", {"filename": f"linear{len(answers)}.bin"})
-            assert saved.status_code == 200, saved.text
-            answers.append(r.json()["choices"][0]["text"])
-        finally:
-            assert s.stop() == 0
-    assert answers[0] == answers[1]
-    assert (tmp_path / "linear0.bin").read_bytes() == (tmp_path / "linear1.bin").read_bytes()
+    answer_and_save_as_one_process_and_two(model, tmp_path, args, body)
