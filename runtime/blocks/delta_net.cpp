@@ -107,8 +107,8 @@ static ggml_tensor * l2_norm(ggml_context * ctx, ggml_tensor * x, float eps) {
 
 // One run's sequences through the convolution and the delta rule:
 // [head_v_dim, value heads, run tokens] of the gated-normed output. The
-// states are read at the run's rows (zeros where a sequence starts) and
-// written back there.
+// states are read at the run's rows (cleared where a sequence starts:
+// Rank::clear_new_states) and written back there.
 ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, const StateRun & run) const {
     const DeltaNetShape & s = hp.delta;
     const LayerWeights & l = w.layers[il];
@@ -116,14 +116,13 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
     const int64_t dk = s.head_k_dim, dv = s.head_v_dim, C = in_proj.qkv->ne[0];
     const int64_t nt = run.n_tokens, ns = run.n_seqs, K = s.conv_kernel;
     ggml_tensor * rows = ggml_view_1d(ctx, in.state_rows, ns, (size_t) run.first * sizeof(int32_t));
-    ggml_tensor * keep = ggml_view_2d(ctx, in.state_keep, 1, ns, sizeof(float), (size_t) run.first * sizeof(float));
     auto tokens_of = [&](ggml_tensor * t) {  // the run's tokens of [n, T]: [n, nt, ns]
         return ggml_view_3d(ctx, t, t->ne[0], nt, ns, t->nb[1], t->nb[1] * nt, t->nb[1] * run.t0);
     };
 
     // The convolution over the state's last K - 1 inputs and the run's.
     ggml_tensor * conv_all = kv.conv_state(il);
-    ggml_tensor * conv_prev = ggml_mul(ctx, ggml_get_rows(ctx, conv_all, rows), keep);
+    ggml_tensor * conv_prev = ggml_get_rows(ctx, conv_all, rows);
     conv_prev = ggml_reshape_3d(ctx, conv_prev, K - 1, C, ns);
     ggml_tensor * x = ggml_cont(ctx, tokens_of(in_proj.qkv));
     ggml_tensor * conv_in = ggml_concat(ctx, conv_prev, ggml_transpose(ctx, x), 0);  // [K - 1 + nt, C, ns]
@@ -146,7 +145,7 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
 
     // The delta rule from the state, which it then replaces.
     ggml_tensor * state_all = kv.delta_state(il);
-    ggml_tensor * state = ggml_mul(ctx, ggml_get_rows(ctx, state_all, rows), keep);
+    ggml_tensor * state = ggml_get_rows(ctx, state_all, rows);
     state = ggml_reshape_4d(ctx, state, dv, dv, nv, ns);
     ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, g, beta, state, 1);
     ggml_tensor * attn = ggml_view_4d(ctx, out, dv, nv, nt, ns, ggml_row_size(out->type, dv),

@@ -95,14 +95,11 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     }
 
     in.state_rows = nullptr;
-    in.state_keep = nullptr;
     if (!shape.state_runs.empty()) {
         int64_t n_seqs = 0;
         for (const StateRun & r : shape.state_runs) n_seqs += r.n_seqs;
         in.state_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_seqs);
-        in.state_keep = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n_seqs);
         ggml_set_input(in.state_rows);
-        ggml_set_input(in.state_keep);
     }
     in.lora_scales.clear();
     for (size_t i = 0; i < w.lora_scales.size(); ++i) {

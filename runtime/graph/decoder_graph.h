@@ -68,10 +68,8 @@ struct GraphInputs {
     // F32 [1, n_tokens] per ModelWeights::lora_scales entry: each token's
     // scale of that adapter's pairs of that rank.
     std::vector<ggml_tensor *> lora_scales;
-    // Linear attention: each state run's sequences' state rows (I32) and
-    // whether they go on from them (F32 [1, n]: 1) or start from zeros (0).
+    // Linear attention: each state run's sequences' state rows (I32).
     ggml_tensor * state_rows = nullptr;
-    ggml_tensor * state_keep = nullptr;
 };
 
 // Cells of one pool to rotate (I32 [n]) and by how many positions (I32 [n]);

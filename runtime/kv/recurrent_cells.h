@@ -34,8 +34,8 @@ struct StateRun {
 // Where a batch's sequences read and write their states.
 struct StatePlacement {
     std::vector<StateRun> runs;
-    std::vector<int32_t> rows;                        // per sequence of the runs, in order: its state row
-    std::vector<float> keep;                          // the same: 1 to go on from the state, 0 to start from zeros
+    std::vector<int32_t> rows;  // per sequence of the runs, in order: its state row
+    std::vector<float> keep;    // the same: 1 to go on from the state, 0 to start from zeros (Rank::clear_new_states)
     std::vector<std::pair<int32_t, int32_t>> before;  // (sequence, next) before the batch
 };
 

@@ -284,6 +284,7 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         if (!weights_->loras.empty()) shape.lora_active = active_adapters(batch, weights_->loras.size());
         shape.state_runs = placement.states.runs;
         fill_masks(batch, shape);
+        clear_new_states(placement.states);
         prepare(batch, placement, out_rows, shape);
         compute();
         copy_logits(logits, n_vocab);
@@ -388,6 +389,20 @@ void Rank::read(const Step & step, uint8_t * image) {
     copy_states(layout, step.read_seq, image, true);
 }
 
+// A sequence that starts has zeros for states: its rows are cleared before
+// the step (whatever an earlier sequence left there, a NaN included), so the
+// graph reads every row as it is.
+void Rank::clear_new_states(const StatePlacement & states) {
+    for (size_t i = 0; i < states.rows.size(); ++i) {
+        if (states.keep[i] != 0.0f) continue;
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            for (ggml_tensor * t : {kv_->conv_state(il), kv_->delta_state(il)}) {
+                if (t) ggml_backend_tensor_memset(t, 0, (size_t) states.rows[i] * t->nb[1], t->nb[1]);
+            }
+        }
+    }
+}
+
 void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std::vector<int32_t> & out_rows,
                    const GraphShape & shape) {
     if (!graph_ || !(shape_ == shape)) {
@@ -421,7 +436,6 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
     set_input(inputs_.kq_mask_swa, mask_swa_.data(), mask_swa_.size() * sizeof(ggml_fp16_t));
     set_input(inputs_.out_rows, out_rows.data(), out_rows.size() * sizeof(int32_t));
     set_input(inputs_.state_rows, placement.states.rows.data(), placement.states.rows.size() * sizeof(int32_t));
-    set_input(inputs_.state_keep, placement.states.keep.data(), placement.states.keep.size() * sizeof(float));
     if (inputs_.embd_rows) {
         std::vector<int32_t> rows(n);
         std::vector<float> inside(n);

@@ -102,6 +102,8 @@ class Rank {
                     bool to_image);
     // The same for the linear-attention states of sequence seq.
     void copy_states(const KvImageLayout & layout, int32_t seq, uint8_t * image, bool to_image);
+    // Zeros for the states of the sequences a step starts.
+    void clear_new_states(const StatePlacement & states);
 
     static void allreduce_callback(void * user, void * data, ggml_type type, size_t n, void * stream);
     template <typename T>
