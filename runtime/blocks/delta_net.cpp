@@ -116,7 +116,9 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
     const int64_t dk = s.head_k_dim, dv = s.head_v_dim, C = in_proj.qkv->ne[0];
     const int64_t nt = run.n_tokens, ns = run.n_seqs, K = s.conv_kernel;
     ggml_tensor * rows = ggml_view_1d(ctx, in.state_rows, ns, (size_t) run.first * sizeof(int32_t));
-    auto tokens_of = [&](ggml_tensor * t) {  // the run's tokens of [n, T]: [n, nt, ns]
+    // The run's tokens of a contiguous [n, T]: [n, nt, ns], consecutive rows,
+    // so contiguous themselves (no copy to reshape them).
+    auto tokens_of = [&](ggml_tensor * t) {
         return ggml_view_3d(ctx, t, t->ne[0], nt, ns, t->nb[1], t->nb[1] * nt, t->nb[1] * run.t0);
     };
 
@@ -124,8 +126,8 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
     ggml_tensor * conv_all = kv.conv_state(il);
     ggml_tensor * conv_prev = ggml_get_rows(ctx, conv_all, rows);
     conv_prev = ggml_reshape_3d(ctx, conv_prev, K - 1, C, ns);
-    ggml_tensor * x = ggml_cont(ctx, tokens_of(in_proj.qkv));
-    ggml_tensor * conv_in = ggml_concat(ctx, conv_prev, ggml_transpose(ctx, x), 0);  // [K - 1 + nt, C, ns]
+    ggml_tensor * conv_in =
+        ggml_concat(ctx, conv_prev, ggml_transpose(ctx, tokens_of(in_proj.qkv)), 0);  // [K - 1 + nt, C, ns]
     ggml_tensor * conv_last =
         ggml_view_3d(ctx, conv_in, K - 1, C, ns, conv_in->nb[1], conv_in->nb[2], ggml_row_size(conv_in->type, nt));
     ggml_build_forward_expand(
@@ -140,8 +142,8 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
                                    ggml_row_size(conv->type, 2 * nk * dk));
     q = l2_norm(ctx, q, hp.rms_eps);
     k = l2_norm(ctx, k, hp.rms_eps);
-    ggml_tensor * g = ggml_reshape_4d(ctx, ggml_cont(ctx, tokens_of(in_proj.decay)), 1, nv, nt, ns);
-    ggml_tensor * beta = ggml_reshape_4d(ctx, ggml_cont(ctx, tokens_of(in_proj.beta)), 1, nv, nt, ns);
+    ggml_tensor * g = ggml_reshape_4d(ctx, tokens_of(in_proj.decay), 1, nv, nt, ns);
+    ggml_tensor * beta = ggml_reshape_4d(ctx, tokens_of(in_proj.beta), 1, nv, nt, ns);
 
     // The delta rule from the state, which it then replaces.
     ggml_tensor * state_all = kv.delta_state(il);
@@ -155,7 +157,7 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
     ggml_build_forward_expand(gf, ggml_set_rows(ctx, state_all, next, rows));
 
     // Normed per head, gated by silu(z).
-    ggml_tensor * z = ggml_reshape_4d(ctx, ggml_cont(ctx, tokens_of(in_proj.z)), dv, nv, nt, ns);
+    ggml_tensor * z = ggml_reshape_4d(ctx, tokens_of(in_proj.z), dv, nv, nt, ns);
     ggml_tensor * y = ggml_mul(ctx, norm(attn, l.ssm_norm), ggml_silu(ctx, z));
     return ggml_reshape_3d(ctx, y, dv, nv, nt * ns);
 }
