@@ -13,7 +13,7 @@
 #   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral, gpt-oss and
 #     Gemma 4 with experts with their experts' pairs), the same checks;
 #   - a control vector (every architecture), against upstream and across ranks;
-#   - linear attention (qwen35): its state carried over prompts and decode
+#   - linear attention (qwen35, qwen3next): its state carried over prompts and decode
 #     steps of several sequences at once;
 #   - the graphs a GPU rank runs (--portable-graph: ggml's operations only,
 #     collectives between segments through host memory), on the CPU.
@@ -51,6 +51,10 @@ case $arch in
     qwen35) shape+=(--n-head-kv 6 --full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128) ;;
     # The same with routed experts beside a shared expert.
     qwen35moe) shape+=(--n-head-kv 6 --full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128
+                       --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+    # Qwen3-Next: the same, value heads grouped by key head, beta and alpha
+    # in one matrix.
+    qwen3next) shape+=(--n-head-kv 6 --full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128
                        --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
 
@@ -123,7 +127,8 @@ check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --t
 # attention's ssm_out one product per cell), float sums for experts and for
 # q4_k (one product per grid cell).
 dense=true
-[[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss || $arch == qwen35moe ]] && dense=false
+[[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss || $arch == qwen35moe || $arch == qwen3next ]] &&
+    dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \
     --n-tokens 12
 expect_exact=false check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \
@@ -207,6 +212,22 @@ if [[ $arch == gemma4 ]]; then
         check "gemma4 moe lora tp$tp split-invariant vs tp1" -m "$model" --lora "$work/gemma4-moe-lora.gguf" \
             --reference tp1 --tp $tp --split-invariant --prompts 3 --n-tokens 12
     done
+fi
+if [[ $arch == qwen3next ]]; then
+    # Early Qwen3-Next files: q, k, v and the gate of each key head in turn
+    # (ssm_in), each rank reading its key heads' blocks.
+    "$make_model" --arch qwen3next --type q8_0 --seed 7 "${shape[@]}" --ssm-in -o "$work/qwen3next-ssm-in.gguf" \
+        >/dev/null 2>"$work/make.log" || cat "$work/make.log" >&2
+    model="$work/qwen3next-ssm-in.gguf"
+    check "qwen3next ssm_in vs upstream" -m "$model" --reference upstream --no-split-invariant --prompts 4 \
+        --n-tokens 12
+    for split in "--tp 2" "--tp 3" "--tp 4"; do
+        # shellcheck disable=SC2086
+        check "qwen3next ssm_in $split split-invariant vs tp1" -m "$model" --reference tp1 $split --split-invariant \
+            --prompts 3 --n-tokens 12
+    done
+    check "qwen3next ssm_in tp2 float sums vs tp1" -m "$model" --reference tp1 --tp 2 --no-split-invariant \
+        --prompts 3 --n-tokens 12
 fi
 if [[ $arch == phi3 ]]; then
     # LongRoPE's short factors: contexts within the original one. Six layers

@@ -1,13 +1,14 @@
-// Linear attention (Gated DeltaNet, qwen35): its weights, its graph and its
-// shard units. Each rank holds whole key heads and the value heads that read
-// them (value head j reads key head j % n_k_heads, so a rank's value heads
-// are one range per multiple of n_k_heads): their channels of the
-// convolution's input and taps (within each of the q, k and v segments,
-// never across), their output gate, decay and update strength, and their
-// columns of the output projection (row-parallel, one reduction). Per
-// sequence it keeps the convolution's last inputs and the delta-rule state
-// of its heads (KvCache::conv_state, delta_state), read and written by every
-// step; sequences of as many tokens each go through in one operation.
+// Linear attention (Gated DeltaNet: qwen35, qwen3next): its weights, its
+// graph and its shard units. Each rank holds whole key heads and the value
+// heads that read them: their channels of the convolution's input and taps
+// (within each of the q, k and v segments, never across), their output gate,
+// decay and update strength, and their columns of the output projection
+// (row-parallel, one reduction). Value head j reads key head j % n_k_heads
+// in qwen35's files (a rank's value heads are one range per multiple of
+// n_k_heads) and j / ratio in qwen3next's (one range). Per sequence it keeps
+// the convolution's last inputs and the delta-rule state of its heads
+// (KvCache::conv_state, delta_state), read and written by every step;
+// sequences of as many tokens each go through in one operation.
 #include "runtime/graph/graph_builder.h"
 #include "runtime/model/gguf_file.h"
 #include "runtime/model/weight_declarer.h"
@@ -25,20 +26,23 @@ Axis delta_net_head_axis(const GgufFile & file, const HParams & hp) {
     // A key-head boundary is a value-head boundary in every block of
     // ssm_out's columns: whole quantization blocks there.
     const int64_t blk = block_of_layers(file, hp, "ssm_out.weight", [&](int il) { return !hp.keeps_kv(il); });
-    const int64_t unit = blk / std::gcd(blk, (int64_t) s.head_v_dim);
+    const int64_t columns_per_head = (int64_t) s.head_v_dim * (s.grouped ? s.ratio() : 1);
+    const int64_t unit = blk / std::gcd(blk, columns_per_head);
     const std::string what = "linear attention key heads (" + std::to_string(s.n_k_heads) + " heads in units of ";
     // Each later block of value heads starts n_k_heads heads on: off a
     // quantization block, no rank's columns of it could be read.
-    if (s.ratio() > 1 && s.n_k_heads * (int64_t) s.head_v_dim % blk != 0) {
+    if (s.value_blocks() > 1 && s.n_k_heads * (int64_t) s.head_v_dim % blk != 0) {
         return {s.n_k_heads, s.n_k_heads,
                 what + std::to_string(s.n_k_heads) + ": ssm_out's blocks of value heads start at multiples of " +
                     std::to_string(s.n_k_heads * (int64_t) s.head_v_dim) + " columns, not of its quantization block " +
                     std::to_string(blk) + ")"};
     }
-    return {s.n_k_heads, unit, what + std::to_string(unit) + " for blk.*.attn_qkv.weight / ssm_out.weight)"};
+    const char * input = s.fused_qkvz ? "ssm_in" : "attn_qkv";
+    return {s.n_k_heads, unit, what + std::to_string(unit) + " for blk.*." + input + ".weight / ssm_out.weight)"};
 }
 
 std::vector<ShardRange> delta_net_value_heads(const DeltaNetShape & d, const ShardRange & k) {
+    if (d.grouped) return {{k.begin * d.ratio(), k.end * d.ratio()}};
     std::vector<ShardRange> v;
     for (int64_t b = 0; b < d.ratio(); ++b) v.push_back({b * d.n_k_heads + k.begin, b * d.n_k_heads + k.end});
     return v;
@@ -84,16 +88,25 @@ void declare_delta_net_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const std::string p = "blk." + std::to_string(il) + ".";
     const int64_t E = hp.n_embd, V = s.n_v_heads;
     l.attn_norm = d.declare(p + "attn_norm.weight", {E}, false);
-    l.ssm_qkv = d.declare_rows(p + "attn_qkv.weight", {E, s.channels()}, channel_rows(hp, k));
-    l.ssm_gate = d.declare_rows(p + "attn_gate.weight", {E, s.value_dim()}, value_rows(hp, k, s.head_v_dim));
+    if (s.fused_qkvz) {
+        l.ssm_qkvz = d.declare_rows(p + "ssm_in.weight", {E, s.n_k_heads * s.qkvz_group()},
+                                    {WeightDeclarer::rows(k, s.qkvz_group())});
+    } else {
+        l.ssm_qkv = d.declare_rows(p + "attn_qkv.weight", {E, s.channels()}, channel_rows(hp, k));
+        l.ssm_gate = d.declare_rows(p + "attn_gate.weight", {E, s.value_dim()}, value_rows(hp, k, s.head_v_dim));
+    }
     l.ssm_conv = d.declare_rows(p + "ssm_conv1d.weight", {s.conv_kernel, s.channels()}, channel_rows(hp, k), false);
     l.ssm_dt = d.declare_cols(p + "ssm_dt.bias", {V}, value_cols(hp, k), false);
     l.ssm_a = d.declare_cols(p + "ssm_a", {V}, value_cols(hp, k), false);
     // One row per value head: a slice's rows would take other kernels than
     // the whole's (ShardPlan::tiled), so every rank projects all of them and
-    // keeps its own (GraphBuilder::delta_net).
-    l.ssm_beta = d.declare(p + "ssm_beta.weight", {E, V}, true);
-    l.ssm_alpha = d.declare(p + "ssm_alpha.weight", {E, V}, true);
+    // keeps its own (GraphBuilder::delta_projections).
+    if (s.fused_ba) {
+        l.ssm_ba = d.declare(p + "ssm_ba.weight", {E, 2 * V}, true);
+    } else {
+        l.ssm_beta = d.declare(p + "ssm_beta.weight", {E, V}, true);
+        l.ssm_alpha = d.declare(p + "ssm_alpha.weight", {E, V}, true);
+    }
     l.ssm_norm = d.declare(p + "ssm_norm.weight", {s.head_v_dim}, false);
     l.ssm_out = d.row_parallel(p + "ssm_out.weight", {s.value_dim(), E}, d.shard().delta_pieces, s.head_v_dim, false,
                                d.shard().delta_cells);
@@ -142,6 +155,17 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
                                    ggml_row_size(conv->type, 2 * nk * dk));
     q = l2_norm(ctx, q, hp.rms_eps);
     k = l2_norm(ctx, k, hp.rms_eps);
+    if (s.grouped && s.ratio() > 1 && nk > 1) {
+        // ggml's delta rule gives value head j key head j % nk: each key
+        // head repeated for its value heads, in place.
+        auto each_repeated = [&](ggml_tensor * t) {
+            ggml_tensor * one = ggml_reshape_4d(ctx, t, dk, 1, nk, nt * ns);
+            ggml_tensor * rep = ggml_repeat_4d(ctx, one, dk, s.ratio(), nk, nt * ns);
+            return ggml_reshape_4d(ctx, rep, dk, nv, nt, ns);
+        };
+        q = each_repeated(q);
+        k = each_repeated(k);
+    }
     ggml_tensor * g = ggml_reshape_4d(ctx, tokens_of(in_proj.decay), 1, nv, nt, ns);
     ggml_tensor * beta = ggml_reshape_4d(ctx, tokens_of(in_proj.beta), 1, nv, nt, ns);
 
@@ -162,28 +186,66 @@ ggml_tensor * GraphBuilder::delta_run(int il, const DeltaProjections & in_proj, 
     return ggml_reshape_3d(ctx, y, dv, nv, nt * ns);
 }
 
-// Linear attention over the batch, projected back to n_embd and summed over
-// the group (rows: see row_parallel).
-ggml_tensor * GraphBuilder::delta_net(int il, ggml_tensor * cur, ggml_tensor * rows) {
+// The batch's projections, the rank's heads of each (DeltaProjections).
+GraphBuilder::DeltaProjections GraphBuilder::delta_projections(int il, ggml_tensor * cur) const {
+    const DeltaNetShape & s = hp.delta;
     const LayerWeights & l = w.layers[il];
-    stored.push_back({nullptr, nullptr});  // no cache: GraphBuilder::stored stays indexed by layer
+    const ShardRange & heads = w.shard().delta_heads;
+    const int64_t nk = heads.size(), T = cur->ne[1], r = s.ratio();
     DeltaProjections p;
-    p.qkv = project(l.ssm_qkv, cur);
-    p.z = project(l.ssm_gate, cur);
+    if (l.ssm_qkvz) {
+        // Each key head's q, k, v and z in turn: the segments gathered.
+        ggml_tensor * all = project(l.ssm_qkvz, cur);  // [nk * group, T]
+        const size_t group = ggml_row_size(all->type, s.qkvz_group());
+        auto segment = [&](int64_t offset, int64_t width) {
+            ggml_tensor * v = ggml_view_3d(ctx, all, width, nk, T, group, all->nb[1], ggml_row_size(all->type, offset));
+            return ggml_cont_2d(ctx, v, width * nk, T);
+        };
+        const int64_t dk = s.head_k_dim, vw = r * s.head_v_dim;
+        p.qkv = ggml_concat(ctx, ggml_concat(ctx, segment(0, dk), segment(dk, dk), 0), segment(2 * dk, vw), 0);
+        p.z = segment(2 * dk + vw, vw);
+    } else {
+        p.qkv = project(l.ssm_qkv, cur);
+        p.z = project(l.ssm_gate, cur);
+    }
     // Every value head's, the rank's kept: [value heads, T].
     auto own_heads = [&](ggml_tensor * all) {
-        if (all->ne[0] == (int64_t) w.shard().delta_heads.size() * hp.delta.ratio()) return all;
+        if (all->ne[0] == nk * r) return all;
         ggml_tensor * mine = nullptr;
-        for (const ShardRange & v : delta_net_value_heads(hp.delta, w.shard().delta_heads)) {
+        for (const ShardRange & v : delta_net_value_heads(s, heads)) {
             ggml_tensor * part =
                 ggml_view_2d(ctx, all, v.size(), all->ne[1], all->nb[1], ggml_row_size(all->type, v.begin));
             mine = mine ? ggml_concat(ctx, mine, part, 0) : ggml_cont(ctx, part);
         }
         return mine;
     };
-    p.beta = ggml_sigmoid(ctx, own_heads(project(l.ssm_beta, cur)));
+    ggml_tensor *beta = nullptr, *alpha = nullptr;
+    if (l.ssm_ba) {
+        // Each key head's betas, then its alphas, for its value heads.
+        ggml_tensor * all = project(l.ssm_ba, cur);  // [2 * value heads, T]
+        auto half = [&](int64_t offset) {
+            ggml_tensor * v = ggml_view_3d(ctx, all, r, nk, T, ggml_row_size(all->type, 2 * r), all->nb[1],
+                                           ggml_row_size(all->type, 2 * r * heads.begin + offset));
+            return ggml_cont_2d(ctx, v, r * nk, T);
+        };
+        beta = half(0);
+        alpha = half(r);
+    } else {
+        beta = own_heads(project(l.ssm_beta, cur));
+        alpha = own_heads(project(l.ssm_alpha, cur));
+    }
+    p.beta = ggml_sigmoid(ctx, beta);
     // The decay's log: softplus(alpha + dt) * a (a < 0).
-    p.decay = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, own_heads(project(l.ssm_alpha, cur)), l.ssm_dt)), l.ssm_a);
+    p.decay = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, l.ssm_dt)), l.ssm_a);
+    return p;
+}
+
+// Linear attention over the batch, projected back to n_embd and summed over
+// the group (rows: see row_parallel).
+ggml_tensor * GraphBuilder::delta_net(int il, ggml_tensor * cur, ggml_tensor * rows) {
+    const LayerWeights & l = w.layers[il];
+    stored.push_back({nullptr, nullptr});  // no cache: GraphBuilder::stored stays indexed by layer
+    const DeltaProjections p = delta_projections(il, cur);
     ggml_tensor * y = nullptr;
     for (const StateRun & run : shape.state_runs) {
         ggml_tensor * part = delta_run(il, p, run);

@@ -213,6 +213,7 @@ struct GraphBuilder {
     struct DeltaProjections {
         ggml_tensor *qkv, *z, *beta, *decay;
     };
+    DeltaProjections delta_projections(int il, ggml_tensor * cur) const;
     ggml_tensor * delta_run(int il, const DeltaProjections & p, const StateRun & run) const;
     ggml_tensor * delta_net(int il, ggml_tensor * cur, ggml_tensor * rows);
 

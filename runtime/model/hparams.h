@@ -50,19 +50,31 @@ struct LayerShape {
 };
 
 // Linear attention's shape (the layers of AttentionBlock::Kind::GatedDeltaNet,
-// all alike): key heads and value heads (a multiple of them: value head j
-// reads key head j % n_k_heads, the tiled order qwen35's converter writes),
-// each head's width, and the causal convolution's taps.
+// all alike): key heads and value heads (a multiple of them), each head's
+// width, the causal convolution's taps, and how the file lays them out.
 struct DeltaNetShape {
     int32_t n_k_heads = 0;
     int32_t n_v_heads = 0;
     int32_t head_k_dim = 0;
     int32_t head_v_dim = 0;
     int32_t conv_kernel = 0;
+    // Value head j reads key head j / ratio() (qwen3next), not j % n_k_heads
+    // (the tiled order qwen35's converter writes).
+    bool grouped = false;
+    // q, k, v and the output gate as one ssm_in of a block per key head
+    // (early qwen3next files), not attn_qkv beside attn_gate.
+    bool fused_qkvz = false;
+    // beta and alpha as one ssm_ba of a block per key head (qwen3next), not
+    // ssm_beta beside ssm_alpha.
+    bool fused_ba = false;
     int64_t key_dim() const { return (int64_t) n_k_heads * head_k_dim; }
     int64_t value_dim() const { return (int64_t) n_v_heads * head_v_dim; }
     int64_t channels() const { return 2 * key_dim() + value_dim(); }  // q, k and v segments of the convolution
     int32_t ratio() const { return n_k_heads > 0 ? n_v_heads / n_k_heads : 0; }
+    // The separate ranges of value heads a range of key heads reads.
+    int32_t value_blocks() const { return grouped ? 1 : ratio(); }
+    // One key head's rows of ssm_in: its q, k, then its value heads' v and z.
+    int64_t qkvz_group() const { return 2 * (int64_t) head_k_dim + 2 * (int64_t) ratio() * head_v_dim; }
 };
 
 struct HParams {

@@ -126,12 +126,15 @@ struct LayerWeights {
     ggml_tensor * control = nullptr;  // a control vector's direction, added to the layer's output
     // Linear attention (runtime/blocks/delta_net.cpp), the rank's key heads
     // and the value heads that read them: the convolution's input (q, k and
-    // v channels), the output gate, the decay's projection, bias and rate,
+    // v channels), the output gate (or both as ssm_qkvz), the decay's
+    // projection (or it and the update strength's as ssm_ba), bias and rate,
     // the update strength, the convolution's taps, the per-head norm and the
     // output projection.
     ggml_tensor * ssm_qkv = nullptr;
     ggml_tensor * ssm_gate = nullptr;
+    ggml_tensor * ssm_qkvz = nullptr;
     ggml_tensor * ssm_alpha = nullptr;
+    ggml_tensor * ssm_ba = nullptr;
     ggml_tensor * ssm_dt = nullptr;
     ggml_tensor * ssm_a = nullptr;
     ggml_tensor * ssm_beta = nullptr;

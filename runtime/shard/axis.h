@@ -42,7 +42,7 @@ ShardRange attention_kv_heads(const HParams & hp, int il, const ShardRange & q, 
 // that keep whole quantization blocks of ssm_out's columns.
 Axis delta_net_head_axis(const GgufFile & file, const HParams & hp);
 // The value heads that read key heads k, as ranges of value heads in the
-// order a rank stacks them (value head j reads key head j % n_k_heads).
+// order a rank stacks them (d.value_blocks() of them).
 std::vector<ShardRange> delta_net_value_heads(const DeltaNetShape & d, const ShardRange & k);
 // The convolution's channels of key heads k (their q and k channels, then
 // their value heads'), as ranges of the file's channels in the rank's order.

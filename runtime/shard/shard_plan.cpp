@@ -193,7 +193,7 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
     }
     size_t delta_cells = 0;
     if (delta) {
-        for (const auto & pieces : delta->pieces) delta_cells += pieces.size() * (size_t) hp.delta.ratio();
+        for (const auto & pieces : delta->pieces) delta_cells += pieces.size() * (size_t) hp.delta.value_blocks();
     }
     const auto vocab = vocab_slices(hp.n_vocab, weights);
     for (int r = 0; r < n_ranks; ++r) {
@@ -204,10 +204,11 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
         if (delta) {
             s.delta_heads = delta->ranges[r];
             s.delta_cells = delta_cells;
-            // ssm_out's columns: each key-head cell once per value block.
-            for (int64_t b = 0; b < hp.delta.ratio(); ++b) {
+            // ssm_out's columns: each key-head cell's value heads, once per
+            // block of them, in the order the rank stacks its value heads.
+            for (int32_t b = 0; b < hp.delta.value_blocks(); ++b) {
                 for (const ShardRange & c : delta->pieces[r]) {
-                    s.delta_pieces.push_back({b * hp.delta.n_k_heads + c.begin, b * hp.delta.n_k_heads + c.end});
+                    s.delta_pieces.push_back(delta_net_value_heads(hp.delta, c)[b]);
                 }
             }
         }
@@ -250,12 +251,14 @@ bool ShardPlan::tiled(const HParams & hp) const {
         for (int il = 0; il < hp.n_layer; ++il) {
             const LayerShard & l = s.layers[il];
             const int64_t hd = hp.layer(il).head_dim;
-            // Linear attention's slices start at its key heads' channels and,
-            // in every block of value heads, at their value heads'.
+            // Linear attention's slices start at its key heads' channels (or
+            // their blocks of ssm_in) and, in every block of value heads, at
+            // their value heads'.
             const DeltaNetShape & d = hp.delta;
-            const bool delta_tiled = on_tiles(s.delta_heads.begin * d.head_k_dim) &&
-                                     on_tiles(s.delta_heads.begin * d.head_v_dim) &&
-                                     on_tiles((int64_t) d.n_k_heads * d.head_v_dim);
+            bool delta_tiled = on_tiles(s.delta_heads.begin * (d.fused_qkvz ? d.qkvz_group() : d.head_k_dim));
+            for (const ShardRange & v : delta_net_value_heads(d, s.delta_heads)) {
+                delta_tiled = delta_tiled && on_tiles(v.begin * d.head_v_dim);
+            }
             if (!on_tiles(s.q_heads.begin * hd) || !delta_tiled || !on_tiles(l.kv_heads.begin * hd) ||
                 !on_tiles(l.ff.width.begin) || !on_tiles(l.ff_exp.width.begin)) {
                 return false;

@@ -15,6 +15,7 @@ ARCHS = {
     "gpt-oss": ("gpt-oss", ["--n-swa", "8", "--n-expert", "4", "--n-expert-used", "2"]),
     "qwen35": ("qwen35", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64"]),
     "qwen35moe": ("qwen35moe", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64", "--n-expert", "4"]),
+    "qwen3next": ("qwen3next", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64", "--n-expert", "4"]),
 }
 
 

@@ -1,5 +1,5 @@
-"""Linear attention (qwen35: Gated DeltaNet layers beside gated full
-attention) served: its recurrent state is one per slot, goes on only from
+"""Linear attention (qwen35, and qwen3next with experts: Gated DeltaNet
+layers beside gated full attention) served: its recurrent state is one per slot, goes on only from
 where it is, and comes back for a shared prefix through context checkpoints
 (--ctx-checkpoints) and saved slots, taken at one split and restored at
 another. What would cut a state back (context shift, reused chunks, drafts)
@@ -16,9 +16,15 @@ from server_harness import ServerProcess, generated_model
 SHAPE = ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-dt-rank", "8", "--ssm-d-state", "64"]
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return generated_model(tmp_path_factory.mktemp("linear") / "qwen35-q8_0.gguf", arch="qwen35", extra=SHAPE)
+# qwen35's value heads tiled over its key heads, qwen3next's grouped by key
+# head beside routed and shared experts.
+ARCHS = {"qwen35": SHAPE, "qwen3next": SHAPE + ["--n-expert", "4", "--n-expert-used", "2", "--n-ff-exp", "256"]}
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def model(request, tmp_path_factory):
+    arch = request.param
+    return generated_model(tmp_path_factory.mktemp("linear") / f"{arch}-q8_0.gguf", arch=arch, extra=ARCHS[arch])
 
 
 def complete(server, prompt, n=12, **fields):

@@ -88,11 +88,12 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
                      (long long) s.head_dim_global, (long long) s.n_head_kv_global, (long long) s.n_embd_per_layer,
                      (long long) s.n_kv_shared);
     }
-    if (spec.arch == Arch::qwen35 || spec.arch == Arch::qwen35moe) {
+    if (s.full_attention_interval > 0) {
         std::fprintf(stderr,
                      " full_attention_interval=%lld ssm_n_group=%lld ssm_dt_rank=%lld ssm_d_state=%lld n_rot=%lld",
                      (long long) s.full_attention_interval, (long long) s.ssm_n_group, (long long) s.ssm_dt_rank,
                      (long long) s.ssm_d_state, (long long) s.n_rot);
+        if (s.ssm_in) std::fprintf(stderr, " ssm_in");
     }
     if (spec.arch == Arch::phi3) {
         std::fprintf(stderr, " n_ctx_orig=%lld (LongRoPE)", (long long) s.n_ctx_orig);

@@ -34,8 +34,8 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama",  "qwen2",   "qwen3",  "qwen3moe", "phi3",     "gemma2",
-                                   "gemma3", "gpt-oss", "gemma4", "qwen35",   "qwen35moe"};
+const char * const kArchNames[] = {"llama",  "qwen2",   "qwen3",  "qwen3moe", "phi3",      "gemma2",
+                                   "gemma3", "gpt-oss", "gemma4", "qwen35",   "qwen35moe", "qwen3next"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
 
@@ -43,9 +43,15 @@ bool is_gemma(Arch arch) {
     return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::gemma4;
 }
 
-// Qwen 3.5's layers, dense or with experts beside a shared expert.
-bool is_qwen35(Arch arch) {
-    return arch == Arch::qwen35 || arch == Arch::qwen35moe;
+// Linear attention beside gated full attention: Qwen 3.5's layers, dense or
+// with experts, and Qwen3-Next's.
+bool has_linear_attention(Arch arch) {
+    return arch == Arch::qwen35 || arch == Arch::qwen35moe || arch == Arch::qwen3next;
+}
+
+// Routed experts beside a shared expert gated per token.
+bool has_shared_expert(Arch arch) {
+    return arch == Arch::qwen35moe || arch == Arch::qwen3next;
 }
 
 // gemma4's layers: sliding ones as the shape says, global ones with their own
@@ -116,7 +122,7 @@ void validate_shape(Arch arch, const Shape & s) {
     if (is_gemma(arch) || s.swa_pattern != 0) {
         require_in_range(s.swa_pattern, "--swa-pattern", 512);
     }
-    if (is_qwen35(arch)) {
+    if (has_linear_attention(arch)) {
         require_in_range(s.full_attention_interval, "--full-attention-interval", 512);
         require_in_range(s.ssm_n_group, "--ssm-n-group");
         require_in_range(s.ssm_dt_rank, "--ssm-dt-rank");
@@ -314,26 +320,36 @@ void plan_gemma4_feed_forward(TensorPlanner & planner, const Shape & s, int64_t 
     }
 }
 
-// qwen35's linear attention (Gated DeltaNet), as its converter writes it:
-// Q, K and V of the convolution in one matrix (q, k, v segments, value heads
-// in tiled order), the output gate, the convolution's taps, the decay's
-// projection (alpha), bias (dt) and rate (a, negative), the update strength
-// (beta), a norm per head and the output projection.
-void plan_linear_attention(TensorPlanner & planner, const Shape & s, int64_t il) {
+// Linear attention (Gated DeltaNet), as the converters write it: Q, K and V
+// of the convolution in one matrix (q, k, v segments; qwen35's value heads
+// in tiled order, qwen3next's grouped by key head), the output gate (or, with
+// ssm_in, q, k, v and the gate of each key head in turn), the convolution's
+// taps, the decay's projection (alpha), bias (dt) and rate (a, negative), the
+// update strength (beta; qwen3next's fused with alpha, each key head's betas
+// then alphas), a norm per head and the output projection.
+void plan_linear_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     const int64_t key_dim = s.ssm_n_group * s.ssm_d_state, value_dim = s.ssm_dt_rank * s.ssm_d_state;
     planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
-    planner.matrix(layer_tensor(il, "attn_qkv.weight"), {s.n_embd, 2 * key_dim + value_dim});
-    planner.matrix(layer_tensor(il, "attn_gate.weight"), {s.n_embd, value_dim});
+    if (s.ssm_in) {
+        planner.matrix(layer_tensor(il, "ssm_in.weight"), {s.n_embd, 2 * key_dim + 2 * value_dim});
+    } else {
+        planner.matrix(layer_tensor(il, "attn_qkv.weight"), {s.n_embd, 2 * key_dim + value_dim});
+        planner.matrix(layer_tensor(il, "attn_gate.weight"), {s.n_embd, value_dim});
+    }
     planner.taps(layer_tensor(il, "ssm_conv1d.weight"), {s.ssm_d_conv, 2 * key_dim + value_dim});
     planner.bias(layer_tensor(il, "ssm_dt.bias"), s.ssm_dt_rank);
     planner.rate(layer_tensor(il, "ssm_a"), s.ssm_dt_rank);
-    planner.matrix(layer_tensor(il, "ssm_beta.weight"), {s.n_embd, s.ssm_dt_rank});
-    planner.matrix(layer_tensor(il, "ssm_alpha.weight"), {s.n_embd, s.ssm_dt_rank});
+    if (arch == Arch::qwen3next) {
+        planner.matrix(layer_tensor(il, "ssm_ba.weight"), {s.n_embd, 2 * s.ssm_dt_rank});
+    } else {
+        planner.matrix(layer_tensor(il, "ssm_beta.weight"), {s.n_embd, s.ssm_dt_rank});
+        planner.matrix(layer_tensor(il, "ssm_alpha.weight"), {s.n_embd, s.ssm_dt_rank});
+    }
     planner.norm(layer_tensor(il, "ssm_norm.weight"), s.ssm_d_state);
     planner.matrix(layer_tensor(il, "ssm_out.weight"), {value_dim, s.n_embd});
 }
 
-// qwen35's full attention: each head's queries followed by its output gate in
+// qwen35's and qwen3next's full attention: each head's queries followed by its output gate in
 // attn_q, Q and K normed by head.
 void plan_gated_attention(TensorPlanner & planner, const Shape & s, int64_t il) {
     const int64_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
@@ -348,8 +364,8 @@ void plan_gated_attention(TensorPlanner & planner, const Shape & s, int64_t il) 
 
 void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_attention(planner, s, il);
-    if (is_qwen35(arch)) {
-        return is_linear_attention_layer(s, il) ? plan_linear_attention(planner, s, il)
+    if (has_linear_attention(arch)) {
+        return is_linear_attention_layer(s, il) ? plan_linear_attention(planner, arch, s, il)
                                                 : plan_gated_attention(planner, s, il);
     }
     const int64_t n_q = s.n_head * s.head_dim;
@@ -386,8 +402,8 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
 
 void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_feed_forward(planner, s, il);
-    // gpt-oss and qwen35 name their FFN's input norm post_attention_norm.
-    const bool post = arch == Arch::gpt_oss || is_qwen35(arch);
+    // gpt-oss, qwen35 and qwen3next name their FFN's input norm post_attention_norm.
+    const bool post = arch == Arch::gpt_oss || has_linear_attention(arch);
     planner.norm(layer_tensor(il, post ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
     if (arch == Arch::phi3) {
         // Gate and up fused in one matrix, gate first.
@@ -406,7 +422,7 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
         if (biased) planner.bias(layer_tensor(il, "ffn_up_exps.bias"), {s.n_ff_exp, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert});
         if (biased) planner.bias(layer_tensor(il, "ffn_down_exps.bias"), {s.n_embd, s.n_expert});
-        if (arch == Arch::qwen35moe) {
+        if (has_shared_expert(arch)) {
             // A shared expert as wide as a routed one, its gate one logit a token.
             planner.router(layer_tensor(il, "ffn_gate_inp_shexp.weight"), {s.n_embd});
             planner.matrix(layer_tensor(il, "ffn_gate_shexp.weight"), {s.n_embd, s.n_ff_exp});
@@ -442,10 +458,11 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
             "--head-dim-global, --n-head-kv-global, --n-embd-per-layer and --n-kv-shared apply to gemma4 only, not " +
             name);
     }
-    const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::gemma4 || arch == Arch::qwen35moe;
+    const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::gemma4 || has_shared_expert(arch);
     if (!moe && arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
         throw UsageError(
-            "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, qwen35moe, gemma4 and gpt-oss, not " +
+            "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, qwen35moe, qwen3next, gemma4 and "
+            "gpt-oss, not " +
             name);
     }
     if (arch == Arch::llama && o.n_ff_exp) {
@@ -454,8 +471,12 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     if (arch == Arch::llama && o.n_expert_used && !o.n_expert) {
         throw UsageError("--n-expert-used needs --n-expert for llama");
     }
-    if (!is_qwen35(arch) && (o.full_attention_interval || o.ssm_n_group || o.ssm_dt_rank || o.ssm_d_state)) {
-        throw UsageError("--full-attention-interval and --ssm-* apply to qwen35 and qwen35moe only, not " + name);
+    if (!has_linear_attention(arch) && (o.full_attention_interval || o.ssm_n_group || o.ssm_dt_rank || o.ssm_d_state)) {
+        throw UsageError("--full-attention-interval and --ssm-* apply to qwen35, qwen35moe and qwen3next only, not " +
+                         name);
+    }
+    if (arch != Arch::qwen3next && o.ssm_in) {
+        throw UsageError("--ssm-in applies to qwen3next only, not " + name);
     }
     if (arch != Arch::qwen3 && o.reranker) {
         throw UsageError("--reranker applies to qwen3 only (Qwen3-Reranker), not " + name);
@@ -558,7 +579,7 @@ bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
            swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || reranker ||
            head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared || full_attention_interval ||
-           ssm_n_group || ssm_dt_rank || ssm_d_state;
+           ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -599,12 +620,12 @@ Shape preset_shape(Arch arch, Preset preset) {
         s.swa_pattern = 2;
         s.logit_softcap = 30.0;
     }
-    if (arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::qwen35moe) {
+    if (arch == Arch::qwen3moe || arch == Arch::gpt_oss || has_shared_expert(arch)) {
         s.n_expert = 8;
         s.n_expert_used = arch == Arch::gpt_oss ? 4 : 2;  // gpt-oss routes to 4, as both releases do
         s.n_ff_exp = 768;
     }
-    if (is_qwen35(arch)) {
+    if (has_linear_attention(arch)) {
         // Three linear-attention layers to one of full attention, as the
         // releases; twice as many value heads as key heads (Qwen3.5's 27B has
         // three times, its 35B-A3B twice).
@@ -659,7 +680,8 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.n_ctx_orig = s.n_ctx;  // no LongRoPE: written nowhere
     }
     s.n_rot = s.head_dim;
-    if (is_qwen35(arch)) {
+    if (has_linear_attention(arch)) {
+        s.ssm_in = o.ssm_in;
         s.full_attention_interval = o.full_attention_interval.value_or(s.full_attention_interval);
         s.ssm_n_group = o.ssm_n_group.value_or(s.n_head_kv);
         s.ssm_dt_rank = o.ssm_dt_rank.value_or(2 * s.ssm_n_group);
@@ -802,17 +824,19 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.attn_factor").c_str(), static_cast<float>(attn_factor));
     }
     if (arch == Arch::gemma4) set_gemma4_metadata(gguf, s);
-    if (is_qwen35(arch)) {
+    if (has_linear_attention(arch)) {
         set_u32("full_attention_interval", s.full_attention_interval);
         set_u32("ssm.conv_kernel", s.ssm_d_conv);
         set_u32("ssm.inner_size", s.ssm_dt_rank * s.ssm_d_state);
         set_u32("ssm.state_size", s.ssm_d_state);
         set_u32("ssm.time_step_rank", s.ssm_dt_rank);
         set_u32("ssm.group_count", s.ssm_n_group);
+    }
+    if (arch == Arch::qwen35 || arch == Arch::qwen35moe) {
         // Interleaved M-RoPE's sections over the rotated pairs (text, height,
         // width, none), pair i in section i % 3 as the releases' [11, 11, 10,
         // 0]: text tokens get one position in all three, which is plain NeoX
-        // RoPE.
+        // RoPE. qwen3next's RoPE is NeoX's.
         const int32_t pairs = static_cast<int32_t>(s.n_rot / 2);
         const int32_t sections[4] = {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0};
         gguf_set_arr_data(gguf, arch_key(arch, "rope.dimension_sections").c_str(), GGUF_TYPE_INT32, sections, 4);
@@ -833,7 +857,7 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         if (arch != Arch::llama) {
             set_u32("expert_feed_forward_length", s.n_ff_exp);
         }
-        if (arch == Arch::qwen35moe) set_u32("expert_shared_feed_forward_length", s.n_ff_exp);
+        if (has_shared_expert(arch)) set_u32("expert_shared_feed_forward_length", s.n_ff_exp);
     }
 }
 

@@ -27,7 +27,7 @@ class IoError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt_oss, gemma4, qwen35, qwen35moe };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt_oss, gemma4, qwen35, qwen35moe, qwen3next };
 enum class Preset { tiny, small, b1 };
 enum class WeightType { f32, f16, q8_0, q4_0, q4_k, mxfp4 };
 
@@ -74,16 +74,18 @@ struct Shape {
     int64_t n_head_kv_global = 0;
     int64_t n_embd_per_layer = 0;
     int64_t n_kv_shared = 0;
-    // qwen35: every full_attention_interval-th layer is gated full attention,
-    // the others linear attention (Gated DeltaNet) of ssm_n_group key heads
-    // and ssm_dt_rank value heads, each ssm_d_state wide, through a causal
-    // convolution of ssm_d_conv taps. Its full attention rotates n_rot of a
-    // head's dimensions.
+    // qwen35, qwen35moe, qwen3next: every full_attention_interval-th layer is
+    // gated full attention, the others linear attention (Gated DeltaNet) of
+    // ssm_n_group key heads and ssm_dt_rank value heads, each ssm_d_state
+    // wide, through a causal convolution of ssm_d_conv taps. Its full
+    // attention rotates n_rot of a head's dimensions. qwen3next: ssm_in
+    // writes q, k, v and the gate as one matrix, as its early files.
     int64_t full_attention_interval = 0;
     int64_t ssm_n_group = 0;
     int64_t ssm_dt_rank = 0;
     int64_t ssm_d_state = 0;
     int64_t ssm_d_conv = 0;
+    bool ssm_in = false;
     int64_t n_rot = 0;  // 0 until resolved: then head_dim, or a quarter of it (qwen35)
 };
 
@@ -98,6 +100,7 @@ struct ShapeOverrides {
     std::optional<int64_t> full_attention_interval, ssm_n_group, ssm_dt_rank, ssm_d_state;
     bool tied_output = false;
     bool reranker = false;
+    bool ssm_in = false;
 
     bool any() const;
 };
@@ -106,7 +109,7 @@ struct ShapeOverrides {
 bool has_experts(const Shape & shape);
 // Whether layer il slides: all but every swa_pattern-th (gemma2/3/4, gpt-oss).
 bool is_swa_layer(const Shape & shape, int64_t il);
-// Whether layer il is linear attention: all but every full_attention_interval-th (qwen35).
+// Whether layer il is linear attention: all but every full_attention_interval-th (qwen35, qwen3next).
 bool is_linear_attention_layer(const Shape & shape, int64_t il);
 
 Shape preset_shape(Arch arch, Preset preset);

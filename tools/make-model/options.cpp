@@ -173,6 +173,10 @@ void parse_argument(ParseState & state, const std::vector<std::string> & args, s
         state.overrides.reranker = true;
         return;
     }
+    if (flag == "--ssm-in" && !value) {
+        state.overrides.ssm_in = true;
+        return;
+    }
     if (flag == "--dry-run" && !value) {
         state.options.dry_run = true;
         return;
@@ -240,7 +244,8 @@ std::string usage_text(const std::string & program) {
 Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
-  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35|qwen35moe
+  --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35|qwen35moe|
+         qwen3next
                                       architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
@@ -290,15 +295,19 @@ shape overrides (positive integers unless noted):
   --n-kv-shared N                     gemma4: the last N layers share the cache of the
                                       last earlier layer of their kind, their FFN twice
                                       as wide
-  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, qwen35moe, gpt-oss; gemma4 beside its dense
+  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, qwen35moe, qwen3next, gpt-oss; gemma4 beside its dense
                                       FFN, default 2 used, --n-ff / 2 wide; llama takes
                                       --n-expert and --n-expert-used, default 2, for
                                       Mixtral-style experts --n-ff wide)
-  --full-attention-interval N         qwen35: every N-th layer is gated full attention
-                                      (default 4), the others linear attention
-  --ssm-n-group N --ssm-dt-rank N --ssm-d-state N   qwen35: the linear attention's key
-                                      heads, value heads (a multiple of the key heads)
-                                      and head size (default --n-head-kv, twice that, 64)
+  --full-attention-interval N         qwen35, qwen35moe, qwen3next: every N-th layer is
+                                      gated full attention (default 4), the others
+                                      linear attention
+  --ssm-n-group N --ssm-dt-rank N --ssm-d-state N   qwen35, qwen35moe, qwen3next: the
+                                      linear attention's key heads, value heads (a
+                                      multiple of the key heads) and head size
+                                      (default --n-head-kv, twice that, 64)
+  --ssm-in                            qwen3next: q, k, v and the output gate in one
+                                      ssm_in.weight per key head, as early files
   --tied-output                       no output.weight: the head reuses token_embd
   --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
                                       a rerank prompt template)

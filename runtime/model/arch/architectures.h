@@ -35,5 +35,6 @@ void read_gemma4(const GgufFile & file, const std::string & a, HParams & hp);
 void read_gpt_oss(const GgufFile & file, const std::string & a, HParams & hp);
 void read_qwen35(const GgufFile & file, const std::string & a, HParams & hp);
 void read_qwen35moe(const GgufFile & file, const std::string & a, HParams & hp);
+void read_qwen3next(const GgufFile & file, const std::string & a, HParams & hp);
 
 }  // namespace llama_tp

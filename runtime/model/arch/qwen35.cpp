@@ -1,8 +1,12 @@
 // qwen35 and qwen35moe (Qwen 3.5 and its successors, dense and with
-// experts): three of every four layers linear attention (Gated DeltaNet), the
-// others full attention whose queries carry an output gate, with Q/K norms
-// and a quarter of each head rotated. qwen35moe's FFNs are routed experts
-// beside a shared expert of its own width, gated per token.
+// experts), and qwen3next (Qwen3-Next, with experts): three of every four
+// layers linear attention (Gated DeltaNet), the others full attention whose
+// queries carry an output gate, with Q/K norms and a quarter of each head
+// rotated. The FFNs with experts are routed experts beside a shared expert
+// of its own width, gated per token. qwen3next's files order the linear
+// attention's value heads by the key head they read and fuse its beta and
+// alpha projections (ssm_ba); its early files fuse q, k, v and the gate too
+// (ssm_in).
 // Interleaved M-RoPE over text gives every section the same position, which
 // is NeoX RoPE of the rotated dimensions. The FFN's input norm is called
 // post_attention_norm. Multi-token-prediction layers (nextn_predict_layers,
@@ -119,6 +123,17 @@ void read_qwen35moe(const GgufFile & file, const std::string & a, HParams & hp) 
     const int32_t shared = file.get_int32(a + ".expert_shared_feed_forward_length", hp.layer(0).n_ff);
     require_positive(file, "expert_shared_feed_forward_length", shared);
     for (LayerShape & s : hp.layers) s.n_ff = shared;
+}
+
+void read_qwen3next(const GgufFile & file, const std::string & a, HParams & hp) {
+    read_qwen35moe(file, a, hp);
+    hp.delta.grouped = true;
+    hp.delta.fused_ba = true;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.keeps_kv(il)) continue;
+        hp.delta.fused_qkvz = file.find_tensor("blk." + std::to_string(il) + ".ssm_in.weight") != nullptr;
+        break;
+    }
 }
 
 }  // namespace llama_tp
