@@ -52,6 +52,14 @@ TEST(AccuracyContract, DefaultSumsFollowTheActivationType) {
     EXPECT_EQ(moe.max_mean_kl, 1e-3);
     EXPECT_EQ(moe.min_top1, 0.0);
     EXPECT_FALSE(moe.greedy);
+    // Linear attention carries a flipped step into every later position.
+    ModelInfo recurrent = model(true);
+    recurrent.recurrent = true;
+    const AccuracyBounds r = contract_bounds(against_tp1(), recurrent);
+    EXPECT_EQ(r.clause, "float sums, quantized linear attention");
+    EXPECT_EQ(r.max_mean_kl, 1e-3);
+    EXPECT_EQ(r.min_top1, 0.97);
+    EXPECT_FALSE(r.greedy);
     // Float MoE routes on float values: a flip there is a real difference.
     EXPECT_EQ(contract_bounds(against_tp1(), model(false, true)).min_top1, 1.0);
     // F16 weights: ggml rounds their inputs to 16 bits.

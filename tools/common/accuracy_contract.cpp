@@ -51,14 +51,19 @@ AccuracyBounds float_sums(std::string clause, const KvTypes & kv) {
 // 3.5e-4). Flips are counted and reported; the verdict holds the mean KL,
 // a floor on top-1 agreement, and for dense models the greedy tokens. With
 // experts a flip can pick another expert (routing), which moves the rest of
-// that position's sum, so there only the mean KL is judged.
+// that position's sum, so there only the mean KL is judged. In linear
+// attention a flipped step enters the recurrent state and moves every later
+// position of its sequence, so the greedy tokens may part after one flip
+// (generated qwen35 q4_k at --tp 3 with ggml's repacked q4_K kernels on
+// AVX-512: one flip in 78 positions, mean KL 6.5e-4): they are reported.
 AccuracyBounds quantized_sums(const ModelInfo & model) {
     AccuracyBounds b;
     b.clause = model.moe ? "float sums, quantized MoE" : "float sums, quantized";
+    if (model.recurrent && !model.moe) b.clause += " linear attention";
     b.near_tie = 2e-2;
     b.max_mean_kl = 1e-3;
     b.min_top1 = model.moe ? 0.0 : 0.97;
-    b.greedy = !model.moe;
+    b.greedy = !model.moe && !model.recurrent;
     return b;
 }
 
