@@ -10,8 +10,9 @@
 #     wire) against single device, and
 #   - the default: split-invariant sums where every row-parallel matrix is
 #     q8_0 and dense, float sums elsewhere;
-#   - LoRA adapters (llama, qwen2, phi3, gemma3; mixtral, gpt-oss and
-#     Gemma 4 with experts with their experts' pairs), the same checks;
+#   - LoRA adapters (llama, qwen2, phi3, gemma3, qwen35; mixtral, gpt-oss,
+#     qwen3next and Gemma 4 with experts with their experts' pairs), the
+#     same checks;
 #   - a control vector (every architecture), against upstream and across ranks;
 #   - linear attention (qwen35, qwen3next): its state carried over prompts and decode
 #     steps of several sequences at once;
@@ -248,9 +249,11 @@ if [[ $arch == llama ]]; then
     check "llama q8_0 in parts ($parts) vs upstream" -m "$parts" --reference upstream --prompts 3 --n-tokens 12
     check "llama q8_0 in parts tp3 vs tp1" -m "$parts" --reference tp1 --tp 3 --prompts 3 --n-tokens 12
 fi
-if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 || $arch == mixtral || $arch == gpt-oss ]]; then
-    # LoRA adapters on the q8_0 model: the attention and FFN projections and
-    # the head (untied ones), each pair split as its matrix is. Against
+if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 || $arch == mixtral || $arch == gpt-oss ||
+      $arch == qwen35 || $arch == qwen3next ]]; then
+    # LoRA adapters on the q8_0 model: the attention and FFN projections
+    # (linear attention's and the shared expert's too) and the head (untied
+    # ones), each pair split as its matrix is. Against
     # upstream one adapter: upstream adds several in the order of a hash map
     # keyed by their addresses, so its own sums move between runs. Two
     # adapters across ranks on llama, the second f16 at a negative scale.
@@ -273,7 +276,7 @@ if [[ $arch == llama || $arch == qwen2 || $arch == phi3 || $arch == gemma3 || $a
     # With experts the float sums drift as routing does (a near tie picks
     # another expert), beyond the contract's bound on these small models:
     # the split-invariant runs above check the experts' pairs.
-    if [[ $arch != mixtral && $arch != gpt-oss ]]; then
+    if [[ $arch != mixtral && $arch != gpt-oss && $arch != qwen3next ]]; then
         check "$arch q8_0 lora tp2 float sums vs tp1" -m "$model" "${loras[@]}" --reference tp1 --tp 2 \
             --no-split-invariant --prompts 3 --n-tokens 12
     fi

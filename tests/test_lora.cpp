@@ -197,7 +197,7 @@ TEST(LoraErrors, AdapterFilesThatCannotApplyAreNamed) {
         {"kind.gguf", targets, [](gguf_context * g) { gguf_set_val_str(g, "adapter.type", "control_vector"); },
          "adapter.type is not 'lora'"},
         {"lacks.gguf", {{"blk.9.attn_q.weight", {E, E}}}, nullptr, "'blk.9.attn_q.weight', which the model lacks"},
-        {"embd.gguf", {{"token_embd.weight", {E, 512}}}, nullptr, "applies LoRA to the attention and FFN projections"},
+        {"embd.gguf", {{"token_embd.weight", {E, 512}}}, nullptr, "applies LoRA to the attention projections"},
         {"shape.gguf", {{"blk.0.attn_q.weight", {E + 1, E}}}, nullptr, "another base model?"},
     };
     for (const Case & c : cases) {

@@ -87,16 +87,15 @@ ggml_tensor * GraphBuilder::gated(const FfnBlock & ffn, ggml_tensor * gate, ggml
 
 // The dense gated FFN, each rank computing its slice of the width,
 // summed over the group.
+ggml_tensor * GraphBuilder::dense_hidden(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur) const {
+    if (l.ffn_gate_up) return ggml_swiglu(ctx, project(l.ffn_gate_up, cur));  // the gate half, then the up half
+    ggml_tensor * gate = project(l.ffn_gate, cur);
+    ggml_tensor * up = project(l.ffn_up, cur);
+    return gated(ffn, gate, up);
+}
+
 ggml_tensor * GraphBuilder::dense_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur) const {
-    ggml_tensor * h = nullptr;
-    if (l.ffn_gate_up) {
-        h = ggml_swiglu(ctx, project(l.ffn_gate_up, cur));  // the gate half, then the up half
-    } else {
-        ggml_tensor * gate = project(l.ffn_gate, cur);
-        ggml_tensor * up = project(l.ffn_up, cur);
-        h = gated(ffn, gate, up);
-    }
-    return project(l.ffn_down, h, nullptr);
+    return project(l.ffn_down, dense_hidden(ffn, l, cur), nullptr);
 }
 
 // Mixture of experts: the router is mirrored, so every rank picks the same
@@ -106,7 +105,7 @@ ggml_tensor * GraphBuilder::dense_ffn(const FfnBlock & ffn, const LayerWeights &
 // router_in: what the router reads (Gemma 4: the layer's input, RMS-normed
 // and scaled by 1/sqrt(n_embd) and a weight; else cur).
 ggml_tensor * GraphBuilder::moe_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur,
-                                    ggml_tensor * router_in) const {
+                                    ggml_tensor * router_in, const SharedExpert * shared) const {
     const int64_t T = cur->ne[1], K = hp.n_expert_used;
     ggml_tensor * logits = ggml_mul_mat(ctx, l.ffn_router, router_in);  // [n_expert, T]
     if (l.ffn_router_b) logits = ggml_add(ctx, logits, l.ffn_router_b);
@@ -180,7 +179,15 @@ ggml_tensor * GraphBuilder::moe_ffn(const FfnBlock & ffn, const LayerWeights & l
         }
         return K == 1 ? ggml_cont(ctx, sum) : sum;
     };
-    return row_parallel(l.ffn_down_exps, h, nullptr, experts);
+    if (!shared) return row_parallel(l.ffn_down_exps, h, nullptr, experts);
+    // The shared expert's down projection, gated per token as upstream
+    // gates it: each rank's part (each cell) scaled by the same gate.
+    auto gated_down = [&](ggml_tensor * down, ggml_tensor * act) {
+        return ggml_mul(ctx, ggml_mul_mat(ctx, down, act), shared->gate);
+    };
+    ggml_tensor * sum = row_parallel_pair(l.ffn_down_exps, h, experts, l.ffn_down, shared->hidden, gated_down);
+    // Adapters of the shared down projection: their change gated as well.
+    return with_lora(sum, l.ffn_down.pieces.front(), true, shared->hidden, nullptr, shared->gate);
 }
 
 // Layer il's FFN on the attention block's output x: dense, experts, or
@@ -197,12 +204,17 @@ ggml_tensor * GraphBuilder::ffn(int il, ggml_tensor * x) const {
             return moe_ffn(ffn, l, in, in);
         }
         case FfnBlock::Kind::ExpertsAndShared: {
-            // Each summed over the group on its own: the shared expert's
-            // gate scales its sum as it would scale every rank's part.
+            // One reduction for both, but where the shared expert's down
+            // projection is one pass with split-invariant sums: its double
+            // sums take no gate, which then scales its total.
             ggml_tensor * in = norm(x, l.ffn_norm);
-            ggml_tensor * experts = moe_ffn(ffn, l, in, in);
-            ggml_tensor * gate = ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_shared_gate, in));  // [1, T]
-            return ggml_add(ctx, experts, ggml_mul(ctx, dense_ffn(ffn, l, in), gate));
+            const SharedExpert shared{dense_hidden(ffn, l, in),
+                                      ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_shared_gate, in))};  // gate: [1, T]
+            if (exact && l.ffn_down.one_pass) {
+                return ggml_add(ctx, moe_ffn(ffn, l, in, in),
+                                ggml_mul(ctx, project(l.ffn_down, shared.hidden, nullptr), shared.gate));
+            }
+            return moe_ffn(ffn, l, in, in, &shared);
         }
         case FfnBlock::Kind::DenseAndExperts:
             break;

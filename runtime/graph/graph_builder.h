@@ -80,6 +80,28 @@ struct GraphBuilder {
             if (!reduce) return ggml_ext_exact_matmul(ctx, weight.pieces[0], x, cells.data(), GGML_TYPE_F32);
             return exact_total(ggml_ext_exact_matmul(ctx, weight.pieces[0], x, cells.data(), GGML_TYPE_F64));
         }
+        std::vector<ggml_tensor *> parts = cell_products(weight, x, product);
+        ggml_tensor * sum = exact_total(ggml_ext_exact_sum(ctx, parts.data(), (int) parts.size()));
+        return rows ? ggml_get_rows(ctx, sum, rows) : sum;
+    }
+    // Two row-parallel products summed over the group with one reduction
+    // (routed experts beside a shared expert): with float sums the rank's
+    // two partial results are added before it, with split-invariant sums
+    // every cell of both goes into one exact sum. Neither may be one pass
+    // (its double sums take no product of the caller's).
+    template <typename ProductA, typename ProductB>
+    ggml_tensor * row_parallel_pair(const RowParallelWeight & a, ggml_tensor * xa, const ProductA & pa,
+                                    const RowParallelWeight & b, ggml_tensor * xb, const ProductB & pb) const {
+        if (!exact) return all_reduce(ggml_add(ctx, pa(a.pieces[0], xa), pb(b.pieces[0], xb)));
+        GGML_ASSERT(!a.one_pass && !b.one_pass);
+        std::vector<ggml_tensor *> parts = cell_products(a, xa, pa);
+        for (ggml_tensor * part : cell_products(b, xb, pb)) parts.push_back(part);
+        return exact_total(ggml_ext_exact_sum(ctx, parts.data(), (int) parts.size()));
+    }
+    // product(cell, its columns of x) for every cell of a row-parallel matrix.
+    template <typename Product>
+    std::vector<ggml_tensor *> cell_products(const RowParallelWeight & weight, ggml_tensor * x,
+                                             const Product & product) const {
         std::vector<ggml_tensor *> parts;
         size_t offset = 0;
         for (ggml_tensor * w : weight.pieces) {
@@ -90,8 +112,7 @@ struct GraphBuilder {
             parts.push_back(product(w, ggml_cont(ctx, xs)));
             offset += (size_t) w->ne[0] * x->nb[0];
         }
-        ggml_tensor * sum = exact_total(ggml_ext_exact_sum(ctx, parts.data(), (int) parts.size()));
-        return rows ? ggml_get_rows(ctx, sum, rows) : sum;
+        return parts;
     }
 
     // A product for row_parallel: the plain matrix product.
@@ -105,14 +126,16 @@ struct GraphBuilder {
     // summed across ranks as x @ W is (exactly, with split-invariant sums),
     // so every rank then adds the same B (A x). rows: the rows of x that go
     // on (row_parallel's).
+    // gate, when given, scales each change (a gated shared expert's).
     ggml_tensor * with_lora(ggml_tensor * y, const ggml_tensor * base, bool row_parallel_base, ggml_tensor * x,
-                            ggml_tensor * rows) const {
+                            ggml_tensor * rows, ggml_tensor * gate = nullptr) const {
         for (size_t a = 0; a < w.loras.size(); ++a) {
             const LoraWeight * lw = (shape.lora_active >> a) & 1 ? w.lora(a, base) : nullptr;
             if (!lw) continue;
             ggml_tensor * t =
                 row_parallel_base ? row_parallel(lw->a, x, rows, matmul()) : ggml_mul_mat(ctx, lw->a.pieces.front(), x);
-            y = ggml_add(ctx, y, ggml_mul(ctx, ggml_mul_mat(ctx, lw->b, t), lora_scale(lw->scale, y->ne[1])));
+            ggml_tensor * change = ggml_mul(ctx, ggml_mul_mat(ctx, lw->b, t), lora_scale(lw->scale, y->ne[1]));
+            y = ggml_add(ctx, y, gate ? ggml_mul(ctx, change, gate) : change);
         }
         return y;
     }
@@ -222,7 +245,9 @@ struct GraphBuilder {
     ggml_tensor * gated(const FfnBlock & ffn, ggml_tensor * gate, ggml_tensor * up) const;
 
     // The dense gated FFN, each rank computing its slice of the width,
-    // summed over the group.
+    // summed over the group; dense_hidden: its slice before the down
+    // projection.
+    ggml_tensor * dense_hidden(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur) const;
     ggml_tensor * dense_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur) const;
 
     // Mixture of experts: the router is mirrored, so every rank picks the same
@@ -230,9 +255,14 @@ struct GraphBuilder {
     // weights it, and the routed experts are summed before the one reduction
     // over the group.
     // router_in: what the router reads (Gemma 4: the layer's input, RMS-normed
-    // and scaled by 1/sqrt(n_embd) and a weight; else cur).
-    ggml_tensor * moe_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur,
-                          ggml_tensor * router_in) const;
+    // and scaled by 1/sqrt(n_embd) and a weight; else cur). shared: a shared
+    // expert's hidden slice and its gate per token [1, T], whose down
+    // projection is summed with the experts' in the same reduction.
+    struct SharedExpert {
+        ggml_tensor *hidden, *gate;
+    };
+    ggml_tensor * moe_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur, ggml_tensor * router_in,
+                          const SharedExpert * shared = nullptr) const;
 
     // Layer il's FFN on the attention block's output x: dense, experts, or
     // both, each normed on its own before they are added (the router then

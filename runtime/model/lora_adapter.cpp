@@ -63,11 +63,13 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
         if (!w.pieces.empty()) targets[parts_of(w.pieces.front()).front().name].row = &w;
     };
     for (LayerWeights & l : layers) {
-        for (ggml_tensor * t : {l.wq, l.wk, l.wv, l.wqkv, l.ffn_gate, l.ffn_up, l.ffn_gate_up, l.ffn_gate_exps,
-                                l.ffn_up_exps, l.ffn_gate_up_exps}) {
+        for (ggml_tensor * t :
+             {l.wq, l.wk, l.wv, l.wqkv, l.ffn_gate, l.ffn_up, l.ffn_gate_up, l.ffn_gate_exps, l.ffn_up_exps,
+              l.ffn_gate_up_exps, l.ssm_qkv, l.ssm_gate, l.ssm_qkvz, l.ssm_alpha, l.ssm_beta, l.ssm_ba}) {
             column(t);
         }
         row(l.wo);
+        row(l.ssm_out);
         row(l.ffn_down);
         row(l.ffn_down_exps);
     }
@@ -85,8 +87,8 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
         if (unread(hp, base)) continue;
         if (!targets.count(base)) {
             fail("tensor '" + name + "' changes '" + base +
-                 "'; llama-tp applies LoRA to the attention and FFN projections (experts' too) and the output "
-                 "head only");
+                 "'; llama-tp applies LoRA to the attention projections (linear attention's too), the FFN "
+                 "projections (experts' too) and the output head only");
         }
         ++halves[base];
     }
@@ -138,8 +140,12 @@ void ModelWeights::declare_adapter(const GgufFile & f, const GgufFile & model, c
                     lw.a.pieces.push_back(declare(f, base + ".lora_a", a_shape, false, cell));
                 }
             } else {
+                // Every column range of each piece (linear attention's
+                // ssm_out holds several, one per run of the rank's heads).
                 for (ggml_tensor * piece : m.pieces) {
-                    lw.a.pieces.push_back(declare(f, base + ".lora_a", a_shape, false, parts_of(piece).front().slice));
+                    std::vector<TensorSlice> ranges;
+                    for (const Part & part : parts_of(piece)) ranges.push_back(part.slice);
+                    lw.a.pieces.push_back(declare_cols(f, base + ".lora_a", a_shape, ranges, false));
                 }
             }
             lw.b = declare(f, base + ".lora_b", b_shape, false);

@@ -17,10 +17,12 @@ struct GgmlContextDeleter {
     void operator()(ggml_context * ctx) const { ggml_free(ctx); }
 };
 
-// The matrices llama-tp applies LoRA to, as upstream names them.
+// The matrices llama-tp applies LoRA to, as upstream names them: attention's
+// (linear attention's too), the FFN's (experts' and shared experts'), the head.
 bool adaptable(const std::string & name) {
     static const std::regex pattern(
-        R"((blk\.[0-9]+\.(attn_(q|k|v|qkv|output)|ffn_(gate|up|down)(_exps)?|ffn_gate_up_exps)|output)\.weight)");
+        R"((blk\.[0-9]+\.(attn_(q|k|v|qkv|gate|output)|ssm_(in|ba|alpha|beta|out)|ffn_(gate|up|down)(_exps|_shexp)?|)"
+        R"(ffn_gate_up_exps)|output)\.weight)");
     return std::regex_match(name, pattern);
 }
 
