@@ -457,6 +457,7 @@ int main(int argc, char ** argv) {
         prompt_cache_limit(opts.cache_ram_mib, opts.cache_ram_given, available_memory_bytes());
     reuse.prompt_cache_bytes = cache_limit.bytes;
     reuse.ctx_checkpoints = opts.ctx_checkpoints;
+    reuse.checkpoint_min_step = opts.checkpoint_min_step;
     if (cache_limit.bytes != 0)
         SRV_INF("prompt cache: slots' prompts kept in host memory, %s", cache_limit.reason.c_str());
     Scheduler scheduler(*engine, opts.n_parallel, n_ctx_slot, engine->options().n_batch, opts.max_queue, &state.metrics,

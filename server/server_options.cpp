@@ -399,6 +399,7 @@ void take_upstream_values(const UpstreamFlags & up, ServerOptions & o) {
     o.cache_ram_mib = p.cache_ram_mib;
     o.cache_ram_given = up.was_given("-cram");
     o.ctx_checkpoints = std::max(0, p.n_ctx_checkpoints);
+    o.checkpoint_min_step = std::max(0, p.checkpoint_min_step);
     o.slot_prompt_similarity = p.slot_prompt_similarity;
     o.special = p.special;
     o.ssl_key_file = p.ssl_file_key;

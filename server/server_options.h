@@ -61,7 +61,8 @@ struct ServerOptions {
     std::string slot_save_path;               // directory for POST /slots/{id}?action=save|restore ("": off)
     int32_t cache_ram_mib = 8192;             // the prompt cache's host memory (-1: no limit, 0: off)
     bool cache_ram_given = false;             // else the default is capped by the memory the machine has
-    int32_t ctx_checkpoints = 32;             // per slot, into the prompt cache (sliding-window models)
+    int32_t ctx_checkpoints = 32;             // per slot, into the prompt cache (sliding windows, linear attention)
+    int32_t checkpoint_min_step = 8192;       // least spacing of checkpoints at earlier user messages
     float slot_prompt_similarity = 0.1f;      // -sps (SlotReuse)
     bool special = false;                     // -sp: special tokens appear in the generated text
     std::string ssl_key_file, ssl_cert_file;  // both: HTTPS

@@ -79,8 +79,11 @@ const std::map<std::string, std::string> & honoured() {
          "prompt that shares more with them (default 8192 MiB, at most a quarter of the memory available after the "
          "model; -1: no limit, 0: off)"},
         {"-ctxcp",
-         "per slot: a prompt's cells kept in the --cache-ram prompt cache 4 tokens before its end, where "
-         "sliding-window layers keep only their window"},
+         "per slot: a prompt's cells kept in the --cache-ram prompt cache 4 tokens before its end and where user "
+         "messages open, where sliding-window layers keep only their window or linear attention a state"},
+        {"-cms",
+         "a user message before the last gets a context checkpoint where it opens only more than this many tokens "
+         "past the slot's newest one (default 8192)"},
         {"--slots", ""},
         {"--props", ""},
         {"--api-prefix", ""},
@@ -224,9 +227,6 @@ const std::map<std::string, std::string> & no_effect() {
         {"--spec-ngram-min-hits", "removed from llama-server (refused there and here): --spec-ngram-*-min-hits"},
         {"--spec-ngram-simple-min-hits", "llama-server's ngram-simple does not read it either"},
         {"--spec-draft-threads-batch", "the draft model runs one thread pool (-td)"},
-        {"-cms",
-         "context checkpoints are taken 4 tokens before a prompt's end only (llama-server also takes them at "
-         "user-message starts this far apart)"},
         {"--perf", "the timings are always measured (timings in every response)"},
         {"--draft", "removed from llama-server (refused there and here): --spec-draft-n-max"},
         {"--draft-min", "removed from llama-server (refused there and here): --spec-draft-n-min"},

@@ -173,6 +173,9 @@ ChatPrompt ChatFormatter::apply(const std::vector<ChatMessage> & messages, const
         out.preserved_tokens = std::move(params.preserved_tokens);
         out.thinking_start = std::move(params.thinking_start_tag);
         out.thinking_ends = std::move(params.thinking_end_tags);
+        for (const common_chat_msg_delimiter & d : params.message_delimiters.delimiters) {
+            if (d.role == COMMON_CHAT_ROLE_USER && !d.delimiter.empty()) out.user_starts.push_back(d.delimiter);
+        }
     } catch (const std::exception & e) {
         throw bad_request(std::string("the chat template failed on these messages: ") + e.what(), "messages",
                           "template_error");

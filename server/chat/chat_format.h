@@ -49,6 +49,10 @@ struct ChatPrompt {
     // The tags of the template's thinking block (none: it has no block we know).
     std::string thinking_start;
     std::vector<std::string> thinking_ends;
+    // The text that opens a user message in this template (libcommon's
+    // message delimiters; none where it finds none): context checkpoints are
+    // taken where one starts.
+    std::vector<std::string> user_starts;
 };
 
 class ChatFormatter {

@@ -22,6 +22,7 @@
 #include "json.h"
 #include "reasoning-budget.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <functional>
@@ -90,7 +91,26 @@ struct PreparedPrompt {
     std::vector<int32_t> grammar_prefill;   // tokens the tool grammar must see first
     std::vector<int32_t> preserved_tokens;  // sorted; shown as text in the output
     std::shared_ptr<ChatOutputParser> output_parser;
+    std::vector<size_t> user_starts;  // ascending positions where a user message opens
 };
+
+// Where in the prompt's tokens a user message opens: each place the tokens
+// of one of the template's user delimiters begin.
+std::vector<size_t> message_starts(const Tokenizer & tok, const std::vector<int32_t> & tokens,
+                                   const std::vector<std::string> & delimiters) {
+    std::vector<size_t> starts;
+    for (const std::string & d : delimiters) {
+        const std::vector<int32_t> run = tok.tokenize(d, false, true);
+        if (run.empty()) continue;
+        for (auto it = tokens.begin(); (it = std::search(it, tokens.end(), run.begin(), run.end())) != tokens.end();
+             ++it) {
+            starts.push_back((size_t) (it - tokens.begin()));
+        }
+    }
+    std::sort(starts.begin(), starts.end());
+    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+    return starts;
+}
 
 // Tool calls: the template's grammar constrains sampling, from the start when
 // a call is required, and from the first trigger (the start of a call) when
@@ -212,6 +232,7 @@ PreparedPrompt prepare_prompt(const ServerState & st, GenerationRequest & gr, st
         }
         out.thinking_budget = thinking_budget(st, gr, cp);
         out.tokens = tok.tokenize(cp.prompt, true, true);
+        out.user_starts = message_starts(tok, out.tokens, cp.user_starts);
         return out;
     }
     if (gr.endpoint == Endpoint::Infill) {
@@ -259,6 +280,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->prompt = std::move(prepared.tokens);
     output_parser = std::move(prepared.output_parser);
     task->preserved_tokens = std::move(prepared.preserved_tokens);
+    task->user_starts = std::move(prepared.user_starts);
     task->special_as_text = st.opts.special;
 
     const char * prompt_param = gr.endpoint == Endpoint::Chat ? "messages" : "prompt";

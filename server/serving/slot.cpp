@@ -68,6 +68,7 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
         keep = from_donor;
     }
     kv_lora = task->lora;
+    if (checkpoint_at > keep) checkpoint_at = 0;
     n_prompt_done = keep;
     n_cached = (int32_t) keep;
     pending = -1;
@@ -102,6 +103,7 @@ void Slot::clear_cache(Engine & engine) {
     engine.seq_remove(id, 0, -1);
     kv_tokens.clear();
     inflight.clear();
+    checkpoint_at = 0;
 }
 
 }  // namespace llama_tp::server

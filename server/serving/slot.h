@@ -32,6 +32,7 @@ class Slot {
     std::vector<float> kv_lora;
 
     size_t n_prompt_done = 0;     // prompt tokens in the cache (or in this step's batch)
+    size_t checkpoint_at = 0;     // tokens of the newest context checkpoint of these cells (0: none)
     int32_t n_cached = 0;         // of those, reused from an earlier request
     int32_t pending = -1;         // last sampled token, decoded in the next step
     int32_t n_decoded = 0;        // tokens sampled for this request

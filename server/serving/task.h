@@ -109,6 +109,9 @@ enum class Pooling { None, Mean, Cls, Last, Rank };
 struct Task {
     uint64_t id = 0;
     std::vector<int32_t> prompt;
+    // Chat: ascending prompt positions where a user message opens (context
+    // checkpoints are taken there).
+    std::vector<size_t> user_starts;
     int32_t n_predict = 0;         // resolved cap on generated tokens (>= 0)
     bool context_ends_it = false;  // the cap is where the slot's context ends (no context shift)
     std::vector<std::string> stop;

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from server_harness import ServerProcess, generated_model
+from server_harness import ServerProcess, generated_model, server_bin
 
 SHAPE = ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-dt-rank", "8", "--ssm-d-state", "64"]
 
@@ -96,6 +96,61 @@ def test_a_shared_prefix_resumes_from_a_checkpoint_with_the_cold_answer(model, c
     for a, b in zip(second["completion_probabilities"], cold["completion_probabilities"]):
         for x, y in zip(a["top_logprobs"], b["top_logprobs"]):
             assert x["id"] == y["id"] and abs(x["logprob"] - y["logprob"]) < 1e-3, (x, y)
+
+
+WORDS = "river stone lamp garden window paper silver cloud market bridge orange quiet".split()
+
+
+def words(seed, n):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+@pytest.mark.parametrize("min_step", ["0", "8192"])
+def test_checkpoints_where_user_messages_open(tmp_path, min_step):
+    """Qwen 3.5's own chat template: a conversation's last user message gets
+    a checkpoint where it opens, an earlier one only --checkpoint-min-step
+    past the newest (the first one always). An edited message resumes from
+    the checkpoint before it, with the cold answer."""
+    share = server_bin().parents[1] / "share" / "llama-tp"
+    model = generated_model(tmp_path / "qwen35.gguf", arch="qwen35",
+                            extra=SHAPE + ["--chat-template", str(share / "Qwen3.5-4B.jinja")])
+    s = ServerProcess("-np", "1", "-c", "4096", "-b", "64", "-t", "2", "--checkpoint-min-step", min_step, model=model)
+    turns = [("system", words(1, 60)), ("user", words(2, 150)), ("assistant", words(3, 150)),
+             ("user", words(4, 150)), ("assistant", words(5, 150)), ("user", words(6, 40))]
+
+    def chat(edit=None, **fields):
+        msgs = [{"role": r, "content": words(99, 20) if i == edit else c} for i, (r, c) in enumerate(turns)]
+        body = {"messages": msgs, "max_tokens": 8, "temperature": 0, **fields}
+        r = s.post("/v1/chat/completions", body, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def prompt_tokens(edit=None):
+        msgs = [{"role": r, "content": words(99, 20) if i == edit else c} for i, (r, c) in enumerate(turns)]
+        text = s.post("/apply-template", {"messages": msgs}).json()["prompt"]
+        return s.post("/tokenize", {"content": text, "add_special": True, "parse_special": True}).json()["tokens"]
+
+    try:
+        whole = prompt_tokens()
+        edited = {i: prompt_tokens(i) for i in (3, 5)}
+        chat()
+        answers = {i: (chat(edit=i), chat(edit=i, cache_prompt=False)) for i in (5, 3)}
+    finally:
+        assert s.stop() == 0
+    shared = {i: next(k for k, (a, b) in enumerate(zip(whole, edited[i])) if a != b) for i in edited}
+    cached = {i: warm["usage"]["prompt_tokens_details"]["cached_tokens"] for i, (warm, _) in answers.items()}
+    for i, (warm, cold) in answers.items():
+        assert warm["choices"][0]["message"] == cold["choices"][0]["message"]
+        assert warm["timings"]["prompt_n"] == warm["usage"]["prompt_tokens"] - cached[i]
+    # The last user message's checkpoint: where it opens, a few tokens
+    # (its opening marker and role) before the edit.
+    assert shared[5] - 6 <= cached[5] < shared[5], (shared, cached)
+    if min_step == "0":
+        assert shared[3] - 6 <= cached[3] < shared[3], (shared, cached)
+    else:
+        # Only the first user message's: just past the system prompt.
+        assert 0 < cached[3] < shared[3] - 150, (shared, cached)
 
 
 def test_a_prompt_that_goes_on_from_the_whole_answer_keeps_the_state(model):

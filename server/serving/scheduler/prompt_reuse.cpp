@@ -38,6 +38,7 @@ void Scheduler::exchange_with_prompt_cache(Slot & slot, const Task & task, size_
     }
     slot.kv_tokens = found->tokens;
     slot.kv_lora = found->lora;
+    slot.checkpoint_at = found->checkpoint_of >= 0 ? found->tokens.size() : 0;
     SRV_INF("slot %d: %zu of %zu prompt tokens restored from the prompt cache%s", slot.id,
             std::min(common_prefix(found->tokens, task.prompt), usable), task.prompt.size(),
             found->checkpoint_of >= 0 ? " (a context checkpoint)" : "");
@@ -55,18 +56,38 @@ size_t Scheduler::resumable_prefix(const Slot & slot, const Task & task) const {
 // prompt, an end-of-turn marker).
 constexpr size_t kCheckpointTail = 4;
 
+// Where llama-server takes a checkpoint: 4 tokens before the prompt's end,
+// where the last user message opens (a regenerated or edited turn parts
+// there), and where an earlier one opens more than --checkpoint-min-step
+// tokens past the slot's newest checkpoint (or the first, with none).
+bool Scheduler::checkpoint_due(const Slot & slot, size_t n) const {
+    const Task & task = *slot.task;
+    if (n == 0 || n >= task.prompt.size()) return false;
+    if (n + kCheckpointTail == task.prompt.size()) return true;
+    const auto & users = task.user_starts;
+    if (!std::binary_search(users.begin(), users.end(), n)) return false;
+    return n == users.back() || slot.checkpoint_at == 0 || n > slot.checkpoint_at + (size_t) checkpoint_min_step_;
+}
+
 size_t Scheduler::next_checkpoint(const Slot & slot) const {
     if (ctx_checkpoints_ == 0 || slot.state != Slot::State::Prompt) return SIZE_MAX;
     const Task & task = *slot.task;
     // A request that keeps nothing of its cache has no later prompt to serve.
-    if (task.embedding || !task.cache_prompt || task.prompt.size() <= kCheckpointTail) return SIZE_MAX;
-    const size_t at = task.prompt.size() - kCheckpointTail;
-    return at > slot.n_prompt_done ? at : SIZE_MAX;
+    if (task.embedding || !task.cache_prompt) return SIZE_MAX;
+    // The user messages still ahead, then the tail (the newest checkpoint
+    // moves only when one is taken, so the first due one is the next).
+    for (auto it = std::upper_bound(task.user_starts.begin(), task.user_starts.end(), slot.n_prompt_done);
+         it != task.user_starts.end(); ++it) {
+        if (checkpoint_due(slot, *it)) return *it;
+    }
+    const size_t tail = task.prompt.size() > kCheckpointTail ? task.prompt.size() - kCheckpointTail : 0;
+    return tail > slot.n_prompt_done ? tail : SIZE_MAX;
 }
 
 void Scheduler::checkpoint(Slot & slot) {
     const size_t n = slot.kv_tokens.size();
-    if (!slot.task->cache_prompt || n + kCheckpointTail != slot.task->prompt.size()) return;
+    if (!slot.task->cache_prompt || !checkpoint_due(slot, n)) return;
+    slot.checkpoint_at = n;
     if (prompt_cache_.covers(slot.kv_tokens, slot.kv_lora)) return;
     keep_in_prompt_cache(slot, true);
     prompt_cache_.drop_checkpoints_beyond(slot.id, (size_t) ctx_checkpoints_);

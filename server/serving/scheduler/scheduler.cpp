@@ -28,7 +28,8 @@ Scheduler::Scheduler(Engine & engine, int32_t n_slots, int32_t n_ctx_slot, int32
       // as the slot) needs no checkpoints.
       ctx_checkpoints_(prompt_cache_.enabled() && !engine.image_resumable(n_ctx_slot, 1)
                            ? std::max<int32_t>(0, reuse.ctx_checkpoints)
-                           : 0) {
+                           : 0),
+      checkpoint_min_step_(std::max<int32_t>(0, reuse.checkpoint_min_step)) {
     for (int32_t i = 0; i < n_slots; i++) {
         slots_.push_back(std::make_unique<Slot>(i));
     }
@@ -217,6 +218,7 @@ void Scheduler::fall_asleep() {
     for (auto & slot : slots_) {
         slot->kv_tokens.clear();
         slot->kv_lora.clear();
+        slot->checkpoint_at = 0;
     }
     prompt_cache_.clear();
     asleep_ = true;
@@ -333,6 +335,7 @@ void Scheduler::apply(SlotAction & a) {
             }
             slot.kv_tokens = a.tokens;
             slot.kv_lora = a.lora;
+            slot.checkpoint_at = 0;
             return;
         case SlotAction::Kind::Erase:
             a.tokens = slot.kv_tokens;

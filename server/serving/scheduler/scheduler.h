@@ -42,11 +42,14 @@ struct SlotReuse {
     float prompt_similarity = 0.1f;
     int64_t prompt_cache_bytes = 0;  // PromptCache's limit (< 0: none, 0: no cache)
     // llama-server's context checkpoints (--ctx-checkpoints), where
-    // sliding-window layers keep only their window: a prompt's cells are kept
-    // in the prompt cache 4 tokens before its end, at most this many per
-    // slot, so that a later prompt diverging after that point resumes there
-    // (0: none).
+    // sliding-window layers keep only their window or linear attention a
+    // state: a prompt's cells are kept in the prompt cache 4 tokens before
+    // its end and where user messages open, at most this many per slot, so
+    // that a later prompt diverging after that point resumes there (0: none).
     int32_t ctx_checkpoints = 0;
+    // Of the user messages before the last, only one opening more than this
+    // many tokens past the slot's newest checkpoint gets one (--checkpoint-min-step).
+    int32_t checkpoint_min_step = 8192;
 };
 
 class Scheduler {
@@ -158,6 +161,7 @@ class Scheduler {
     // Where the slot's prompt must pause for a context checkpoint (SIZE_MAX:
     // nowhere ahead), and the checkpoint once it got there.
     size_t next_checkpoint(const Slot & slot) const;
+    bool checkpoint_due(const Slot & slot, size_t n) const;
     void checkpoint(Slot & slot);
     void drop_cancelled();
     int32_t cells_for_step();
@@ -187,6 +191,7 @@ class Scheduler {
     PromptCache prompt_cache_;
     // Context checkpoints per slot (0: none: off, or every cache resumes anywhere).
     const int32_t ctx_checkpoints_;
+    const int32_t checkpoint_min_step_;
     int32_t step_prompt_tokens_ = 0;  // of the batch being decoded
     int32_t step_sampled_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;
