@@ -77,6 +77,7 @@ class TensorParallelEngine final : public Engine {
         // GPU ranks attend with ggml's attention, fastest over whole windows.
         kv_sizes_ = KvPoolSizes::of(hp_, options_.n_ctx, options_.n_seq_max, options_.kv_unified, options_.n_batch,
                                     options_.swa_full, !runtime_.host_ops());
+        kv_sizes_.saved_states = kv_sizes_.recurrent && options_.draft_states;
         cells_ = std::make_unique<KvPools>(kv_sizes_);
         log_window_pool();
         RankSetup setup;
@@ -340,6 +341,14 @@ class TensorParallelEngine final : public Engine {
     int32_t seq_pos_max(int32_t seq) const override { return cells_->seq_pos_max(seq); }
     bool seq_resumable(int32_t seq, int32_t n) const override { return cells_->resumable(seq, n); }
     bool can_rewind() const override { return !kv_sizes_.recurrent; }
+    void seq_save_state(int32_t seq) override {
+        if (cells_->save_state(seq).first < 0) return;
+        KvEdit save;
+        save.seq = seq;
+        save.save_state = 1;
+        pending_edits_.push_back(save);
+    }
+    bool can_take_back_drafts() const override { return can_rewind() || kv_sizes_.saved_states; }
     int32_t n_free_cells() const override { return cells_->n_free(); }
     const Tokenizer & tokenizer() const override { return *tokenizer_; }
     const ModelInfo & info() const override { return info_; }

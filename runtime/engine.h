@@ -30,10 +30,9 @@ struct KvFootprint {
     uint64_t fixed_bytes_per_slot = 0;
 };
 
-// n_batch and swa_full: EngineOptions', which size the sliding-window
-// layers' cache.
-KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
-                         const std::vector<MetadataOverride> & overrides = {});
+// Of the model the options name, cached as they ask: n_batch and swa_full
+// size the sliding-window layers' cache, draft_states doubles the states.
+KvFootprint kv_footprint(const EngineOptions & options);
 
 // Whether a program must turn ggml's own CUDA graphs off for the process
 // (GGML_CUDA_DISABLE_GRAPHS=1) before it loads anything: whole steps are to
@@ -108,6 +107,14 @@ class Engine {
     // recurrent state (linear attention) took the later positions in; such
     // a sequence goes on only from its end or starts again at 0.
     virtual bool can_rewind() const = 0;
+    // With EngineOptions::draft_states, on a recurrent model: keeps the
+    // sequence's state as it is now (on every rank with the next step), so
+    // that a later seq_remove of the positions from here on takes it back
+    // here instead of losing it. Nothing on other models.
+    virtual void seq_save_state(int32_t seq) = 0;
+    // Whether a sequence can take back positions a draft added: can_rewind(),
+    // or a recurrent model with EngineOptions::draft_states.
+    virtual bool can_take_back_drafts() const = 0;
     virtual int32_t n_free_cells() const = 0;
 
     // A sequence's cached keys and values, positions [0, n), as one image in

@@ -47,6 +47,11 @@ struct EngineOptions {
     // Sliding-window layers keep every cell of the context (llama-server's
     // --swa-full) instead of their window and a batch (KvPoolSizes).
     bool swa_full = false;
+    // Linear attention keeps a second state per sequence, where
+    // Engine::seq_save_state puts it before a draft is checked, so that a
+    // rejected draft takes the sequence back instead of losing its state
+    // (speculative decoding on recurrent models). No effect on other models.
+    bool draft_states = false;
     int32_t n_threads = 0;  // 0: all cores
     // Another engine of this process computes on the same cores between this
     // one's steps (a draft model): the CPU ranks' threads then sleep between

@@ -42,9 +42,9 @@ std::string setup_agreement(const EngineOptions & o, const GgufFile & file) {
            "tensor split: " + (split.empty() ? "even" : split) + "\n" + "allreduce: " + o.allreduce + wire_text(o) +
            "\n" + "split-invariant: " + (o.split_invariant ? (*o.split_invariant ? "yes" : "no") : "where free") +
            "\n" + "context: " + std::to_string(o.n_ctx) + " cells, " + std::to_string(o.n_seq_max) + " sequences, " +
-           (o.kv_unified ? "unified" : "per sequence") + (o.swa_full ? ", swa full" : "") + ", k " +
-           kv_type_name(o.kv_types.k) + ", v " + kv_type_name(o.kv_types.v) + "\n" +
-           "batch: " + std::to_string(o.n_batch) + "\n" + rope_text(o) +
+           (o.kv_unified ? "unified" : "per sequence") + (o.swa_full ? ", swa full" : "") +
+           (o.draft_states ? ", draft states" : "") + ", k " + kv_type_name(o.kv_types.k) + ", v " +
+           kv_type_name(o.kv_types.v) + "\n" + "batch: " + std::to_string(o.n_batch) + "\n" + rope_text(o) +
            "outputs: " + (o.embeddings ? "embeddings" : "logits") + "\n" + overrides_text(o);
 }
 

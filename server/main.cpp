@@ -131,8 +131,7 @@ void choose_context(ServerOptions & opts, ProcessGroup * processes) {
     int32_t choice[2] = {0, 0};  // cells, shared
     if (processes == nullptr || processes->rank() == 0) {
         try {
-            const KvFootprint kv = kv_footprint(opts.engine.model_path, opts.engine.n_batch, opts.engine.swa_full,
-                                                opts.engine.metadata_overrides);
+            const KvFootprint kv = kv_footprint(opts.engine);
             const ContextChoice c = opts.context_given ? fit_requested_context(kv, opts.n_parallel, opts.engine.n_ctx,
                                                                                available_memory_bytes())
                                                        : fit_context(kv, opts.n_parallel, available_memory_bytes());
@@ -431,7 +430,8 @@ int main(int argc, char ** argv) {
     }
 
     // Linear attention's state cannot be cut back (Engine::can_rewind): no
-    // context shift, reused chunks or drafts, which all take positions back.
+    // context shift or reused chunks, which take positions back; drafts go
+    // back to a state saved before them (EngineOptions::draft_states).
     if (!engine->can_rewind()) {
         if (opts.context_shift)
             SRV_WRN("--context-shift has no effect: this model's recurrent state cannot be cut back");
@@ -439,7 +439,7 @@ int main(int argc, char ** argv) {
             SRV_WRN("--cache-reuse has no effect: this model's recurrent state cannot be cut back");
     }
     std::vector<std::unique_ptr<Drafter>> drafters;
-    if (opts.speculative.enabled() && !engine->can_rewind()) {
+    if (opts.speculative.enabled() && !engine->can_take_back_drafts()) {
         SRV_WRN("speculative decoding is off: this model's recurrent state cannot take back a rejected draft");
     } else if (opts.speculative.enabled() && opts.embeddings) {
         SRV_WRN("speculative decoding has no effect with --embeddings: nothing is generated");

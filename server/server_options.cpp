@@ -668,6 +668,8 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
     }
     read_speculative(up, o);  // after -dev, which the draft follows
     o.engine.shares_cores = o.speculative.has_draft_model();
+    // A recurrent model then keeps each slot's state from before its draft.
+    o.engine.draft_states = o.speculative.enabled() && !o.engine.embeddings;
     warn_about_no_effect(up, o);
     check_ranges(o);
 

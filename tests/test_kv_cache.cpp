@@ -384,6 +384,34 @@ TEST(RecurrentCells, ShiftsMoveTheEndAndCopiesCarryAWholeState) {
     EXPECT_EQ(s.next(0), RecurrentCells::kLost);
 }
 
+TEST(RecurrentCells, ASavedStateIsWhereARemovedTailGoesBackTo) {
+    RecurrentCells s{2, /*saves =*/true};
+    Batch b;
+    for (int i = 0; i < 5; ++i) b.add(1, i, 1, false);
+    StatePlacement p;
+    ASSERT_TRUE(s.place(b, p));
+    EXPECT_EQ(s.save(1), (std::pair<int32_t, int32_t>{1, 3}));  // into the second row, 2 + 1
+    Batch draft;
+    for (int i = 5; i < 9; ++i) draft.add(1, i, 1, true);
+    ASSERT_TRUE(s.place(draft, p));
+    EXPECT_TRUE(s.resumable(1, 5));
+    EXPECT_EQ(s.seq_remove(1, 5, -1), (std::pair<int32_t, int32_t>{3, 1}));  // back from the second row
+    EXPECT_EQ(s.next(1), 5);
+    // Again from there, and then a removal past the saved position: lost,
+    // but the saved state still comes back.
+    ASSERT_TRUE(s.place(draft, p));
+    EXPECT_EQ(s.seq_remove(1, 7, -1), (std::pair<int32_t, int32_t>{-1, -1}));
+    EXPECT_EQ(s.next(1), RecurrentCells::kLost);
+    EXPECT_EQ(s.seq_remove(1, 5, -1), (std::pair<int32_t, int32_t>{3, 1}));
+    EXPECT_EQ(s.next(1), 5);
+    // Taking away positions before it, or a shift, forgets it.
+    s.seq_remove(1, 3, -1);
+    EXPECT_EQ(s.saved(1), RecurrentCells::kLost);
+    EXPECT_FALSE(s.resumable(1, 5));
+    RecurrentCells none{2};
+    EXPECT_EQ(none.save(0), (std::pair<int32_t, int32_t>{-1, -1}));  // no second rows
+}
+
 TEST(RecurrentCells, NeighbouringSequencesOfEqualLengthShareARun) {
     RecurrentCells s{4};
     Batch b;

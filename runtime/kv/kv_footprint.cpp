@@ -7,13 +7,12 @@
 
 namespace llama_tp {
 
-KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool swa_full,
-                         const std::vector<MetadataOverride> & overrides) {
-    GgufFile file(model_path, overrides);
+KvFootprint kv_footprint(const EngineOptions & options) {
+    GgufFile file(options.model_path, options.metadata_overrides);
     const HParams hp = read_hparams(file);
     KvFootprint kv;
     kv.n_ctx_train = hp.n_ctx_train;
-    const int32_t window = swa_full ? 0 : KvPoolSizes::window_cells_per_sequence(hp, n_batch);
+    const int32_t window = options.swa_full ? 0 : KvPoolSizes::window_cells_per_sequence(hp, options.n_batch);
     // F16 keys and values.
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         if (!hp.keeps_kv(il)) continue;
@@ -28,7 +27,7 @@ KvFootprint kv_footprint(const std::string & model_path, int32_t n_batch, bool s
     const uint64_t state = sizeof(float) * ((uint64_t) std::max(0, d.conv_kernel - 1) * (uint64_t) d.channels() +
                                             (uint64_t) d.head_v_dim * (uint64_t) d.head_v_dim * (uint64_t) d.n_v_heads);
     for (int il = 0; il < hp.n_layer; ++il) {
-        if (!hp.keeps_kv(il)) kv.fixed_bytes_per_slot += state;
+        if (!hp.keeps_kv(il)) kv.fixed_bytes_per_slot += options.draft_states ? 2 * state : state;
     }
     kv.weight_bytes = file.file_size();
     return kv;

@@ -76,7 +76,7 @@ KvPools::KvPools(const KvPoolSizes & sizes)
       all_(sizes.n_cells, sizes.n_seq_max, sizes.unified),
       window_(sizes.windowed() ? sizes.window_cells : sizes.n_seq_max, sizes.n_seq_max, sizes.unified,
               std::max(0, sizes.window_keep)),
-      states_(sizes.n_seq_max) {}
+      states_(sizes.n_seq_max, sizes.recurrent && sizes.saved_states) {}
 
 bool KvPools::place(const Batch & batch, KvPlacement & out, std::string * why, bool load) {
     out = KvPlacement{};
@@ -103,10 +103,10 @@ void KvPools::unplace(const KvPlacement & placement, bool stepped) {
     if (states()) states_.unplace(placement.states, stepped);
 }
 
-void KvPools::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
+std::pair<int32_t, int32_t> KvPools::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
     all_.seq_remove(seq, p0, p1);
     if (window()) window_.seq_remove(seq, p0, p1);
-    if (states()) states_.seq_remove(seq, p0, p1);
+    return states() ? states_.seq_remove(seq, p0, p1) : std::pair<int32_t, int32_t>{-1, -1};
 }
 
 KvShifted KvPools::seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {

@@ -24,6 +24,9 @@ struct KvPoolSizes {
     int32_t window_keep = -1;  // < 0: no window pool
     int32_t window_cells = 0;
     bool recurrent = false;  // some layer keeps a state per sequence (RecurrentCells)
+    // A recurrent model keeps a second state row per sequence, for the state
+    // saved before a draft is checked (EngineOptions::draft_states).
+    bool saved_states = false;
     bool windowed() const { return window_keep >= 0; }
 
     // The window pool holds what a batch of n_batch tokens needs besides the
@@ -76,7 +79,13 @@ class KvPools {
     bool place(const Batch & batch, KvPlacement & out, std::string * why = nullptr, bool load = false);
     // stepped: the step ran, at least in part (RecurrentCells::unplace).
     void unplace(const KvPlacement & placement, bool stepped = false);
-    void seq_remove(int32_t seq, int32_t p0, int32_t p1);
+    // Returns the state rows (from, to) to copy where the removal takes the
+    // sequence back to its saved state (RecurrentCells::seq_remove).
+    std::pair<int32_t, int32_t> seq_remove(int32_t seq, int32_t p0, int32_t p1);
+    // RecurrentCells::save; {-1, -1} without a saved-state row.
+    std::pair<int32_t, int32_t> save_state(int32_t seq) {
+        return states() && sizes_.saved_states ? states_.save(seq) : std::pair<int32_t, int32_t>{-1, -1};
+    }
     KvShifted seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
     // False, changing nothing, when either pool cannot take the copy (the
     // window pool: src no longer holds the window before p1).

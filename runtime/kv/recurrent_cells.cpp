@@ -65,22 +65,37 @@ void RecurrentCells::unplace(const StatePlacement & placement, bool stepped) {
     for (const auto & [seq, next] : placement.before) next_[seq] = stepped ? kLost : next;
 }
 
-void RecurrentCells::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
-    if (seq < 0 || seq >= n_seq_max()) return;
+std::pair<int32_t, int32_t> RecurrentCells::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
+    const std::pair<int32_t, int32_t> none{-1, -1};
+    if (seq < 0 || seq >= n_seq_max()) return none;
     p0 = std::max(p0, 0);
-    if (p1 >= 0 && p1 <= p0) return;  // nothing
+    if (p1 >= 0 && p1 <= p0) return none;  // nothing
     int32_t & next = next_[seq];
+    if (p0 > 0 && p1 < 0 && saved(seq) == p0 && (next == kLost || next > p0)) {
+        next = p0;
+        return {n_seq_max() + seq, seq};
+    }
+    // What the second row holds no longer precedes what the sequence goes on with.
+    if (saved(seq) != kLost && p0 < saved(seq)) saved_[seq] = kLost;
     if (next == kLost) {
         if (p0 <= 0 && p1 < 0) next = 0;
-        return;
+        return none;
     }
-    if (p0 >= next) return;
+    if (p0 >= next) return none;
     next = p0 == 0 && (p1 < 0 || p1 >= next) ? 0 : kLost;
+    return none;
+}
+
+std::pair<int32_t, int32_t> RecurrentCells::save(int32_t seq) {
+    if (seq < 0 || seq >= (int32_t) saved_.size() || next_[seq] == kLost) return {-1, -1};
+    saved_[seq] = next_[seq];
+    return {seq, n_seq_max() + seq};
 }
 
 void RecurrentCells::seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     if (seq < 0 || seq >= n_seq_max()) return;
     p0 = std::max(p0, 0);
+    if (seq < (int32_t) saved_.size()) saved_[seq] = kLost;
     int32_t & next = next_[seq];
     if (next <= 0 || p0 >= next || delta == 0 || (p1 >= 0 && p1 <= p0)) return;
     const bool tail = p1 < 0 || p1 >= next;
@@ -94,6 +109,7 @@ bool RecurrentCells::copy_fits(int32_t src, int32_t seq, int32_t p0, int32_t p1)
 
 void RecurrentCells::seq_copy(int32_t src, int32_t seq) {
     next_[seq] = next_[src];
+    if (seq < (int32_t) saved_.size()) saved_[seq] = kLost;
 }
 
 }  // namespace llama_tp

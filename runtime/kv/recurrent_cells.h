@@ -41,7 +41,10 @@ struct StatePlacement {
 
 class RecurrentCells {
   public:
-    explicit RecurrentCells(int32_t n_seq_max) : next_(n_seq_max, 0) {}
+    // saves: every sequence has a second state row, where save() keeps its
+    // state (KvPoolSizes::saved_states).
+    explicit RecurrentCells(int32_t n_seq_max, bool saves = false)
+        : next_(n_seq_max, 0), saved_(saves ? n_seq_max : 0, kLost) {}
 
     // Takes a batch in: every sequence's tokens must be consecutive in the
     // batch, at consecutive positions from where its state is. Returns false
@@ -52,8 +55,14 @@ class RecurrentCells {
     void unplace(const StatePlacement & placement, bool stepped = false);
 
     // Removing positions the state took in loses it, unless all of them go
-    // (then it starts again from zeros).
-    void seq_remove(int32_t seq, int32_t p0, int32_t p1);
+    // (then it starts again from zeros) or the tail from where save() kept
+    // it goes: then the saved state comes back, and the result is the row
+    // pair (from, to) to copy it through (else {-1, -1}).
+    std::pair<int32_t, int32_t> seq_remove(int32_t seq, int32_t p0, int32_t p1);
+    // Keeps the sequence's state as it is now in its second row; returns the
+    // row pair (from, to) to copy ({-1, -1}: nothing kept, the state is lost
+    // or there are no second rows).
+    std::pair<int32_t, int32_t> save(int32_t seq);
     // Moving the state's last positions moves where it goes on; moving any
     // others loses it.
     void seq_shift(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
@@ -62,14 +71,19 @@ class RecurrentCells {
     bool copy_fits(int32_t src, int32_t seq, int32_t p0, int32_t p1) const;
     void seq_copy(int32_t src, int32_t seq);
     // Whether the sequence can go on at position n.
-    bool resumable(int32_t seq, int32_t n) const { return n == 0 || next(seq) == n; }
+    bool resumable(int32_t seq, int32_t n) const { return n == 0 || next(seq) == n || saved(seq) == n; }
     int32_t next(int32_t seq) const { return seq >= 0 && seq < n_seq_max() ? next_[seq] : kLost; }
     int32_t n_seq_max() const { return (int32_t) next_.size(); }
+    // Where the saved state of the sequence is (kLost: none).
+    int32_t saved(int32_t seq) const { return seq >= 0 && seq < (int32_t) saved_.size() ? saved_[seq] : kLost; }
 
     static constexpr int32_t kLost = -1;
 
   private:
     std::vector<int32_t> next_;  // per sequence: its state took in positions [0, next); kLost
+    // Per sequence (with second rows): its second row holds the state at
+    // [0, saved); kLost: nothing to go back to.
+    std::vector<int32_t> saved_;
 };
 
 }  // namespace llama_tp

@@ -172,10 +172,27 @@ void Rank::apply_edits(const std::vector<KvEdit> & edits) {
                             std::to_string(e.src) + " into " + std::to_string(e.seq));
             }
             copy_cells(copied);
+        } else if (e.save_state) {
+            copy_state_row(kv_->save_state(e.seq));
         } else if (e.delta == 0) {
-            kv_->seq_remove(e.seq, e.p0, e.p1);
+            copy_state_row(kv_->seq_remove(e.seq, e.p0, e.p1));
         } else {
             rotate_keys(kv_->seq_shift(e.seq, e.p0, e.p1, e.delta), e.delta);
+        }
+    }
+}
+
+// Every linear-attention layer's state row `rows.first` into row
+// `rows.second` (none where first < 0), through host memory.
+void Rank::copy_state_row(std::pair<int32_t, int32_t> rows) {
+    if (rows.first < 0) return;
+    std::vector<uint8_t> row;
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        for (ggml_tensor * t : {kv_->conv_state(il), kv_->delta_state(il)}) {
+            if (!t) continue;
+            row.resize(t->nb[1]);
+            ggml_backend_tensor_get(t, row.data(), (size_t) rows.first * t->nb[1], t->nb[1]);
+            ggml_backend_tensor_set(t, row.data(), (size_t) rows.second * t->nb[1], t->nb[1]);
         }
     }
 }
@@ -184,17 +201,7 @@ void Rank::apply_edits(const std::vector<KvEdit> & edits) {
 // through host memory (any backend's buffers).
 void Rank::copy_cells(const KvCopy & copied) {
     kv_->move(copied.moves);
-    if (copied.states.first >= 0) {
-        std::vector<uint8_t> row;
-        for (int il = 0; il < hp_.n_layer; ++il) {
-            for (ggml_tensor * t : {kv_->conv_state(il), kv_->delta_state(il)}) {
-                if (!t) continue;
-                row.resize(t->nb[1]);
-                ggml_backend_tensor_get(t, row.data(), (size_t) copied.states.first * t->nb[1], t->nb[1]);
-                ggml_backend_tensor_set(t, row.data(), (size_t) copied.states.second * t->nb[1], t->nb[1]);
-            }
-        }
-    }
+    copy_state_row(copied.states);
     std::vector<uint8_t> row;
     for (int il = 0; il < hp_.n_layer_kv(); ++il) {
         if (!hp_.keeps_kv(il)) continue;

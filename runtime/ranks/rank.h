@@ -90,8 +90,10 @@ class Rank {
     void compute();
     void copy_logits(float * logits, int32_t n_vocab) const;
     KvPlacement place(const Step & step);
-    // A step's KV edits: removals, and shifts whose keys are rotated.
+    // A step's KV edits: removals, shifts whose keys are rotated, copies,
+    // states saved and restored.
     void apply_edits(const std::vector<KvEdit> & edits);
+    void copy_state_row(std::pair<int32_t, int32_t> rows);
     void copy_cells(const KvCopy & copied);
     void rotate_keys(const KvShifted & cells, int32_t delta);
     // A Load step's image into the cells the batch was placed in.

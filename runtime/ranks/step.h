@@ -16,13 +16,16 @@ namespace llama_tp {
 // Positions [p0, p1) of a sequence: removed (delta 0), or moved by delta
 // with their keys rotated to match (a context shift; those that would land
 // below 0 are removed), or, where src >= 0, copied from sequence src into
-// free cells of seq (a prompt another sequence has already computed).
+// free cells of seq (a prompt another sequence has already computed). With
+// save_state, no positions: the sequence's recurrent state is kept in its
+// second row (Engine::seq_save_state).
 struct KvEdit {
     int32_t seq = 0;
     int32_t p0 = 0;
     int32_t p1 = -1;  // < 0: to the end
     int32_t delta = 0;
     int32_t src = -1;
+    int32_t save_state = 0;
 };
 
 // Decode: place the batch and run the model over it. Load: place the batch

@@ -77,6 +77,7 @@ void Slot::begin(std::unique_ptr<Task> t, Engine & engine, const Slot * donor) {
     n_drafted = 0;
     n_draft_accepted = 0;
     draft.clear();
+    replay.clear();
     has_new_line = false;
     hidden.clear();
     prompt_in_step = false;
@@ -96,6 +97,7 @@ std::unique_ptr<Task> Slot::release() {
     logits_row = -1;
     inflight.clear();
     draft.clear();
+    replay.clear();
     return std::move(task);
 }
 
@@ -103,6 +105,7 @@ void Slot::clear_cache(Engine & engine) {
     engine.seq_remove(id, 0, -1);
     kv_tokens.clear();
     inflight.clear();
+    replay.clear();
     checkpoint_at = 0;
 }
 

@@ -49,7 +49,11 @@ class Slot {
     // Speculative decoding: tokens proposed to follow `pending`, in the
     // current batch after it (rows logits_row + 1...), checked when sampling.
     std::vector<int32_t> draft;
-    int32_t draft_by = -1;         // the drafter (its index in the scheduler's) that proposed it
+    int32_t draft_by = -1;  // the drafter (its index in the scheduler's) that proposed it
+    // A recurrent model's slot whose draft was rejected in part went back to
+    // the state saved before it: these tokens (the sampled one and the
+    // confirmed drafts) are decoded again, before `pending`, in the next step.
+    std::vector<int32_t> replay;
     int32_t n_drafted = 0;         // proposed tokens this request's steps checked
     int32_t n_draft_accepted = 0;  // of those, the ones sampling confirmed
 

@@ -2,8 +2,9 @@
 layers beside gated full attention) served: its recurrent state is one per slot, goes on only from
 where it is, and comes back for a shared prefix through context checkpoints
 (--ctx-checkpoints) and saved slots, taken at one split and restored at
-another. What would cut a state back (context shift, reused chunks, drafts)
-is turned off with a warning, never run on a wrong state."""
+another. What would cut a state back (context shift, reused chunks) is
+turned off with a warning, never run on a wrong state; a draft is checked
+from a state saved before it, which a rejection goes back to."""
 
 import json
 import random
@@ -174,8 +175,7 @@ def test_a_prompt_that_goes_on_from_the_whole_answer_keeps_the_state(model):
 
 
 def test_what_would_cut_a_state_back_is_off_with_a_warning(model):
-    s = ServerProcess("-np", "1", "-c", "128", "-t", "2", "--context-shift", "--cache-reuse", "4",
-                      "--spec-type", "ngram-simple", model=model)
+    s = ServerProcess("-np", "1", "-c", "128", "-t", "2", "--context-shift", "--cache-reuse", "4", model=model)
     try:
         r = complete(s, tokens(6, 40), n=200)
         # No shift: the answer ends where the slot's context does.
@@ -186,7 +186,34 @@ def test_what_would_cut_a_state_back_is_off_with_a_warning(model):
     log = s.log_text()
     assert "--context-shift has no effect" in log
     assert "--cache-reuse has no effect" in log
-    assert "speculative decoding is off" in log
+
+
+@pytest.mark.parametrize("tp", ["1", "2"])
+def test_a_rejected_draft_takes_the_state_back(model, tp):
+    """Drafts of the same model in q4_k: most confirmed, some rejected, each
+    rejection going back to the state saved before the draft and the
+    confirmed tokens decoded again; the tokens are those without drafts, on
+    both slots (each saves its own state)."""
+    arch = model.stem.split("-")[0]
+    draft = generated_model(model.with_name(f"{arch}-q4_k.gguf"), arch=arch, weight_type="q4_k", extra=ARCHS[arch])
+    prompt = tokens(9, 40)
+    flags = ("-np", "2", "-c", "1024", "-t", "2", "--tp", tp)
+    plain = ServerProcess(*flags, model=model)
+    try:
+        expected = complete(plain, prompt, n=48, return_tokens=True)
+    finally:
+        assert plain.stop() == 0
+    s = ServerProcess(*flags, "--spec-type", "draft-simple", "--model-draft", str(draft), model=model)
+    try:
+        drafted = [complete(s, prompt, n=48, return_tokens=True, cache_prompt=False, id_slot=i) for i in (0, 1, 0)]
+    finally:
+        assert s.stop() == 0
+    assert "speculative decoding is off" not in s.log_text()
+    for r in drafted:
+        t = r["timings"]
+        assert 0 < t["draft_n_accepted"] < t["draft_n"], t
+        assert r["tokens"] == expected["tokens"]
+        assert r["content"] == expected["content"]
 
 
 def test_a_slot_saved_at_tp2_restores_at_tp1(model, tmp_path):

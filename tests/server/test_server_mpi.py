@@ -460,3 +460,27 @@ def test_linear_attention_states_across_processes(tmp_path):
     args = ("-np", "1", "-c", "1024", "--split-invariant", "--slot-save-path", str(tmp_path))
     body = {"prompt": "Once upon a time there was a fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
     answer_and_save_as_one_process_and_two(model, tmp_path, args, body)
+
+
+def test_linear_attention_drafts_across_processes(tmp_path):
+    """Drafts on a qwen35 split over two processes: every rank saves its
+    share of the slot's state before a draft is checked and goes back to it
+    on a rejection; the tokens are one process's without drafts."""
+    extra = ["--n-layer", "4", "--ssm-n-group", "8", "--ssm-d-state", "64"]
+    model = generated_model(tmp_path / "qwen35.gguf", arch="qwen35", extra=extra)
+    draft = generated_model(tmp_path / "qwen35-q4_k.gguf", arch="qwen35", weight_type="q4_k", extra=extra)
+    args = ("-np", "1", "-c", "1024", "--split-invariant")
+    body = {"prompt": "Once upon a time there was a fox", "n_predict": 32, "temperature": 0, "ignore_eos": True,
+            "return_tokens": True}
+    one = ServerProcess(*args, "--tp", "2", "-t", "2", model=model)
+    try:
+        expected = one.post("/completion", body).json()
+    finally:
+        assert one.stop() == 0
+    group = MpiServer(*args, "-t", "1", "-md", str(draft), model=model)
+    try:
+        got = group.post("/completion", body).json()
+    finally:
+        assert group.stop() == 0, group.log_text()
+    assert got["tokens"] == expected["tokens"]
+    assert 0 < got["timings"]["draft_n_accepted"] < got["timings"]["draft_n"], got["timings"]

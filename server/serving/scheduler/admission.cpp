@@ -199,23 +199,29 @@ void Scheduler::build_batch() {
         slot->first_row = -1;
         slot->draft.clear();
         slot->draft_by = -1;
-        if (slot->state != Slot::State::Generating || budget == 0) {
+        const int32_t n = 1 + (int32_t) slot->replay.size();
+        if (slot->state != Slot::State::Generating || budget < n) {
             continue;
         }
         if (slot->task->context_shift && slot->n_past() + 1 >= n_ctx_slot_) shift_context(*slot);
         generating.push_back(slot.get());
-        budget--;
+        budget -= n;
     }
     propose_drafts(generating, budget);
     for (Slot * slot : generating) {
-        auto add = [&](int32_t token) {
-            batch_.add(token, slot->n_past(), slot->id, true);
+        auto add = [&](int32_t token, bool output) {
+            batch_.add(token, slot->n_past(), slot->id, output);
             batch_.lora.insert(batch_.lora.end(), slot->task->lora.begin(), slot->task->lora.end());
             slot->inflight.push_back(token);
         };
+        // A draft is checked from the state it starts at, which a recurrent
+        // model keeps to go back to (Scheduler::sample).
+        if (!slot->draft.empty() && !engine_.can_rewind()) engine_.seq_save_state(slot->id);
+        for (const int32_t token : slot->replay) add(token, false);
+        slot->replay.clear();
         slot->logits_row = batch_.size();
-        add(slot->pending);
-        for (const int32_t token : slot->draft) add(token);
+        add(slot->pending, true);
+        for (const int32_t token : slot->draft) add(token, true);
     }
 
     // Then prompt chunks, starting with a different slot each step.
@@ -261,6 +267,9 @@ void Scheduler::propose_drafts(const std::vector<Slot *> & generating, int32_t &
     requests.reserve(generating.size());
     int32_t room_left = budget;
     for (Slot * slot : generating) {
+        // Decoding again what a rejected draft took back comes first: a draft
+        // then would be checked from a state saved before those tokens.
+        if (!slot->replay.empty()) continue;
         const Task & task = *slot->task;
         const int32_t room =
             std::min({most, room_left, n_ctx_slot_ - slot->n_past() - 2, task.n_predict - slot->n_decoded - 1});

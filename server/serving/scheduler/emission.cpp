@@ -160,8 +160,17 @@ void Scheduler::sample(Slot & slot) {
     }
     if (!draft.empty()) {
         const int32_t keep = n_before + (int32_t) n_accepted;
-        engine_.seq_remove(slot.id, keep, -1);
-        slot.kv_tokens.resize(keep);
+        if (!engine_.can_rewind() && n_accepted < draft.size()) {
+            // A recurrent state took the rejected tokens in: back to the one
+            // saved before the step, and what it confirmed is decoded again.
+            const int32_t saved = n_before - 1;
+            engine_.seq_remove(slot.id, saved, -1);
+            if (!stop) slot.replay.assign(slot.kv_tokens.begin() + saved, slot.kv_tokens.begin() + keep);
+            slot.kv_tokens.resize(saved);
+        } else {
+            engine_.seq_remove(slot.id, keep, -1);
+            slot.kv_tokens.resize(keep);
+        }
         slot.n_drafted += (int32_t) draft.size();
         slot.n_draft_accepted += (int32_t) n_accepted;
         if (metrics_ != nullptr) metrics_->count_drafts((int32_t) draft.size(), (int32_t) n_accepted);
