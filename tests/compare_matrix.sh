@@ -14,6 +14,8 @@
 #     qwen3next and Gemma 4 with experts with their experts' pairs), the
 #     same checks;
 #   - a control vector (every architecture), against upstream and across ranks;
+#   - a multi-token-prediction layer in the file (qwen35, qwen35moe, qwen3next),
+#     which the decoder does not read;
 #   - linear attention (qwen35, qwen3next): its state carried over prompts and decode
 #     steps of several sequences at once;
 #   - the graphs a GPU rank runs (--portable-graph: ggml's operations only,
@@ -213,6 +215,16 @@ if [[ $arch == gemma4 ]]; then
         check "gemma4 moe lora tp$tp split-invariant vs tp1" -m "$model" --lora "$work/gemma4-moe-lora.gguf" \
             --reference tp1 --tp $tp --split-invariant --prompts 3 --n-tokens 12
     done
+fi
+if [[ $arch == qwen35 || $arch == qwen35moe || $arch == qwen3next ]]; then
+    # A multi-token-prediction layer after the others (nextn_predict_layers):
+    # read by neither side's decoder, the same logits.
+    "$make_model" --arch "$make_arch" --type q8_0 --seed 7 "${shape[@]}" --nextn-layers 1 -o "$work/$arch-mtp.gguf" \
+        >/dev/null 2>"$work/make.log" || cat "$work/make.log" >&2
+    check "$arch q8_0 with an MTP layer vs upstream" -m "$work/$arch-mtp.gguf" --reference upstream \
+        --no-split-invariant --prompts 3 --n-tokens 12
+    check "$arch q8_0 with an MTP layer tp2 split-invariant vs tp1" -m "$work/$arch-mtp.gguf" --reference tp1 --tp 2 \
+        --split-invariant --prompts 3 --n-tokens 12
 fi
 if [[ $arch == qwen3next ]]; then
     # Early Qwen3-Next files: q, k, v and the gate of each key head in turn

@@ -132,6 +132,8 @@ void validate_shape(Arch arch, const Shape & s) {
                                                         std::to_string(s.ssm_n_group) + ")");
         require(s.n_rot % 2 == 0 && s.n_rot >= 6,
                 "qwen35 rotates a quarter of each head: --head-dim must be at least 24");
+        require(s.n_nextn <= 1, "--nextn-layers must be 1 (upstream's multi-token prediction reads one layer), got " +
+                                    std::to_string(s.n_nextn));
     }
     if (arch == Arch::gemma4) {
         require_in_range(s.head_dim_global, "--head-dim-global");
@@ -439,6 +441,19 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
     }
 }
 
+// A multi-token-prediction layer, as upstream's qwen35 loader reads one: the
+// hidden state and the next token's embedding, each normed, projected
+// together to n_embd, then a gated full-attention layer with its FFN and a
+// norm before the (shared) output head.
+void plan_nextn_layer(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
+    planner.matrix(layer_tensor(il, "nextn.eh_proj.weight"), {2 * s.n_embd, s.n_embd});
+    planner.norm(layer_tensor(il, "nextn.enorm.weight"), s.n_embd);
+    planner.norm(layer_tensor(il, "nextn.hnorm.weight"), s.n_embd);
+    plan_gated_attention(planner, s, il);
+    plan_feed_forward(planner, arch, s, il);
+    planner.norm(layer_tensor(il, "nextn.shared_head_norm.weight"), s.n_embd);
+}
+
 // Overrides that only some architectures take. Experts: qwen3moe and gpt-oss
 // always (their own width, --n-ff-exp), llama where --n-expert asks for them
 // (Mixtral: each expert --n-ff wide).
@@ -474,6 +489,9 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     if (!has_linear_attention(arch) && (o.full_attention_interval || o.ssm_n_group || o.ssm_dt_rank || o.ssm_d_state)) {
         throw UsageError("--full-attention-interval and --ssm-* apply to qwen35, qwen35moe and qwen3next only, not " +
                          name);
+    }
+    if (!has_linear_attention(arch) && o.nextn_layers) {
+        throw UsageError("--nextn-layers applies to qwen35, qwen35moe and qwen3next only, not " + name);
     }
     if (arch != Arch::qwen3next && o.ssm_in) {
         throw UsageError("--ssm-in applies to qwen3next only, not " + name);
@@ -579,7 +597,7 @@ bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
            swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || reranker ||
            head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared || full_attention_interval ||
-           ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in;
+           ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in || nextn_layers;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -687,6 +705,7 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.ssm_dt_rank = o.ssm_dt_rank.value_or(2 * s.ssm_n_group);
         s.ssm_d_state = o.ssm_d_state.value_or(64);
         s.n_rot = s.head_dim / 4 / 2 * 2;  // partial rotary, a quarter of the head as the releases
+        s.n_nextn = o.nextn_layers.value_or(0);
     }
     if (arch == Arch::gemma4) {
         // As the releases: global layers' heads twice as large, half as many KV heads.
@@ -756,6 +775,7 @@ std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type
         plan_attention(planner, arch, s, il);
         plan_feed_forward(planner, arch, s, il);
     }
+    for (int64_t il = s.n_layer; il < s.n_layer + s.n_nextn; ++il) plan_nextn_layer(planner, arch, s, il);
     planner.norm("output_norm.weight", s.n_embd, s.tied_output ? head_scale : 1.0f);
     if (!s.tied_output) {
         planner.embedding("output.weight", {s.n_embd, n_vocab}, kLogitSpread * inv_sqrt_embd);
@@ -787,7 +807,8 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
     set_u32("vocab_size", n_vocab);
     set_u32("context_length", s.n_ctx);
     set_u32("embedding_length", s.n_embd);
-    set_u32("block_count", s.n_layer);
+    set_u32("block_count", s.n_layer + s.n_nextn);
+    if (s.n_nextn > 0) set_u32("nextn_predict_layers", s.n_nextn);
     set_u32("feed_forward_length", s.n_ff);
     set_u32("attention.head_count", s.n_head);
     set_u32("attention.head_count_kv", s.n_head_kv);

@@ -87,6 +87,11 @@ struct Shape {
     int64_t ssm_d_conv = 0;
     bool ssm_in = false;
     int64_t n_rot = 0;  // 0 until resolved: then head_dim, or a quarter of it (qwen35)
+    // Multi-token-prediction layers after the n_layer of the model
+    // (nextn_predict_layers, qwen35, qwen35moe, qwen3next): each a gated
+    // full-attention layer with its FFN, and the projection of the hidden
+    // state beside the next token's embedding (nextn.eh_proj) with their norms.
+    int64_t n_nextn = 0;
 };
 
 // Command-line overrides of single shape fields.
@@ -97,7 +102,7 @@ struct ShapeOverrides {
     std::optional<int64_t> n_swa, swa_pattern;
     std::optional<double> logit_softcap;
     std::optional<int64_t> head_dim_global, n_head_kv_global, n_embd_per_layer, n_kv_shared;
-    std::optional<int64_t> full_attention_interval, ssm_n_group, ssm_dt_rank, ssm_d_state;
+    std::optional<int64_t> full_attention_interval, ssm_n_group, ssm_dt_rank, ssm_d_state, nextn_layers;
     bool tied_output = false;
     bool reranker = false;
     bool ssm_in = false;

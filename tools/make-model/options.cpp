@@ -128,6 +128,7 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--ssm-n-group", size_field(&ShapeOverrides::ssm_n_group)},
         {"--ssm-dt-rank", size_field(&ShapeOverrides::ssm_dt_rank)},
         {"--ssm-d-state", size_field(&ShapeOverrides::ssm_d_state)},
+        {"--nextn-layers", size_field(&ShapeOverrides::nextn_layers)},
         {"--logit-softcap", [](ParseState & s, const std::string & f,
                                const std::string & v) { s.overrides.logit_softcap = parse_positive_real(f, v); }},
         {"--rope-theta", [](ParseState & s, const std::string & f,
@@ -308,6 +309,9 @@ shape overrides (positive integers unless noted):
                                       (default --n-head-kv, twice that, 64)
   --ssm-in                            qwen3next: q, k, v and the output gate in one
                                       ssm_in.weight per key head, as early files
+  --nextn-layers 1                    qwen35, qwen35moe, qwen3next: a multi-token-
+                                      prediction layer after the others
+                                      (nextn_predict_layers, blk.N.nextn.*)
   --tied-output                       no output.weight: the head reuses token_embd
   --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
                                       a rerank prompt template)
