@@ -40,6 +40,9 @@ std::vector<std::unique_ptr<Drafter>> make_drafters(const SpeculativeOptions & o
         e.progress = target.options().progress;
         e.split_invariant = false;  // one device: its float sums are upstream's
         e.shares_cores = true;
+        // A recurrent draft model goes back to its state from before its
+        // own proposal, as the target does (ModelDrafter::extend).
+        e.draft_states = true;
         drafters.push_back(std::make_unique<ModelDrafter>(Engine::load(e), target, options));
         SRV_INF("speculative decoding: draft-simple, up to %d tokens a step from %s", drafters.back()->n_max(),
                 options.draft_model.c_str());

@@ -163,7 +163,9 @@ void ModelDrafter::catch_up(std::vector<DraftRequest *> & requests, std::vector<
         bool known = true;
         for (size_t k = done; k < n && known; ++k) known = token_at(k) >= 0 && token_at(k) < n_vocab;
         if (done < have.size()) {
-            if (!engine_->seq_resumable(r.seq, (int32_t) done)) done = 0;
+            // Back to where the cache can go on: a recurrent model's state
+            // saved before its last proposal, else the start.
+            while (done > 0 && !engine_->seq_resumable(r.seq, (int32_t) done)) --done;
             engine_->seq_remove(r.seq, (int32_t) done, -1);
             have.resize(done);
         }
@@ -183,6 +185,11 @@ void ModelDrafter::catch_up(std::vector<DraftRequest *> & requests, std::vector<
 // Greedy steps of every slot still drafting, together, until each has its
 // n_max tokens or meets one below p_min.
 void ModelDrafter::extend(std::vector<DraftRequest *> & requests, std::vector<int32_t> & next) {
+    // A recurrent model's state after the last sampled token, to go back to
+    // once the target has checked what is drafted from it (catch_up).
+    if (!engine_->can_rewind()) {
+        for (const DraftRequest * r : requests) engine_->seq_save_state(r->seq);
+    }
     Batch batch;
     for (;;) {
         batch.clear();
