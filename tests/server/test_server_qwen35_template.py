@@ -12,12 +12,9 @@ import json
 import pytest
 
 from server_harness import ServerProcess, generated_model, server_bin
+from test_server_tools import ASK, WEATHER
+from test_server_tools import chat as post_chat
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
-                   "required": ["city"]}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NO_THINKING = {"enable_thinking": False}
 
 
@@ -32,10 +29,7 @@ def server(tmp_path_factory):
 
 
 def chat(server, **body):
-    body.setdefault("messages", ASK)
-    body.setdefault("max_tokens", 120)
-    body.setdefault("temperature", 0)
-    r = server.post("/v1/chat/completions", body, timeout=120)
+    r = post_chat(server, **body)
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]
 
