@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "ggml-alloc.h"
 #include "ggml.h"
@@ -190,6 +191,11 @@ void Rank::copy_state_row(std::pair<int32_t, int32_t> rows) {
     for (int il = 0; il < hp_.n_layer; ++il) {
         for (ggml_tensor * t : {kv_->conv_state(il), kv_->delta_state(il)}) {
             if (!t) continue;
+            if (ggml_backend_buffer_is_host(t->buffer)) {  // one copy, not two (every checked draft)
+                uint8_t * data = static_cast<uint8_t *>(t->data);
+                std::memcpy(data + (size_t) rows.second * t->nb[1], data + (size_t) rows.first * t->nb[1], t->nb[1]);
+                continue;
+            }
             row.resize(t->nb[1]);
             ggml_backend_tensor_get(t, row.data(), (size_t) rows.first * t->nb[1], t->nb[1]);
             ggml_backend_tensor_set(t, row.data(), (size_t) rows.second * t->nb[1], t->nb[1]);

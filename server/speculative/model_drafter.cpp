@@ -77,7 +77,8 @@ ModelDrafter::ModelDrafter(std::unique_ptr<Engine> draft, const Engine & target,
       n_max_(std::max<int32_t>(0, options.draft_n_max)),
       n_min_(std::max<int32_t>(0, options.draft_n_min)),
       p_min_(options.draft_p_min),
-      cached_(engine_->options().n_seq_max) {
+      cached_(engine_->options().n_seq_max),
+      saved_at_(cached_.size(), 0) {
     const std::string why = vocabulary_mismatch(target.tokenizer(), engine_->tokenizer());
     if (!why.empty()) {
         throw Error("draft model " + options.draft_model + " cannot draft for this model: " + why);
@@ -165,7 +166,10 @@ void ModelDrafter::catch_up(std::vector<DraftRequest *> & requests, std::vector<
         if (done < have.size()) {
             // Back to where the cache can go on: a recurrent model's state
             // saved before its last proposal, else the start.
-            while (done > 0 && !engine_->seq_resumable(r.seq, (int32_t) done)) --done;
+            if (!engine_->seq_resumable(r.seq, (int32_t) done)) {
+                const size_t saved = saved_at_[r.seq];
+                done = saved <= done && engine_->seq_resumable(r.seq, (int32_t) saved) ? saved : 0;
+            }
             engine_->seq_remove(r.seq, (int32_t) done, -1);
             have.resize(done);
         }
@@ -188,7 +192,10 @@ void ModelDrafter::extend(std::vector<DraftRequest *> & requests, std::vector<in
     // A recurrent model's state after the last sampled token, to go back to
     // once the target has checked what is drafted from it (catch_up).
     if (!engine_->can_rewind()) {
-        for (const DraftRequest * r : requests) engine_->seq_save_state(r->seq);
+        for (const DraftRequest * r : requests) {
+            engine_->seq_save_state(r->seq);
+            saved_at_[r->seq] = cached_[r->seq].size();
+        }
     }
     Batch batch;
     for (;;) {

@@ -45,6 +45,9 @@ class ModelDrafter : public Drafter {
     const float p_min_;
     // Per sequence: the tokens the draft's cache holds, positions 0..n-1.
     std::vector<std::vector<int32_t>> cached_;
+    // Per sequence: where a recurrent draft model's state was saved before
+    // its last proposal (0: nowhere).
+    std::vector<size_t> saved_at_;
 };
 
 // Why the two vocabularies cannot share token ids ("" when they can), by
