@@ -7,13 +7,16 @@
 // in qwen35's files (a rank's value heads are one range per multiple of
 // n_k_heads) and j / ratio in qwen3next's (one range). Per sequence it keeps
 // the convolution's last inputs and the delta-rule state of its heads
-// (KvCache::conv_state, delta_state), read and written by every step;
+// (KvCache::conv_state, delta_state; sized by delta_net_state below), read
+// and written by every step;
 // sequences of as many tokens each go through in one operation.
 #include "runtime/graph/graph_builder.h"
+#include "runtime/kv/layer_state.h"
 #include "runtime/model/gguf_file.h"
 #include "runtime/model/weight_declarer.h"
 #include "runtime/shard/axis.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -55,6 +58,15 @@ std::vector<ShardRange> delta_net_channels(const DeltaNetShape & s, const ShardR
         channels.push_back({2 * s.key_dim() + v.begin * s.head_v_dim, 2 * s.key_dim() + v.end * s.head_v_dim});
     }
     return channels;
+}
+
+DeltaNetState delta_net_state(const DeltaNetShape & d, int64_t k_heads) {
+    DeltaNetState s;
+    s.per_channel = std::max(0, d.conv_kernel - 1);
+    s.per_value_head = (int64_t) d.head_v_dim * d.head_v_dim;
+    s.channels = k_heads * (2 * (int64_t) d.head_k_dim + (int64_t) d.ratio() * d.head_v_dim);
+    s.value_heads = k_heads * d.ratio();
+    return s;
 }
 
 namespace {

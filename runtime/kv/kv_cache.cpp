@@ -1,6 +1,7 @@
 #include "runtime/kv/kv_cache.h"
 
 #include "runtime/error.h"
+#include "runtime/kv/layer_state.h"
 
 #include "ggml.h"
 
@@ -44,19 +45,15 @@ KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, con
     ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("out of memory creating the KV cache context");
     for (int il = 0; il < hp.n_layer; ++il) source_.push_back(hp.kv_layer(il));
-    const DeltaNetShape & d = hp.delta;
-    const int64_t channels = (int64_t) delta_k_heads * (2 * d.head_k_dim + d.ratio() * d.head_v_dim);
-    const int64_t v_heads = (int64_t) delta_k_heads * d.ratio();
+    const DeltaNetState state = delta_net_state(hp.delta, delta_k_heads);
     // A row per sequence, and a second one for its saved state.
     const int64_t rows = (int64_t) sizes.n_seq_max * (sizes.saved_states ? 2 : 1);
     for (int il = 0; il < hp.n_layer; ++il) {
-        const bool state = !hp.keeps_kv(il);
-        conv_.push_back(state ? ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F32, (d.conv_kernel - 1) * channels, rows)
-                              : nullptr);
-        delta_.push_back(
-            state ? ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F32, v_heads * d.head_v_dim * d.head_v_dim, rows)
-                  : nullptr);
-        if (state) {
+        const bool keeps_state = !hp.keeps_kv(il);
+        conv_.push_back(keeps_state ? ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F32, state.conv_row(), rows) : nullptr);
+        delta_.push_back(keeps_state ? ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F32, state.delta_row(), rows)
+                                     : nullptr);
+        if (keeps_state) {
             ggml_format_name(conv_.back(), "conv_state_l%d", il);
             ggml_format_name(delta_.back(), "delta_state_l%d", il);
         }

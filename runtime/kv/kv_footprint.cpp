@@ -1,9 +1,8 @@
 #include "runtime/engine.h"
 #include "runtime/kv/kv_pools.h"
+#include "runtime/kv/layer_state.h"
 #include "runtime/model/gguf_file.h"
 #include "runtime/model/hparams.h"
-
-#include <algorithm>
 
 namespace llama_tp {
 
@@ -23,9 +22,7 @@ KvFootprint kv_footprint(const EngineOptions & options) {
             kv.bytes_per_cell += bytes;
         }
     }
-    const DeltaNetShape & d = hp.delta;
-    const uint64_t state = sizeof(float) * ((uint64_t) std::max(0, d.conv_kernel - 1) * (uint64_t) d.channels() +
-                                            (uint64_t) d.head_v_dim * (uint64_t) d.head_v_dim * (uint64_t) d.n_v_heads);
+    const uint64_t state = delta_net_state(hp.delta, hp.delta.n_k_heads).bytes();
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.keeps_kv(il)) kv.fixed_bytes_per_slot += options.draft_states ? 2 * state : state;
     }

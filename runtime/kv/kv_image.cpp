@@ -1,5 +1,6 @@
 #include "runtime/kv/kv_image.h"
 
+#include "runtime/kv/layer_state.h"
 #include "runtime/shard/axis.h"
 
 #include <algorithm>
@@ -23,14 +24,14 @@ KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32
         l.total += (layer.k_row_bytes() + layer.v_row_bytes()) * (size_t) layer.n_cells;
         l.layers.push_back(layer);
     }
-    const DeltaNetShape & d = hp.delta;
-    l.delta = d;
-    l.conv_channel_bytes = sizeof(float) * (size_t) std::max(0, d.conv_kernel - 1);
-    l.delta_head_bytes = sizeof(float) * (size_t) d.head_v_dim * (size_t) d.head_v_dim;
+    const DeltaNetState state = delta_net_state(hp.delta, hp.delta.n_k_heads);
+    l.delta = hp.delta;
+    l.conv_channel_bytes = sizeof(float) * (size_t) state.per_channel;
+    l.delta_head_bytes = sizeof(float) * (size_t) state.per_value_head;
     for (int il = 0; il < hp.n_layer; ++il) {
         if (hp.keeps_kv(il)) continue;
-        State s{il, l.total, l.total + l.conv_channel_bytes * (size_t) d.channels()};
-        l.total = s.delta_at + l.delta_head_bytes * (size_t) d.n_v_heads;
+        State s{il, l.total, l.total + l.conv_channel_bytes * (size_t) state.channels};
+        l.total = s.delta_at + l.delta_head_bytes * (size_t) state.value_heads;
         l.states.push_back(s);
     }
     return l;
