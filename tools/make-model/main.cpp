@@ -1,8 +1,8 @@
 // llama-tp-make-model: writes GGUF models with seeded random weights and a
 // real tokenizer, to test llama-tp's runtime against upstream libllama.
 
-#include "tools/make-model/gguf_output.h"
-#include "tools/make-model/model_spec.h"
+#include "tools/make-model/output/gguf_output.h"
+#include "tools/make-model/spec/model_spec.h"
 #include "tools/make-model/options.h"
 
 #include <algorithm>

@@ -1,9 +1,9 @@
 #pragma once
 // Command-line options of llama-tp-make-model.
 
-#include "tools/make-model/control_vector_output.h"
-#include "tools/make-model/lora_output.h"
-#include "tools/make-model/model_spec.h"
+#include "tools/make-model/output/control_vector_output.h"
+#include "tools/make-model/output/lora_output.h"
+#include "tools/make-model/spec/model_spec.h"
 
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
-#include "tools/make-model/gguf_output.h"
+#include "tools/make-model/output/gguf_output.h"
 
-#include "tools/make-model/atomic_file.h"
-#include "tools/make-model/tensor_data.h"
+#include "tools/make-model/output/atomic_file.h"
+#include "tools/make-model/output/tensor_data.h"
 
 #include "ggml.h"
 #include "gguf.h"

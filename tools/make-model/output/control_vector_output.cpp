@@ -1,7 +1,7 @@
-#include "tools/make-model/control_vector_output.h"
+#include "tools/make-model/output/control_vector_output.h"
 
-#include "tools/make-model/gguf_output.h"
-#include "tools/make-model/model_spec.h"
+#include "tools/make-model/output/gguf_output.h"
+#include "tools/make-model/spec/model_spec.h"
 
 #include <vector>
 

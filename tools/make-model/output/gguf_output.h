@@ -3,7 +3,7 @@
 // metadata, and tensor data streamed to a temporary file that is renamed into
 // place only once complete.
 
-#include "tools/make-model/model_spec.h"
+#include "tools/make-model/spec/model_spec.h"
 
 #include <cstdint>
 #include <memory>

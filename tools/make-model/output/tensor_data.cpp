@@ -1,4 +1,4 @@
-#include "tools/make-model/tensor_data.h"
+#include "tools/make-model/output/tensor_data.h"
 
 #include "tools/make-model/random.h"
 

@@ -1,6 +1,6 @@
-#include "tools/make-model/atomic_file.h"
+#include "tools/make-model/output/atomic_file.h"
 
-#include "tools/make-model/model_spec.h"
+#include "tools/make-model/spec/model_spec.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

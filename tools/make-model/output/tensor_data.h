@@ -2,7 +2,7 @@
 // Seeded tensor contents, generated and converted to the storage type in
 // slabs so that even a multi-gigabyte model needs little memory.
 
-#include "tools/make-model/model_spec.h"
+#include "tools/make-model/spec/model_spec.h"
 
 #include <cstddef>
 #include <cstdint>
