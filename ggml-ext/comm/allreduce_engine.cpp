@@ -1,8 +1,8 @@
 #include "ggml-ext/comm/allreduce_engine.h"
 
-#include "ggml-ext/comm/allreduce_butterfly.h"
-#include "ggml-ext/comm/allreduce_cpu.h"
-#include "ggml-ext/comm/allreduce_none.h"
+#include "ggml-ext/comm/host/allreduce_butterfly.h"
+#include "ggml-ext/comm/host/allreduce_cpu.h"
+#include "ggml-ext/comm/host/allreduce_none.h"
 #include "ggml-ext/comm/process_group.h"
 #include "ggml-ext/environment.h"
 #include "ggml-ext/error.h"

@@ -1,4 +1,4 @@
-#include "ggml-ext/comm/allreduce_none.h"
+#include "ggml-ext/comm/host/allreduce_none.h"
 
 #include "ggml-ext/error.h"
 

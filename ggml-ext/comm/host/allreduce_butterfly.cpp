@@ -1,4 +1,4 @@
-#include "ggml-ext/comm/allreduce_butterfly.h"
+#include "ggml-ext/comm/host/allreduce_butterfly.h"
 
 #include "ggml-ext/comm/allreduce_backoff.h"
 #include "ggml-ext/comm/allreduce_wire.h"
