@@ -9,7 +9,7 @@
 #include "server/chat/chat_format.h"
 #include "server/build_info.h"
 #include "server/serving/context_size.h"
-#include "server/serving/prompt_cache.h"
+#include "server/serving/cache/prompt_cache.h"
 #include "server/routes/route_table.h"
 #include "server/http/http_task_queue.h"
 #include "server/http/listener.h"

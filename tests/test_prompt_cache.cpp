@@ -1,7 +1,7 @@
 // The prompt cache of --cache-ram: what it keeps, what it gives back, and
 // what it drops to stay under its limit.
 
-#include "server/serving/prompt_cache.h"
+#include "server/serving/cache/prompt_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include "server/http/metrics.h"
 #include "server/serving/lora_adapters.h"
 #include "server/serving/scheduler/scheduler.h"
-#include "server/serving/slot_file.h"
+#include "server/serving/cache/slot_file.h"
 
 #include <cpp-httplib/httplib.h>
 

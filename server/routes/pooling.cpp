@@ -4,8 +4,8 @@
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
 #include "server/http/http_access.h"
-#include "server/api/embeddings.h"
-#include "server/api/rerank.h"
+#include "server/api/pooling/embeddings.h"
+#include "server/api/pooling/rerank.h"
 #include "server/serving/generation.h"
 
 #include <cpp-httplib/httplib.h>

@@ -1,6 +1,6 @@
 #include "server/serving/slot.h"
 
-#include "server/serving/token_prefix.h"
+#include "server/serving/cache/token_prefix.h"
 
 #include <algorithm>
 

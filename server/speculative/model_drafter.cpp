@@ -4,7 +4,7 @@
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
 #include "server/log.h"
-#include "server/serving/token_prefix.h"
+#include "server/serving/cache/token_prefix.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,7 +7,7 @@
 #include "server/api/anthropic_messages.h"
 #include "server/api/openai_responses.h"
 #include "server/api/request.h"
-#include "server/api/rerank.h"
+#include "server/api/pooling/rerank.h"
 #include "server/http/api_error.h"
 #include "server/http/json_fields.h"
 

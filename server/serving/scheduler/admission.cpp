@@ -6,7 +6,7 @@
 #include "runtime/text/tokenizer.h"
 #include "server/log.h"
 #include "server/serving/scheduler/task_events.h"
-#include "server/serving/token_prefix.h"
+#include "server/serving/cache/token_prefix.h"
 
 #include "reasoning-budget.h"
 

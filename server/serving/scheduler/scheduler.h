@@ -8,7 +8,7 @@
 #include "runtime/engine.h"
 #include "server/speculative/drafter.h"
 #include "server/http/metrics.h"
-#include "server/serving/prompt_cache.h"
+#include "server/serving/cache/prompt_cache.h"
 #include "server/serving/slot.h"
 #include "server/serving/task.h"
 

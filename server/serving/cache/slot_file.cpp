@@ -1,4 +1,4 @@
-#include "server/serving/slot_file.h"
+#include "server/serving/cache/slot_file.h"
 
 #include <cstdio>
 #include <cstring>

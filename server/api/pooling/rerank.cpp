@@ -1,4 +1,4 @@
-#include "server/api/rerank.h"
+#include "server/api/pooling/rerank.h"
 
 #include "runtime/text/tokenizer.h"
 #include "server/http/api_error.h"

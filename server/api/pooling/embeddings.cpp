@@ -1,4 +1,4 @@
-#include "server/api/embeddings.h"
+#include "server/api/pooling/embeddings.h"
 
 #include "runtime/text/tokenizer.h"
 

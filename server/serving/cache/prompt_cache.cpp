@@ -1,6 +1,6 @@
-#include "server/serving/prompt_cache.h"
+#include "server/serving/cache/prompt_cache.h"
 
-#include "server/serving/token_prefix.h"
+#include "server/serving/cache/token_prefix.h"
 
 #include <algorithm>
 
