@@ -3,7 +3,7 @@
 --control-vector-layer-range, added to the hidden state after each layer in
 range; --tp 2 gives one device's answers; a file that cannot apply stops the
 server with a message naming it. (llama-tp-compare checks the logits against
-upstream's in tests/compare_matrix.sh.)"""
+upstream's in tests/models/compare_matrix.sh.)"""
 
 import subprocess
 

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "gguf.h"
-#include "tests/gguf_edit.h"
+#include "tests/runtime/gguf_edit.h"
 
 namespace llama_tp {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/gguf_edit.h"
+#include "tests/runtime/gguf_edit.h"
 
 namespace llama_tp {
 namespace {

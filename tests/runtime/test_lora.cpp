@@ -14,7 +14,7 @@
 
 #include "ggml.h"
 #include "gguf.h"
-#include "tests/gguf_edit.h"
+#include "tests/runtime/gguf_edit.h"
 
 namespace llama_tp {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/gguf_edit.h"
+#include "tests/runtime/gguf_edit.h"
 
 #include <unistd.h>
 
