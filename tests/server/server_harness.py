@@ -12,6 +12,7 @@ Run with the system interpreter: /usr/bin/python3 -m pytest tests/server
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -23,6 +24,8 @@ import pytest
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
+# Chat templates the tests serve with (--chat-template-file).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 STARTUP_TIMEOUT_S = 60
 
 
@@ -214,3 +217,21 @@ def sse_events(resp):
         assert line.startswith("data: "), f"unexpected SSE line: {line!r}"
         out.append(line[len("data: "):])
     return out
+
+
+def parse_metrics(text):
+    """{name or name{labels}: value}, checking that every sample has HELP and TYPE."""
+    helped, typed, values = set(), set(), {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helped.add(line.split()[2])
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            assert kind in ("counter", "gauge"), line
+            typed.add(name)
+        elif line:
+            m = re.fullmatch(r'([a-z_:]+)(\{[^}]*\})? (\S+)', line)
+            assert m, line
+            assert m.group(1) in helped and m.group(1) in typed, line
+            values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return values

@@ -1,7 +1,6 @@
 """Bad input gets a 4xx with an OpenAI error object; the server keeps serving."""
 
 import pytest
-import requests
 
 from server_harness import assert_error
 

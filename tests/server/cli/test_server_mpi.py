@@ -16,87 +16,8 @@ import pytest
 import requests
 
 from model_hub import ModelHub
+from mpi_server import MPIRUN, MpiServer, require_mpirun
 from server_harness import ServerProcess, free_port, generated_model, server_bin
-
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-GROUP_GONE_S = 10
-
-
-def require_mpirun():
-    if shutil.which("mpirun") is None:
-        pytest.fail("mpirun not found: install openmpi-bin (tools/setup.sh does)", pytrace=False)
-
-
-def launched_ranks(mpirun_pid):
-    """{rank: pid} of the processes mpirun started on this machine."""
-    ranks = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid != mpirun_pid:
-                continue
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        for var in env:
-            if var.startswith(b"OMPI_COMM_WORLD_RANK="):
-                ranks[int(var.split(b"=", 1)[1])] = int(entry.name)
-    return ranks
-
-
-def alive(pid):
-    """Running or stopped, not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-class MpiServer(ServerProcess):
-    def __init__(self, *extra_args, n=2, model=None, **kw):
-        require_mpirun()
-        super().__init__(*extra_args, model=model, launcher=[*MPIRUN, "-n", str(n)], **kw)
-        self.ranks = launched_ranks(self.proc.pid)
-        assert sorted(self.ranks) == list(range(n)), (self.ranks, self.log_text())
-
-    def stop(self, timeout=15):
-        # SIGTERM to process 0: it ends the followers and mpirun exits 0.
-        if self.proc.poll() is None and alive(self.ranks[0]):
-            os.kill(self.ranks[0], signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass  # the harness's stop signals mpirun and reports it
-        return super().stop(timeout)
-
-    def health_while_running(self, since):
-        """/health's statuses, asked every 0.1 s until mpirun exits (at most GROUP_GONE_S)."""
-        statuses = []
-        while self.proc.poll() is None and time.time() - since < GROUP_GONE_S:
-            try:
-                statuses.append(requests.get(self.base + "/health", timeout=1).status_code)
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        return statuses
-
-    def wait_group_gone(self, since):
-        deadline = since + GROUP_GONE_S
-        while time.time() < deadline:
-            if self.proc.poll() is not None and not any(alive(p) for p in self.ranks.values()):
-                return time.time() - since
-            time.sleep(0.05)
-        left = [p for p in self.ranks.values() if alive(p)]
-        for p in left:
-            os.kill(p, signal.SIGKILL)
-        self.proc.kill()
-        pytest.fail(f"group still running {GROUP_GONE_S} s after the fault (left: {left}):\n{self.log_text()}",
-                    pytrace=False)
-
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -334,7 +255,7 @@ def test_a_process_with_one_changed_byte_of_weights_is_refused(model, tmp_path):
     assert refusal, r.stderr
     # The process, its host and its file, and what differs.
     assert "process 1 on" in refusal[0] and f"(model file '{changed}')" in refusal[0], refusal[0]
-    assert f"process 0 on" in refusal[0] and f"(model file '{model}')" in refusal[0], refusal[0]
+    assert "process 0 on" in refusal[0] and f"(model file '{model}')" in refusal[0], refusal[0]
     assert "tensor data is" in refusal[0], refusal[0]
     assert "tensor data digest" in r.stderr  # the time it took is logged
 

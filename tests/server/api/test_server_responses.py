@@ -2,13 +2,12 @@
 outputs sent back, the stream of response.* events, and what it refuses."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess, assert_error, named_sse_events
+from server_harness import TEMPLATES, ServerProcess, assert_error, named_sse_events
 
-TEMPLATE = Path(__file__).resolve().parent / "templates" / "tool_calls.jinja"
+TEMPLATE = TEMPLATES / "tool_calls.jinja"
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
                           "required": ["city"]}}

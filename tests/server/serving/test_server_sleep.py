@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from server_harness import ServerProcess, generated_model, model_path, server_bin
-from test_server_mpi import MpiServer
+from mpi_server import MpiServer
 
 BODY = {"prompt": "Once upon a time there was a little", "n_predict": 16, "temperature": 0, "ignore_eos": True}
 

@@ -1,26 +1,7 @@
 """GET /metrics: Prometheus text format with request, token and slot figures."""
 
-import re
 
-from server_harness import ServerProcess
-
-
-def parse_metrics(text):
-    """{name or name{labels}: value}, checking that every sample has HELP and TYPE."""
-    helped, typed, values = set(), set(), {}
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            helped.add(line.split()[2])
-        elif line.startswith("# TYPE "):
-            _, _, name, kind = line.split()
-            assert kind in ("counter", "gauge"), line
-            typed.add(name)
-        elif line:
-            m = re.fullmatch(r'([a-z_:]+)(\{[^}]*\})? (\S+)', line)
-            assert m, line
-            assert m.group(1) in helped and m.group(1) in typed, line
-            values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-    return values
+from server_harness import ServerProcess, parse_metrics
 
 
 def test_metrics_format_and_counts(server):

@@ -4,13 +4,12 @@ bare JSON objects), and tool_choice "required", whose grammar makes even the
 tiny test model write a well-formed call. Enum arguments keep it short."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess, assert_error
+from server_harness import TEMPLATES, ServerProcess, assert_error
 
-TEMPLATE = Path(__file__).resolve().parent / "templates" / "tool_calls.jinja"
+TEMPLATE = TEMPLATES / "tool_calls.jinja"
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
@@ -140,7 +139,7 @@ def test_streamed_auto_content_matches_blocking(tool_server):
     assert finish == blocking["finish_reason"] == "length"
 
 
-TAGGED_TEMPLATE = Path(__file__).resolve().parent / "templates" / "tool_call_tags.jinja"
+TAGGED_TEMPLATE = TEMPLATES / "tool_call_tags.jinja"
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,7 @@ llama-server's router does: the model list with statuses, /models/load and
 and children that end with it."""
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import threading
 import time

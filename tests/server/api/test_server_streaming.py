@@ -3,7 +3,6 @@
 import json
 import re
 
-import requests
 
 PROMPT = "Once upon a time, there was a little girl named Lily."
 

@@ -6,13 +6,12 @@ reasoning given back in history, a trailing assistant message continued
 (reasoning_control, /v1/chat/completions/control). The tiny model is made to "think" by a grammar."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess, assert_error
+from server_harness import TEMPLATES, ServerProcess, assert_error
 
-TEMPLATE = Path(__file__).parent / "templates" / "thinking.jinja"
+TEMPLATE = TEMPLATES / "thinking.jinja"
 THOUGHT = "<think>\nI plan.\n</think>\n\nThe answer."
 GRAMMAR = 'root ::= "' + THOUGHT.replace("\n", "\\n") + '"'
 USER = [{"role": "user", "content": "hi"}]
@@ -115,7 +114,7 @@ def test_trailing_assistant_message_is_continued(thinker):
 # A template that opens the thinking block in the generation prompt, and
 # thinking that would not end: words until the tokens run out, unless the
 # budget forces the end tag; the answer follows it.
-OPEN_TEMPLATE = Path(__file__).parent / "templates" / "thinking_open.jinja"
+OPEN_TEMPLATE = TEMPLATES / "thinking_open.jinja"
 OPEN_THOUGHT = 'root ::= [a-zA-Z .]* "</think>\\n\\nThe answer."'
 
 

@@ -5,7 +5,6 @@ served from there, and found there again without the network."""
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 

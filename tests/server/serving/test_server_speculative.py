@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from server_harness import ServerProcess, generated_model, model_path, server_bin
-from test_server_metrics import parse_metrics
-from test_server_mpi import MpiServer
+from server_harness import parse_metrics
+from mpi_server import MpiServer
 
 PROMPT = "Once upon a time there was a little"
 

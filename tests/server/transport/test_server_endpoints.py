@@ -2,8 +2,6 @@
 
 import json
 
-from server_harness import assert_error
-
 PROMPT = "Once upon a time, there was a little girl named Lily."
 
 

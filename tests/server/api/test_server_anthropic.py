@@ -4,13 +4,11 @@ sent back, a text answer; the same as a stream of Anthropic's events;
 thinking blocks; token counting; what the API refuses."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess, assert_error, named_sse_events
+from server_harness import TEMPLATES, ServerProcess, assert_error, named_sse_events
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 WEATHER = {"name": "get_weather", "description": "Current weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
                             "required": ["city"]}}

@@ -1,7 +1,6 @@
 """Continuous batching: more requests than slots, and clients that leave."""
 
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 

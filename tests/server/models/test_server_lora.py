@@ -6,7 +6,6 @@ giving one device's answers."""
 
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 

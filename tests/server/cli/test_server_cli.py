@@ -1,6 +1,5 @@
 """Command line: bad flags exit 2, load failures exit 1, signals exit 0."""
 
-import json
 import re
 import signal
 import struct

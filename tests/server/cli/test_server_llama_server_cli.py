@@ -9,7 +9,6 @@ import shlex
 import subprocess
 
 import pytest
-import requests
 
 from server_harness import REPO, ServerProcess, free_port, model_path, require_binary_and_model, server_bin
 

@@ -7,15 +7,13 @@ import socket
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from server_harness import ServerProcess, generated_model, model_path, server_bin
+from server_harness import TEMPLATES, ServerProcess, generated_model, model_path, server_bin
 
 PROMPT = "Once upon a time, there was a little girl named Lily."
-TEMPLATES = Path(__file__).parent / "templates"
 
 
 def complete(server, **body):

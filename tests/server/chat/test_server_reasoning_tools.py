@@ -5,13 +5,12 @@ opens the thinking block in the generation prompt; a reasoning budget closes
 it and tool_choice "required" makes even the tiny model write the call."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from server_harness import ServerProcess
+from server_harness import TEMPLATES, ServerProcess
 
-TEMPLATE = Path(__file__).resolve().parent / "templates" / "thinking_tools.jinja"
+TEMPLATE = TEMPLATES / "thinking_tools.jinja"
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object", "properties": {
