@@ -6,10 +6,10 @@ import signal
 import sys
 from pathlib import Path
 
-from .compare import compare_states, format_comparison
 from .errors import RunError, UsageError
-from .graders import GRADER_NAMES
+from .grading.graders import GRADER_NAMES
 from .plan import apply_judge_overrides, check_resume_conflicts, new_plan, request_settings, server_list
+from .report.compare import compare_states, format_comparison
 from .run import execute
 from .state import StateStore, read_state, write_json_atomic
 

@@ -4,11 +4,11 @@ reconciling them with the configuration stored by an earlier run (--resume)."""
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .cases import Case
-from .datasets import (DEFAULT_GRADER, GPQA, KNOWN_DATASETS, SHIPPED, load_dataset_file, load_gpqa, load_shipped,
+from .questions.cases import Case
+from .questions.datasets import (DEFAULT_GRADER, GPQA, KNOWN_DATASETS, SHIPPED, load_dataset_file, load_gpqa, load_shipped,
                        sample_cases)
 from .errors import UsageError, warn
-from .graders import GRADER_NAMES, script_command
+from .grading.graders import GRADER_NAMES, script_command
 from .http_client import normalise_server_url
 from .tasks import new_task
 

@@ -14,9 +14,9 @@ except ImportError:  # a Python without tqdm: PlainProgress below
 
 from .case_log import CaseLog
 from .errors import RunError, UsageError, warn
-from .graders import ChoiceGrader, JudgeGrader, RegexGrader, ScriptGrader
+from .grading.graders import ChoiceGrader, JudgeGrader, RegexGrader, ScriptGrader
 from .http_client import ChatClient
-from .report_text import summary_table
+from .report.report_text import summary_table
 from .scheduler import Runner, Server
 from .state import StateStore
 from .tasks import DONE, ERROR, request_payload
@@ -141,7 +141,7 @@ def write_reports(store: StateStore, html_path: Optional[str]) -> None:
     state = store.snapshot()
     print(summary_table(state))
     if html_path:
-        from .report_html import render_html  # imports matplotlib: only when asked for
+        from .report.report_html import render_html  # imports matplotlib: only when asked for
         try:
             Path(html_path).write_text(render_html(state), encoding="utf-8")
         except OSError as err:

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from .graders import GradingError
+from .grading.graders import GradingError
 from .http_client import CLIENT, ChatClient, Completion, RequestFailure
 from .state import StateStore, now_iso
 from .tasks import DONE, ERROR

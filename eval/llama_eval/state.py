@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from .errors import UsageError
-from .summary import summarise
+from .report.summary import summarise
 from .tasks import DONE
 
 FORMAT = "llama-eval-state"

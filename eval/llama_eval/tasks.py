@@ -3,8 +3,8 @@ the request sent for it."""
 
 from typing import Dict, Optional
 
-from .cases import Case
-from .prompts import build_messages
+from .questions.cases import Case
+from .questions.prompts import build_messages
 
 PENDING, DONE, ERROR = "pending", "done", "error"
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from llama_eval.answers import answers_equivalent, boxed_contents, extract_answer, extract_choice, numeric_value
-from llama_eval.graders import ChoiceGrader, RegexGrader
+from llama_eval.grading.answers import answers_equivalent, boxed_contents, extract_answer, extract_choice, numeric_value
+from llama_eval.grading.graders import ChoiceGrader, RegexGrader
 
 # (model response, reference, expected verdict)
 REGEX_CASES = [

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from conftest import gpqa_rows, write_gpqa_csv
-from llama_eval.answers import numeric_value
-from llama_eval.datasets import load_dataset_file, load_gpqa, load_shipped, sample_cases
+from llama_eval.grading.answers import numeric_value
+from llama_eval.questions.datasets import load_dataset_file, load_gpqa, load_shipped, sample_cases
 from llama_eval.errors import UsageError
-from llama_eval.prompts import build_messages, parse_options, user_prompt
+from llama_eval.questions.prompts import build_messages, parse_options, user_prompt
 from llama_eval.simulator.index import QuestionIndex
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import done_tasks, load_state, run_eval
 from json_reply import reply_json
-from llama_eval.graders import GradingError, JudgeGrader, ScriptGrader, parse_judge_verdict
+from llama_eval.grading.graders import GradingError, JudgeGrader, ScriptGrader, parse_judge_verdict
 from llama_eval.http_client import ChatClient
 
 VERDICTS = [

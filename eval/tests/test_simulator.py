@@ -7,9 +7,9 @@ import pytest
 import requests
 
 from conftest import SimulatorProcess
-from llama_eval.datasets import SHIPPED, load_shipped
-from llama_eval.graders import RegexGrader
-from llama_eval.prompts import build_messages, user_prompt
+from llama_eval.questions.datasets import SHIPPED, load_shipped
+from llama_eval.grading.graders import RegexGrader
+from llama_eval.questions.prompts import build_messages, user_prompt
 from llama_eval.simulator.responses import decide
 
 

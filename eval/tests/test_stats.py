@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from llama_eval.stats import (clustered_accuracy, mcnemar_exact_p, pass_at_k, pass_at_k_levels, paired_difference,
+from llama_eval.report.stats import (clustered_accuracy, mcnemar_exact_p, pass_at_k, pass_at_k_levels, paired_difference,
                               t_quantile, wilson_interval)
-from llama_eval.summary import group_summary
+from llama_eval.report.summary import group_summary
 
 
 @pytest.mark.parametrize("df,expected", [(1, 12.7062), (2, 4.3027), (10, 2.2281), (30, 2.0423), (1000, 1.9623)])

@@ -4,8 +4,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..datasets import GPQA, KNOWN_DATASETS, SHIPPED, load_dataset_file, load_gpqa, load_shipped
 from ..errors import UsageError
+from ..questions.datasets import GPQA, KNOWN_DATASETS, SHIPPED, load_dataset_file, load_gpqa, load_shipped
 from .index import QuestionIndex
 from .server import Simulator, SimulatorConfig, make_server
 

@@ -7,8 +7,8 @@ question does not matter and no fuzzy scan is needed."""
 
 from typing import Dict, Iterable, Optional
 
-from ..cases import Case
-from ..prompts import normalise_text, question_candidates
+from ..questions.cases import Case
+from ..questions.prompts import normalise_text, question_candidates
 
 
 class QuestionIndex:

@@ -5,9 +5,9 @@ import random
 import re
 from typing import Dict, Optional
 
-from ..answers import answers_equivalent, numeric_value
-from ..cases import Case, choice_letter
-from ..prompts import normalise_text, parse_options
+from ..grading.answers import answers_equivalent, numeric_value
+from ..questions.cases import Case, choice_letter
+from ..questions.prompts import normalise_text, parse_options
 
 CHARS_PER_TOKEN = 4  # rough English/LaTeX average, good enough for usage numbers
 

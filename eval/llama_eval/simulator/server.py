@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, Optional
 
-from ..prompts import last_user_text
+from ..questions.prompts import last_user_text
 from .index import QuestionIndex
 from .responses import decide, estimate_tokens, truncate_to_tokens
 

@@ -4,8 +4,8 @@ server, and per server and dataset."""
 from collections import OrderedDict, defaultdict
 from typing import Dict, Iterable, List
 
+from ..tasks import DONE, ERROR, PENDING
 from .stats import clustered_accuracy, mean_pass_at_k, pass_at_k_levels
-from .tasks import DONE, ERROR, PENDING
 
 
 def _clusters(done_tasks: List[Dict]) -> List[List[int]]:

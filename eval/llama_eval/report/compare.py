@@ -6,9 +6,9 @@ import os
 from collections import OrderedDict
 from typing import Dict, List
 
+from ..tasks import DONE
 from .report_text import percent
 from .stats import mcnemar_exact_p, paired_difference
-from .tasks import DONE
 
 CONFIG_KEYS_THAT_MATTER = ("datasets", "n_cases", "sample_seed", "n_repeats", "grader", "sampling",
                            "system_prompt", "model")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..errors import UsageError
+from ..http_client import ChatClient, RequestFailure
 from .answers import answers_equivalent, extract_answer, extract_choice, last_boxed
-from .errors import UsageError
-from .http_client import ChatClient, RequestFailure
 
 GRADER_NAMES = ("regex", "mc", "cli", "llm")
 RESPONSE_TAIL_CHARS = 2000  # what a judge sees of a response with no extractable answer

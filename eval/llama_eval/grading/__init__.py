@@ -1,0 +1,1 @@
+"""Extracting answers from replies and grading them."""

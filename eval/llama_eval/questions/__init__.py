@@ -1,0 +1,1 @@
+"""The questions: datasets, their cases, and the prompts made of them."""

@@ -1,0 +1,1 @@
+"""Summaries, statistics, comparisons of runs, and the text and HTML reports."""
