@@ -7,6 +7,7 @@
 #include "server/api/request.h"
 #include "server/chat/chat_format.h"
 #include "server/serving/generation.h"
+#include "server/serving/prompt.h"
 
 #include <cpp-httplib/httplib.h>
 

@@ -1,6 +1,6 @@
 #pragma once
 // A generation request of any API becomes scheduler tasks and an answer: its
-// prompt (chat template, tools, infill), one task per choice, and the reply,
+// prompt (server/serving/prompt.h), one task per choice, and the reply,
 // whole or streamed, in the API's shape; and prompts pooled (embeddings,
 // rerank) in whichever slots are free.
 
@@ -36,9 +36,5 @@ size_t prompt_tokens(ServerState & st, const json & chat_body);
 // went away. `field` names the body's field for a prompt that does not fit.
 std::vector<TaskEvent> run_pooled(ServerState & st, const httplib::Request & req,
                                   const std::vector<std::vector<int32_t>> & prompts, const char * field);
-
-// The server's defaults (--reasoning-format, --reasoning, --chat-template-kwargs,
-// --prefill-assistant, --skip-chat-parsing) with what the request says over them.
-ChatTurnOptions turn_options(const ServerState & st, const GenerationRequest & gr);
 
 }  // namespace llama_tp::server
