@@ -61,31 +61,7 @@ case $arch in
                        --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
 
-failures=0 cases=0
-check() {  # description, compare arguments...
-    local what=$1; shift
-    cases=$((cases + 1))
-    local out
-    out=$("$compare" "$@" --json -t 2 2>"$work/stderr.log")
-    local rc=$?
-    echo "$what: $out"
-    if [[ -n ${expect_exact:-} && $out != *"\"split_invariant\": $expect_exact"* ]]; then
-        echo "FAILED: $what: expected split_invariant $expect_exact" >&2
-        rc=1
-    fi
-    # Split-invariant sums against one rank: the contract's clause is exact
-    # only where the slices sit on the 16-row tiles, so the result is checked
-    # here too; a split that fell off them would pass the float-sum bounds.
-    if [[ $* == *--split-invariant* && $* == *"--reference tp1"* && $out != *'"max_abs_prob_diff": 0.000e+00,'* ]]; then
-        echo "FAILED: $what: split-invariant sums gave other probabilities than one rank" >&2
-        rc=1
-    fi
-    if ((rc != 0)); then
-        failures=$((failures + 1))
-        echo "FAILED: $what" >&2
-        tail -5 "$work/stderr.log" >&2
-    fi
-}
+source "$(dirname "$0")/compare_check.sh"
 
 types=(f32 f16 q8_0 q4_k)
 [[ $arch == gpt-oss ]] && types+=(mxfp4)

@@ -44,21 +44,20 @@ TEST(AccuracyContract, DefaultSumsFollowTheActivationType) {
     EXPECT_EQ(contract_bounds(q8_cache, model(false)).near_tie, 2e-2);
     const AccuracyBounds q = contract_bounds(against_tp1(), model(true));
     EXPECT_LT(q.max_abs_dp, 0.0);
-    EXPECT_EQ(q.max_mean_kl, 1e-3);
+    EXPECT_EQ(q.max_mean_kl, 6e-3);
     EXPECT_EQ(q.near_tie, 2e-2);
-    EXPECT_EQ(q.min_top1, 0.97);
-    EXPECT_TRUE(q.greedy);
+    EXPECT_EQ(q.min_top1, 0.95);
+    EXPECT_FALSE(q.greedy) << "a flipped 8-bit step can part the greedy texts";
     const AccuracyBounds moe = contract_bounds(against_tp1(), model(true, true));
-    EXPECT_EQ(moe.max_mean_kl, 1e-3);
+    EXPECT_EQ(moe.max_mean_kl, 6e-3);
     EXPECT_EQ(moe.min_top1, 0.0);
     EXPECT_FALSE(moe.greedy);
-    // Linear attention carries a flipped step into every later position.
     ModelInfo recurrent = model(true);
     recurrent.recurrent = true;
     const AccuracyBounds r = contract_bounds(against_tp1(), recurrent);
     EXPECT_EQ(r.clause, "float sums, quantized linear attention");
-    EXPECT_EQ(r.max_mean_kl, 1e-3);
-    EXPECT_EQ(r.min_top1, 0.97);
+    EXPECT_EQ(r.max_mean_kl, 6e-3);
+    EXPECT_EQ(r.min_top1, 0.95);
     EXPECT_FALSE(r.greedy);
     // Float MoE routes on float values: a flip there is a real difference.
     EXPECT_EQ(contract_bounds(against_tp1(), model(false, true)).min_top1, 1.0);
@@ -95,7 +94,7 @@ TEST(AccuracyContract, UpstreamIsOneDeviceWithinRounding) {
     EXPECT_EQ(b.max_abs_dp, 1e-3);
     EXPECT_EQ(b.min_top1, 1.0);
     r.split_invariant = true;
-    EXPECT_EQ(contract_bounds(r, model(true)).max_mean_kl, 1e-3);
+    EXPECT_EQ(contract_bounds(r, model(true)).max_mean_kl, 6e-3);
 }
 
 TEST(AccuracyContract, UpstreamBatchesARecurrentModelsSequencesApart) {
