@@ -452,6 +452,20 @@ std::vector<int64_t> GgufFile::get_int_array(const std::string & key) const {
     return out;
 }
 
+std::vector<std::string> GgufFile::get_string_array(const std::string & key) const {
+    gguf_context * g = parts_[0]->gguf.get();
+    const int64_t id = key_id(key);
+    if (id < 0) throw Error("model file '" + path() + "' has no metadata key '" + key + "'");
+    if (gguf_get_kv_type(g, id) != GGUF_TYPE_ARRAY || gguf_get_arr_type(g, id) != GGUF_TYPE_STRING) {
+        throw Error("model file '" + path() + "': metadata key '" + key + "' is not an array of strings");
+    }
+    const size_t n = gguf_get_arr_n(g, id);
+    std::vector<std::string> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) out.emplace_back(gguf_get_arr_str(g, id, i));
+    return out;
+}
+
 const ggml_tensor * GgufFile::find_tensor(const std::string & name) const {
     const auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : tensors_[it->second].desc;

@@ -62,6 +62,7 @@ class GgufFile {
     double get_float(const std::string & key, double fallback) const;
     bool is_array(const std::string & key) const;
     std::vector<int64_t> get_int_array(const std::string & key) const;  // integer or bool elements
+    std::vector<std::string> get_string_array(const std::string & key) const;
 
     // Description (type, shape; no data) of a tensor, nullptr when absent.
     const ggml_tensor * find_tensor(const std::string & name) const;

@@ -2,6 +2,7 @@
 
 #include "runtime/error.h"
 #include "runtime/model/gguf_file.h"
+#include "runtime/text/vocabulary_check.h"
 
 #include <cstdio>
 #include <mutex>
@@ -88,8 +89,11 @@ std::vector<MetadataOverride> from_llama_overrides(const std::vector<llama_model
 
 Tokenizer::Tokenizer(const std::string & gguf_path, const std::vector<MetadataOverride> & overrides) {
     // Our reader names what is wrong with a file (or with one part of a split
-    // model); libllama's loader would only say that it failed.
-    { const GgufFile file(gguf_path); }
+    // model); libllama's loader would only say that it failed, or assert.
+    {
+        const GgufFile file(gguf_path, overrides);
+        check_vocabulary(file);
+    }
     init_llama_once();
     llama_model_params params = llama_model_default_params();
     params.vocab_only = true;

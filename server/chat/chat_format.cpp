@@ -1,6 +1,7 @@
 #include "server/chat/chat_format.h"
 
 #include "runtime/text/tokenizer.h"
+#include "server/chat/template_depth.h"
 
 #include "chat.h"
 #include "llama.h"
@@ -44,6 +45,14 @@ ChatFormatter::ChatFormatter(const Tokenizer & tokenizer, const std::string & ov
         }
     } else {
         origin_ = tokenizer.chat_template().empty() ? "chatml-fallback" : "model";
+    }
+    if (impl_->use_jinja) {
+        if (!override_template.empty()) {
+            check_template_depth(override_template, "--chat-template");
+        } else {
+            check_template_depth(tokenizer.chat_template(), "the model's tokenizer.chat_template");
+            check_template_depth(tokenizer.chat_template("tool_use"), "the model's tokenizer.chat_template.tool_use");
+        }
     }
     try {
         impl_->templates = common_chat_templates_init(model, override_template);

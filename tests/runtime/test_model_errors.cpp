@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -115,6 +117,51 @@ TEST(ModelErrors, InvalidValuesAreNamedWhenChecked) {
         o.model_path = LLAMA_TP_TEST_MODEL;
         EXPECT_NO_THROW(Engine::load(o)) << "tp " << tp;
     }
+    std::remove(path.c_str());
+}
+
+// The vocabulary's tokens, rewritten by `edit`.
+void copy_with_tokens(const std::string & path, const std::function<void(std::vector<std::string> &)> & edit,
+                      const char * tokenizer_model = nullptr) {
+    const GgufFile source(LLAMA_TP_TEST_MODEL);
+    std::vector<std::string> tokens = source.get_string_array("tokenizer.ggml.tokens");
+    edit(tokens);
+    std::vector<const char *> texts;
+    for (const std::string & t : tokens) texts.push_back(t.c_str());
+    test::copy_gguf(
+        LLAMA_TP_TEST_MODEL, path,
+        [&](gguf_context * g) {
+            gguf_set_arr_str(g, "tokenizer.ggml.tokens", texts.data(), texts.size());
+            if (tokenizer_model) gguf_set_val_str(g, "tokenizer.ggml.model", tokenizer_model);
+        },
+        [](const std::string &) { return true; });
+}
+
+// libllama's vocabulary loader asserts (aborting the process) on these.
+TEST(ModelErrors, VocabulariesLibllamaAssertsOnAreRefused) {
+    const std::string path = test::temp_path("vocab.gguf");
+    copy_with_tokens(path, [](std::vector<std::string> & t) { t[7] = t[5]; });
+    std::string msg = load_error(path);
+    EXPECT_NE(msg.find("tokenizer.ggml.tokens holds '" +
+                       GgufFile(LLAMA_TP_TEST_MODEL).get_string_array("tokenizer.ggml.tokens")[5] + "' at ids 5 and 7"),
+              std::string::npos)
+        << msg;
+    // An empty token is "[EMPTY_<id>]" to libllama, and may meet that text.
+    copy_with_tokens(path, [](std::vector<std::string> & t) {
+        t[9] = "";
+        t[10] = "[EMPTY_9]";
+    });
+    msg = load_error(path);
+    EXPECT_NE(msg.find("holds '[EMPTY_9]' at ids 9 and 10"), std::string::npos) << msg;
+    copy_with_tokens(path, [](std::vector<std::string> & t) { t[9] = ""; });
+    EXPECT_EQ(load_error(path), "(loaded without error)");
+    // A WordPiece vocabulary has no byte tokens to decode (stories260K's
+    // SentencePiece vocabulary has 256).
+    copy_with_tokens(
+        path, [](std::vector<std::string> &) {}, "bert");
+    msg = load_error(path);
+    EXPECT_NE(msg.find("tokenizer.ggml.token_type marks id 3 a byte token"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
     std::remove(path.c_str());
 }
 

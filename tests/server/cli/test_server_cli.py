@@ -90,6 +90,26 @@ def test_bad_chat_template(tmp_path):
     assert "template" in r.stderr
 
 
+def test_a_chat_template_nested_too_deep_is_refused_at_start(tmp_path):
+    # libcommon's template engine recurses per level: 20,000 levels overflow
+    # its stack (SIGSEGV) unless they are refused first.
+    deep = tmp_path / "deep.jinja"
+    deep.write_text("{% if true %}" * 20000 + "x" + "{% endif %}" * 20000)
+    r = run("-m", str(model_path()), "--port", "0", "--chat-template-file", str(deep))
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "nests 20000 levels deep, more than the 256" in r.stderr, r.stderr[-2000:]
+    # A template as deep as the limit loads.
+    ok = tmp_path / "ok.jinja"
+    ok.write_text("{% for m in messages %}" + "{% if true %}" * 255 + "{{ m.content }}" + "{% endif %}" * 255
+                  + "{% endfor %}")
+    s = ServerProcess("-np", "1", "-c", "256", "-t", "1", "--chat-template-file", str(ok))
+    try:
+        r = s.post("/apply-template", {"messages": [{"role": "user", "content": "deep enough"}]})
+        assert r.status_code == 200 and r.json()["prompt"] == "deep enough", r.text
+    finally:
+        assert s.stop() == 0
+
+
 def test_chat_template_override_and_summary(tmp_path):
     tmpl = tmp_path / "t.jinja"
     tmpl.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
