@@ -11,7 +11,6 @@
 #include "server/serving/context_size.h"
 #include "server/serving/cache/prompt_cache.h"
 #include "server/routes/route_table.h"
-#include "server/http/http_task_queue.h"
 #include "server/http/listener.h"
 #include "server/log.h"
 #include "server/serving/lora_adapters.h"

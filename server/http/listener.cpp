@@ -2,12 +2,19 @@
 
 #include <cpp-httplib/httplib.h>
 
+#include <algorithm>
 #include <stdexcept>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 namespace llama_tp::server {
 
 namespace {
+
+constexpr size_t kMaxHttpThreads = 512;
+constexpr int kSilentConnectionS = 30;
 
 // HTTPS with --ssl-key-file and --ssl-cert-file (both or neither), else HTTP.
 std::unique_ptr<httplib::Server> make_server(const ServerOptions & o) {
@@ -39,8 +46,12 @@ Listener::Listener(const ServerOptions & o, const std::string & address, const R
     : http_(make_server(o)) {
     httplib::Server & http = *http_;
     const size_t n_http = o.http_threads > 0 ? (size_t) o.http_threads : (size_t) o.n_parallel + 8;
-    http.new_task_queue = [n_http, this] {
-        auto * q = new HttpTaskQueue(n_http, n_http * 4);
+    // A connection holds its thread while its client sends the request, however
+    // slowly: room for many such before /health and real requests wait. Threads
+    // start only when needed and end after 3 idle seconds.
+    const size_t max_http = std::max(n_http * 4, kMaxHttpThreads);
+    http.new_task_queue = [n_http, max_http, this] {
+        auto * q = new HttpTaskQueue(n_http, max_http);
         queue_ = q;
         return q;
     };
@@ -55,10 +66,19 @@ Listener::Listener(const ServerOptions & o, const std::string & address, const R
     // SO_REUSEADDR; SO_REUSEPORT only when asked (--reuse-port): httplib's
     // default sets it, which would let a second server silently share a port
     // already in use.
-    http.set_socket_options([reuse_port = o.reuse_port](socket_t sock) {
+    http.set_socket_options([reuse_port = o.reuse_port, tcp = !is_unix_socket(address)](socket_t sock) {
         int one = 1;
         setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (reuse_port) setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+#ifdef TCP_DEFER_ACCEPT
+        // A connection is handed over (and takes an HTTP thread) once its
+        // client sends something: silent connections wait in the kernel, not
+        // in the thread pool, for up to this long.
+        int defer_s = kSilentConnectionS;
+        if (tcp) setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s));
+#else
+        (void) tcp;
+#endif
     });
     if (!o.static_path.empty() && !http.set_mount_point(o.api_prefix + "/", o.static_path)) {
         throw std::runtime_error("--path: '" + o.static_path + "' is not a folder");
