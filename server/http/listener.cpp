@@ -47,9 +47,10 @@ Listener::Listener(const ServerOptions & o, const std::string & address, const R
     httplib::Server & http = *http_;
     const size_t n_http = o.http_threads > 0 ? (size_t) o.http_threads : (size_t) o.n_parallel + 8;
     // A connection holds its thread while its client sends the request, however
-    // slowly: room for many such before /health and real requests wait. Threads
-    // start only when needed and end after 3 idle seconds.
-    const size_t max_http = std::max(n_http * 4, kMaxHttpThreads);
+    // slowly: by default room for many such before /health and real requests
+    // wait; --threads-http N caps the pool at 4N as asked. Threads start only
+    // when needed and end after 3 idle seconds.
+    const size_t max_http = o.http_threads > 0 ? n_http * 4 : std::max(n_http * 4, kMaxHttpThreads);
     http.new_task_queue = [n_http, max_http, this] {
         auto * q = new HttpTaskQueue(n_http, max_http);
         queue_ = q;
