@@ -85,4 +85,9 @@ ModelInfo describe_model(const GgufFile & file, const HParams & hp, const Engine
     return info;
 }
 
+LoraAdapterInfo describe_lora_adapter(const std::string & path) {
+    const GgufFile file(path);
+    return {file.get_string("adapter.lora.task_name", ""), file.get_string("adapter.lora.prompt_prefix", "")};
+}
+
 }  // namespace llama_tp

@@ -52,4 +52,13 @@ struct ModelInfo {
 // decides LongRoPE's factors.
 ModelInfo describe_model(const GgufFile & file, const HParams & hp, const EngineOptions & o, int32_t n_cells_per_seq);
 
+// A LoRA adapter file's own metadata (adapter.lora.task_name and
+// prompt_prefix, empty where absent), as /lora-adapters lists it. Throws
+// llama_tp::Error naming the file when it cannot be read.
+struct LoraAdapterInfo {
+    std::string task_name;
+    std::string prompt_prefix;
+};
+LoraAdapterInfo describe_lora_adapter(const std::string & path);
+
 }  // namespace llama_tp

@@ -1,6 +1,5 @@
 #include "server/serving/lora_adapters.h"
 
-#include "runtime/model/gguf_file.h"
 #include "server/http/api_error.h"
 
 #include <cmath>
@@ -9,9 +8,8 @@ namespace llama_tp::server {
 
 LoraAdapters::LoraAdapters(const std::vector<LoraOptions> & adapters, bool init_without_apply) {
     for (const LoraOptions & a : adapters) {
-        const GgufFile file(a.path);
-        info_.push_back(
-            {a.path, file.get_string("adapter.lora.task_name", ""), file.get_string("adapter.lora.prompt_prefix", "")});
+        const LoraAdapterInfo adapter = describe_lora_adapter(a.path);
+        info_.push_back({a.path, adapter.task_name, adapter.prompt_prefix});
         scales_.push_back(init_without_apply ? 0.0f : a.scale);
     }
 }
