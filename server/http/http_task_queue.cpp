@@ -49,11 +49,6 @@ size_t HttpTaskQueue::waiting() const {
     return jobs_.size();
 }
 
-size_t HttpTaskQueue::threads() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return threads_.size();
-}
-
 void HttpTaskQueue::start_thread(bool kept) {
     threads_.emplace_back([this, kept] { work(kept); });
 }

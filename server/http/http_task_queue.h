@@ -35,8 +35,6 @@ class HttpTaskQueue final : public httplib::TaskQueue {
 
     // Connections accepted but not yet being served.
     size_t waiting() const;
-    // Threads now, busy or idle.
-    size_t threads() const;
 
   private:
     void work(bool kept);
