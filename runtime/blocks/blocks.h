@@ -40,8 +40,9 @@ struct FfnBlock {
         Experts,          // routed experts, every expert's width split, the router mirrored
         DenseAndExperts,  // both, each normed on its own, added (gemma4)
         // Routed experts and a shared expert (a dense FFN of its own width,
-        // its tensors named *_shexp) from the same input, the shared one
-        // scaled per token by sigmoid(ffn_gate_inp_shexp . x), added (qwen35moe).
+        // its tensors named *_shexp) from the same input, added; the shared
+        // one scaled per token by sigmoid(ffn_gate_inp_shexp . x) where
+        // shared_gate says (qwen35moe; glm4moe's is not).
         ExpertsAndShared,
     };
     // How the gate meets the up projection.
@@ -55,12 +56,22 @@ struct FfnBlock {
     std::string input_norm = "ffn_norm";  // the norm before it (gpt-oss: post_attention_norm)
     bool post_norm = false;               // an RMS norm of the block's output (post_ffw_norm: gemma)
     bool fused_gate_up = false;           // ffn_up holds the gate's rows, then the up's (phi3)
-    // Experts: the router's top-k taken of its logits and softmaxed over the
-    // picked (gpt-oss), instead of a softmax over all and the picked
-    // normalised; biases on the router and every expert matrix (gpt-oss); a
-    // scale on the router's input, one per expert on the down projection and
-    // norms around both halves (gemma4).
-    bool softmax_after_top_k = false;
+    // How the router's logits become the picked experts' weights.
+    enum class Routing {
+        Softmax,          // softmax over all experts (qwen3moe, mixtral)
+        SoftmaxOfPicked,  // the top-k logits picked, softmaxed over those (gpt-oss)
+        Sigmoid,          // a sigmoid per expert (glm4moe, DeepSeek V3)
+    };
+    Routing routing = Routing::Softmax;
+    // The picked weights divided by their sum (upstream's expert_weights_norm).
+    bool normalize_weights = true;
+    // A bias per expert (exp_probs_b) added to the probabilities that pick
+    // the experts, not to their weights (glm4moe, DeepSeek V3).
+    bool selection_bias = false;
+    bool shared_gate = true;  // ExpertsAndShared: see there
+    // Biases on the router and every expert matrix (gpt-oss); a scale on the
+    // router's input, one per expert on the down projection and norms around
+    // both halves (gemma4).
     bool expert_biases = false;
     bool expert_scales = false;
 

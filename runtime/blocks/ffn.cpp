@@ -31,6 +31,7 @@ void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
         const TensorSlice fx_rows = d.rows(ls.ff_exp.width, 1);
         const TensorSlice fx_cols = d.cols(ls.ff_exp.width, 1);
         l.ffn_router = d.declare(p + "ffn_gate_inp.weight", {E, X}, false);
+        if (ffn.selection_bias) l.ffn_exp_probs_b = d.declare(p + "exp_probs_b.bias", {X}, false);
         if (d.file.find_tensor(p + "ffn_gate_up_exps.weight")) {
             l.ffn_gate_up_exps = d.declare_rows(p + "ffn_gate_up_exps.weight", {E, 2 * FX, X},
                                                 {d.part(fx_rows, 0, FX), d.part(fx_rows, FX, FX)});
@@ -68,7 +69,7 @@ void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     }
     l.ffn_down = d.row_parallel(p + "ffn_down" + s, {F, E}, ls.ff.pieces, 1, false);
     // The shared expert's gate: one logit per token, mirrored.
-    if (ffn.kind == FfnBlock::Kind::ExpertsAndShared)
+    if (ffn.kind == FfnBlock::Kind::ExpertsAndShared && ffn.shared_gate)
         l.ffn_shared_gate = d.declare(p + "ffn_gate_inp_shexp.weight", {E}, false);
 }
 
@@ -109,14 +110,21 @@ ggml_tensor * GraphBuilder::moe_ffn(const FfnBlock & ffn, const LayerWeights & l
     const int64_t T = cur->ne[1], K = hp.n_expert_used;
     ggml_tensor * logits = ggml_mul_mat(ctx, l.ffn_router, router_in);  // [n_expert, T]
     if (l.ffn_router_b) logits = ggml_add(ctx, logits, l.ffn_router_b);
-    // Picked by the logits and the picked softmaxed, or all logits
-    // softmaxed, picked, and the picked normalised.
-    ggml_tensor * probs = ffn.softmax_after_top_k ? logits : ggml_soft_max(ctx, logits);
-    ggml_tensor * picked = ggml_argsort_top_k(ctx, probs, (int) K);  // [K, T]
+    ggml_tensor * probs = logits;
+    if (ffn.routing == FfnBlock::Routing::Softmax) probs = ggml_soft_max(ctx, logits);
+    if (ffn.routing == FfnBlock::Routing::Sigmoid) probs = ggml_sigmoid(ctx, logits);
+    // The selection bias moves which experts are picked, not their weights.
+    ggml_tensor * selection = l.ffn_exp_probs_b ? ggml_add(ctx, probs, l.ffn_exp_probs_b) : probs;
+    ggml_tensor * picked = ggml_argsort_top_k(ctx, selection, (int) K);  // [K, T]
     ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, hp.n_expert, T), picked);
     weights = ggml_reshape_2d(ctx, weights, K, T);
-    weights =
-        ffn.softmax_after_top_k ? ggml_soft_max(ctx, weights) : ggml_div(ctx, weights, ggml_sum_rows(ctx, weights));
+    if (ffn.routing == FfnBlock::Routing::SoftmaxOfPicked) weights = ggml_soft_max(ctx, weights);
+    if (ffn.normalize_weights) {
+        // The sum kept above the smallest normal F16, as upstream keeps it:
+        // sigmoid weights may all be near 0.
+        ggml_tensor * sum = ggml_clamp(ctx, ggml_sum_rows(ctx, weights), 6.103515625e-5f, INFINITY);
+        weights = ggml_div(ctx, weights, sum);
+    }
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f) {
         weights = ggml_scale(ctx, weights, hp.expert_weights_scale);
     }
@@ -183,7 +191,8 @@ ggml_tensor * GraphBuilder::moe_ffn(const FfnBlock & ffn, const LayerWeights & l
     // The shared expert's down projection, gated per token as upstream
     // gates it: each rank's part (each cell) scaled by the same gate.
     auto gated_down = [&](ggml_tensor * down, ggml_tensor * act) {
-        return ggml_mul(ctx, ggml_mul_mat(ctx, down, act), shared->gate);
+        ggml_tensor * out = ggml_mul_mat(ctx, down, act);
+        return shared->gate ? ggml_mul(ctx, out, shared->gate) : out;
     };
     ggml_tensor * sum = row_parallel_pair(l.ffn_down_exps, h, experts, l.ffn_down, shared->hidden, gated_down);
     // Adapters of the shared down projection: their change gated as well.
@@ -208,11 +217,12 @@ ggml_tensor * GraphBuilder::ffn(int il, ggml_tensor * x) const {
             // projection is one pass with split-invariant sums: its double
             // sums take no gate, which then scales its total.
             ggml_tensor * in = norm(x, l.ffn_norm);
-            const SharedExpert shared{dense_hidden(ffn, l, in),
-                                      ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_shared_gate, in))};  // gate: [1, T]
+            ggml_tensor * gate =
+                l.ffn_shared_gate ? ggml_sigmoid(ctx, ggml_mul_mat(ctx, l.ffn_shared_gate, in)) : nullptr;  // [1, T]
+            const SharedExpert shared{dense_hidden(ffn, l, in), gate};
             if (exact && l.ffn_down.one_pass) {
-                return ggml_add(ctx, moe_ffn(ffn, l, in, in),
-                                ggml_mul(ctx, project(l.ffn_down, shared.hidden, nullptr), shared.gate));
+                ggml_tensor * down = project(l.ffn_down, shared.hidden, nullptr);
+                return ggml_add(ctx, moe_ffn(ffn, l, in, in), gate ? ggml_mul(ctx, down, gate) : down);
             }
             return moe_ffn(ffn, l, in, in, &shared);
         }

@@ -395,6 +395,15 @@ int64_t GgufFile::get_int(const std::string & key, int64_t fallback) const {
     return key_id(key) >= 0 ? get_int(key) : fallback;
 }
 
+bool GgufFile::get_bool(const std::string & key, bool fallback) const {
+    if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Bool)) return o->b;
+    const int64_t id = key_id(key);
+    if (id < 0) return fallback;
+    if (gguf_get_kv_type(parts_[0]->gguf.get(), id) == GGUF_TYPE_BOOL)
+        return gguf_get_val_bool(parts_[0]->gguf.get(), id);
+    return get_int(key) != 0;
+}
+
 double GgufFile::get_float(const std::string & key) const {
     if (const MetadataOverride * o = override_of(key, MetadataOverride::Type::Float)) return o->f;
     const int64_t id = key_id(key);

@@ -60,6 +60,7 @@ class GgufFile {
     int32_t as_int32(const std::string & key, int64_t v) const;
     double get_float(const std::string & key) const;  // any numeric type
     double get_float(const std::string & key, double fallback) const;
+    bool get_bool(const std::string & key, bool fallback) const;  // a bool, or an integer: not 0
     bool is_array(const std::string & key) const;
     std::vector<int64_t> get_int_array(const std::string & key) const;  // integer or bool elements
     std::vector<std::string> get_string_array(const std::string & key) const;

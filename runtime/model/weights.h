@@ -96,6 +96,7 @@ struct LayerWeights {
     ggml_tensor * ffn_gate_up = nullptr;  // phi3: the rank's gate rows, then its up rows, instead of the two
     RowParallelWeight ffn_down;
     ggml_tensor * ffn_router = nullptr;  // MoE: [n_embd, n_expert], mirrored
+    ggml_tensor * ffn_exp_probs_b = nullptr;  // the router's selection bias [n_expert], mirrored
     ggml_tensor * ffn_gate_exps = nullptr;
     ggml_tensor * ffn_up_exps = nullptr;
     RowParallelWeight ffn_down_exps;

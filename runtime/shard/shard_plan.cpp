@@ -220,7 +220,7 @@ ShardPlan ShardPlan::plan(const GgufFile & file, const HParams & hp, int n_ranks
                 const SplitAxis & f = ff[axes.ff_of_layer[il]];
                 l.ff = {f.ranges[r], f.pieces[r]};
             }
-            if (ff_exp) l.ff_exp = {ff_exp->ranges[r], ff_exp->pieces[r]};
+            if (ff_exp && hp.block(il).ffn.has_experts()) l.ff_exp = {ff_exp->ranges[r], ff_exp->pieces[r]};
         }
     }
     return p;

@@ -14,7 +14,8 @@
 #     qwen3next and Gemma 4 with experts with their experts' pairs), the
 #     same checks;
 #   - a control vector (every architecture), against upstream and across ranks;
-#   - a multi-token-prediction layer in the file (qwen35, qwen35moe, qwen3next),
+#   - a multi-token-prediction layer in the file (qwen35, qwen35moe, qwen3next,
+#     glm4moe),
 #     which the decoder does not read;
 #   - linear attention (qwen35, qwen3next): its state carried over prompts and decode
 #     steps of several sequences at once;
@@ -59,6 +60,10 @@ case $arch in
     # in one matrix.
     qwen3next) shape+=(--n-head-kv 6 --full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128
                        --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+    # GLM-4.5: layer 0 dense, layers 1 and 2 routed experts (sigmoid scores,
+    # a selection bias) beside an ungated shared expert; Q/K/V biases, Q/K
+    # norms, half of each head rotated.
+    glm4moe) shape+=(--n-head-kv 6 --n-layer 3 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
 
 source "$(dirname "$0")/compare_check.sh"
@@ -106,8 +111,8 @@ check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --t
 # attention's ssm_out one product per cell), float sums for experts and for
 # q4_k (one product per grid cell).
 dense=true
-[[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss || $arch == qwen35moe || $arch == qwen3next ]] &&
-    dense=false
+[[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss || $arch == qwen35moe || $arch == qwen3next ||
+    $arch == glm4moe ]] && dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \
     --n-tokens 12
 expect_exact=false check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \
@@ -192,7 +197,7 @@ if [[ $arch == gemma4 ]]; then
             --reference tp1 --tp $tp --split-invariant --prompts 3 --n-tokens 12
     done
 fi
-if [[ $arch == qwen35 || $arch == qwen35moe || $arch == qwen3next ]]; then
+if [[ $arch == qwen35 || $arch == qwen35moe || $arch == qwen3next || $arch == glm4moe ]]; then
     # A multi-token-prediction layer after the others (nextn_predict_layers):
     # read by neither side's decoder, the same logits.
     "$make_model" --arch "$make_arch" --type q8_0 --seed 7 "${shape[@]}" --nextn-layers 1 -o "$work/$arch-mtp.gguf" \
@@ -201,6 +206,28 @@ if [[ $arch == qwen35 || $arch == qwen35moe || $arch == qwen3next ]]; then
         --no-split-invariant --prompts 3 --n-tokens 12
     check "$arch q8_0 with an MTP layer tp2 split-invariant vs tp1" -m "$work/$arch-mtp.gguf" --reference tp1 --tp 2 \
         --split-invariant --prompts 3 --n-tokens 12
+fi
+if [[ $arch == glm4moe ]]; then
+    # The routing variants the metadata selects, on both sides: softmax
+    # scores (expert_gating_func 1), weights not normalised.
+    model="$work/glm4moe-q8_0.gguf"
+    check "glm4moe softmax routing vs upstream" -m "$model" --override-kv glm4moe.expert_gating_func=int:1 \
+        --reference upstream --no-split-invariant --prompts 3 --n-tokens 12
+    check "glm4moe unnormalised weights tp2 split-invariant vs tp1" -m "$model" \
+        --override-kv glm4moe.expert_weights_norm=bool:false --reference tp1 --tp 2 --split-invariant --prompts 3 \
+        --n-tokens 12
+    # Values it cannot build are refused, naming them.
+    for bad in "expert_gating_func=int:4|expert_gating_func 4 is not supported" \
+        "leading_dense_block_count=int:9|leading_dense_block_count 9 is not within the 3 layers"; do
+        cases=$((cases + 1))
+        out=$("$compare" -m "$model" --override-kv "glm4moe.${bad%%|*}" --reference tp1 2>&1)
+        if [[ $? == 0 || $out != *"${bad#*|}"* ]]; then
+            failures=$((failures + 1))
+            echo "FAILED: glm4moe.${bad%%|*} was not refused with '${bad#*|}': $(tail -1 <<<"$out")" >&2
+        else
+            echo "glm4moe.${bad%%|*} refused: $(tail -1 <<<"$out")"
+        fi
+    done
 fi
 if [[ $arch == qwen3next ]]; then
     # Early Qwen3-Next files: q, k, v and the gate of each key head in turn

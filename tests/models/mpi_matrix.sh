@@ -19,6 +19,8 @@ case $arch in
     # The same grouped by key head, beside routed and shared experts (Qwen3-Next).
     qwen3next) shape+=(--full-attention-interval 2 --ssm-n-group 12 --ssm-dt-rank 24 --ssm-d-state 128
                        --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+    # A dense layer, then routed experts by sigmoid scores beside an ungated shared expert (GLM-4.5).
+    glm4moe) shape+=(--n-layer 3 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
     # Biases on the experts' down projection: only the rank holding the first cell adds them.
     gpt-oss) shape+=(--n-expert 4 --n-expert-used 2 --n-ff-exp 1024 --n-swa 8) ;;
     # Global layers with their own head size, per-layer embeddings, the last two layers sharing KV.

@@ -6,8 +6,8 @@
 # own. The namespaces are held by a sleeping process each rather than named
 # with `ip netns`, whose exec needs a mount namespace of its own (which a
 # chroot cannot give). Checks llama-tp-compare across the pair (float sums and
-# split-invariant sums), that the traffic went over the veth pair, and a
-# model mismatch naming the other host.
+# split-invariant sums, a llama and a glm4moe with experts), that the traffic
+# went over the veth pair, and a model mismatch naming the other host.
 # Needs root and network namespaces; where the kernel refuses them the test
 # says so and fails under CI (CI=true), or is skipped (exit 77) elsewhere.
 # usage: mpi_two_hosts.sh MAKE_MODEL COMPARE WORKDIR
@@ -121,6 +121,14 @@ if [[ $? == 0 || $mismatch != *"process 1 on llama-tp-host-b (model file '$other
 else
     echo "mismatched model refused: $(grep -m1 'refusing to start' <<<"$mismatch")"
 fi
+
+# Routed experts beside a shared expert (GLM-4.5's FFN) across the two hosts.
+model="$work/glm4moe-q8_0.gguf"
+"$make_model" --arch glm4moe --type q8_0 --seed 7 --n-embd 384 --n-head 12 --n-head-kv 6 --head-dim 32 --n-ff 1536 \
+    --n-layer 3 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024 -o "$model" >/dev/null 2>&1 ||
+    { echo "FAILED: generating the glm4moe model"; exit 1; }
+check "two hosts, glm4moe float sums" --no-split-invariant
+check "two hosts, glm4moe split-invariant sums" --split-invariant
 rm -f "$work"/*.gguf
 echo "two hosts: $((cases - failures)) passed, $failures failed"
 ((failures == 0))

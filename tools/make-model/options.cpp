@@ -12,17 +12,22 @@
 namespace llama_tp::make_model {
 namespace {
 
-int64_t parse_positive(const std::string & flag, const std::string & text) {
+// An integer of at least `least` (1: positive; 0: a count that may be none).
+int64_t parse_integer(const std::string & flag, const std::string & text, int64_t least) {
     int64_t value = 0;
     const char * end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
     if (text.empty() || ec != std::errc() || ptr != end) {
         throw UsageError(flag + " needs an integer, got '" + text + "'");
     }
-    if (value <= 0) {
-        throw UsageError(flag + " must be positive, got " + text);
+    if (value < least) {
+        throw UsageError(flag + (least > 0 ? " must be positive, got " : " must not be negative, got ") + text);
     }
     return value;
+}
+
+int64_t parse_positive(const std::string & flag, const std::string & text) {
+    return parse_integer(flag, text, 1);
 }
 
 uint64_t parse_seed(const std::string & text) {
@@ -129,6 +134,8 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--ssm-dt-rank", size_field(&ShapeOverrides::ssm_dt_rank)},
         {"--ssm-d-state", size_field(&ShapeOverrides::ssm_d_state)},
         {"--nextn-layers", size_field(&ShapeOverrides::nextn_layers)},
+        {"--leading-dense-layers", [](ParseState & s, const std::string & f,
+                                      const std::string & v) { s.overrides.n_dense_lead = parse_integer(f, v, 0); }},
         {"--logit-softcap", [](ParseState & s, const std::string & f,
                                const std::string & v) { s.overrides.logit_softcap = parse_positive_real(f, v); }},
         {"--rope-theta", [](ParseState & s, const std::string & f,
@@ -246,7 +253,7 @@ Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
   --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35|qwen35moe|
-         qwen3next
+         qwen3next|glm4moe
                                       architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
@@ -296,7 +303,7 @@ shape overrides (positive integers unless noted):
   --n-kv-shared N                     gemma4: the last N layers share the cache of the
                                       last earlier layer of their kind, their FFN twice
                                       as wide
-  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, qwen35moe, qwen3next, gpt-oss; gemma4 beside its dense
+  --n-expert --n-expert-used --n-ff-exp   (qwen3moe, qwen35moe, qwen3next, glm4moe, gpt-oss; gemma4 beside its dense
                                       FFN, default 2 used, --n-ff / 2 wide; llama takes
                                       --n-expert and --n-expert-used, default 2, for
                                       Mixtral-style experts --n-ff wide)
@@ -309,9 +316,11 @@ shape overrides (positive integers unless noted):
                                       (default --n-head-kv, twice that, 64)
   --ssm-in                            qwen3next: q, k, v and the output gate in one
                                       ssm_in.weight per key head, as early files
-  --nextn-layers 1                    qwen35, qwen35moe, qwen3next: a multi-token-
-                                      prediction layer after the others
+  --nextn-layers 1                    qwen35, qwen35moe, qwen3next, glm4moe: a multi-
+                                      token-prediction layer after the others
                                       (nextn_predict_layers, blk.N.nextn.*)
+  --leading-dense-layers N            glm4moe: the first N layers a dense FFN --n-ff
+                                      wide (default 1), the others experts
   --tied-output                       no output.weight: the head reuses token_embd
   --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
                                       a rerank prompt template)

@@ -21,7 +21,8 @@ void read_gpt_oss(const GgufFile & file, const std::string & a, HParams & hp) {
     blocks.ffn.kind = FfnBlock::Kind::Experts;
     blocks.ffn.gate = FfnBlock::Gate::SwiGluClamped;
     blocks.ffn.input_norm = "post_attention_norm";
-    blocks.ffn.softmax_after_top_k = true;
+    blocks.ffn.routing = FfnBlock::Routing::SoftmaxOfPicked;
+    blocks.ffn.normalize_weights = false;
     blocks.ffn.expert_biases = true;
     set_uniform_blocks(hp, blocks);
 }

@@ -39,6 +39,11 @@ struct SlidingWindowDefaults {
 };
 void read_sliding_window(const GgufFile & file, const std::string & a, HParams & hp, SlidingWindowDefaults d);
 
+// Multi-token-prediction layers (nextn_predict_layers) come after the
+// trunk's in block_count; decoding reads only the trunk, so n_layer drops
+// them. Refused where they would leave no trunk.
+void skip_nextn_layers(const GgufFile & file, const std::string & a, HParams & hp);
+
 // Every layer with the same blocks.
 void set_uniform_blocks(HParams & hp, const LayerBlocks & blocks);
 

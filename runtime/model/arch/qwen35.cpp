@@ -85,12 +85,7 @@ void check_rope_sections(const GgufFile & file, const std::string & a, int32_t n
 
 // What both share; ffn: the blocks' FFN.
 void read_qwen35_family(const GgufFile & file, const std::string & a, HParams & hp, const FfnBlock & ffn) {
-    const int64_t n_nextn = file.get_int(a + ".nextn_predict_layers", 0);
-    if (n_nextn < 0 || n_nextn >= hp.n_layer) {
-        throw Error("model file '" + file.path() + "': nextn_predict_layers " + std::to_string(n_nextn) +
-                    " leaves no layers of " + std::to_string(hp.n_layer));
-    }
-    hp.n_layer -= (int32_t) n_nextn;
+    skip_nextn_layers(file, a, hp);
     read_rope(file, a, hp, GGML_ROPE_TYPE_NEOX);
     read_layer_shapes(file, a, hp, /*experts_only =*/ffn.kind != FfnBlock::Kind::Dense);
     check_rope_sections(file, a, hp.layer(0).n_rot);

@@ -16,6 +16,7 @@ ARCHS = {
     "qwen35": ("qwen35", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64"]),
     "qwen35moe": ("qwen35moe", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64", "--n-expert", "4"]),
     "qwen3next": ("qwen3next", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64", "--n-expert", "4"]),
+    "glm4moe": ("glm4moe", ["--n-layer", "3", "--n-expert", "4", "--n-ff-exp", "256", "--nextn-layers", "1"]),
 }
 
 

@@ -17,8 +17,18 @@ inline bool has_linear_attention(Arch arch) {
 }
 
 // Routed experts beside a shared expert gated per token.
-inline bool has_shared_expert(Arch arch) {
+inline bool has_gated_shared_expert(Arch arch) {
     return arch == Arch::qwen35moe || arch == Arch::qwen3next;
+}
+
+// Routed experts beside a shared expert, gated or not.
+inline bool has_shared_expert(Arch arch) {
+    return has_gated_shared_expert(arch) || arch == Arch::glm4moe;
+}
+
+// Multi-token-prediction layers may follow the trunk's.
+inline bool has_nextn_layers(Arch arch) {
+    return has_linear_attention(arch) || arch == Arch::glm4moe;
 }
 
 // gemma4's layers: sliding ones as the shape says, global ones with their own

@@ -156,7 +156,16 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         if (arch != Arch::llama) {
             set_u32("expert_feed_forward_length", s.n_ff_exp);
         }
-        if (has_shared_expert(arch)) set_u32("expert_shared_feed_forward_length", s.n_ff_exp);
+        if (has_gated_shared_expert(arch)) set_u32("expert_shared_feed_forward_length", s.n_ff_exp);
+    }
+    if (arch == Arch::glm4moe) {
+        // GLM-4.5's routing: sigmoid scores (expert_gating_func 2), the
+        // picked weights normalised and scaled by 2.5.
+        set_u32("leading_dense_block_count", s.n_dense_lead);
+        set_u32("expert_shared_count", s.n_expert_shared);
+        set_u32("expert_gating_func", 2);
+        gguf_set_val_bool(gguf, arch_key(arch, "expert_weights_norm").c_str(), true);
+        gguf_set_val_f32(gguf, arch_key(arch, "expert_weights_scale").c_str(), 2.5f);
     }
 }
 

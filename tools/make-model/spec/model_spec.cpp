@@ -26,8 +26,8 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama",  "qwen2",   "qwen3",  "qwen3moe", "phi3",      "gemma2",
-                                   "gemma3", "gpt-oss", "gemma4", "qwen35",   "qwen35moe", "qwen3next"};
+const char * const kArchNames[] = {"llama",   "qwen2",  "qwen3",  "qwen3moe",  "phi3",      "gemma2", "gemma3",
+                                   "gpt-oss", "gemma4", "qwen35", "qwen35moe", "qwen3next", "glm4moe"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
 
@@ -95,8 +95,15 @@ void validate_shape(Arch arch, const Shape & s) {
                                                         std::to_string(s.ssm_n_group) + ")");
         require(s.n_rot % 2 == 0 && s.n_rot >= 6,
                 "qwen35 rotates a quarter of each head: --head-dim must be at least 24");
+    }
+    if (has_nextn_layers(arch)) {
         require(s.n_nextn <= 1, "--nextn-layers must be 1 (upstream's multi-token prediction reads one layer), got " +
                                     std::to_string(s.n_nextn));
+    }
+    if (arch == Arch::glm4moe) {
+        require(s.n_dense_lead >= 0 && s.n_dense_lead <= s.n_layer,
+                "--leading-dense-layers must be between 0 and --n-layer (" + std::to_string(s.n_layer) + ")");
+        require(s.head_dim % 4 == 0, "glm4moe rotates half of each head: --head-dim must be a multiple of 4");
     }
     if (arch == Arch::gemma4) {
         require_in_range(s.head_dim_global, "--head-dim-global");
@@ -135,8 +142,9 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     const bool moe = arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::gemma4 || has_shared_expert(arch);
     if (!moe && arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
         throw UsageError(
-            "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, qwen35moe, qwen3next, gemma4 and "
-            "gpt-oss, not " +
+            "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, qwen35moe, qwen3next, glm4moe, "
+            "gemma4 "
+            "and gpt-oss, not " +
             name);
     }
     if (arch == Arch::llama && o.n_ff_exp) {
@@ -149,8 +157,11 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
         throw UsageError("--full-attention-interval and --ssm-* apply to qwen35, qwen35moe and qwen3next only, not " +
                          name);
     }
-    if (!has_linear_attention(arch) && o.nextn_layers) {
-        throw UsageError("--nextn-layers applies to qwen35, qwen35moe and qwen3next only, not " + name);
+    if (!has_nextn_layers(arch) && o.nextn_layers) {
+        throw UsageError("--nextn-layers applies to qwen35, qwen35moe, qwen3next and glm4moe only, not " + name);
+    }
+    if (arch != Arch::glm4moe && o.n_dense_lead) {
+        throw UsageError("--leading-dense-layers applies to glm4moe only, not " + name);
     }
     if (arch != Arch::qwen3next && o.ssm_in) {
         throw UsageError("--ssm-in applies to qwen3next only, not " + name);
@@ -209,14 +220,16 @@ const char * default_vocab_file(Arch arch) {
 }
 
 const char * default_chat_template_file(Arch arch) {
-    return arch == Arch::gpt_oss ? "openai-gpt-oss-120b.jinja" : nullptr;  // harmony
+    if (arch == Arch::gpt_oss) return "openai-gpt-oss-120b.jinja";  // harmony
+    if (arch == Arch::glm4moe) return "GLM-4.6.jinja";              // <think> reasoning, <tool_call> with <arg_key>s
+    return nullptr;
 }
 
 bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
            swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || reranker ||
            head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared || full_attention_interval ||
-           ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in || nextn_layers;
+           ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in || nextn_layers || n_dense_lead;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -261,6 +274,13 @@ Shape preset_shape(Arch arch, Preset preset) {
         s.n_expert = 8;
         s.n_expert_used = arch == Arch::gpt_oss ? 4 : 2;  // gpt-oss routes to 4, as both releases do
         s.n_ff_exp = 768;
+    }
+    if (arch == Arch::glm4moe) {
+        // As GLM-4.5: the first layer dense, eight times as wide as an expert;
+        // one shared expert; routed weights normalised and scaled by 2.5.
+        s.n_ff = 8 * s.n_ff_exp;
+        s.n_dense_lead = 1;
+        s.n_expert_shared = 1;
     }
     if (has_linear_attention(arch)) {
         // Three linear-attention layers to one of full attention, as the
@@ -324,7 +344,11 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.ssm_dt_rank = o.ssm_dt_rank.value_or(2 * s.ssm_n_group);
         s.ssm_d_state = o.ssm_d_state.value_or(64);
         s.n_rot = s.head_dim / 4 / 2 * 2;  // partial rotary, a quarter of the head as the releases
-        s.n_nextn = o.nextn_layers.value_or(0);
+    }
+    if (has_nextn_layers(arch)) s.n_nextn = o.nextn_layers.value_or(0);
+    if (arch == Arch::glm4moe) {
+        s.n_rot = s.head_dim / 2;  // partial rotary, half the head as the releases
+        s.n_dense_lead = o.n_dense_lead.value_or(s.n_dense_lead);
     }
     if (arch == Arch::gemma4) {
         // As the releases: global layers' heads twice as large, half as many KV heads.

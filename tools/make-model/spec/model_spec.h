@@ -27,7 +27,21 @@ class IoError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt_oss, gemma4, qwen35, qwen35moe, qwen3next };
+enum class Arch {
+    llama,
+    qwen2,
+    qwen3,
+    qwen3moe,
+    phi3,
+    gemma2,
+    gemma3,
+    gpt_oss,
+    gemma4,
+    qwen35,
+    qwen35moe,
+    qwen3next,
+    glm4moe
+};
 enum class Preset { tiny, small, b1 };
 enum class WeightType { f32, f16, q8_0, q4_0, q4_k, mxfp4 };
 
@@ -92,6 +106,11 @@ struct Shape {
     // full-attention layer with its FFN, and the projection of the hidden
     // state beside the next token's embedding (nextn.eh_proj) with their norms.
     int64_t n_nextn = 0;
+    // glm4moe: the first n_dense_lead layers a dense FFN (--n-ff wide), the
+    // others routed experts beside n_expert_shared shared ones (one matrix
+    // set n_expert_shared * n_ff_exp wide); a part of each head rotated.
+    int64_t n_dense_lead = 0;
+    int64_t n_expert_shared = 0;
 };
 
 // Command-line overrides of single shape fields.
@@ -103,6 +122,7 @@ struct ShapeOverrides {
     std::optional<double> logit_softcap;
     std::optional<int64_t> head_dim_global, n_head_kv_global, n_embd_per_layer, n_kv_shared;
     std::optional<int64_t> full_attention_interval, ssm_n_group, ssm_dt_rank, ssm_d_state, nextn_layers;
+    std::optional<int64_t> n_dense_lead;
     bool tied_output = false;
     bool reranker = false;
     bool ssm_in = false;

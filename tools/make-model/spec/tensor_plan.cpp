@@ -230,7 +230,7 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
     planner.matrix(layer_tensor(il, "attn_q.weight"), {s.n_embd, n_q});
     planner.matrix(layer_tensor(il, "attn_k.weight"), {s.n_embd, n_kv});
     planner.matrix(layer_tensor(il, "attn_v.weight"), {s.n_embd, n_kv});
-    if (arch == Arch::qwen2 || arch == Arch::gpt_oss) {
+    if (arch == Arch::qwen2 || arch == Arch::gpt_oss || arch == Arch::glm4moe) {
         planner.bias(layer_tensor(il, "attn_q.bias"), n_q);
         planner.bias(layer_tensor(il, "attn_k.bias"), n_kv);
         planner.bias(layer_tensor(il, "attn_v.bias"), n_kv);
@@ -244,7 +244,7 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
     if (is_gemma(arch)) {
         planner.norm(layer_tensor(il, "post_attention_norm.weight"), s.n_embd);
     }
-    if (arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3) {
+    if (arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3 || arch == Arch::glm4moe) {
         planner.norm(layer_tensor(il, "attn_q_norm.weight"), s.head_dim);
         planner.norm(layer_tensor(il, "attn_k_norm.weight"), s.head_dim);
     }
@@ -252,8 +252,8 @@ void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t
 
 void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_feed_forward(planner, s, il);
-    // gpt-oss, qwen35 and qwen3next name their FFN's input norm post_attention_norm.
-    const bool post = arch == Arch::gpt_oss || has_linear_attention(arch);
+    // gpt-oss, qwen35, qwen3next and glm4moe name their FFN's input norm post_attention_norm.
+    const bool post = arch == Arch::gpt_oss || has_linear_attention(arch) || arch == Arch::glm4moe;
     planner.norm(layer_tensor(il, post ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
     if (arch == Arch::phi3) {
         // Gate and up fused in one matrix, gate first.
@@ -261,11 +261,16 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
         planner.matrix(layer_tensor(il, "ffn_down.weight"), {s.n_ff, s.n_embd});
         return;
     }
-    if (has_experts(s)) {
+    // glm4moe's leading layers (and its multi-token-prediction layer's
+    // experts, as the trunk's).
+    const bool dense = arch == Arch::glm4moe && il < s.n_dense_lead;
+    if (has_experts(s) && !dense) {
         // gpt-oss: a bias on the router and on every expert's matrices.
         const bool biased = arch == Arch::gpt_oss;
         planner.router(layer_tensor(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert});
         if (biased) planner.bias(layer_tensor(il, "ffn_gate_inp.bias"), s.n_expert);
+        // glm4moe: a bias per expert on the scores that pick them.
+        if (arch == Arch::glm4moe) planner.bias(layer_tensor(il, "exp_probs_b.bias"), s.n_expert);
         planner.matrix(layer_tensor(il, "ffn_gate_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
         if (biased) planner.bias(layer_tensor(il, "ffn_gate_exps.bias"), {s.n_ff_exp, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_up_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
@@ -273,11 +278,14 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
         planner.matrix(layer_tensor(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert});
         if (biased) planner.bias(layer_tensor(il, "ffn_down_exps.bias"), {s.n_embd, s.n_expert});
         if (has_shared_expert(arch)) {
-            // A shared expert as wide as a routed one, its gate one logit a token.
-            planner.router(layer_tensor(il, "ffn_gate_inp_shexp.weight"), {s.n_embd});
-            planner.matrix(layer_tensor(il, "ffn_gate_shexp.weight"), {s.n_embd, s.n_ff_exp});
-            planner.matrix(layer_tensor(il, "ffn_up_shexp.weight"), {s.n_embd, s.n_ff_exp});
-            planner.matrix(layer_tensor(il, "ffn_down_shexp.weight"), {s.n_ff_exp, s.n_embd});
+            // A shared expert as wide as a routed one (glm4moe: as
+            // n_expert_shared), its gate one logit a token (qwen35moe).
+            const int64_t w = arch == Arch::glm4moe ? s.n_expert_shared * s.n_ff_exp : s.n_ff_exp;
+            if (has_gated_shared_expert(arch))
+                planner.router(layer_tensor(il, "ffn_gate_inp_shexp.weight"), {s.n_embd});
+            planner.matrix(layer_tensor(il, "ffn_gate_shexp.weight"), {s.n_embd, w});
+            planner.matrix(layer_tensor(il, "ffn_up_shexp.weight"), {s.n_embd, w});
+            planner.matrix(layer_tensor(il, "ffn_down_shexp.weight"), {w, s.n_embd});
         }
         return;
     }
@@ -289,15 +297,19 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
     }
 }
 
-// A multi-token-prediction layer, as upstream's qwen35 loader reads one: the
-// hidden state and the next token's embedding, each normed, projected
-// together to n_embd, then a gated full-attention layer with its FFN and a
-// norm before the (shared) output head.
+// A multi-token-prediction layer, as upstream's qwen35 and glm4moe loaders
+// read one: the hidden state and the next token's embedding, each normed,
+// projected together to n_embd, then a full-attention layer (qwen35's
+// gated) with its FFN and a norm before the (shared) output head.
 void plan_nextn_layer(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     planner.matrix(layer_tensor(il, "nextn.eh_proj.weight"), {2 * s.n_embd, s.n_embd});
     planner.norm(layer_tensor(il, "nextn.enorm.weight"), s.n_embd);
     planner.norm(layer_tensor(il, "nextn.hnorm.weight"), s.n_embd);
-    plan_gated_attention(planner, s, il);
+    if (has_linear_attention(arch)) {
+        plan_gated_attention(planner, s, il);
+    } else {
+        plan_attention(planner, arch, s, il);
+    }
     plan_feed_forward(planner, arch, s, il);
     planner.norm(layer_tensor(il, "nextn.shared_head_norm.weight"), s.n_embd);
 }
