@@ -363,11 +363,18 @@ class TensorParallelEngine final : public Engine {
         return collective_stats_locked();
     }
     std::vector<uint64_t> rank_memory_bytes() const override {
+        return rank_figures([](const RankReport & r) { return r.memory_bytes; });
+    }
+    std::vector<uint64_t> rank_weight_bytes() const override {
+        return rank_figures([](const RankReport & r) { return r.weight_bytes; });
+    }
+    template <typename Figure>
+    std::vector<uint64_t> rank_figures(const Figure & figure) const {
         std::lock_guard<std::mutex> lock(group_mutex_);
         std::vector<uint64_t> out(info_.tp, 0);  // asleep: none
         if (group_) {
             out.clear();
-            for (const RankReport & r : group_->reports()) out.push_back(r.memory_bytes);
+            for (const RankReport & r : group_->reports()) out.push_back(figure(r));
         }
         return out;
     }
@@ -423,9 +430,11 @@ class TensorParallelEngine final : public Engine {
             options_.n_threads = (int32_t) std::max(1u, std::thread::hardware_concurrency() / sharing);
         }
         if (options_.n_threads < options_.tp) options_.n_threads = options_.tp;
-        for (const LayerShape & s : hp_.layers) {
-            check_kv_type(options_.kv_types.k, s.head_dim, "the K");
-            check_kv_type(options_.kv_types.v, s.head_dim, "the V");
+        for (int il = 0; il < hp_.n_layer; ++il) {
+            const int32_t head_dim = hp_.layer(il).head_dim;
+            check_kv_type(options_.kv_types.k, head_dim, "the K");
+            // Latent attention's values are its keys' first columns: no V cache.
+            if (!hp_.block(il).attention.values_in_keys()) check_kv_type(options_.kv_types.v, head_dim, "the V");
         }
     }
 

@@ -145,6 +145,8 @@ class Engine {
 
     // Device memory each rank holds: weights, KV cache, compute buffer.
     virtual std::vector<uint64_t> rank_memory_bytes() const = 0;
+    // Of which its weights (its slices and the mirrored tensors).
+    virtual std::vector<uint64_t> rank_weight_bytes() const = 0;
 
     // Per rank; safe to call from any thread while decode() runs.
     virtual std::vector<CollectiveStats> collective_stats() const = 0;

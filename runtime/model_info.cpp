@@ -79,6 +79,7 @@ ModelInfo describe_model(const GgufFile & file, const HParams & hp, const Engine
     }
     info.moe = hp.is_moe();
     info.recurrent = hp.recurrent();
+    for (const LayerBlocks & b : hp.blocks) info.latent_attention |= b.attention.values_in_keys();
     info.quantized = has_layer_matrix(file, ggml_is_quantized);
     info.half_weights = !info.quantized && has_layer_matrix(file, is_half);
     info.weight_type = main_weight_type(file);

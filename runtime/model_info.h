@@ -19,9 +19,10 @@ struct ModelInfo {
     int32_t n_embd = 0;
     int32_t n_layer = 0;
     int32_t n_head = 0;
-    int64_t n_embd_kv = 0;   // key (or value) elements a token stores, all layers together
-    bool moe = false;        // mixture-of-experts layers
-    bool recurrent = false;  // linear-attention layers, keeping a state per sequence
+    int64_t n_embd_kv = 0;          // key (or value) elements a token stores, all layers together
+    bool moe = false;               // mixture-of-experts layers
+    bool recurrent = false;         // linear-attention layers, keeping a state per sequence
+    bool latent_attention = false;  // latent-attention layers, caching one latent row per token
     // A layer matrix is quantized, so ggml quantizes the activations it
     // multiplies (q8_0, q8_K) and a reassociated sum can flip a rounding step.
     bool quantized = false;

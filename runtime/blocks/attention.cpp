@@ -94,12 +94,21 @@ GraphBuilder::Qkv GraphBuilder::project_qkv(int il, ggml_tensor * cur) const {
     return {heads(q_width, nq, 0), heads(1, nkv, q_width * nq), heads(1, nkv, q_width * nq + nkv)};
 }
 
-// Each stream's cells of a stored cache: [head_dim, window, n_kv, n_streams].
-ggml_tensor * GraphBuilder::cache_view(int il, ggml_tensor * stored, const AttentionRun & run) const {
+// Each stream's cells of a stored cache: [width, window, n_kv, n_streams],
+// the first width values of each head (latent attention's values are the
+// first kv_rank of its key row).
+ggml_tensor * GraphBuilder::cache_view(int il, ggml_tensor * stored, const AttentionRun & run, int64_t width) const {
     const size_t cell = stored->nb[1];
-    return ggml_view_4d(ctx, stored, head_dim(il), run.window, n_kv(il), run.n_streams, cell,
+    return ggml_view_4d(ctx, stored, width, run.window, n_kv(il), run.n_streams, cell,
                         ggml_row_size(stored->type, head_dim(il)), (size_t) run.stride * cell,
                         (size_t) run.cell0 * cell);
+}
+
+// Scores are scaled by 1/sqrt(head size), by 1 where the queries were
+// scaled (HParams::query_scale), or as latent attention scales them.
+float GraphBuilder::attention_scale(int il) const {
+    if (hp.block(il).attention.values_in_keys()) return latent_attention_scale(hp);
+    return hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) head_dim(il));
 }
 
 // Attention of one run's queries (of q [head_dim, n_q, n_tokens]) over
@@ -110,6 +119,7 @@ ggml_tensor * GraphBuilder::cache_view(int il, ggml_tensor * stored, const Atten
 ggml_tensor * GraphBuilder::attend(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
                                    ggml_tensor * kq_mask, size_t mask_offset) const {
     const int64_t hd = head_dim(il), nq = n_q(il);
+    const int64_t dv = hp.block(il).attention.values_in_keys() ? hp.mla.kv_rank : hd;
     ggml_tensor * sinks = w.layers[il].attn_sinks;
     ggml_tensor * qr = ggml_view_4d(ctx, q, hd, nq, run.n_tokens, run.n_streams, q->nb[1], q->nb[2],
                                     (size_t) run.n_tokens * q->nb[2], (size_t) run.t0 * q->nb[2]);
@@ -117,19 +127,19 @@ ggml_tensor * GraphBuilder::attend(int il, ggml_tensor * q, ggml_tensor * k, ggm
     ggml_tensor * mask = ggml_view_4d(ctx, kq_mask, run.window, run.n_tokens, 1, run.n_streams, row, row * run.n_tokens,
                                       row * run.n_tokens, mask_offset * sizeof(ggml_fp16_t));
     ggml_tensor * qp = ggml_permute(ctx, qr, 0, 2, 1, 3);
-    const float scale = hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) hd);
+    const float scale = attention_scale(il);
     ggml_tensor * out = nullptr;
-    // Row attention reads F16 caches only, on the CPU.
-    if (row_attention && !kv.all().unified() && kv.types().both_f16()) {
-        out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run), cache_view(il, v, run), mask, sinks, scale,
-                                     hp.attn_logit_softcap);
+    // Row attention reads F16 caches only, on the CPU, values as wide as keys.
+    if (row_attention && !kv.all().unified() && kv.types().both_f16() && dv == hd) {
+        out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run, hd), cache_view(il, v, run, dv), mask, sinks,
+                                     scale, hp.attn_logit_softcap);
     } else {
-        out = ggml_flash_attn_ext(ctx, qp, cache_view(il, k, run), cache_view(il, v, run), mask, scale, 0.0f,
+        out = ggml_flash_attn_ext(ctx, qp, cache_view(il, k, run, hd), cache_view(il, v, run, dv), mask, scale, 0.0f,
                                   hp.attn_logit_softcap);
         ggml_prec_set_acc(out, GGML_PREC_F32);
         if (sinks) ggml_flash_attn_ext_add_sinks(out, sinks);
     }
-    return ggml_reshape_3d(ctx, out, hd, nq, run.size());
+    return ggml_reshape_3d(ctx, out, dv, nq, run.size());
 }
 
 // Self-attention, projected back to n_embd and summed over the group
@@ -183,7 +193,7 @@ Axis attention_head_axis(const GgufFile & file, const HParams & hp, int64_t n_ra
         if (!hp.keeps_kv(il)) continue;
         const LayerShape & s = hp.layer(il);
         const int64_t blk_o = block_of(file, "blk." + std::to_string(il) + ".attn_output.weight");
-        const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) s.head_dim);
+        const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) hp.out_head_dim(il));
         const int64_t group = hp.n_head / s.n_head_kv;
         unit = std::lcm(unit, std::lcm(s.n_head_kv >= n_ranks ? group : 1, heads_per_block));
     }

@@ -20,6 +20,13 @@ struct AttentionBlock {
         // value heads that read them. Keeps a fixed-size state per sequence
         // (runtime/blocks/delta_net.cpp).
         GatedDeltaNet,
+        // Multi-head latent attention (deepseek2: DeepSeek V2/V3/R1, Kimi
+        // K2): keys and values from one compressed latent that every rank
+        // computes and caches whole (with its RoPE part, shared by all
+        // heads); queries and the latent's expansion (attn_k_b, attn_v_b)
+        // split by heads; attention over the latent itself (upstream's
+        // absorbed form) (runtime/blocks/latent_attention.cpp).
+        MultiHeadLatent,
     };
     Kind kind = Kind::GroupedQuery;
     bool qkv_bias = false;         // biases on Q, K and V (qwen2, gpt-oss)
@@ -30,7 +37,9 @@ struct AttentionBlock {
     bool post_norm = false;        // an RMS norm of the block's output (post_attention_norm: gemma)
     bool rope_factors = true;      // its RoPE reads the model's frequency factors (not gemma4's sliding layers)
     bool output_gate = false;      // attn_q holds each head's queries, then its gate: out *= sigmoid(gate) (qwen35)
-    bool keeps_kv() const { return kind == Kind::GroupedQuery; }
+    bool keeps_kv() const { return kind != Kind::GatedDeltaNet; }
+    // Its values are the first columns of its keys (latent attention): the cache holds keys only.
+    bool values_in_keys() const { return kind == Kind::MultiHeadLatent; }
 };
 
 // A layer's feed-forward network.

@@ -99,6 +99,21 @@ ggml_tensor * GraphBuilder::dense_ffn(const FfnBlock & ffn, const LayerWeights &
     return project(l.ffn_down, dense_hidden(ffn, l, cur), nullptr);
 }
 
+// Group-limited routing (DeepSeek V3), as upstream computes it: each group
+// scored by the sum of its two best selection scores, every expert outside
+// the best n_group_used groups set to -inf so that none of them is picked.
+ggml_tensor * GraphBuilder::best_groups_only(ggml_tensor * selection) const {
+    const int64_t T = selection->ne[1], G = hp.n_expert_groups, per_group = hp.n_expert / G;
+    ggml_tensor * groups = ggml_reshape_3d(ctx, selection, per_group, G, T);
+    ggml_tensor * best_two = ggml_argsort_top_k(ctx, groups, 2);  // [2, G, T]
+    ggml_tensor * scores = ggml_get_rows(ctx, ggml_reshape_4d(ctx, groups, 1, per_group, G, T), best_two);
+    scores = ggml_sum_rows(ctx, ggml_reshape_3d(ctx, scores, 2, G, T));  // [1, G, T]
+    ggml_tensor * kept = ggml_argsort_top_k(ctx, ggml_reshape_2d(ctx, scores, G, T), hp.n_group_used);
+    ggml_tensor * masked =
+        ggml_set_rows(ctx, ggml_fill(ctx, groups, -INFINITY), ggml_get_rows(ctx, groups, kept), kept);
+    return ggml_reshape_2d(ctx, masked, hp.n_expert, T);
+}
+
 // Mixture of experts: the router is mirrored, so every rank picks the same
 // experts; each rank runs its slice of every picked expert's width and
 // weights it, and the routed experts are summed before the one reduction
@@ -115,6 +130,7 @@ ggml_tensor * GraphBuilder::moe_ffn(const FfnBlock & ffn, const LayerWeights & l
     if (ffn.routing == FfnBlock::Routing::Sigmoid) probs = ggml_sigmoid(ctx, logits);
     // The selection bias moves which experts are picked, not their weights.
     ggml_tensor * selection = l.ffn_exp_probs_b ? ggml_add(ctx, probs, l.ffn_exp_probs_b) : probs;
+    if (hp.n_expert_groups > 1) selection = best_groups_only(selection);
     ggml_tensor * picked = ggml_argsort_top_k(ctx, selection, (int) K);  // [K, T]
     ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, hp.n_expert, T), picked);
     weights = ggml_reshape_2d(ctx, weights, K, T);

@@ -67,7 +67,15 @@ void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams &
         ggml_tensor * rows = ggml_get_rows(ctx, k, cells);
         const int64_t hd = hp.layer(il).head_dim;
         rows = ggml_reshape_3d(ctx, rows, hd, w.shard().layers[il].kv_heads.size(), n);
-        rows = rope_layer(ctx, rows, shift, hp, w, kv, il);
+        if (hp.block(il).attention.values_in_keys()) {
+            // Latent attention's row: the latent, then its rotated part (only that turns).
+            const int64_t r = hp.mla.kv_rank;
+            ggml_tensor * pe = ggml_view_3d(ctx, rows, hd - r, 1, n, rows->nb[1], rows->nb[2], r * rows->nb[0]);
+            ggml_tensor * latent = ggml_view_3d(ctx, rows, r, 1, n, rows->nb[1], rows->nb[2], 0);
+            rows = ggml_concat(ctx, latent, rope_layer(ctx, pe, shift, hp, w, kv, il), 0);
+        } else {
+            rows = rope_layer(ctx, rows, shift, hp, w, kv, il);
+        }
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, k, ggml_reshape_2d(ctx, rows, k->ne[0], n), cells));
     }
 }
@@ -137,7 +145,18 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         const LayerWeights & l = w.layers[il];
         ggml_tensor * rows = il == hp.n_layer - 1 && !rows_at_end ? in.out_rows : nullptr;
         ggml_tensor * normed = b.norm(x, l.attn_norm);
-        ggml_tensor * cur = hp.keeps_kv(il) ? b.attention(il, normed, rows) : b.delta_net(il, normed, rows);
+        ggml_tensor * cur = nullptr;
+        switch (hp.block(il).attention.kind) {
+            case AttentionBlock::Kind::GroupedQuery:
+                cur = b.attention(il, normed, rows);
+                break;
+            case AttentionBlock::Kind::GatedDeltaNet:
+                cur = b.delta_net(il, normed, rows);
+                break;
+            case AttentionBlock::Kind::MultiHeadLatent:
+                cur = b.latent_attention(il, normed, rows);
+                break;
+        }
         if (l.attn_post_norm) cur = b.norm(cur, l.attn_post_norm);
         if (rows) x = ggml_get_rows(ctx, x, rows);
         x = ggml_add(ctx, x, cur);

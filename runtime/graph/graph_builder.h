@@ -30,6 +30,9 @@ namespace llama_tp {
 ggml_tensor * rope_layer(ggml_context * ctx, ggml_tensor * x, ggml_tensor * positions, const HParams & hp,
                          const ModelWeights & w, const KvCache & kv, int il);
 
+// Latent attention's score scale (runtime/blocks/latent_attention.cpp).
+float latent_attention_scale(const HParams & hp);
+
 struct GraphBuilder {
     ggml_context * ctx;
     ggml_cgraph * gf;
@@ -213,8 +216,10 @@ struct GraphBuilder {
 
     Qkv project_qkv(int il, ggml_tensor * cur) const;
 
-    // Each stream's cells of a stored cache: [head_dim, window, n_kv, n_streams].
-    ggml_tensor * cache_view(int il, ggml_tensor * stored, const AttentionRun & run) const;
+    // Each stream's cells of a stored cache: [width, window, n_kv, n_streams].
+    ggml_tensor * cache_view(int il, ggml_tensor * stored, const AttentionRun & run, int64_t width) const;
+    // What layer il's scores are scaled by.
+    float attention_scale(int il) const;
 
     // Attention of one run's queries (of q [head_dim, n_q, n_tokens]) over
     // their streams' cells: [head_dim, n_q, run.size()]. With per-sequence
@@ -228,6 +233,10 @@ struct GraphBuilder {
     // (rows: see row_parallel). Each rank computes its heads; each run attends
     // only over its own cells; the runs' results are joined in token order.
     ggml_tensor * attention(int il, ggml_tensor * cur, ggml_tensor * rows);
+
+    // Latent attention (runtime/blocks/latent_attention.cpp), as attention:
+    // its cache is the latent, its values the latent's first kv_rank values.
+    ggml_tensor * latent_attention(int il, ggml_tensor * cur, ggml_tensor * rows);
 
     // Linear attention (runtime/blocks/delta_net.cpp).
     // The batch's projections: the convolution's input [channels, T], the
@@ -263,6 +272,9 @@ struct GraphBuilder {
     };
     ggml_tensor * moe_ffn(const FfnBlock & ffn, const LayerWeights & l, ggml_tensor * cur, ggml_tensor * router_in,
                           const SharedExpert * shared = nullptr) const;
+    // The router's selection scores [n_expert, T] with every expert outside
+    // the best n_group_used groups at -inf (group-limited routing).
+    ggml_tensor * best_groups_only(ggml_tensor * selection) const;
 
     // Layer il's FFN on the attention block's output x: dense, experts, or
     // both, each normed on its own before they are added (the router then

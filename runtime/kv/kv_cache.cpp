@@ -68,10 +68,12 @@ KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, con
         const int64_t row = (int64_t) n_head_kv[il] * hp.layer(il).head_dim;
         const int64_t rows = windowed_.back() ? window()->n_cells() : all().n_cells();
         ggml_tensor * k = ggml_new_tensor_2d(ctx_.get(), types.k, row, rows);
-        ggml_tensor * v = ggml_new_tensor_2d(ctx_.get(), types.v, row, rows);
         ggml_format_name(k, "cache_k_l%d", il);
-        ggml_format_name(v, "cache_v_l%d", il);
         k_.push_back(k);
+        // Latent attention reads its values out of its keys' rows.
+        ggml_tensor * v =
+            hp.block(il).attention.values_in_keys() ? nullptr : ggml_new_tensor_2d(ctx_.get(), types.v, row, rows);
+        if (v) ggml_format_name(v, "cache_v_l%d", il);
         v_.push_back(v);
     }
     buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), buft));
@@ -88,6 +90,7 @@ void KvCache::move(const std::vector<KvMove> & moves) {
     for (size_t il = 0; il < k_.size(); ++il) {
         if (!windowed_[il] || !k_[il]) continue;
         for (ggml_tensor * t : {k_[il], v_[il]}) {
+            if (!t) continue;
             const size_t row = t->nb[1];
             // Runs of consecutive moves by the same distance, each read whole
             // before it is written: a run lands below its own rows and every

@@ -47,7 +47,7 @@ class KvCache : public KvPools {
     KvCache & operator=(const KvCache &) = delete;
 
     ggml_tensor * k(int il) const { return k_[source_[il]]; }
-    ggml_tensor * v(int il) const { return v_[source_[il]]; }
+    ggml_tensor * v(int il) const { return v_[source_[il]]; }  // nullptr for latent attention (values in its keys)
     // A linear-attention layer's states: [row, n_seq_max] each (nullptr elsewhere).
     ggml_tensor * conv_state(int il) const { return conv_[il]; }
     ggml_tensor * delta_state(int il) const { return delta_[il]; }

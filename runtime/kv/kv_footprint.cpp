@@ -12,10 +12,12 @@ KvFootprint kv_footprint(const EngineOptions & options) {
     KvFootprint kv;
     kv.n_ctx_train = hp.n_ctx_train;
     const int32_t window = options.swa_full ? 0 : KvPoolSizes::window_cells_per_sequence(hp, options.n_batch);
-    // F16 keys and values.
+    // F16 keys and values, per rank with all of the KV heads (an upper bound
+    // under tensor parallelism, exact for latent attention's one row).
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         if (!hp.keeps_kv(il)) continue;
-        const uint64_t bytes = 2u * (uint64_t) hp.n_embd_kv(il) * 2u;
+        // Latent attention keeps keys only (its values are their first columns).
+        const uint64_t bytes = (hp.block(il).attention.values_in_keys() ? 1u : 2u) * (uint64_t) hp.n_embd_kv(il) * 2u;
         if (window > 0 && hp.is_swa(il)) {
             kv.fixed_bytes_per_slot += bytes * (uint64_t) window;
         } else {

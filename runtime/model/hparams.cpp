@@ -70,8 +70,13 @@ void apply_rope_overrides(HParams & hp, const RopeOverrides & o) {
         // ggml's rope multiplies by 1 + 0.1 ln(1 / scale) where it
         // extrapolates; this factor is the magnitude YaRN asks for divided by
         // that, in upstream's float steps so that the products match its.
+        // With a magnitude over all dimensions (deepseek2) it is the ratio of
+        // the two magnitudes, upstream's reading of DeepSeek's config.
         const float factor = 1.0f / hp.rope_freq_scale;
-        hp.yarn_attn_factor = factor <= 1.0f ? 1.0f : 0.1f * std::log(factor) + 1.0f;
+        auto magnitude = [factor](float m) { return factor <= 1.0f ? 1.0f : 0.1f * m * std::log(factor) + 1.0f; };
+        const float all_dims = hp.rope_yarn_log_mul;
+        hp.yarn_attn_factor =
+            all_dims != 0.0f ? magnitude(all_dims != 1.0f ? all_dims : 1.0f) / magnitude(all_dims) : magnitude(1.0f);
         hp.yarn_attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
     }
     hp.yarn_attn_factor *= hp.rope_attn_factor;

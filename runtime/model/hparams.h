@@ -77,6 +77,21 @@ struct DeltaNetShape {
     int64_t qkvz_group() const { return 2 * (int64_t) head_k_dim + 2 * (int64_t) ratio() * head_v_dim; }
 };
 
+// Multi-head latent attention's shape (AttentionBlock::Kind::MultiHeadLatent,
+// all such layers alike): the queries' low-rank pair (0: a plain attn_q),
+// the latent's width, and a head's query/key width (its n_rot RoPE part
+// last) and value width. A layer caches kv_rank + n_rot values per token:
+// the normed latent, then its rotated part.
+struct LatentShape {
+    int32_t q_rank = 0;
+    int32_t kv_rank = 0;
+    int32_t head_k = 0;
+    int32_t head_v = 0;
+    int32_t n_rot = 0;
+    int32_t nope() const { return head_k - n_rot; }
+    int32_t cache_row() const { return kv_rank + n_rot; }
+};
+
 struct HParams {
     std::string arch_name;  // general.architecture
     int32_t n_vocab = 0;
@@ -104,6 +119,11 @@ struct HParams {
     int32_t n_expert_used = 0;
     int32_t n_ff_exp = 0;
     float expert_weights_scale = 0.0f;  // 0 or 1: none
+    // Group-limited routing (DeepSeek V3): experts in n_expert_groups equal
+    // groups, each group scored by its two best experts; only the best
+    // n_group_used groups' experts may be picked (1: no groups).
+    int32_t n_expert_groups = 1;
+    int32_t n_group_used = 1;
 
     bool is_moe() const { return n_expert > 0; }
 
@@ -140,7 +160,11 @@ struct HParams {
     float rope_freq_base_train = 10000.0f;
     float rope_freq_scale_train = 1.0f;
     float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor: multiplies every rotation
-    int32_t n_ctx_orig_train = 0;   // rope.scaling.original_context_length (LongRoPE picks its factors by it)
+    // YaRN's magnitude over all dimensions (deepseek2's
+    // rope.scaling.yarn_log_multiplier, as upstream reads it: over 0.1);
+    // 0: none. It sets the rotation's factor and latent attention's scale.
+    float rope_yarn_log_mul = 0.0f;
+    int32_t n_ctx_orig_train = 0;  // rope.scaling.original_context_length (LongRoPE picks its factors by it)
     // RoPE as the graph applies it: the file's values with a user's
     // overrides (apply_rope_overrides()).
     float rope_freq_base = 10000.0f;
@@ -152,6 +176,7 @@ struct HParams {
     int32_t rope_n_ctx_orig = 0;
 
     DeltaNetShape delta;  // where some layer is linear attention
+    LatentShape mla;      // where some layer is latent attention
     // Whether layer il keeps keys and values per cell (linear attention keeps a state instead).
     bool keeps_kv(int il) const { return blocks[il].attention.keeps_kv(); }
     // Whether some layer keeps a recurrent state per sequence.
@@ -165,6 +190,11 @@ struct HParams {
     const LayerShape & layer(int il) const { return layers[il]; }
     const LayerBlocks & block(int il) const { return blocks[il]; }
     int32_t n_embd_q(int il) const { return n_head * layers[il].head_dim; }
+    // A head's width in attn_output's input: its value width (latent
+    // attention's head_v; else the head size).
+    int32_t out_head_dim(int il) const {
+        return blocks[il].attention.values_in_keys() ? mla.head_v : layers[il].head_dim;
+    }
     int32_t n_embd_kv(int il) const { return layers[il].n_head_kv * layers[il].head_dim; }
     // Every layer shaped as `shape` (models whose files give one shape).
     void set_uniform_layers(const LayerShape & shape) { layers.assign(n_layer, shape); }

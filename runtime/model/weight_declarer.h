@@ -31,6 +31,7 @@ struct WeightDeclarer {
     static TensorSlice cols(const ShardRange & r, int64_t unit) {
         return TensorSlice{TensorSlice::Columns, r.begin * unit, r.end * unit};
     }
+    static TensorSlice planes(const ShardRange & r) { return TensorSlice{TensorSlice::Planes, r.begin, r.end}; }
     // Rows of one part of a fused matrix (that part, or its slice) from row offset on.
     static TensorSlice part(const TensorSlice & s, int64_t offset, int64_t size) {
         return s.axis == TensorSlice::Whole ? TensorSlice{TensorSlice::Rows, offset, offset + size}
@@ -63,5 +64,7 @@ struct WeightDeclarer {
 void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l);  // runtime/blocks/attention.cpp
 void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l);        // runtime/blocks/ffn.cpp
 void declare_delta_net_weights(WeightDeclarer & d, int il, LayerWeights & l);  // runtime/blocks/delta_net.cpp
+void declare_latent_attention_weights(WeightDeclarer & d, int il,
+                                      LayerWeights & l);  // runtime/blocks/latent_attention.cpp
 
 }  // namespace llama_tp

@@ -147,10 +147,16 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights & l = layers[il];
-        if (hp.keeps_kv(il)) {
-            declare_attention_weights(d, il, l);
-        } else {
-            declare_delta_net_weights(d, il, l);
+        switch (hp.block(il).attention.kind) {
+            case AttentionBlock::Kind::GroupedQuery:
+                declare_attention_weights(d, il, l);
+                break;
+            case AttentionBlock::Kind::GatedDeltaNet:
+                declare_delta_net_weights(d, il, l);
+                break;
+            case AttentionBlock::Kind::MultiHeadLatent:
+                declare_latent_attention_weights(d, il, l);
+                break;
         }
         declare_ffn_weights(d, il, l);
         if (hp.block(il).output_scale) {
@@ -196,11 +202,14 @@ ggml_tensor * ModelWeights::declare(const GgufFile & file, const std::string & n
     const ggml_tensor * desc = find_checked(file, name, shape, required);
     if (!desc) return nullptr;
     // One rank's share is all of the tensor: read it whole, at once.
-    const int64_t extent = slice.axis == TensorSlice::Rows ? desc->ne[1] : desc->ne[0];
+    const int64_t extent = slice.axis == TensorSlice::Rows     ? desc->ne[1]
+                           : slice.axis == TensorSlice::Planes ? desc->ne[2]
+                                                               : desc->ne[0];
     if (slice.axis != TensorSlice::Whole && slice.begin == 0 && slice.end == extent) slice = TensorSlice{};
     int64_t ne[GGML_MAX_DIMS] = {1, 1, 1, 1};
     std::copy(desc->ne, desc->ne + GGML_MAX_DIMS, ne);
     if (slice.axis == TensorSlice::Rows) ne[1] = slice.end - slice.begin;
+    if (slice.axis == TensorSlice::Planes) ne[2] = slice.end - slice.begin;
     if (slice.axis == TensorSlice::Columns) {
         if (slice.begin % ggml_blck_size(desc->type) != 0 || slice.end % ggml_blck_size(desc->type) != 0) {
             throw Error("model file '" + file.path() + "': tensor '" + name + "' (" + ggml_type_name(desc->type) +
@@ -329,6 +338,11 @@ void ModelWeights::read_tensor(ggml_tensor * t, const std::vector<Part> & parts,
         }
     } else if (parts.front().slice.axis == TensorSlice::Columns) {
         read_columns(t, parts, dst);
+    } else if (parts.front().slice.axis == TensorSlice::Planes) {
+        // Whole matrices, adjacent in the file.
+        const Part & part = parts.front();
+        const ggml_tensor * desc = part.file->find_tensor(part.name);
+        part.file->read_tensor(desc, (size_t) part.slice.begin * desc->nb[2], dst, n);
     } else {
         for (const Part & part : parts) dst += read_whole(*part.file, part, dst);
     }

@@ -28,7 +28,8 @@ struct RankShard;
 // Which part of a file tensor a rank holds: all of it, a range of its rows
 // (ne[1]), or a range of its columns (ne[0]) in every row.
 struct TensorSlice {
-    enum Axis { Whole, Rows, Columns } axis = Whole;
+    // Planes: a range of a 3-D tensor's matrices (its ne[2]).
+    enum Axis { Whole, Rows, Columns, Planes } axis = Whole;
     int64_t begin = 0;
     int64_t end = 0;
 };
@@ -89,13 +90,25 @@ struct LayerWeights {
     ggml_tensor * q_norm = nullptr;  // qwen3: per-head RMS norm of queries and keys
     ggml_tensor * k_norm = nullptr;
     ggml_tensor * attn_post_norm = nullptr;  // gemma3: on the attention's output
+    // Latent attention (deepseek2): the queries' low-rank pair (wq_a and its
+    // norm mirrored, wq_b the rank's heads' rows; wq where there is none),
+    // the latent and its RoPE part (wkv_a) with the latent's norm, mirrored,
+    // and per head the latent's expansion to keys and values (the rank's
+    // heads of attn_k_b and attn_v_b).
+    ggml_tensor * wq_a = nullptr;
+    ggml_tensor * q_a_norm = nullptr;
+    ggml_tensor * wq_b = nullptr;
+    ggml_tensor * wkv_a = nullptr;
+    ggml_tensor * kv_a_norm = nullptr;
+    ggml_tensor * wk_b = nullptr;
+    ggml_tensor * wv_b = nullptr;
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;  // gemma3: on the FFN's output
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_gate_up = nullptr;  // phi3: the rank's gate rows, then its up rows, instead of the two
     RowParallelWeight ffn_down;
-    ggml_tensor * ffn_router = nullptr;  // MoE: [n_embd, n_expert], mirrored
+    ggml_tensor * ffn_router = nullptr;       // MoE: [n_embd, n_expert], mirrored
     ggml_tensor * ffn_exp_probs_b = nullptr;  // the router's selection bias [n_expert], mirrored
     ggml_tensor * ffn_gate_exps = nullptr;
     ggml_tensor * ffn_up_exps = nullptr;

@@ -212,6 +212,7 @@ void Rank::copy_cells(const KvCopy & copied) {
     for (int il = 0; il < hp_.n_layer_kv(); ++il) {
         if (!hp_.keeps_kv(il)) continue;
         for (ggml_tensor * t : {kv_->k(il), kv_->v(il)}) {
+            if (!t) continue;  // latent attention: keys only
             const size_t bytes = t->nb[1];
             row.resize(bytes);
             for (const auto & [from, to] : kv_->windowed(il) ? copied.window_cells : copied.cells) {
@@ -338,6 +339,7 @@ void Rank::copy_heads(const std::vector<int64_t> & cells, const std::vector<int6
         const int32_t h0 = (int32_t) heads.begin;
         for (const bool values : {false, true}) {
             ggml_tensor * t = values ? kv_->v(il) : kv_->k(il);
+            if (!t) continue;  // latent attention: keys only
             const size_t size = layout.layers[il].head_bytes(values) * (size_t) heads.size();
             for (size_t i = 0; i < own.size(); ++i) {
                 uint8_t * at = image + layout.offset(il, values, (int32_t) i, h0);

@@ -15,7 +15,9 @@
 #     same checks;
 #   - a control vector (every architecture), against upstream and across ranks;
 #   - a multi-token-prediction layer in the file (qwen35, qwen35moe, qwen3next,
-#     glm4moe),
+#     glm4moe, deepseek2),
+#   - deepseek2's variants: queries without their low-rank pair (V2-Lite),
+#     softmax routing without a selection bias (V2), no expert groups,
 #     which the decoder does not read;
 #   - linear attention (qwen35, qwen3next): its state carried over prompts and decode
 #     steps of several sequences at once;
@@ -64,6 +66,12 @@ case $arch in
     # a selection bias) beside an ungated shared expert; Q/K/V biases, Q/K
     # norms, half of each head rotated.
     glm4moe) shape+=(--n-head-kv 6 --n-layer 3 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+    # DeepSeek V3: latent attention (DeepSeek V3's ratios: heads of 48 with
+    # 16 rotated, values of 32, a latent of 128, queries through a rank of
+    # 384), YaRN 4x with its magnitude over all dimensions; layer 0 dense,
+    # layers 1 and 2 eight experts in four groups of which two are picked
+    # from, sigmoid scores with a selection bias, beside a shared expert.
+    deepseek2) shape+=(--head-dim 48 --n-layer 3 --n-expert 8 --n-expert-used 2 --n-ff-exp 1024) ;;
 esac
 
 source "$(dirname "$0")/compare_check.sh"
@@ -112,7 +120,7 @@ check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --t
 # q4_k (one product per grid cell).
 dense=true
 [[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss || $arch == qwen35moe || $arch == qwen3next ||
-    $arch == glm4moe ]] && dense=false
+    $arch == glm4moe || $arch == deepseek2 ]] && dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \
     --n-tokens 12
 expect_exact=false check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \
@@ -197,7 +205,7 @@ if [[ $arch == gemma4 ]]; then
             --reference tp1 --tp $tp --split-invariant --prompts 3 --n-tokens 12
     done
 fi
-if [[ $arch == qwen35 || $arch == qwen35moe || $arch == qwen3next || $arch == glm4moe ]]; then
+if [[ $arch == qwen35 || $arch == qwen35moe || $arch == qwen3next || $arch == glm4moe || $arch == deepseek2 ]]; then
     # A multi-token-prediction layer after the others (nextn_predict_layers):
     # read by neither side's decoder, the same logits.
     "$make_model" --arch "$make_arch" --type q8_0 --seed 7 "${shape[@]}" --nextn-layers 1 -o "$work/$arch-mtp.gguf" \
@@ -216,16 +224,35 @@ if [[ $arch == glm4moe ]]; then
     check "glm4moe unnormalised weights tp2 split-invariant vs tp1" -m "$model" \
         --override-kv glm4moe.expert_weights_norm=bool:false --reference tp1 --tp 2 --split-invariant --prompts 3 \
         --n-tokens 12
-    # Values it cannot build are refused, naming them.
-    for bad in "expert_gating_func=int:4|expert_gating_func 4 is not supported" \
-        "leading_dense_block_count=int:9|leading_dense_block_count 9 is not within the 3 layers"; do
+fi
+if [[ $arch == deepseek2 ]]; then
+    # V2-Lite's plain attn_q; V2's softmax scores, without a selection bias
+    # or normalised weights, in groups and without.
+    for variant in "--q-lora-rank 0" "--softmax-routing" "--softmax-routing --expert-groups 1 --expert-groups-used 1"; do
+        # shellcheck disable=SC2086
+        "$make_model" --arch deepseek2 --type q8_0 --seed 7 "${shape[@]}" $variant -o "$work/variant.gguf" \
+            >/dev/null 2>"$work/make.log" || cat "$work/make.log" >&2
+        check "deepseek2 $variant vs upstream" -m "$work/variant.gguf" --reference upstream --no-split-invariant \
+            --prompts 3 --n-tokens 12
+        check "deepseek2 $variant tp3 split-invariant vs tp1" -m "$work/variant.gguf" --reference tp1 --tp 3 \
+            --split-invariant --prompts 3 --n-tokens 12
+    done
+fi
+if [[ $arch == glm4moe || $arch == deepseek2 ]]; then
+    # Values neither can build are refused, naming them.
+    refusals=("$arch.expert_gating_func=int:4|expert_gating_func 4 is not supported"
+              "$arch.leading_dense_block_count=int:9|leading_dense_block_count 9 is not within the 3 layers")
+    [[ $arch == deepseek2 ]] && refusals+=(
+        "deepseek2.expert_group_count=int:3|expert_group_count 3 and expert_group_used_count 2 do not fit 8 experts"
+        "deepseek2.attention.temperature_scale=float:0.1|attention.temperature_scale (attention temperature tuning)")
+    for bad in "${refusals[@]}"; do
         cases=$((cases + 1))
-        out=$("$compare" -m "$model" --override-kv "glm4moe.${bad%%|*}" --reference tp1 2>&1)
+        out=$("$compare" -m "$work/$arch-q8_0.gguf" --override-kv "${bad%%|*}" --reference tp1 2>&1)
         if [[ $? == 0 || $out != *"${bad#*|}"* ]]; then
             failures=$((failures + 1))
-            echo "FAILED: glm4moe.${bad%%|*} was not refused with '${bad#*|}': $(tail -1 <<<"$out")" >&2
+            echo "FAILED: ${bad%%|*} was not refused with '${bad#*|}': $(tail -1 <<<"$out")" >&2
         else
-            echo "glm4moe.${bad%%|*} refused: $(tail -1 <<<"$out")"
+            echo "${bad%%|*} refused: $(tail -1 <<<"$out")"
         fi
     done
 fi

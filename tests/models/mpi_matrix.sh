@@ -21,6 +21,8 @@ case $arch in
                        --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
     # A dense layer, then routed experts by sigmoid scores beside an ungated shared expert (GLM-4.5).
     glm4moe) shape+=(--n-layer 3 --n-expert 4 --n-expert-used 2 --n-ff-exp 1024) ;;
+    # Latent attention (each process caching the whole latent) beside group-limited experts (DeepSeek V3).
+    deepseek2) shape+=(--head-dim 48 --n-layer 3 --n-expert 8 --n-expert-used 2 --n-ff-exp 1024) ;;
     # Biases on the experts' down projection: only the rank holding the first cell adds them.
     gpt-oss) shape+=(--n-expert 4 --n-expert-used 2 --n-ff-exp 1024 --n-swa 8) ;;
     # Global layers with their own head size, per-layer embeddings, the last two layers sharing KV.

@@ -6,7 +6,7 @@
 # own. The namespaces are held by a sleeping process each rather than named
 # with `ip netns`, whose exec needs a mount namespace of its own (which a
 # chroot cannot give). Checks llama-tp-compare across the pair (float sums and
-# split-invariant sums, a llama and a glm4moe with experts), that the traffic
+# split-invariant sums, a llama, a glm4moe and a deepseek2), that the traffic
 # went over the veth pair, and a model mismatch naming the other host.
 # Needs root and network namespaces; where the kernel refuses them the test
 # says so and fails under CI (CI=true), or is skipped (exit 77) elsewhere.
@@ -129,6 +129,12 @@ model="$work/glm4moe-q8_0.gguf"
     { echo "FAILED: generating the glm4moe model"; exit 1; }
 check "two hosts, glm4moe float sums" --no-split-invariant
 check "two hosts, glm4moe split-invariant sums" --split-invariant
+# Latent attention: each host caches the whole latent, its heads split (DeepSeek V3).
+model="$work/deepseek2-q8_0.gguf"
+"$make_model" --arch deepseek2 --type q8_0 --seed 7 --n-embd 384 --n-head 12 --n-layer 3 --n-expert 8 \
+    --n-expert-used 2 --n-ff-exp 512 -o "$model" >/dev/null 2>&1 || { echo "FAILED: generating the deepseek2 model"; exit 1; }
+check "two hosts, deepseek2 float sums" --no-split-invariant
+check "two hosts, deepseek2 split-invariant sums" --split-invariant
 rm -f "$work"/*.gguf
 echo "two hosts: $((cases - failures)) passed, $failures failed"
 ((failures == 0))

@@ -39,6 +39,15 @@ TEST(AccuracyContract, DefaultSumsFollowTheActivationType) {
     ComparedRun f32_cache = against_tp1();
     f32_cache.kv_types = {GGML_TYPE_F32, GGML_TYPE_F32};
     EXPECT_EQ(contract_bounds(f32_cache, model(false)).max_abs_dp, 1e-3);
+    // Latent attention: one cached row every head reads; no V cache, so -ctk decides.
+    ModelInfo latent = model(false);
+    latent.latent_attention = true;
+    const AccuracyBounds l = contract_bounds(against_tp1(), latent);
+    EXPECT_EQ(l.clause, "float sums, float, 16-bit latent cache");
+    EXPECT_EQ(l.max_abs_dp, 6e-3);
+    ComparedRun f32_keys = against_tp1();
+    f32_keys.kv_types = {GGML_TYPE_F32, GGML_TYPE_F16};
+    EXPECT_EQ(contract_bounds(f32_keys, latent).max_abs_dp, 1e-3);
     ComparedRun q8_cache = against_tp1();
     q8_cache.kv_types = {GGML_TYPE_Q8_0, GGML_TYPE_F16};  // quantized keys: as quantized weights
     EXPECT_EQ(contract_bounds(q8_cache, model(false)).near_tie, 2e-2);

@@ -65,7 +65,7 @@ expect_error() {
 }
 
 echo "== upstream loads every architecture and type"
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35 qwen35moe qwen3next glm4moe; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35 qwen35moe qwen3next glm4moe deepseek2; do
     # gemma2's and gemma4's default logit cap of 30 flattens random logits
     # below the peakedness check; the accuracy matrix runs it.
     capped=()
@@ -91,6 +91,12 @@ rm -f "$work/model.gguf"
 generate "$work/model.gguf" --arch glm4moe --type q4_k --nextn-layers 1 && check_loads "$work/model.gguf" glm4moe
 rm -f "$work/model.gguf"
 generate "$work/model.gguf" --arch glm4moe --type q8_0 --leading-dense-layers 0 && check_loads "$work/model.gguf" glm4moe
+rm -f "$work/model.gguf"
+# DeepSeek V2-Lite (plain attn_q) with V2's softmax routing, and V3 with its MTP layer.
+generate "$work/model.gguf" --arch deepseek2 --type q4_k --q-lora-rank 0 --softmax-routing &&
+    check_loads "$work/model.gguf" deepseek2
+rm -f "$work/model.gguf"
+generate "$work/model.gguf" --arch deepseek2 --type q8_0 --nextn-layers 1 && check_loads "$work/model.gguf" deepseek2
 rm -f "$work/model.gguf"
 # MXFP4, as gpt-oss ships its experts (and on a dense model).
 for arch in gpt-oss llama; do
@@ -125,7 +131,7 @@ rm -f "$work/model.gguf"
 echo "== determinism"
 # The 32000-token vocabulary keeps these quick; it also covers --vocab.
 spm_vocab=$(dirname "$make_model")/../share/llama-tp/ggml-vocab-llama-spm.gguf
-for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35 qwen3next glm4moe; do
+for arch in llama qwen2 qwen3 qwen3moe phi3 gemma2 gemma3 gemma4 gpt-oss qwen35 qwen3next glm4moe deepseek2; do
     check_determinism --arch "$arch" --type q8_0 --vocab "$spm_vocab"
 done
 for type in f32 f16 q4_0 q4_k; do
@@ -170,7 +176,8 @@ expect_error 2 "must be positive" --rope-theta 0 -o "$out"
 expect_error 2 "needs a number" --rope-theta x -o "$out"
 expect_error 2 "must be between" --n-layer 100000 -o "$out"
 expect_error 2 "must be even" --head-dim 63 --n-head 4 -o "$out"
-expect_error 2 "apply to llama, qwen3moe, qwen35moe, qwen3next, glm4moe, gemma4" --arch qwen3 --n-expert 4 -o "$out"
+expect_error 2 "apply to llama, qwen3moe, qwen35moe, qwen3next, glm4moe, deepseek2, gemma4" --arch qwen3 --n-expert 4 \
+    -o "$out"
 expect_error 2 "applies to phi3" --n-ctx-orig 512 -o "$out"
 expect_error 2 "apply to gemma2, gemma3, gemma4 and gpt-oss" --n-swa 64 -o "$out"
 expect_error 2 "applies to gemma2, gemma3 and gemma4 only" --arch gpt-oss --logit-softcap 30 -o "$out"
@@ -178,9 +185,12 @@ expect_error 2 "apply to gemma4 only" --arch gemma3 --n-kv-shared 2 -o "$out"
 expect_error 2 "applies to qwen3 only" --arch llama --reranker -o "$out"
 expect_error 2 "apply to qwen35, qwen35moe and qwen3next only" --arch qwen3 --ssm-n-group 4 -o "$out"
 expect_error 2 "applies to qwen3next only" --arch qwen35 --ssm-in -o "$out"
-expect_error 2 "applies to glm4moe only" --arch qwen3moe --leading-dense-layers 1 -o "$out"
+expect_error 2 "applies to glm4moe and deepseek2 only" --arch qwen3moe --leading-dense-layers 1 -o "$out"
 expect_error 2 "must be between 0 and --n-layer" --arch glm4moe --leading-dense-layers 3 -o "$out"
-expect_error 2 "applies to qwen35, qwen35moe, qwen3next and glm4moe only" --arch qwen3 --nextn-layers 1 -o "$out"
+expect_error 2 "glm4moe and deepseek2 only" --arch qwen3 --nextn-layers 1 -o "$out"
+expect_error 2 "apply to deepseek2 only" --arch glm4moe --kv-lora-rank 64 -o "$out"
+expect_error 2 "must be even and below --head-dim" --arch deepseek2 --rope-dim 48 -o "$out"
+expect_error 2 "into groups of 2 or more" --arch deepseek2 --expert-groups 8 -o "$out"
 expect_error 2 "must be a multiple of --ssm-n-group" --arch qwen35 --ssm-n-group 4 --ssm-dt-rank 6 -o "$out"
 expect_error 2 "the last global and the one before it sliding" --arch gemma4 --n-layer 4 --swa-pattern 4 \
     --n-kv-shared 2 -o "$out"

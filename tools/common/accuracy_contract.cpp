@@ -32,13 +32,18 @@ int coarsest_bits(const KvTypes & t) {
 // max |dp| 6.6e-4 to 1.04e-3 with an F16 cache (the host's vector width and
 // the attention kernel's order of addition decide where), 1.7e-6 with an F32
 // cache. The bound with a 16-bit cache is twice the worst of those.
-AccuracyBounds float_sums(std::string clause, const KvTypes & kv) {
+// Latent attention caches one row per token that every head reads, keys and
+// values alike, so a flipped 16-bit step of it moves every head at once:
+// generated deepseek2 models in f32 (3 seeds, --tp 2 to 4) measured max |dp|
+// up to 2.8e-3 with the F16 cache, 6e-6 with an F32 one (docs/benchmarks.md,
+// "deepseek2 and glm4moe"); its bound is twice the worst.
+AccuracyBounds float_sums(std::string clause, const KvTypes & kv, const ModelInfo & model) {
     AccuracyBounds b;
     b.clause = std::move(clause);
     b.max_abs_dp = 1e-3;
     if (coarsest_bits(kv) < 32) {
-        b.clause += ", 16-bit cache";
-        b.max_abs_dp = 2e-3;
+        b.clause += model.latent_attention ? ", 16-bit latent cache" : ", 16-bit cache";
+        b.max_abs_dp = model.latent_attention ? 6e-3 : 2e-3;
     }
     b.max_mean_kl = 1e-4;
     return b;
@@ -94,7 +99,7 @@ AccuracyBounds half_sums(bool gpu) {
 AccuracyBounds reassociated(const ModelInfo & model, const KvTypes & kv, bool gpu) {
     if (model.quantized || coarsest_bits(kv) < 16) return quantized_sums(model);
     if (model.half_weights) return half_sums(gpu);
-    return float_sums("float sums, float", kv);
+    return float_sums("float sums, float", kv, model);
 }
 
 // A cache stored with fewer bits rounds every key and value it holds. With 8
@@ -115,7 +120,10 @@ AccuracyBounds kv_cache_cost(const KvTypes & t) {
 
 }  // namespace
 
-AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model) {
+AccuracyBounds contract_bounds(const ComparedRun & run_in, const ModelInfo & model) {
+    ComparedRun run = run_in;
+    // Latent attention's values are its keys' first columns: no V cache.
+    if (model.latent_attention) run.kv_types.v = run.kv_types.k;
     if (run.reference_f16_kv) return kv_cache_cost(run.kv_types);
     if (run.reference_upstream) {
         // Same kernels in the same order as upstream: identical but for the
@@ -136,7 +144,9 @@ AccuracyBounds contract_bounds(const ComparedRun & run, const ModelInfo & model)
         return b;
     }
     if (run.split_invariant) {
-        if (!model.split_tiled) return float_sums("split-invariant sums, slices off the 16-row tiles", run.kv_types);
+        if (!model.split_tiled) {
+            return float_sums("split-invariant sums, slices off the 16-row tiles", run.kv_types, model);
+        }
         AccuracyBounds b;
         b.clause = "split-invariant sums";
         b.max_abs_dp = 0.0;

@@ -98,6 +98,12 @@ void report_plan(const ModelSpec & spec, const std::vector<TensorPlan> & plans) 
     if (spec.arch == Arch::phi3) {
         std::fprintf(stderr, " n_ctx_orig=%lld (LongRoPE)", (long long) s.n_ctx_orig);
     }
+    if (spec.arch == Arch::deepseek2) {
+        std::fprintf(stderr, " q_lora_rank=%lld kv_lora_rank=%lld n_rot=%lld v_head_dim=%lld expert_groups=%lld/%lld%s",
+                     (long long) s.q_lora_rank, (long long) s.kv_lora_rank, (long long) s.n_rot,
+                     (long long) s.v_head_dim, (long long) s.n_group_used, (long long) s.n_expert_groups,
+                     s.softmax_routing ? " softmax" : "");
+    }
     if (has_experts(s)) {
         std::fprintf(stderr, " n_expert=%lld n_expert_used=%lld n_ff_exp=%lld", (long long) s.n_expert,
                      (long long) s.n_expert_used, (long long) s.n_ff_exp);

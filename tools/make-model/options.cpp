@@ -134,6 +134,13 @@ const std::map<std::string, ValueHandler> & value_flags() {
         {"--ssm-dt-rank", size_field(&ShapeOverrides::ssm_dt_rank)},
         {"--ssm-d-state", size_field(&ShapeOverrides::ssm_d_state)},
         {"--nextn-layers", size_field(&ShapeOverrides::nextn_layers)},
+        {"--q-lora-rank", [](ParseState & s, const std::string & f,
+                             const std::string & v) { s.overrides.q_lora_rank = parse_integer(f, v, 0); }},
+        {"--kv-lora-rank", size_field(&ShapeOverrides::kv_lora_rank)},
+        {"--rope-dim", size_field(&ShapeOverrides::rope_dim)},
+        {"--v-head-dim", size_field(&ShapeOverrides::v_head_dim)},
+        {"--expert-groups", size_field(&ShapeOverrides::n_expert_groups)},
+        {"--expert-groups-used", size_field(&ShapeOverrides::n_group_used)},
         {"--leading-dense-layers", [](ParseState & s, const std::string & f,
                                       const std::string & v) { s.overrides.n_dense_lead = parse_integer(f, v, 0); }},
         {"--logit-softcap", [](ParseState & s, const std::string & f,
@@ -183,6 +190,10 @@ void parse_argument(ParseState & state, const std::vector<std::string> & args, s
     }
     if (flag == "--ssm-in" && !value) {
         state.overrides.ssm_in = true;
+        return;
+    }
+    if (flag == "--softmax-routing" && !value) {
+        state.overrides.softmax_routing = true;
         return;
     }
     if (flag == "--dry-run" && !value) {
@@ -253,7 +264,7 @@ Writes a GGUF model with seeded random weights and a real tokenizer, loadable
 by upstream libllama. Same arguments and seed give a byte-identical file.
 
   --arch llama|qwen2|qwen3|qwen3moe|phi3|gemma2|gemma3|gemma4|gpt-oss|qwen35|qwen35moe|
-         qwen3next|glm4moe
+         qwen3next|glm4moe|deepseek2
                                       architecture (default llama)
   --preset tiny|small|1b              shape preset (default tiny)
   --type f32|f16|q8_0|q4_0|q4_k|mxfp4 weight type (default f16); norms, biases and
@@ -316,11 +327,21 @@ shape overrides (positive integers unless noted):
                                       (default --n-head-kv, twice that, 64)
   --ssm-in                            qwen3next: q, k, v and the output gate in one
                                       ssm_in.weight per key head, as early files
-  --nextn-layers 1                    qwen35, qwen35moe, qwen3next, glm4moe: a multi-
-                                      token-prediction layer after the others
+  --nextn-layers 1                    qwen35, qwen35moe, qwen3next, glm4moe, deepseek2:
+                                      a multi-token-prediction layer after the others
                                       (nextn_predict_layers, blk.N.nextn.*)
-  --leading-dense-layers N            glm4moe: the first N layers a dense FFN --n-ff
-                                      wide (default 1), the others experts
+  --leading-dense-layers N            glm4moe, deepseek2: the first N layers a dense
+                                      FFN --n-ff wide (default 1), the others experts
+  --q-lora-rank N --kv-lora-rank N    deepseek2: the queries' low-rank pair (0: a plain
+                                      attn_q, as V2-Lite; default 3 latents) and the
+                                      latent's width (default 8 RoPE parts)
+  --head-dim N --rope-dim N --v-head-dim N   deepseek2: a head's query/key width,
+                                      its rotated part and its value width (default
+                                      48, 16, 32; small and 1b twice that)
+  --expert-groups N --expert-groups-used N   deepseek2: experts picked within the
+                                      best N of their groups (default 4, 2)
+  --softmax-routing                   deepseek2: softmax scores without a selection
+                                      bias or normalisation (V2), not sigmoid (V3)
   --tied-output                       no output.weight: the head reuses token_embd
   --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
                                       a rerank prompt template)

@@ -37,5 +37,6 @@ void read_qwen35(const GgufFile & file, const std::string & a, HParams & hp);
 void read_qwen35moe(const GgufFile & file, const std::string & a, HParams & hp);
 void read_qwen3next(const GgufFile & file, const std::string & a, HParams & hp);
 void read_glm4moe(const GgufFile & file, const std::string & a, HParams & hp);
+void read_deepseek2(const GgufFile & file, const std::string & a, HParams & hp);
 
 }  // namespace llama_tp

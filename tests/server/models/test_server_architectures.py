@@ -17,6 +17,7 @@ ARCHS = {
     "qwen35moe": ("qwen35moe", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64", "--n-expert", "4"]),
     "qwen3next": ("qwen3next", ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-d-state", "64", "--n-expert", "4"]),
     "glm4moe": ("glm4moe", ["--n-layer", "3", "--n-expert", "4", "--n-ff-exp", "256", "--nextn-layers", "1"]),
+    "deepseek2": ("deepseek2", ["--n-layer", "3", "--n-expert", "8", "--n-ff-exp", "256", "--nextn-layers", "1"]),
 }
 
 

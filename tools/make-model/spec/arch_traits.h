@@ -23,12 +23,17 @@ inline bool has_gated_shared_expert(Arch arch) {
 
 // Routed experts beside a shared expert, gated or not.
 inline bool has_shared_expert(Arch arch) {
-    return has_gated_shared_expert(arch) || arch == Arch::glm4moe;
+    return has_gated_shared_expert(arch) || arch == Arch::glm4moe || arch == Arch::deepseek2;
+}
+
+// The first layers dense, the others experts (leading_dense_block_count).
+inline bool has_leading_dense_layers(Arch arch) {
+    return arch == Arch::glm4moe || arch == Arch::deepseek2;
 }
 
 // Multi-token-prediction layers may follow the trunk's.
 inline bool has_nextn_layers(Arch arch) {
-    return has_linear_attention(arch) || arch == Arch::glm4moe;
+    return has_linear_attention(arch) || arch == Arch::glm4moe || arch == Arch::deepseek2;
 }
 
 // gemma4's layers: sliding ones as the shape says, global ones with their own

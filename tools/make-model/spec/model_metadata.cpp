@@ -158,14 +158,37 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         }
         if (has_gated_shared_expert(arch)) set_u32("expert_shared_feed_forward_length", s.n_ff_exp);
     }
-    if (arch == Arch::glm4moe) {
-        // GLM-4.5's routing: sigmoid scores (expert_gating_func 2), the
-        // picked weights normalised and scaled by 2.5.
+    if (has_leading_dense_layers(arch)) {
+        // GLM-4.5's and DeepSeek V3's routing: sigmoid scores
+        // (expert_gating_func 2), the picked weights normalised and scaled by
+        // 2.5; DeepSeek V2's softmax scores (1), neither.
+        const bool softmax = s.softmax_routing;
         set_u32("leading_dense_block_count", s.n_dense_lead);
         set_u32("expert_shared_count", s.n_expert_shared);
-        set_u32("expert_gating_func", 2);
-        gguf_set_val_bool(gguf, arch_key(arch, "expert_weights_norm").c_str(), true);
-        gguf_set_val_f32(gguf, arch_key(arch, "expert_weights_scale").c_str(), 2.5f);
+        set_u32("expert_gating_func", softmax ? 1 : 2);
+        gguf_set_val_bool(gguf, arch_key(arch, "expert_weights_norm").c_str(), !softmax);
+        gguf_set_val_f32(gguf, arch_key(arch, "expert_weights_scale").c_str(), softmax ? 1.0f : 2.5f);
+    }
+    if (arch == Arch::deepseek2) {
+        // Latent attention as the converter writes it: one KV "head" of the
+        // latent and its RoPE part, values the latent; the heads' own widths
+        // under *_mla.
+        set_u32("attention.head_count_kv", 1);
+        set_u32("attention.key_length", s.kv_lora_rank + s.n_rot);
+        set_u32("attention.value_length", s.kv_lora_rank);
+        set_u32("attention.key_length_mla", s.head_dim);
+        set_u32("attention.value_length_mla", s.v_head_dim);
+        set_u32("attention.q_lora_rank", s.q_lora_rank);
+        set_u32("attention.kv_lora_rank", s.kv_lora_rank);
+        set_u32("expert_group_count", s.n_expert_groups);
+        set_u32("expert_group_used_count", s.n_group_used);
+        // YaRN as V3's config asks for it (there 40x over 4096 positions,
+        // here 4x over a quarter of the context), its magnitude over all
+        // dimensions as the converter writes it (0.1 times the config's 1).
+        gguf_set_val_str(gguf, arch_key(arch, "rope.scaling.type").c_str(), "yarn");
+        gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.factor").c_str(), 4.0f);
+        set_u32("rope.scaling.original_context_length", s.n_ctx / 4);
+        gguf_set_val_f32(gguf, arch_key(arch, "rope.scaling.yarn_log_multiplier").c_str(), 0.1f);
     }
 }
 

@@ -26,8 +26,8 @@ Enum parse_enum(const std::string & text, const char * what, const char * const 
     throw UsageError("unknown " + std::string(what) + " '" + text + "' (expected " + choices + ")");
 }
 
-const char * const kArchNames[] = {"llama",   "qwen2",  "qwen3",  "qwen3moe",  "phi3",      "gemma2", "gemma3",
-                                   "gpt-oss", "gemma4", "qwen35", "qwen35moe", "qwen3next", "glm4moe"};
+const char * const kArchNames[] = {"llama",   "qwen2",  "qwen3",  "qwen3moe",  "phi3",      "gemma2",  "gemma3",
+                                   "gpt-oss", "gemma4", "qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2"};
 const char * const kPresetNames[] = {"tiny", "small", "1b"};
 const char * const kTypeNames[] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"};
 
@@ -100,10 +100,26 @@ void validate_shape(Arch arch, const Shape & s) {
         require(s.n_nextn <= 1, "--nextn-layers must be 1 (upstream's multi-token prediction reads one layer), got " +
                                     std::to_string(s.n_nextn));
     }
-    if (arch == Arch::glm4moe) {
+    if (has_leading_dense_layers(arch)) {
         require(s.n_dense_lead >= 0 && s.n_dense_lead <= s.n_layer,
                 "--leading-dense-layers must be between 0 and --n-layer (" + std::to_string(s.n_layer) + ")");
+    }
+    if (arch == Arch::glm4moe) {
         require(s.head_dim % 4 == 0, "glm4moe rotates half of each head: --head-dim must be a multiple of 4");
+    }
+    if (arch == Arch::deepseek2) {
+        require(s.q_lora_rank >= 0 && s.q_lora_rank <= kMaxDim, "--q-lora-rank must be between 0 and 2^24");
+        require_in_range(s.kv_lora_rank, "--kv-lora-rank");
+        require_in_range(s.v_head_dim, "--v-head-dim");
+        require(s.n_rot % 2 == 0 && s.n_rot > 0 && s.n_rot < s.head_dim,
+                "--rope-dim must be even and below --head-dim (" + std::to_string(s.head_dim) + "), got " +
+                    std::to_string(s.n_rot));
+        require(s.n_expert_groups >= 1 && s.n_expert % s.n_expert_groups == 0 &&
+                    (s.n_expert_groups == 1 || s.n_expert / s.n_expert_groups >= 2) && s.n_group_used >= 1 &&
+                    s.n_group_used <= s.n_expert_groups &&
+                    s.n_group_used * (s.n_expert / s.n_expert_groups) >= s.n_expert_used,
+                "--expert-groups must divide --n-expert into groups of 2 or more, and --expert-groups-used of them "
+                "must hold at least --n-expert-used experts");
     }
     if (arch == Arch::gemma4) {
         require_in_range(s.head_dim_global, "--head-dim-global");
@@ -143,8 +159,14 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
     if (!moe && arch != Arch::llama && (o.n_expert || o.n_expert_used || o.n_ff_exp)) {
         throw UsageError(
             "--n-expert, --n-expert-used and --n-ff-exp apply to llama, qwen3moe, qwen35moe, qwen3next, glm4moe, "
-            "gemma4 "
-            "and gpt-oss, not " +
+            "deepseek2, gemma4 and gpt-oss, not " +
+            name);
+    }
+    if (arch != Arch::deepseek2 && (o.q_lora_rank || o.kv_lora_rank || o.rope_dim || o.v_head_dim ||
+                                    o.n_expert_groups || o.n_group_used || o.softmax_routing)) {
+        throw UsageError(
+            "--q-lora-rank, --kv-lora-rank, --rope-dim, --v-head-dim, --expert-groups, "
+            "--expert-groups-used and --softmax-routing apply to deepseek2 only, not " +
             name);
     }
     if (arch == Arch::llama && o.n_ff_exp) {
@@ -158,10 +180,11 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
                          name);
     }
     if (!has_nextn_layers(arch) && o.nextn_layers) {
-        throw UsageError("--nextn-layers applies to qwen35, qwen35moe, qwen3next and glm4moe only, not " + name);
+        throw UsageError("--nextn-layers applies to qwen35, qwen35moe, qwen3next, glm4moe and deepseek2 only, not " +
+                         name);
     }
-    if (arch != Arch::glm4moe && o.n_dense_lead) {
-        throw UsageError("--leading-dense-layers applies to glm4moe only, not " + name);
+    if (!has_leading_dense_layers(arch) && o.n_dense_lead) {
+        throw UsageError("--leading-dense-layers applies to glm4moe and deepseek2 only, not " + name);
     }
     if (arch != Arch::qwen3next && o.ssm_in) {
         throw UsageError("--ssm-in applies to qwen3next only, not " + name);
@@ -214,6 +237,8 @@ const char * default_vocab_file(Arch arch) {
             return "ggml-vocab-phi-3.gguf";
         case Arch::gpt_oss:  // byte-level BPE, as gpt-oss's own o200k (not in the pinned tree)
             return "ggml-vocab-gpt-2.gguf";
+        case Arch::deepseek2:  // DeepSeek LLM's byte-level BPE (V3's own is not in the pinned tree)
+            return "ggml-vocab-deepseek-llm.gguf";
         default:
             return "ggml-vocab-qwen2.gguf";
     }
@@ -222,6 +247,7 @@ const char * default_vocab_file(Arch arch) {
 const char * default_chat_template_file(Arch arch) {
     if (arch == Arch::gpt_oss) return "openai-gpt-oss-120b.jinja";  // harmony
     if (arch == Arch::glm4moe) return "GLM-4.6.jinja";              // <think> reasoning, <tool_call> with <arg_key>s
+    if (arch == Arch::deepseek2) return "deepseek-ai-DeepSeek-V3.1.jinja";  // thinking switch, DeepSeek's calls
     return nullptr;
 }
 
@@ -229,7 +255,8 @@ bool ShapeOverrides::any() const {
     return n_embd || n_layer || n_head || n_head_kv || head_dim || n_ff || n_ctx || n_ctx_orig || rope_theta || n_swa ||
            swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || reranker ||
            head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared || full_attention_interval ||
-           ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in || nextn_layers || n_dense_lead;
+           ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in || nextn_layers || n_dense_lead || q_lora_rank ||
+           kv_lora_rank || rope_dim || v_head_dim || n_expert_groups || n_group_used || softmax_routing;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -282,6 +309,25 @@ Shape preset_shape(Arch arch, Preset preset) {
         s.n_dense_lead = 1;
         s.n_expert_shared = 1;
     }
+    if (arch == Arch::deepseek2) {
+        // DeepSeek V3's ratios: a head's query/key 3 RoPE parts wide (128 +
+        // 64), values as wide as its unrotated part, the latent 8 RoPE parts
+        // (512), the queries' rank 3 latents (1536); the first layer dense,
+        // nine experts wide; one shared expert; 8 experts in 4 groups of
+        // which 2 may be picked (256 in 8, 4).
+        const int64_t rope = preset == Preset::tiny ? 16 : 32;
+        s.head_dim = 3 * rope;
+        s.n_rot = rope;
+        s.v_head_dim = 2 * rope;
+        s.kv_lora_rank = 8 * rope;
+        s.q_lora_rank = 3 * s.kv_lora_rank;
+        s.n_ff = 9 * s.n_ff_exp;
+        s.n_dense_lead = 1;
+        s.n_expert_shared = 1;
+        s.n_expert_groups = 4;
+        s.n_group_used = 2;
+        s.n_head_kv = 1;  // one latent, as the converter writes it
+    }
     if (has_linear_attention(arch)) {
         // Three linear-attention layers to one of full attention, as the
         // releases; twice as many value heads as key heads (Qwen3.5's 27B has
@@ -327,6 +373,8 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     s.reranker = o.reranker;
     if (o.head_dim) {
         s.head_dim = *o.head_dim;
+    } else if (arch == Arch::deepseek2) {
+        // The preset's latent-attention widths.
     } else {
         require(s.n_head > 0 && s.n_embd % s.n_head == 0, "--n-head (" + std::to_string(s.n_head) +
                                                               ") must divide --n-embd (" + std::to_string(s.n_embd) +
@@ -336,7 +384,7 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
     if (arch != Arch::phi3) {
         s.n_ctx_orig = s.n_ctx;  // no LongRoPE: written nowhere
     }
-    s.n_rot = s.head_dim;
+    if (arch != Arch::deepseek2) s.n_rot = s.head_dim;
     if (has_linear_attention(arch)) {
         s.ssm_in = o.ssm_in;
         s.full_attention_interval = o.full_attention_interval.value_or(s.full_attention_interval);
@@ -346,9 +394,17 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.n_rot = s.head_dim / 4 / 2 * 2;  // partial rotary, a quarter of the head as the releases
     }
     if (has_nextn_layers(arch)) s.n_nextn = o.nextn_layers.value_or(0);
-    if (arch == Arch::glm4moe) {
-        s.n_rot = s.head_dim / 2;  // partial rotary, half the head as the releases
-        s.n_dense_lead = o.n_dense_lead.value_or(s.n_dense_lead);
+    if (arch == Arch::glm4moe) s.n_rot = s.head_dim / 2;  // partial rotary, half the head as the releases
+    if (has_leading_dense_layers(arch)) s.n_dense_lead = o.n_dense_lead.value_or(s.n_dense_lead);
+    if (arch == Arch::deepseek2) {
+        s.n_head_kv = 1;
+        s.n_rot = o.rope_dim.value_or(s.n_rot);
+        s.q_lora_rank = o.q_lora_rank.value_or(s.q_lora_rank);
+        s.kv_lora_rank = o.kv_lora_rank.value_or(s.kv_lora_rank);
+        s.v_head_dim = o.v_head_dim.value_or(s.v_head_dim);
+        s.n_expert_groups = o.n_expert_groups.value_or(s.n_expert_groups);
+        s.n_group_used = o.n_group_used.value_or(s.n_group_used);
+        s.softmax_routing = o.softmax_routing;
     }
     if (arch == Arch::gemma4) {
         // As the releases: global layers' heads twice as large, half as many KV heads.

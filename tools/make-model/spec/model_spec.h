@@ -40,7 +40,8 @@ enum class Arch {
     qwen35,
     qwen35moe,
     qwen3next,
-    glm4moe
+    glm4moe,
+    deepseek2
 };
 enum class Preset { tiny, small, b1 };
 enum class WeightType { f32, f16, q8_0, q4_0, q4_k, mxfp4 };
@@ -111,6 +112,19 @@ struct Shape {
     // set n_expert_shared * n_ff_exp wide); a part of each head rotated.
     int64_t n_dense_lead = 0;
     int64_t n_expert_shared = 0;
+    // deepseek2 (also leading dense layers and shared experts): latent
+    // attention with queries through a q_lora_rank pair (0: a plain
+    // attn_q, as V2-Lite), keys and values from a kv_lora_rank latent; a
+    // head's query/key width is head_dim (its last n_rot rotated), its value
+    // width v_head_dim. Routed experts picked in n_expert_groups groups of
+    // which n_group_used may be picked (V3), by sigmoid scores plus a
+    // selection bias, or by softmax scores without one (softmax_routing, V2).
+    int64_t q_lora_rank = 0;
+    int64_t kv_lora_rank = 0;
+    int64_t v_head_dim = 0;
+    int64_t n_expert_groups = 1;
+    int64_t n_group_used = 1;
+    bool softmax_routing = false;
 };
 
 // Command-line overrides of single shape fields.
@@ -123,6 +137,8 @@ struct ShapeOverrides {
     std::optional<int64_t> head_dim_global, n_head_kv_global, n_embd_per_layer, n_kv_shared;
     std::optional<int64_t> full_attention_interval, ssm_n_group, ssm_dt_rank, ssm_d_state, nextn_layers;
     std::optional<int64_t> n_dense_lead;
+    std::optional<int64_t> q_lora_rank, kv_lora_rank, rope_dim, v_head_dim, n_expert_groups, n_group_used;
+    bool softmax_routing = false;
     bool tied_output = false;
     bool reranker = false;
     bool ssm_in = false;

@@ -212,8 +212,31 @@ void plan_gated_attention(TensorPlanner & planner, const Shape & s, int64_t il) 
     planner.norm(layer_tensor(il, "attn_k_norm.weight"), s.head_dim);
 }
 
+// deepseek2's latent attention, as upstream's converter writes it: the
+// queries' low-rank pair and its norm (or a plain attn_q), the latent and
+// its RoPE part in one projection, the latent's norm, and per head the
+// latent's expansion to the unrotated key part (attn_k_b: [nope, latent])
+// and to the value (attn_v_b: [latent, value]).
+void plan_latent_attention(TensorPlanner & planner, const Shape & s, int64_t il) {
+    const int64_t nope = s.head_dim - s.n_rot;
+    planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
+    if (s.q_lora_rank > 0) {
+        planner.matrix(layer_tensor(il, "attn_q_a.weight"), {s.n_embd, s.q_lora_rank});
+        planner.norm(layer_tensor(il, "attn_q_a_norm.weight"), s.q_lora_rank);
+        planner.matrix(layer_tensor(il, "attn_q_b.weight"), {s.q_lora_rank, s.n_head * s.head_dim});
+    } else {
+        planner.matrix(layer_tensor(il, "attn_q.weight"), {s.n_embd, s.n_head * s.head_dim});
+    }
+    planner.matrix(layer_tensor(il, "attn_kv_a_mqa.weight"), {s.n_embd, s.kv_lora_rank + s.n_rot});
+    planner.norm(layer_tensor(il, "attn_kv_a_norm.weight"), s.kv_lora_rank);
+    planner.matrix(layer_tensor(il, "attn_k_b.weight"), {nope, s.kv_lora_rank, s.n_head});
+    planner.matrix(layer_tensor(il, "attn_v_b.weight"), {s.kv_lora_rank, s.v_head_dim, s.n_head});
+    planner.matrix(layer_tensor(il, "attn_output.weight"), {s.n_head * s.v_head_dim, s.n_embd});
+}
+
 void plan_attention(TensorPlanner & planner, Arch arch, const Shape & s, int64_t il) {
     if (arch == Arch::gemma4) return plan_gemma4_attention(planner, s, il);
+    if (arch == Arch::deepseek2) return plan_latent_attention(planner, s, il);
     if (has_linear_attention(arch)) {
         return is_linear_attention_layer(s, il) ? plan_linear_attention(planner, arch, s, il)
                                                 : plan_gated_attention(planner, s, il);
@@ -261,16 +284,18 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
         planner.matrix(layer_tensor(il, "ffn_down.weight"), {s.n_ff, s.n_embd});
         return;
     }
-    // glm4moe's leading layers (and its multi-token-prediction layer's
-    // experts, as the trunk's).
-    const bool dense = arch == Arch::glm4moe && il < s.n_dense_lead;
+    // glm4moe's and deepseek2's leading layers (and their multi-token-
+    // prediction layer's experts, as the trunk's).
+    const bool dense = has_leading_dense_layers(arch) && il < s.n_dense_lead;
     if (has_experts(s) && !dense) {
         // gpt-oss: a bias on the router and on every expert's matrices.
         const bool biased = arch == Arch::gpt_oss;
         planner.router(layer_tensor(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert});
         if (biased) planner.bias(layer_tensor(il, "ffn_gate_inp.bias"), s.n_expert);
-        // glm4moe: a bias per expert on the scores that pick them.
-        if (arch == Arch::glm4moe) planner.bias(layer_tensor(il, "exp_probs_b.bias"), s.n_expert);
+        // glm4moe, deepseek2 (V3): a bias per expert on the scores that pick them.
+        if (arch == Arch::glm4moe || (arch == Arch::deepseek2 && !s.softmax_routing)) {
+            planner.bias(layer_tensor(il, "exp_probs_b.bias"), s.n_expert);
+        }
         planner.matrix(layer_tensor(il, "ffn_gate_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
         if (biased) planner.bias(layer_tensor(il, "ffn_gate_exps.bias"), {s.n_ff_exp, s.n_expert});
         planner.matrix(layer_tensor(il, "ffn_up_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert});
@@ -280,7 +305,7 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
         if (has_shared_expert(arch)) {
             // A shared expert as wide as a routed one (glm4moe: as
             // n_expert_shared), its gate one logit a token (qwen35moe).
-            const int64_t w = arch == Arch::glm4moe ? s.n_expert_shared * s.n_ff_exp : s.n_ff_exp;
+            const int64_t w = has_gated_shared_expert(arch) ? s.n_ff_exp : s.n_expert_shared * s.n_ff_exp;
             if (has_gated_shared_expert(arch))
                 planner.router(layer_tensor(il, "ffn_gate_inp_shexp.weight"), {s.n_embd});
             planner.matrix(layer_tensor(il, "ffn_gate_shexp.weight"), {s.n_embd, w});
