@@ -434,7 +434,9 @@ class TensorParallelEngine final : public Engine {
             const int32_t head_dim = hp_.layer(il).head_dim;
             check_kv_type(options_.kv_types.k, head_dim, "the K");
             // Latent attention's values are its keys' first columns: no V cache.
-            if (!hp_.block(il).attention.values_in_keys()) check_kv_type(options_.kv_types.v, head_dim, "the V");
+            if (!hp_.block(il).attention.values_in_keys()) {
+                check_kv_type(options_.kv_types.v, hp_.layer(il).v_dim(), "the V");
+            }
         }
     }
 

@@ -94,20 +94,20 @@ GraphBuilder::Qkv GraphBuilder::project_qkv(int il, ggml_tensor * cur) const {
     return {heads(q_width, nq, 0), heads(1, nkv, q_width * nq), heads(1, nkv, q_width * nq + nkv)};
 }
 
-// Each stream's cells of a stored cache: [width, window, n_kv, n_streams],
-// the first width values of each head (latent attention's values are the
-// first kv_rank of its key row).
-ggml_tensor * GraphBuilder::cache_view(int il, ggml_tensor * stored, const AttentionRun & run, int64_t width) const {
+// Each stream's cells of a stored cache of heads `head` values apart:
+// [width, window, n_kv, n_streams], the first width values of each head
+// (latent attention's values are the first kv_rank of its key row).
+ggml_tensor * GraphBuilder::cache_view(int il, ggml_tensor * stored, const AttentionRun & run, int64_t width,
+                                       int64_t head) const {
     const size_t cell = stored->nb[1];
     return ggml_view_4d(ctx, stored, width, run.window, n_kv(il), run.n_streams, cell,
-                        ggml_row_size(stored->type, head_dim(il)), (size_t) run.stride * cell,
-                        (size_t) run.cell0 * cell);
+                        ggml_row_size(stored->type, head), (size_t) run.stride * cell, (size_t) run.cell0 * cell);
 }
 
 // Scores are scaled by 1/sqrt(head size), by 1 where the queries were
 // scaled (HParams::query_scale), or as latent attention scales them.
 float GraphBuilder::attention_scale(int il) const {
-    if (hp.block(il).attention.values_in_keys()) return latent_attention_scale(hp);
+    if (hp.block(il).attention.kind == AttentionBlock::Kind::MultiHeadLatent) return latent_attention_scale(hp);
     return hp.query_scale != 0.0f ? 1.0f : 1.0f / std::sqrt((float) head_dim(il));
 }
 
@@ -119,7 +119,9 @@ float GraphBuilder::attention_scale(int il) const {
 ggml_tensor * GraphBuilder::attend(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
                                    ggml_tensor * kq_mask, size_t mask_offset) const {
     const int64_t hd = head_dim(il), nq = n_q(il);
-    const int64_t dv = hp.block(il).attention.values_in_keys() ? hp.mla.kv_rank : hd;
+    // The values' width, and how far apart their heads are in v.
+    const bool in_keys = hp.block(il).attention.values_in_keys();
+    const int64_t dv = in_keys ? hp.mla.kv_rank : hp.layer(il).v_dim(), v_head = in_keys ? hd : dv;
     ggml_tensor * sinks = w.layers[il].attn_sinks;
     ggml_tensor * qr = ggml_view_4d(ctx, q, hd, nq, run.n_tokens, run.n_streams, q->nb[1], q->nb[2],
                                     (size_t) run.n_tokens * q->nb[2], (size_t) run.t0 * q->nb[2]);
@@ -131,11 +133,11 @@ ggml_tensor * GraphBuilder::attend(int il, ggml_tensor * q, ggml_tensor * k, ggm
     ggml_tensor * out = nullptr;
     // Row attention reads F16 caches only, on the CPU, values as wide as keys.
     if (row_attention && !kv.all().unified() && kv.types().both_f16() && dv == hd) {
-        out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run, hd), cache_view(il, v, run, dv), mask, sinks,
-                                     scale, hp.attn_logit_softcap);
+        out = ggml_ext_row_attention(ctx, qp, cache_view(il, k, run, hd, hd), cache_view(il, v, run, dv, v_head), mask,
+                                     sinks, scale, hp.attn_logit_softcap);
     } else {
-        out = ggml_flash_attn_ext(ctx, qp, cache_view(il, k, run, hd), cache_view(il, v, run, dv), mask, scale, 0.0f,
-                                  hp.attn_logit_softcap);
+        out = ggml_flash_attn_ext(ctx, qp, cache_view(il, k, run, hd, hd), cache_view(il, v, run, dv, v_head), mask,
+                                  scale, 0.0f, hp.attn_logit_softcap);
         ggml_prec_set_acc(out, GGML_PREC_F32);
         if (sinks) ggml_flash_attn_ext_add_sinks(out, sinks);
     }

@@ -37,9 +37,12 @@ struct AttentionBlock {
     bool post_norm = false;        // an RMS norm of the block's output (post_attention_norm: gemma)
     bool rope_factors = true;      // its RoPE reads the model's frequency factors (not gemma4's sliding layers)
     bool output_gate = false;      // attn_q holds each head's queries, then its gate: out *= sigmoid(gate) (qwen35)
+    // Latent attention in the expanded form of older files (attn_kv_b): the
+    // latent expanded to every head's keys and values, cached per head.
+    bool latent_expanded = false;
     bool keeps_kv() const { return kind != Kind::GatedDeltaNet; }
     // Its values are the first columns of its keys (latent attention): the cache holds keys only.
-    bool values_in_keys() const { return kind == Kind::MultiHeadLatent; }
+    bool values_in_keys() const { return kind == Kind::MultiHeadLatent && !latent_expanded; }
 };
 
 // A layer's feed-forward network.

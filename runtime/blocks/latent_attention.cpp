@@ -35,8 +35,14 @@ void declare_latent_attention_weights(WeightDeclarer & d, int il, LayerWeights &
     }
     l.wkv_a = d.declare(p + "attn_kv_a_mqa.weight", {E, m.cache_row()}, true);
     l.kv_a_norm = d.declare(p + "attn_kv_a_norm.weight", {m.kv_rank}, false);
-    l.wk_b = d.declare(p + "attn_k_b.weight", {m.nope(), m.kv_rank, H}, true, d.planes(shard.q_heads));
-    l.wv_b = d.declare(p + "attn_v_b.weight", {m.kv_rank, m.head_v, H}, true, d.planes(shard.q_heads));
+    if (m.expanded) {
+        // Each head's key rows, then its value rows.
+        l.wkv_b = d.declare(p + "attn_kv_b.weight", {m.kv_rank, H * (m.nope() + m.head_v)}, true,
+                            d.rows(shard.q_heads, m.nope() + m.head_v));
+    } else {
+        l.wk_b = d.declare(p + "attn_k_b.weight", {m.nope(), m.kv_rank, H}, true, d.planes(shard.q_heads));
+        l.wv_b = d.declare(p + "attn_v_b.weight", {m.kv_rank, m.head_v, H}, true, d.planes(shard.q_heads));
+    }
     l.wo = d.row_parallel(p + "attn_output.weight", {H * m.head_v, E}, shard.o_pieces, m.head_v, false);
 }
 
@@ -61,15 +67,16 @@ ggml_tensor * GraphBuilder::latent_attention(int il, ggml_tensor * cur, ggml_ten
     ggml_tensor * q_nope = ggml_view_3d(ctx, q, m.nope(), nq, T, q->nb[1], q->nb[2], 0);
     ggml_tensor * q_pe = ggml_view_3d(ctx, q, m.n_rot, nq, T, q->nb[1], q->nb[2], ggml_row_size(q->type, m.nope()));
     q_pe = rope(q_pe, il);
-    // [kv_rank, T, heads] per head, then back to [kv_rank, heads, T].
-    ggml_tensor * q_latent = ggml_mul_mat(ctx, l.wk_b, ggml_permute(ctx, q_nope, 0, 2, 1, 3));
-    q = ggml_concat(ctx, ggml_permute(ctx, q_latent, 0, 2, 1, 3), q_pe, 0);
 
     ggml_tensor * kv_pe = project(l.wkv_a, cur);  // [kv_rank + n_rot, T]
     const size_t row = kv_pe->nb[1];
     ggml_tensor * latent = norm(ggml_view_2d(ctx, kv_pe, m.kv_rank, T, row, 0), l.kv_a_norm);
     ggml_tensor * k_pe = ggml_view_3d(ctx, kv_pe, m.n_rot, 1, T, row, row, ggml_row_size(kv_pe->type, m.kv_rank));
     k_pe = rope(k_pe, il);
+    if (m.expanded) return expanded_latent_attention(il, ggml_concat(ctx, q_nope, q_pe, 0), latent, k_pe, rows);
+    // [kv_rank, T, heads] per head, then back to [kv_rank, heads, T].
+    ggml_tensor * q_latent = ggml_mul_mat(ctx, l.wk_b, ggml_permute(ctx, q_nope, 0, 2, 1, 3));
+    q = ggml_concat(ctx, ggml_permute(ctx, q_latent, 0, 2, 1, 3), q_pe, 0);
     ggml_tensor * k = ggml_concat(ctx, ggml_reshape_3d(ctx, latent, m.kv_rank, 1, T), k_pe, 0);
     ggml_tensor * k_stored = store(il, kv.k(il), k);
     stored.push_back({k_stored, nullptr});
@@ -85,6 +92,33 @@ ggml_tensor * GraphBuilder::latent_attention(int il, ggml_tensor * cur, ggml_ten
     ggml_tensor * out = ggml_mul_mat(ctx, l.wv_b, ggml_permute(ctx, attn, 0, 2, 1, 3));
     out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3));
     return project(l.wo, ggml_reshape_2d(ctx, out, m.head_v * nq, T), rows);
+}
+
+// The expanded form, as upstream computes it for files with attn_kv_b:
+// the latent expanded to each of the rank's heads' key (then the shared
+// rotated part) and value, cached per head, attended over as grouped-query
+// attention of one query head per KV head.
+ggml_tensor * GraphBuilder::expanded_latent_attention(int il, ggml_tensor * q, ggml_tensor * latent, ggml_tensor * k_pe,
+                                                      ggml_tensor * rows) {
+    const LayerWeights & l = w.layers[il];
+    const LatentShape & m = hp.mla;
+    const int64_t T = shape.n_tokens, nq = n_q(il);
+    ggml_tensor * kv_heads = project(l.wkv_b, latent);  // each head's key rows, then its value rows
+    const size_t head = ggml_row_size(kv_heads->type, m.nope() + m.head_v);
+    ggml_tensor * k_nope = ggml_view_3d(ctx, kv_heads, m.nope(), nq, T, head, kv_heads->nb[1], 0);
+    ggml_tensor * v = ggml_cont(ctx, ggml_view_3d(ctx, kv_heads, m.head_v, nq, T, head, kv_heads->nb[1],
+                                                  ggml_row_size(kv_heads->type, m.nope())));
+    ggml_tensor * k = ggml_concat(ctx, k_nope, ggml_repeat_4d(ctx, k_pe, m.n_rot, nq, T, 1), 0);
+    stored.push_back({store(il, kv.k(il), k), store(il, kv.v(il), v)});
+    const auto [k_stored, v_stored] = stored.back();
+    ggml_tensor * attn = nullptr;
+    size_t mask_offset = 0;
+    for (const AttentionRun & run : shape.runs) {
+        ggml_tensor * part = attend(il, q, k_stored, v_stored, run, in.kq_mask, mask_offset);
+        attn = attn ? ggml_concat(ctx, attn, part, 2) : part;  // [head_v, heads, tokens]
+        mask_offset += (size_t) run.window * run.size();
+    }
+    return project(l.wo, ggml_reshape_2d(ctx, attn, m.head_v * nq, T), rows);
 }
 
 }  // namespace llama_tp

@@ -67,12 +67,13 @@ void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams &
         ggml_tensor * rows = ggml_get_rows(ctx, k, cells);
         const int64_t hd = hp.layer(il).head_dim;
         rows = ggml_reshape_3d(ctx, rows, hd, w.shard().layers[il].kv_heads.size(), n);
-        if (hp.block(il).attention.values_in_keys()) {
-            // Latent attention's row: the latent, then its rotated part (only that turns).
-            const int64_t r = hp.mla.kv_rank;
-            ggml_tensor * pe = ggml_view_3d(ctx, rows, hd - r, 1, n, rows->nb[1], rows->nb[2], r * rows->nb[0]);
-            ggml_tensor * latent = ggml_view_3d(ctx, rows, r, 1, n, rows->nb[1], rows->nb[2], 0);
-            rows = ggml_concat(ctx, latent, rope_layer(ctx, pe, shift, hp, w, kv, il), 0);
+        if (hp.block(il).attention.kind == AttentionBlock::Kind::MultiHeadLatent) {
+            // Latent attention's key: the latent (or a head's unrotated
+            // part), then its rotated part; only that turns.
+            const int64_t r = hd - hp.layer(il).n_rot, heads = rows->ne[1];
+            ggml_tensor * pe = ggml_view_3d(ctx, rows, hd - r, heads, n, rows->nb[1], rows->nb[2], r * rows->nb[0]);
+            ggml_tensor * rest = ggml_view_3d(ctx, rows, r, heads, n, rows->nb[1], rows->nb[2], 0);
+            rows = ggml_concat(ctx, rest, rope_layer(ctx, pe, shift, hp, w, kv, il), 0);
         } else {
             rows = rope_layer(ctx, rows, shift, hp, w, kv, il);
         }

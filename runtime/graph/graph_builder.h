@@ -216,8 +216,9 @@ struct GraphBuilder {
 
     Qkv project_qkv(int il, ggml_tensor * cur) const;
 
-    // Each stream's cells of a stored cache: [width, window, n_kv, n_streams].
-    ggml_tensor * cache_view(int il, ggml_tensor * stored, const AttentionRun & run, int64_t width) const;
+    // Each stream's cells of a stored cache of heads `head` values apart:
+    // [width, window, n_kv, n_streams].
+    ggml_tensor * cache_view(int il, ggml_tensor * stored, const AttentionRun & run, int64_t width, int64_t head) const;
     // What layer il's scores are scaled by.
     float attention_scale(int il) const;
 
@@ -237,6 +238,11 @@ struct GraphBuilder {
     // Latent attention (runtime/blocks/latent_attention.cpp), as attention:
     // its cache is the latent, its values the latent's first kv_rank values.
     ggml_tensor * latent_attention(int il, ggml_tensor * cur, ggml_tensor * rows);
+    // Its expanded form (files with attn_kv_b): q [head_k, heads, T] with its
+    // rotated part, the normed latent [kv_rank, T], the rotated key part
+    // [n_rot, 1, T].
+    ggml_tensor * expanded_latent_attention(int il, ggml_tensor * q, ggml_tensor * latent, ggml_tensor * k_pe,
+                                            ggml_tensor * rows);
 
     // Linear attention (runtime/blocks/delta_net.cpp).
     // The batch's projections: the convolution's input [channels, T], the

@@ -72,7 +72,9 @@ KvCache::KvCache(const HParams & hp, const std::vector<int32_t> & n_head_kv, con
         k_.push_back(k);
         // Latent attention reads its values out of its keys' rows.
         ggml_tensor * v =
-            hp.block(il).attention.values_in_keys() ? nullptr : ggml_new_tensor_2d(ctx_.get(), types.v, row, rows);
+            hp.block(il).attention.values_in_keys()
+                ? nullptr
+                : ggml_new_tensor_2d(ctx_.get(), types.v, (int64_t) n_head_kv[il] * hp.layer(il).v_dim(), rows);
         if (v) ggml_format_name(v, "cache_v_l%d", il);
         v_.push_back(v);
     }

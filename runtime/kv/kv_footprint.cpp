@@ -17,7 +17,9 @@ KvFootprint kv_footprint(const EngineOptions & options) {
     for (int il = 0; il < hp.n_layer_kv(); ++il) {
         if (!hp.keeps_kv(il)) continue;
         // Latent attention keeps keys only (its values are their first columns).
-        const uint64_t bytes = (hp.block(il).attention.values_in_keys() ? 1u : 2u) * (uint64_t) hp.n_embd_kv(il) * 2u;
+        const LayerShape & s = hp.layer(il);
+        const uint64_t values = hp.block(il).attention.values_in_keys() ? 0u : (uint64_t) s.n_head_kv * s.v_dim();
+        const uint64_t bytes = ((uint64_t) hp.n_embd_kv(il) + values) * 2u;
         if (window > 0 && hp.is_swa(il)) {
             kv.fixed_bytes_per_slot += bytes * (uint64_t) window;
         } else {

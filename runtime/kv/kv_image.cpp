@@ -20,8 +20,7 @@ KvImageLayout KvImageLayout::of(const HParams & hp, const KvTypes & types, int32
         layer.n_cells = layer.windowed ? std::min(n_cells, window_keep) : n_cells;
         layer.k_head_bytes = ggml_row_size(types.k, hp.layer(il).head_dim);
         // Latent attention keeps keys only.
-        layer.v_head_bytes =
-            hp.block(il).attention.values_in_keys() ? 0 : ggml_row_size(types.v, hp.layer(il).head_dim);
+        layer.v_head_bytes = hp.block(il).attention.values_in_keys() ? 0 : ggml_row_size(types.v, hp.layer(il).v_dim());
         layer.at = l.total;
         l.total += (layer.k_row_bytes() + layer.v_row_bytes()) * (size_t) layer.n_cells;
         l.layers.push_back(layer);

@@ -41,11 +41,14 @@ struct RopeOverrides {
 // and rotated dimensions, and its KV-sharing layers may have a wider FFN.
 struct LayerShape {
     int32_t n_head_kv = 0;
-    int32_t head_dim = 0;  // per head, keys and values alike
-    int32_t n_rot = 0;     // dimensions of a head RoPE rotates
-    int32_t n_ff = 0;      // the dense FFN's width (1 for models with experts only)
+    int32_t head_dim = 0;    // per head, keys (and values, unless head_dim_v says otherwise)
+    int32_t n_rot = 0;       // dimensions of a head RoPE rotates
+    int32_t n_ff = 0;        // the dense FFN's width (1 for models with experts only)
+    int32_t head_dim_v = 0;  // per head, values where they are narrower (expanded latent attention); 0: head_dim
+    int32_t v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
     bool operator==(const LayerShape & o) const {
-        return n_head_kv == o.n_head_kv && head_dim == o.head_dim && n_rot == o.n_rot && n_ff == o.n_ff;
+        return n_head_kv == o.n_head_kv && head_dim == o.head_dim && n_rot == o.n_rot && n_ff == o.n_ff &&
+               v_dim() == o.v_dim();
     }
 };
 
@@ -81,8 +84,11 @@ struct DeltaNetShape {
 // all such layers alike): the queries' low-rank pair (0: a plain attn_q),
 // the latent's width, and a head's query/key width (its n_rot RoPE part
 // last) and value width. A layer caches kv_rank + n_rot values per token:
-// the normed latent, then its rotated part.
+// the normed latent, then its rotated part; in the expanded form of older
+// files (attn_kv_b) it caches every head's key and value instead, as
+// grouped-query attention of one query head per KV head.
 struct LatentShape {
+    bool expanded = false;
     int32_t q_rank = 0;
     int32_t kv_rank = 0;
     int32_t head_k = 0;
@@ -193,7 +199,7 @@ struct HParams {
     // A head's width in attn_output's input: its value width (latent
     // attention's head_v; else the head size).
     int32_t out_head_dim(int il) const {
-        return blocks[il].attention.values_in_keys() ? mla.head_v : layers[il].head_dim;
+        return blocks[il].attention.kind == AttentionBlock::Kind::MultiHeadLatent ? mla.head_v : layers[il].head_dim;
     }
     int32_t n_embd_kv(int il) const { return layers[il].n_head_kv * layers[il].head_dim; }
     // Every layer shaped as `shape` (models whose files give one shape).

@@ -102,6 +102,7 @@ struct LayerWeights {
     ggml_tensor * kv_a_norm = nullptr;
     ggml_tensor * wk_b = nullptr;
     ggml_tensor * wv_b = nullptr;
+    ggml_tensor * wkv_b = nullptr;  // the expanded form's (older files): each head's key rows, then its value rows
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;  // gemma3: on the FFN's output
     ggml_tensor * ffn_gate = nullptr;

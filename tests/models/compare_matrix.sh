@@ -227,8 +227,9 @@ if [[ $arch == glm4moe ]]; then
 fi
 if [[ $arch == deepseek2 ]]; then
     # V2-Lite's plain attn_q; V2's softmax scores, without a selection bias
-    # or normalised weights, in groups and without.
-    for variant in "--q-lora-rank 0" "--softmax-routing" "--softmax-routing --expert-groups 1 --expert-groups-used 1"; do
+    # or normalised weights, in groups and without; older files' attn_kv_b.
+    for variant in "--q-lora-rank 0" "--softmax-routing" "--softmax-routing --expert-groups 1 --expert-groups-used 1" \
+        "--expanded-latent"; do
         # shellcheck disable=SC2086
         "$make_model" --arch deepseek2 --type q8_0 --seed 7 "${shape[@]}" $variant -o "$work/variant.gguf" \
             >/dev/null 2>"$work/make.log" || cat "$work/make.log" >&2

@@ -1,10 +1,11 @@
 // Latent attention's cache and weights through the engine, on a generated
-// deepseek2 in F32 (DeepSeek V3's ratios, eight experts): every rank caches
-// one latent row per token and layer; a context shift turns only the row's
-// rotated part, to the keys of the new positions; a sequence's image
-// restores into another split; and each rank holds its share of the split
-// tensors beside the mirrored ones. Usage: test-latent-cache MODEL.gguf
-// (gtest flags may follow).
+// deepseek2 in F32 (DeepSeek V3's ratios, eight experts), in the absorbed
+// form or the older expanded one: every rank caches one latent row per
+// token and layer (expanded: its heads' keys and values); a context shift
+// turns only each key's rotated part, to the keys of the new positions; a
+// sequence's image restores into another split; and each rank holds its
+// share of the split tensors beside the mirrored ones. Usage:
+// test-latent-cache MODEL.gguf (gtest flags may follow).
 
 #include "runtime/engine.h"
 #include "runtime/kv/kv_image.h"
@@ -50,8 +51,8 @@ std::vector<float> decode_at(Engine & e, const std::vector<int32_t> & t, int seq
     return std::vector<float>(e.logits((int32_t) t.size() - 1), e.logits((int32_t) t.size() - 1) + e.info().n_vocab);
 }
 
-// Layer 0's cache rows of cells [first, first + n) of a sequence, read as an
-// image: n rows of the latent then its rotated part.
+// Layer 0's keys of cells [first, first + n) of a sequence, read as an
+// image: per head (one: the latent) its unrotated part, then its rotated part.
 std::vector<float> layer0_rows(Engine & e, int seq, int n_cached, int first, int n) {
     const std::vector<uint8_t> image = e.read_sequence(seq, n_cached);
     const KvImageLayout l = KvImageLayout::of(read_hparams(GgufFile(g_model)), e.options().kv_types, n_cached, -1);
@@ -61,29 +62,33 @@ std::vector<float> layer0_rows(Engine & e, int seq, int n_cached, int first, int
     return out;
 }
 
-// The largest difference over the latent (rotated false) or rotated part of every row.
-float part_diff(const std::vector<float> & a, const std::vector<float> & b, const LatentShape & m, bool rotated) {
+// The largest difference over every key head's unrotated part (rotated
+// false) or its rotated part.
+float part_diff(const std::vector<float> & a, const std::vector<float> & b, const LayerShape & s, bool rotated) {
     float d = 0.0f;
     for (size_t i = 0; i < a.size(); ++i) {
-        if (((int32_t) (i % m.cache_row()) >= m.kv_rank) == rotated) d = std::max(d, std::fabs(a[i] - b[i]));
+        if (((int32_t) (i % s.head_dim) >= s.head_dim - s.n_rot) == rotated) d = std::max(d, std::fabs(a[i] - b[i]));
     }
     return d;
 }
 
-TEST(LatentCache, EveryRankCachesOneLatentRowPerToken) {
+TEST(LatentCache, EachTokenCachesTheLatentOrItsHeads) {
     const HParams hp = read_hparams(GgufFile(g_model));
+    const LatentShape & m = hp.mla;
     EngineOptions o;
     o.model_path = g_model;
-    // F16, keys only: the latent and its rotated part per layer.
-    EXPECT_EQ(kv_footprint(o).bytes_per_cell, (uint64_t) hp.n_layer * hp.mla.cache_row() * 2);
+    // F16: the latent and its rotated part per layer, keys only; expanded,
+    // every head's key and value.
+    const uint64_t per_layer = m.expanded ? (uint64_t) hp.n_head * (m.head_k + m.head_v) : (uint64_t) m.cache_row();
+    EXPECT_EQ(kv_footprint(o).bytes_per_cell, hp.n_layer * per_layer * 2);
     auto e = load(2);
     const auto p = prompt(*e);
     decode_at(*e, p, 0, 0);
-    EXPECT_EQ(e->sequence_image_bytes((int32_t) p.size()), (size_t) hp.n_layer * hp.mla.cache_row() * 2 * p.size());
+    EXPECT_EQ(e->sequence_image_bytes((int32_t) p.size()), hp.n_layer * per_layer * 2 * p.size());
 }
 
 void check_shift(int tp) {
-    const LatentShape m = read_hparams(GgufFile(g_model)).mla;
+    const LayerShape m = read_hparams(GgufFile(g_model)).layer(0);
     auto e = load(tp);
     const auto p = prompt(*e);
     const int n = (int) p.size(), k = 5;
@@ -96,7 +101,7 @@ void check_shift(int tp) {
     const std::vector<float> shifted = layer0_rows(*e, 0, n - k, 0, n - k);
     const std::vector<float> fresh = layer0_rows(*e, 1, n - k, 0, n - k);
     const std::vector<float> unrotated = layer0_rows(*e, 2, n, k, n - k);
-    // Layer 0's latent does not depend on the position: the very same values.
+    // Layer 0's latent (and its expansion) does not depend on the position: the very same values.
     EXPECT_EQ(part_diff(shifted, fresh, m, false), 0.0f) << "tp " << tp;
     float largest = 0.0f;
     for (float x : fresh) largest = std::max(largest, std::fabs(x));
@@ -106,7 +111,7 @@ void check_shift(int tp) {
     EXPECT_GT(part_diff(unrotated, fresh, m, true), 20 * std::max(err, ulp)) << "tp " << tp;
 }
 
-TEST(LatentCache, AContextShiftTurnsOnlyTheRotatedPart) {
+TEST(LatentCache, AContextShiftTurnsOnlyTheRotatedParts) {
     check_shift(1);
     check_shift(2);
 }

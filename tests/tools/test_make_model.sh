@@ -98,6 +98,9 @@ generate "$work/model.gguf" --arch deepseek2 --type q4_k --q-lora-rank 0 --softm
 rm -f "$work/model.gguf"
 generate "$work/model.gguf" --arch deepseek2 --type q8_0 --nextn-layers 1 && check_loads "$work/model.gguf" deepseek2
 rm -f "$work/model.gguf"
+# Older conversions: each head's keys and values expanded through attn_kv_b.
+generate "$work/model.gguf" --arch deepseek2 --type f16 --expanded-latent && check_loads "$work/model.gguf" deepseek2
+rm -f "$work/model.gguf"
 # MXFP4, as gpt-oss ships its experts (and on a dense model).
 for arch in gpt-oss llama; do
     generate "$work/model.gguf" --arch "$arch" --type mxfp4 && check_loads "$work/model.gguf" "$arch"
@@ -189,6 +192,7 @@ expect_error 2 "applies to glm4moe and deepseek2 only" --arch qwen3moe --leading
 expect_error 2 "must be between 0 and --n-layer" --arch glm4moe --leading-dense-layers 3 -o "$out"
 expect_error 2 "glm4moe and deepseek2 only" --arch qwen3 --nextn-layers 1 -o "$out"
 expect_error 2 "apply to deepseek2 only" --arch glm4moe --kv-lora-rank 64 -o "$out"
+expect_error 2 "apply to deepseek2 only" --arch qwen3moe --expanded-latent -o "$out"
 expect_error 2 "must be even and below --head-dim" --arch deepseek2 --rope-dim 48 -o "$out"
 expect_error 2 "into groups of 2 or more" --arch deepseek2 --expert-groups 8 -o "$out"
 expect_error 2 "must be a multiple of --ssm-n-group" --arch qwen35 --ssm-n-group 4 --ssm-dt-rank 6 -o "$out"

@@ -196,6 +196,10 @@ void parse_argument(ParseState & state, const std::vector<std::string> & args, s
         state.overrides.softmax_routing = true;
         return;
     }
+    if (flag == "--expanded-latent" && !value) {
+        state.overrides.latent_expanded = true;
+        return;
+    }
     if (flag == "--dry-run" && !value) {
         state.options.dry_run = true;
         return;
@@ -342,6 +346,8 @@ shape overrides (positive integers unless noted):
                                       best N of their groups (default 4, 2)
   --softmax-routing                   deepseek2: softmax scores without a selection
                                       bias or normalisation (V2), not sigmoid (V3)
+  --expanded-latent                   deepseek2: attn_kv_b (each head's key and value
+                                      rows) as older files, not attn_k_b and attn_v_b
   --tied-output                       no output.weight: the head reuses token_embd
   --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
                                       a rerank prompt template)

@@ -1,6 +1,6 @@
 // deepseek2 (DeepSeek V2, V2.5, V3, R1; Kimi K2): multi-head latent
 // attention in the absorbed form upstream's converters write (attn_k_b and
-// attn_v_b per head), RoPE on each head's last n_rot dimensions (pairs side
+// attn_v_b per head) or the older expanded one (attn_kv_b), RoPE on each head's last n_rot dimensions (pairs side
 // by side); the first leading_dense_block_count layers a dense FFN, the
 // others routed experts (softmax scores, or sigmoid plus a selection bias,
 // group-limited) beside an ungated shared expert. Multi-token-prediction
@@ -26,19 +26,16 @@ FfnBlock::Routing read_routing(const GgufFile & file, const std::string & a) {
                 " is not supported (1: softmax, 2: sigmoid)");
 }
 
+// The absorbed form's files give a head's widths under *_mla (their
+// key_length is the latent's); the older expanded form's under key_length.
 LatentShape read_latent(const GgufFile & file, const std::string & a) {
     const std::string k_mla = a + ".attention.key_length_mla", v_mla = a + ".attention.value_length_mla";
-    if (!file.has_key(k_mla) || !file.has_key(v_mla)) {
-        throw Error("model file '" + file.path() +
-                    "': its latent attention is the older expanded form (attn_kv_b, no attention.key_length_mla), "
-                    "which llama-tp does not build; a file converted by a recent convert_hf_to_gguf.py has attn_k_b "
-                    "and attn_v_b");
-    }
     LatentShape m;
+    m.expanded = !file.has_key(k_mla) || !file.has_key(v_mla);
     m.q_rank = file.get_int32(a + ".attention.q_lora_rank", 0);
     m.kv_rank = file.get_int32(a + ".attention.kv_lora_rank");
-    m.head_k = file.get_int32(k_mla);
-    m.head_v = file.get_int32(v_mla);
+    m.head_k = file.get_int32(m.expanded ? a + ".attention.key_length" : k_mla);
+    m.head_v = file.get_int32(m.expanded ? a + ".attention.value_length" : v_mla);
     m.n_rot = file.get_int32(a + ".rope.dimension_count");
     for (auto [what, v] : {std::pair<const char *, int64_t>{"attention.kv_lora_rank", m.kv_rank},
                            {"attention.key_length_mla", m.head_k},
@@ -89,10 +86,14 @@ void read_deepseek2(const GgufFile & file, const std::string & a, HParams & hp) 
     if (n_shared < 0) require_positive(file, "expert_shared_count", n_shared);
     const int32_t n_ff = n_dense > 0 ? file.get_int32(a + ".feed_forward_length") : 1;
     require_positive(file, "feed_forward_length", n_ff);
-    // Every layer caches one latent row: one KV "head" of kv_rank + n_rot values.
-    hp.set_uniform_layers({1, hp.mla.cache_row(), hp.mla.n_rot, n_ff});
+    // Every layer caches one latent row: one KV "head" of kv_rank + n_rot
+    // values; expanded, every head's key and value.
+    const LatentShape & m = hp.mla;
+    hp.set_uniform_layers(m.expanded ? LayerShape{hp.n_head, m.head_k, m.n_rot, n_ff, m.head_v}
+                                     : LayerShape{1, m.cache_row(), m.n_rot, n_ff});
     LayerBlocks dense;
     dense.attention.kind = AttentionBlock::Kind::MultiHeadLatent;
+    dense.attention.latent_expanded = m.expanded;
     LayerBlocks experts = dense;
     experts.ffn.kind = n_shared > 0 ? FfnBlock::Kind::ExpertsAndShared : FfnBlock::Kind::Experts;
     experts.ffn.routing = read_routing(file, a);

@@ -173,11 +173,18 @@ void set_model_metadata(gguf_context * gguf, const ModelSpec & spec, int64_t n_v
         // Latent attention as the converter writes it: one KV "head" of the
         // latent and its RoPE part, values the latent; the heads' own widths
         // under *_mla.
-        set_u32("attention.head_count_kv", 1);
-        set_u32("attention.key_length", s.kv_lora_rank + s.n_rot);
-        set_u32("attention.value_length", s.kv_lora_rank);
-        set_u32("attention.key_length_mla", s.head_dim);
-        set_u32("attention.value_length_mla", s.v_head_dim);
+        // The expanded form: every head's own key and value, no *_mla keys.
+        if (s.latent_expanded) {
+            set_u32("attention.head_count_kv", s.n_head);
+            set_u32("attention.key_length", s.head_dim);
+            set_u32("attention.value_length", s.v_head_dim);
+        } else {
+            set_u32("attention.head_count_kv", 1);
+            set_u32("attention.key_length", s.kv_lora_rank + s.n_rot);
+            set_u32("attention.value_length", s.kv_lora_rank);
+            set_u32("attention.key_length_mla", s.head_dim);
+            set_u32("attention.value_length_mla", s.v_head_dim);
+        }
         set_u32("attention.q_lora_rank", s.q_lora_rank);
         set_u32("attention.kv_lora_rank", s.kv_lora_rank);
         set_u32("expert_group_count", s.n_expert_groups);

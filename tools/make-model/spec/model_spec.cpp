@@ -163,10 +163,10 @@ void check_arch_overrides(Arch arch, const ShapeOverrides & o) {
             name);
     }
     if (arch != Arch::deepseek2 && (o.q_lora_rank || o.kv_lora_rank || o.rope_dim || o.v_head_dim ||
-                                    o.n_expert_groups || o.n_group_used || o.softmax_routing)) {
+                                    o.n_expert_groups || o.n_group_used || o.softmax_routing || o.latent_expanded)) {
         throw UsageError(
             "--q-lora-rank, --kv-lora-rank, --rope-dim, --v-head-dim, --expert-groups, "
-            "--expert-groups-used and --softmax-routing apply to deepseek2 only, not " +
+            "--expert-groups-used, --softmax-routing and --expanded-latent apply to deepseek2 only, not " +
             name);
     }
     if (arch == Arch::llama && o.n_ff_exp) {
@@ -256,7 +256,8 @@ bool ShapeOverrides::any() const {
            swa_pattern || logit_softcap || n_expert || n_expert_used || n_ff_exp || tied_output || reranker ||
            head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared || full_attention_interval ||
            ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in || nextn_layers || n_dense_lead || q_lora_rank ||
-           kv_lora_rank || rope_dim || v_head_dim || n_expert_groups || n_group_used || softmax_routing;
+           kv_lora_rank || rope_dim || v_head_dim || n_expert_groups || n_group_used || softmax_routing ||
+           latent_expanded;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -405,6 +406,8 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.n_expert_groups = o.n_expert_groups.value_or(s.n_expert_groups);
         s.n_group_used = o.n_group_used.value_or(s.n_group_used);
         s.softmax_routing = o.softmax_routing;
+        s.latent_expanded = o.latent_expanded;
+        if (s.latent_expanded) s.n_head_kv = s.n_head;  // every head's key and value, as those files say
     }
     if (arch == Arch::gemma4) {
         // As the releases: global layers' heads twice as large, half as many KV heads.

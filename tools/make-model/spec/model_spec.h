@@ -125,6 +125,9 @@ struct Shape {
     int64_t n_expert_groups = 1;
     int64_t n_group_used = 1;
     bool softmax_routing = false;
+    // The older files' expanded form: attn_kv_b (each head's key and value
+    // rows) instead of attn_k_b and attn_v_b, no *_mla keys.
+    bool latent_expanded = false;
 };
 
 // Command-line overrides of single shape fields.
@@ -139,6 +142,7 @@ struct ShapeOverrides {
     std::optional<int64_t> n_dense_lead;
     std::optional<int64_t> q_lora_rank, kv_lora_rank, rope_dim, v_head_dim, n_expert_groups, n_group_used;
     bool softmax_routing = false;
+    bool latent_expanded = false;
     bool tied_output = false;
     bool reranker = false;
     bool ssm_in = false;

@@ -216,7 +216,8 @@ void plan_gated_attention(TensorPlanner & planner, const Shape & s, int64_t il) 
 // queries' low-rank pair and its norm (or a plain attn_q), the latent and
 // its RoPE part in one projection, the latent's norm, and per head the
 // latent's expansion to the unrotated key part (attn_k_b: [nope, latent])
-// and to the value (attn_v_b: [latent, value]).
+// and to the value (attn_v_b: [latent, value]); in older files' expanded
+// form both in one attn_kv_b, each head's key rows then its value rows.
 void plan_latent_attention(TensorPlanner & planner, const Shape & s, int64_t il) {
     const int64_t nope = s.head_dim - s.n_rot;
     planner.norm(layer_tensor(il, "attn_norm.weight"), s.n_embd);
@@ -229,8 +230,12 @@ void plan_latent_attention(TensorPlanner & planner, const Shape & s, int64_t il)
     }
     planner.matrix(layer_tensor(il, "attn_kv_a_mqa.weight"), {s.n_embd, s.kv_lora_rank + s.n_rot});
     planner.norm(layer_tensor(il, "attn_kv_a_norm.weight"), s.kv_lora_rank);
-    planner.matrix(layer_tensor(il, "attn_k_b.weight"), {nope, s.kv_lora_rank, s.n_head});
-    planner.matrix(layer_tensor(il, "attn_v_b.weight"), {s.kv_lora_rank, s.v_head_dim, s.n_head});
+    if (s.latent_expanded) {
+        planner.matrix(layer_tensor(il, "attn_kv_b.weight"), {s.kv_lora_rank, s.n_head * (nope + s.v_head_dim)});
+    } else {
+        planner.matrix(layer_tensor(il, "attn_k_b.weight"), {nope, s.kv_lora_rank, s.n_head});
+        planner.matrix(layer_tensor(il, "attn_v_b.weight"), {s.kv_lora_rank, s.v_head_dim, s.n_head});
+    }
     planner.matrix(layer_tensor(il, "attn_output.weight"), {s.n_head * s.v_head_dim, s.n_embd});
 }
 
