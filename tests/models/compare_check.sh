@@ -1,13 +1,15 @@
 # check DESCRIPTION COMPARE_ARGS...: runs llama-tp-compare, prints its JSON
 # verdict and counts it in $cases and $failures. Sourced by the accuracy
 # scripts, which set $compare and $work. With $expect_exact set, the run must
-# have used split-invariant sums (true) or not (false).
+# have used split-invariant sums (true) or not (false). One thread unless
+# $threads says: CTest runs two scripts at once on two cores, and more
+# threads than cores wait on each other (twice as long in all).
 failures=0 cases=0
 check() {
     local what=$1; shift
     cases=$((cases + 1))
     local out
-    out=$("$compare" "$@" --json -t 2 2>"$work/stderr.log")
+    out=$("$compare" "$@" --json -t "${threads:-1}" 2>"$work/stderr.log")
     local rc=$?
     echo "$what: $out"
     if [[ -n ${expect_exact:-} && $out != *"\"split_invariant\": $expect_exact"* ]]; then
