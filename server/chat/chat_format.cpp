@@ -2,6 +2,7 @@
 
 #include "runtime/text/tokenizer.h"
 #include "server/chat/template_depth.h"
+#include "server/chat/template_probe.h"
 
 #include "chat.h"
 #include "llama.h"
@@ -34,6 +35,9 @@ bool is_builtin_template_name(const std::string & name) {
 }  // namespace
 
 ChatFormatter::ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template)
+    : ChatFormatter(tokenizer, override_template, Probe::InChild) {}
+
+ChatFormatter::ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template, Probe probe)
     : impl_(std::make_unique<Impl>()) {
     const llama_model * model = tokenizer.model();
     if (!override_template.empty()) {
@@ -52,6 +56,14 @@ ChatFormatter::ChatFormatter(const Tokenizer & tokenizer, const std::string & ov
         } else {
             check_template_depth(tokenizer.chat_template(), "the model's tokenizer.chat_template");
             check_template_depth(tokenizer.chat_template("tool_use"), "the model's tokenizer.chat_template.tool_use");
+        }
+        const std::string source = override_template.empty()
+                                       ? tokenizer.chat_template() + tokenizer.chat_template("tool_use")
+                                       : override_template;
+        if (probe == Probe::InChild && template_may_recurse(source)) {
+            probe_render_in_child(
+                [&] { ChatFormatter(tokenizer, override_template, Probe::Done); },
+                override_template.empty() ? "the model's tokenizer.chat_template" : "--chat-template");
         }
     }
     try {

@@ -57,8 +57,9 @@ struct ChatPrompt {
 
 class ChatFormatter {
   public:
-    // Throws std::runtime_error when the override template does not parse or
-    // cannot render a simple conversation.
+    // Throws std::runtime_error when the override template does not parse,
+    // cannot render a simple conversation, or crashes its engine doing so
+    // (server/chat/template_probe.h).
     ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template);
     ~ChatFormatter();
 
@@ -80,6 +81,9 @@ class ChatFormatter {
     std::map<std::string, bool> capabilities() const;
 
   private:
+    enum class Probe { InChild, Done };
+    ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template, Probe probe);
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::string origin_;

@@ -110,6 +110,26 @@ def test_a_chat_template_nested_too_deep_is_refused_at_start(tmp_path):
         assert s.stop() == 0
 
 
+def test_a_chat_template_that_recurses_without_end_is_refused_at_start(tmp_path):
+    # A macro that calls itself for ever overflows the engine's stack: the
+    # template is rendered in a child process first, and refused when that dies.
+    endless = tmp_path / "endless.jinja"
+    endless.write_text("{% macro f(m) %}{{ f(m) }}{% endmacro %}{% for m in messages %}{{ f(m) }}{% endfor %}")
+    r = run("-m", str(model_path()), "--port", "0", "--chat-template-file", str(endless), timeout=90)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "chat template (--chat-template) crashes its engine" in r.stderr, r.stderr[-2000:]
+    # A macro that recurses to an end renders.
+    tree = tmp_path / "tree.jinja"
+    tree.write_text("{% macro down(n) %}{% if n > 0 %}{{ n }},{{ down(n - 1) }}{% endif %}{% endmacro %}"
+                    "{% for m in messages %}{{ down(3) }}{{ m.content }}{% endfor %}")
+    s = ServerProcess("-np", "1", "-c", "256", "-t", "1", "--chat-template-file", str(tree))
+    try:
+        r = s.post("/apply-template", {"messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 200 and r.json()["prompt"] == "3,2,1,x", r.text
+    finally:
+        assert s.stop() == 0
+
+
 def test_chat_template_override_and_summary(tmp_path):
     tmpl = tmp_path / "t.jinja"
     tmpl.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
