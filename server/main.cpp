@@ -250,9 +250,12 @@ int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * a
     }
     const std::string urls = start_listeners(listeners, life);
     life->set_ready();
+    const std::string from = opts.models_dir.empty() ? "llama-server's cache (LLAMA_CACHE)" : opts.models_dir;
     SRV_INF("llama-tp-server router ready: %zu models in %s, at most %d at once%s, listening on %s", router->n_models(),
-            opts.models_dir.c_str(), opts.models_max, opts.models_autoload ? ", loaded on first use" : "",
-            urls.c_str());
+            from.c_str(), opts.models_max, opts.models_autoload ? ", loaded on first use" : "", urls.c_str());
+    if (router->n_models() == 0) {
+        SRV_WRN("no models to serve: pass -m FILE, -hf REPO[:QUANT] (downloaded into the cache) or --models-dir DIR");
+    }
     life->wait_for_stop();
     router->shut_down();  // forwarded requests end with their children
     listeners.clear();

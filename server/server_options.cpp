@@ -5,7 +5,6 @@
 #include "server/api/request.h"
 #include "server/upstream_flags.h"
 
-#include "download.h"
 #include "ggml-backend.h"
 #include "sampling.h"
 #include "speculative.h"
@@ -675,13 +674,8 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
 
     const bool has_model = !o.engine.model_path.empty() || o.model_source.remote();
     if (has_model) o.models_dir.clear(), o.models_preset.clear();  // a model of its own: not a router
-    if (!has_model && !o.router()) o.models_from_cache = !common_list_cached_models().empty();
-    if (!has_model && !o.router()) {
-        throw UsageError(
-            "no model given: pass -m/--model FNAME, -hf REPO[:QUANT] to download one, or --models-dir DIR "
-            "(--models-preset FILE) to serve several (router mode; see --help); llama-server's cache "
-            "(LLAMA_CACHE) holds no model to serve");
-    }
+    // No model at all: a router over llama-server's cache, empty or not, as llama-server starts.
+    if (!has_model && !o.router()) o.models_from_cache = true;
     const bool tp_given = std::find(own_given.begin(), own_given.end(), "--tp") != own_given.end() ||
                           std::getenv("LLAMA_ARG_TP") != nullptr;
     if (!o.engine.tensor_split.empty() && !tp_given) {

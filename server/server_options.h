@@ -31,7 +31,7 @@ struct ServerOptions {
     int32_t models_max = 4;     // children at once (0: no limit)
     bool models_autoload = true;
     std::vector<std::string> arguments;  // the command line after the program's name
-    // No model given, and llama-server's cache holds some: a router over them, as llama-server.
+    // No model given: a router over llama-server's cache (empty or not), as llama-server.
     bool models_from_cache = false;
     bool router() const { return !models_dir.empty() || !models_preset.empty() || models_from_cache; }
 

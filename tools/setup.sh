@@ -2,8 +2,8 @@
 # Installs what llama-tp needs on a Debian machine (only what is missing),
 # fetches the pinned llama.cpp (cached outside the clone) and builds
 # everything into build/. Extra CMake options: LLAMA_TP_CMAKE_ARGS.
-# --tests: also what only the tests use: clang for the fuzz targets, and
-# HIP's compiler (to compile the GPU code for AMD GPUs) where Debian has it
+# --tests: also what only the tests use: clang for the fuzz targets, the
+# pinned llama-server for the differential tests, and HIP's compiler (to compile the GPU code for AMD GPUs) where Debian has it
 # for this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ fuzz_packages=(clang libclang-rt-dev)
 extra_cmake=()
 if [[ ${1:-} == --tests ]]; then
     packages+=("${fuzz_packages[@]}")
-    extra_cmake+=(-DLLAMA_TP_FUZZ=ON)
+    extra_cmake+=(-DLLAMA_TP_FUZZ=ON -DLLAMA_TP_TEST_UPSTREAM_SERVER=ON)
     # One this machine's package lists know nothing of (another architecture)
     # is left out, without fetching the lists on every run for it.
     lists_fetched=0

@@ -105,6 +105,7 @@ Sampler::Sampler(const Tokenizer & tokenizer, const SamplingParams & p, llama_sa
 // move logits (penalties, DRY) before taking the most likely token.
 void Sampler::add_stages(const Tokenizer & tokenizer, const SamplingParams & p) {
     const bool greedy = p.temperature <= 0.0f && p.mirostat == 0;
+    greedy_ = greedy;
     const size_t keep = (size_t) std::max(0, p.min_keep);
     auto add = [this](llama_sampler * s) { llama_sampler_chain_add(chain_, s); };
     for (SamplerStage stage : p.order) {
@@ -156,9 +157,34 @@ int32_t Sampler::sample(const float * logits) {
         throw Error("sampling found no admissible token (grammar dead end?)");
     }
     const int32_t token = arr.data[arr.selected].id;
+    kept_ = arr.data;
+    n_kept_ = arr.size;
+    chosen_ = token;
     if (constraint_) llama_sampler_accept(constraint_.get(), token);
     llama_sampler_accept(chain_, token);
     return token;
+}
+
+std::vector<TokenProb> Sampler::chain_probs(int n) const {
+    // Greedy takes the most likely token without a distribution; llama-server's
+    // chain at temperature 0 leaves it alone, with all of the probability.
+    if (greedy_) return n > 0 && chosen_ >= 0 ? std::vector<TokenProb>{{chosen_, 1.0f}} : std::vector<TokenProb>{};
+    std::vector<TokenProb> out;
+    for (size_t i = 0; i < n_kept_; ++i) {
+        if (kept_[i].p > 0.0f) out.push_back({kept_[i].id, kept_[i].p});
+    }
+    std::stable_sort(out.begin(), out.end(),
+                     [](const TokenProb & a, const TokenProb & b) { return a.logprob > b.logprob; });
+    if ((int) out.size() > std::max(0, n)) out.resize((size_t) std::max(0, n));
+    return out;
+}
+
+float Sampler::chain_prob(int32_t token) const {
+    if (greedy_) return token == chosen_ ? 1.0f : 0.0f;
+    for (size_t i = 0; i < n_kept_; ++i) {
+        if (kept_[i].id == token) return kept_[i].p;
+    }
+    return 0.0f;
 }
 
 float Sampler::logprob(const float * logits, int32_t token) const {

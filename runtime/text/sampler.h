@@ -86,6 +86,13 @@ class Sampler {
     // whole vocabulary).
     float logprob(const float * logits, int32_t token) const;
     std::vector<TokenProb> top_logprobs(const float * logits, int n) const;
+    // Of the last sample(): the probabilities the chain's last stage gave the
+    // candidates its filters kept (llama-server's post_sampling_probs), the n
+    // most likely first, none of 0; greedy, the chosen token's 1. In TokenProb's
+    // logprob field, as probabilities.
+    std::vector<TokenProb> chain_probs(int n) const;
+    // The chosen token's probability among them.
+    float chain_prob(int32_t token) const;
 
   private:
     void add_stages(const Tokenizer & tokenizer, const SamplingParams & p);
@@ -96,7 +103,12 @@ class Sampler {
     std::unique_ptr<llama_sampler, SamplerFree> constraint_;
     llama_sampler * chain_ = nullptr;
     int32_t n_vocab_;
+    bool greedy_ = false;
     std::vector<llama_token_data> candidates_;  // reused every sample()
+    // What the chain kept in the last sample(), valid until the next.
+    const llama_token_data * kept_ = nullptr;
+    size_t n_kept_ = 0;
+    int32_t chosen_ = -1;
 };
 
 }  // namespace llama_tp

@@ -14,8 +14,12 @@ json bytes_of(const std::string & s) {
     return b;
 }
 
-json token_json(const std::string & piece, int32_t id, float logprob) {
-    return {{"id", id}, {"token", piece}, {"bytes", bytes_of(piece)}, {"logprob", logprob}};
+// value: a log-probability, or with post_sampling_probs a probability.
+json token_json(const ResponseContext & ctx, const std::string & piece, int32_t id, float value) {
+    return {{"id", id},
+            {"token", piece},
+            {"bytes", bytes_of(piece)},
+            {ctx.post_sampling_probs ? "prob" : "logprob", value}};
 }
 
 json probabilities_json(const ResponseContext & ctx, const std::vector<TokenLogprob> & probs) {
@@ -23,10 +27,11 @@ json probabilities_json(const ResponseContext & ctx, const std::vector<TokenLogp
     for (const TokenLogprob & lp : probs) {
         json top = json::array();
         for (const TokenProb & t : lp.top) {
-            top.push_back(token_json(ctx.tokenizer ? ctx.tokenizer->piece(t.token, false) : "", t.token, t.logprob));
+            top.push_back(
+                token_json(ctx, ctx.tokenizer ? ctx.tokenizer->piece(t.token, false) : "", t.token, t.logprob));
         }
-        json entry = token_json(lp.piece, lp.token, lp.logprob);
-        entry["top_logprobs"] = top;
+        json entry = token_json(ctx, lp.piece, lp.token, lp.logprob);
+        entry[ctx.post_sampling_probs ? "top_probs" : "top_logprobs"] = top;
         out.push_back(entry);
     }
     return out;
@@ -89,15 +94,41 @@ json sampling_settings_json(const SamplingParams & s, int32_t n_predict, bool ig
             {"min_keep", s.min_keep},
             {"ignore_eos", ignore_eos},
             {"samplers", order},
-            {"grammar", s.grammar}};
+            {"grammar", s.grammar},
+            // What a request cannot change here, with llama-server's names and values.
+            {"adaptive_target", -1.0f},
+            {"adaptive_decay", 0.9f},
+            {"backend_sampling", false},
+            {"chat_format", "Content-only"},
+            {"reasoning_format", "none"},
+            {"reasoning_in_content", false},
+            {"generation_prompt", ""},
+            // A request's own below (native_settings); these are the defaults.
+            {"stream", false},
+            {"n_probs", 0},
+            {"n_keep", 0},
+            {"n_discard", 0},
+            {"timings_per_token", false},
+            {"post_sampling_probs", false},
+            {"lora", json::array()}};
 }
 
-json native_settings(const GenerationRequest & gr, int32_t n_predict) {
+json native_settings(const GenerationRequest & gr, int32_t n_predict, int32_t n_keep) {
     json j = sampling_settings_json(gr.sampling, n_predict, gr.ignore_eos);
     j["stream"] = gr.stream;
     j["n_probs"] = gr.logprobs ? gr.top_logprobs : 0;
     j["stop"] = gr.stop;
     j["cache_prompt"] = gr.cache_prompt;
+    j["n_keep"] = n_keep;
+    j["n_discard"] = gr.n_discard;
+    j["timings_per_token"] = gr.timings_per_token;
+    j["post_sampling_probs"] = gr.post_sampling_probs;
+    json bias = json::array();
+    for (const auto & [token, b] : gr.sampling.logit_bias) bias.push_back({{"bias", b}, {"token", token}});
+    j["logit_bias"] = bias;
+    j["grammar_lazy"] = gr.sampling.grammar_lazy;
+    j["grammar_triggers"] = json::array();
+    j["preserved_tokens"] = json::array();
     // The request's own adapter list, as llama-server echoes it (validated by then).
     json lora = json::array();
     if (gr.lora && gr.lora->is_array()) {

@@ -19,8 +19,8 @@ using json = nlohmann::json;
 // Sampling settings as llama-server reports them (/props, generation_settings).
 json sampling_settings_json(const SamplingParams & s, int32_t n_predict, bool ignore_eos);
 
-// The settings a request generates with.
-json native_settings(const GenerationRequest & gr, int32_t n_predict);
+// The settings a request generates with (n_predict and n_keep as the task has them).
+json native_settings(const GenerationRequest & gr, int32_t n_predict, int32_t n_keep);
 
 json native_final(const ResponseContext & ctx, const std::string & content, const std::vector<int32_t> & tokens,
                   const std::vector<TokenLogprob> & probs, const TaskEvent & done);

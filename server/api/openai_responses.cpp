@@ -1,5 +1,7 @@
 #include "server/api/openai_responses.h"
 
+#include <chrono>
+
 namespace llama_tp::server {
 
 namespace {
@@ -184,8 +186,12 @@ class ResponsesReply final : public ReplyShape {
                   {"model", ctx_.model},
                   {"output", output},
                   {"incomplete_details", nullptr},
+                  {"completed_at", nullptr},
                   {"usage", nullptr}};
         if (done != nullptr) {
+            r["completed_at"] =
+                std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                    .count();
             if (done->stop_type == "limit") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
             r["usage"] = {{"input_tokens", done->n_prompt},
                           {"input_tokens_details", {{"cached_tokens", done->n_cached}}},
@@ -209,7 +215,10 @@ class ResponsesReply final : public ReplyShape {
                 {"id", id},
                 {"status", "completed"},
                 {"role", "assistant"},
-                {"content", json::array({{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}})}};
+                {"content", json::array({{{"type", "output_text"},
+                                          {"text", text},
+                                          {"annotations", json::array()},
+                                          {"logprobs", json::array()}}})}};
     }
     static json call_item(const std::string & id, const std::string & call_id, const std::string & name,
                           const std::string & arguments) {
@@ -237,11 +246,14 @@ class ResponsesReply final : public ReplyShape {
             if (kind == "message") item["content"] = json::array();
             out += event("response.output_item.added", {{"output_index", items_.size()}, {"item", item}});
             if (kind == "message") {
-                out += event("response.content_part.added",
-                             {{"item_id", item_id_},
-                              {"output_index", items_.size()},
-                              {"content_index", 0},
-                              {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
+                out += event("response.content_part.added", {{"item_id", item_id_},
+                                                             {"output_index", items_.size()},
+                                                             {"content_index", 0},
+                                                             {"part",
+                                                              {{"type", "output_text"},
+                                                               {"text", ""},
+                                                               {"annotations", json::array()},
+                                                               {"logprobs", json::array()}}}});
             }
         }
         item_text_ += piece;

@@ -64,11 +64,17 @@ class OpenAiReply final : public ReplyShape {
             out += parsed_deltas(true);
             e.finish_reason = finish_reason_after(e.finish_reason, called_tools_);
         }
-        return out + event(finish_chunk(ctx_, e));
+        json chunk = finish_chunk(ctx_, e);
+        // As llama-server: the timings go with the usage where a usage chunk follows.
+        if (include_usage_) chunk.erase("timings");
+        return out + event(chunk);
     }
 
     std::string stream_end(const TaskEvent & total) override {
-        return (include_usage_ ? event(usage_chunk(ctx_, total)) : "") + "data: [DONE]\n\n";
+        if (!include_usage_) return "data: [DONE]\n\n";
+        json chunk = usage_chunk(ctx_, total);
+        chunk["timings"] = timings_json(total);
+        return event(chunk) + "data: [DONE]\n\n";
     }
 
   private:

@@ -361,8 +361,6 @@ void refuse_unimplemented(const json & body, Endpoint endpoint) {
         bool raw_only;  // what llama-server's chat layer hands its raw completion (ignored on chat)
     };
     static const Unimplemented fields[] = {
-        {"post_sampling_probs", [](const json & v) { return v.is_boolean() && v.get<bool>(); },
-         "probabilities after the sampler chain", false},
         {"t_max_prompt_ms", [](const json & v) { return v.is_number() && v.get<double>() > 0; },
          "a time limit on prompt processing", false},
         {"adaptive_target", [](const json & v) { return v.is_number() && v.get<double>() >= 0; },
@@ -635,6 +633,14 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
         if (r.top_logprobs > 0 && !r.logprobs) {
             throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs", "invalid_value");
         }
+    }
+    r.post_sampling_probs = get_bool(body, "post_sampling_probs", false);
+    if (r.post_sampling_probs && endpoint == Endpoint::Completion) {
+        // OpenAI's completion logprobs (tokens, token_logprobs, top_logprobs) hold log-probabilities only.
+        throw bad_request(
+            "'post_sampling_probs' is not supported on /v1/completions, whose logprobs hold log-probabilities "
+            "only; use /completion or /v1/chat/completions",
+            "post_sampling_probs", "unsupported_value");
     }
 
     parse_logit_bias(body, r);

@@ -112,7 +112,8 @@ struct GenerationRequest {
 
     bool logprobs = false;  // completion: logprobs=N>0 ; chat: logprobs=true; native: n_probs=N>0
     int32_t top_logprobs = 0;
-    bool return_tokens = false;  // native: the generated token ids too
+    bool post_sampling_probs = false;  // llama-server's: probabilities after the sampler chain instead
+    bool return_tokens = false;        // native: the generated token ids too
     // logit_bias entries that name text: every token of the text gets the bias
     // (ids are in sampling.logit_bias; the route tokenizes these).
     std::vector<std::pair<std::string, float>> logit_bias_text;

@@ -28,15 +28,19 @@ json logprobs_json(const ResponseContext & ctx, const std::vector<TokenLogprob> 
         return nullptr;
     }
     if (ctx.endpoint == Endpoint::Chat) {
+        const char * value = ctx.post_sampling_probs ? "prob" : "logprob";
         json content = json::array();
         for (const auto & lp : lps) {
             json top = json::array();
             for (const auto & t : lp.top) {
                 const std::string p = piece_of(ctx, t.token);
-                top.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", bytes_of(p)}});
+                top.push_back({{"id", t.token}, {"token", p}, {value, t.logprob}, {"bytes", bytes_of(p)}});
             }
-            content.push_back(
-                {{"token", lp.piece}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.piece)}, {"top_logprobs", top}});
+            content.push_back({{"id", lp.token},
+                               {"token", lp.piece},
+                               {value, lp.logprob},
+                               {"bytes", bytes_of(lp.piece)},
+                               {ctx.post_sampling_probs ? "top_probs" : "top_logprobs", top}});
         }
         return {{"content", content}, {"refusal", nullptr}};
     }
@@ -228,6 +232,8 @@ json finish_chunk(const ResponseContext & ctx, const TaskEvent & done) {
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_value(done.finish_reason);
     r["choices"] = json::array({choice});
+    // llama-server ends a completion's stream with its usage, asked for or not.
+    if (ctx.endpoint != Endpoint::Chat) r["usage"] = usage_json(done);
     r["timings"] = timings_json(done);
     return r;
 }

@@ -28,6 +28,7 @@ struct ResponseContext {
     int64_t created = 0;  // unix seconds
     std::string model;
     bool logprobs = false;
+    bool post_sampling_probs = false;       // they are probabilities ("prob", "top_probs")
     const Tokenizer * tokenizer = nullptr;  // for logprob token text
     int32_t index = 0;                      // the choice (of n) this answer is
     // Native shape only: the prompt as text and the request's settings.

@@ -84,6 +84,7 @@ json slot_json(const ServerState & st, const Scheduler::SlotView & v) {
         j["n_prompt_tokens_cache"] = v.n_prompt_cached;
         j["params"] = v.settings ? json::parse(*v.settings, nullptr, false) : json();
         if (!j["params"].is_object()) j["params"] = {{"n_predict", v.n_predict}};
+        j["params"]["speculative.types"] = st.speculative_types;
         j["next_token"] = json::array({{{"has_next_token", v.busy},
                                         {"has_new_line", v.has_new_line},
                                         {"n_remain", v.busy ? v.n_predict - v.n_decoded : 0},

@@ -86,7 +86,10 @@ void handle_detokenize(ServerState & st, const Request & req, Response & res) {
         }
         tokens.push_back(t.get<int32_t>());
     }
-    send_json(res, {{"content", tok.detokenize(tokens, false)}});
+    // As llama-server: every token's piece, special tokens as their text.
+    std::string content;
+    for (int32_t t : tokens) content += tok.piece(t, true);
+    send_json(res, {{"content", content}});
 }
 
 void handle_apply_template(ServerState & st, const Request & req, Response & res) {

@@ -10,6 +10,8 @@
 
 #include <cpp-httplib/httplib.h>
 
+#include "llama.h"
+
 namespace llama_tp::server {
 
 using httplib::Request;
@@ -26,18 +28,44 @@ json model_entry(const ServerState & st) {
             {"aliases", st.opts.aliases},
             {"tags", st.opts.tags},
             {"meta",
-             {{"n_vocab", info.n_vocab},
+             {{"vocab_type", (int) llama_vocab_type(st.engine->tokenizer().vocab())},
+              {"n_vocab", info.n_vocab},
+              {"n_ctx", st.n_ctx_slot},
               {"n_ctx_train", info.n_ctx_train},
               {"n_embd", info.n_embd},
               {"n_params", info.n_params},
               {"size", info.weight_bytes},
+              {"ftype", info.weight_type},
               {"architecture", info.architecture}}}};
+}
+
+// llama-server's second listing, in Ollama's shape (its clients read this one).
+json ollama_entry(const ServerState & st) {
+    return {{"name", st.model_name},
+            {"model", st.model_name},
+            {"modified_at", ""},
+            {"size", ""},
+            {"digest", ""},
+            {"type", "model"},
+            {"description", ""},
+            {"tags", json::array({""})},
+            {"capabilities", json::array({"completion"})},
+            {"parameters", ""},
+            {"details",
+             {{"parent_model", ""},
+              {"format", "gguf"},
+              {"family", ""},
+              {"families", json::array({""})},
+              {"parameter_size", ""},
+              {"quantization_level", ""}}}};
 }
 
 }  // namespace
 
 void handle_models(ServerState & st, const Request &, Response & res) {
-    send_json(res, {{"object", "list"}, {"data", json::array({model_entry(st)})}});
+    send_json(
+        res,
+        {{"models", json::array({ollama_entry(st)})}, {"object", "list"}, {"data", json::array({model_entry(st)})}});
 }
 
 void handle_completions(ServerState & st, const Request & req, Response & res) {

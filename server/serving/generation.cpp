@@ -73,6 +73,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->cache_prompt = gr.cache_prompt;
     task->n_cache_reuse = gr.n_cache_reuse;
     task->n_top_logprobs = gr.logprobs ? gr.top_logprobs : -1;
+    task->post_sampling_probs = gr.post_sampling_probs;
     task->return_tokens = gr.return_tokens;
     if (gr.id_slot >= st.scheduler->n_slots()) {
         throw bad_request("'id_slot' " + std::to_string(gr.id_slot) + " is not a slot (0 to " +
@@ -114,7 +115,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
         throw ApiError(500, std::string("the tool-call grammar rejects the template's generation prompt: ") + e.what(),
                        "", "internal_error");
     }
-    task->settings = std::make_shared<const std::string>(dump_json(native_settings(gr, task->n_predict)));
+    task->settings = std::make_shared<const std::string>(dump_json(native_settings(gr, task->n_predict, task->n_keep)));
     return task;
 }
 
@@ -393,13 +394,14 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
                                                              gr.logprobs, &st.engine->tokenizer())
                                      : first;
         ctx.index = i;
+        ctx.post_sampling_probs = gr.post_sampling_probs;
         task->completion_id = ctx.id;
         task->reasoning_control = gr.reasoning_control;
         if (shape_kind == Shape::Native) {
             ctx.prompt = gr.prompt_is_tokens || endpoint == Endpoint::Infill
                              ? st.engine->tokenizer().detokenize(task->prompt, true)
                              : gr.prompt_text;
-            ctx.settings = native_settings(gr, task->n_predict);
+            ctx.settings = native_settings(gr, task->n_predict, task->n_keep);
             ctx.settings["speculative.types"] = st.speculative_types;
             ctx.response_fields = gr.response_fields;
         }

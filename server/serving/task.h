@@ -17,6 +17,8 @@
 
 namespace llama_tp::server {
 
+// A sampled token's log-probability and its most likely alternatives'; with
+// Task::post_sampling_probs their probabilities after the sampler chain.
 struct TokenLogprob {
     int32_t token = -1;
     std::string piece;
@@ -123,6 +125,7 @@ struct Task {
     std::vector<int32_t> preserved_tokens;  // sorted: special tokens shown as text
     bool special_as_text = false;           // every special token shown as text (--special)
     int32_t n_top_logprobs = -1;            // -1: no logprobs; 0: only the chosen token's
+    bool post_sampling_probs = false;       // TokenLogprob holds probabilities after the sampler chain
     bool return_tokens = false;             // Text events carry the sampled ids
     int32_t id_slot = -1;                   // only this slot may take the task (-1: any)
     int32_t t_max_predict_ms = 0;           // generation time limit once a line is complete (0: none)

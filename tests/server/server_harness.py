@@ -90,8 +90,9 @@ class ServerProcess:
     """launcher: words before the server's command line (mpirun and its options)."""
 
     def __init__(self, *extra_args, api_key=None, model=None, launcher=(), env=None, leading_args=None,
-                 port=None, health_path="/health", scheme="http", verify=True):
-        """leading_args: replaces "-m MODEL --host --port" (for command lines that name these themselves)."""
+                 port=None, health_path="/health", scheme="http", verify=True, binary=None):
+        """leading_args: replaces "-m MODEL --host --port" (for command lines that name these themselves);
+        binary: another server than llama-tp-server (llama-server, for the differential tests)."""
         require_binary_and_model()
         self.port = port or free_port()
         self.base = f"{scheme}://127.0.0.1:{self.port}"
@@ -99,7 +100,7 @@ class ServerProcess:
         self.api_key = api_key
         first = leading_args if leading_args is not None else [
             "-m", str(model or model_path()), "--host", "127.0.0.1", "--port", str(self.port)]
-        args = [*launcher, str(server_bin()), *first, *extra_args]
+        args = [*launcher, str(binary or server_bin()), *first, *extra_args]
         if api_key:
             args += ["--api-key", api_key]
         self.args = args

@@ -199,9 +199,12 @@ int32_t Scheduler::sample_token(Slot & slot, int32_t row, std::chrono::steady_cl
         TokenLogprob lp;
         lp.token = token;
         lp.piece = tok.piece(token, as_text);
-        lp.logprob = task.sampler->logprob(logits, token);
-        if (task.n_top_logprobs > 0) {
-            lp.top = task.sampler->top_logprobs(logits, task.n_top_logprobs);
+        if (task.post_sampling_probs) {
+            lp.logprob = task.sampler->chain_prob(token);
+            lp.top = task.sampler->chain_probs(task.n_top_logprobs);
+        } else {
+            lp.logprob = task.sampler->logprob(logits, token);
+            if (task.n_top_logprobs > 0) lp.top = task.sampler->top_logprobs(logits, task.n_top_logprobs);
         }
         ev.logprobs.push_back(std::move(lp));
     }

@@ -3,6 +3,7 @@
 --api-prefix and its error types."""
 
 import json
+import math
 import re
 import threading
 import time
@@ -161,6 +162,37 @@ def test_n_probs(server):
         assert p["top_logprobs"][0]["id"] == p["id"]
         assert p["logprob"] <= 0
     assert "".join(p["token"] for p in probs) == body["content"]
+
+
+def test_post_sampling_probs(server):
+    """llama-server's probabilities after the sampler chain: what its last stage gave the candidates kept."""
+    # Greedy: the chosen token holds all of it, the text unchanged.
+    plain = native(server, n_predict=4, temperature=0, ignore_eos=True, n_probs=3)
+    body = native(server, n_predict=4, temperature=0, ignore_eos=True, n_probs=3, post_sampling_probs=True)
+    assert body["content"] == plain["content"]
+    for p in body["completion_probabilities"]:
+        assert "logprob" not in p and "top_logprobs" not in p
+        assert p["prob"] == 1.0 and [(t["id"], t["prob"]) for t in p["top_probs"]] == [(p["id"], 1.0)]
+    # Sampling from the top 3: the raw top 3 renormalised, the same draws under one seed.
+    sampling = {"n_predict": 6, "temperature": 1, "top_k": 3, "top_p": 1, "min_p": 0, "seed": 5, "ignore_eos": True}
+    raw = native(server, n_probs=3, **sampling)["completion_probabilities"]
+    post = native(server, n_probs=5, post_sampling_probs=True, **sampling)["completion_probabilities"]
+    assert [p["id"] for p in post] == [p["id"] for p in raw]
+    for r, p in zip(raw, post):
+        assert [t["id"] for t in p["top_probs"]] == [t["id"] for t in r["top_logprobs"]]
+        total = sum(math.exp(t["logprob"]) for t in r["top_logprobs"])
+        for t, q in zip(r["top_logprobs"], p["top_probs"]):
+            assert abs(q["prob"] - math.exp(t["logprob"]) / total) < 1e-4, (r, p)
+        assert p["prob"] == next(t["prob"] for t in p["top_probs"] if t["id"] == p["id"])
+    # The chat endpoint's logprobs likewise; OpenAI's completion shape has no place for them.
+    r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+                                             "temperature": 0, "logprobs": True, "top_logprobs": 2,
+                                             "post_sampling_probs": True})
+    assert r.status_code == 200, r.text
+    for c in r.json()["choices"][0]["logprobs"]["content"]:
+        assert c["prob"] == 1.0 and len(c["top_probs"]) == 1 and "logprob" not in c
+    r = server.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "logprobs": 2, "post_sampling_probs": True})
+    assert_error(r, 400, param="post_sampling_probs")
 
 
 def test_native_stream(server):
@@ -338,7 +370,7 @@ def test_response_fields(server):
 
 
 def test_fields_that_would_change_the_answer_are_refused(server):
-    for field, value in (("post_sampling_probs", True), ("t_max_prompt_ms", 50), ("adaptive_target", 0.5),
+    for field, value in (("t_max_prompt_ms", 50), ("adaptive_target", 0.5),
                          ("grammar_lazy", True), ("verbose", True), ("grammar_triggers", [{"type": 0, "value": "x"}]),
                          ("preserved_tokens", ["<x>"]), ("chat_format", 2), ("chat_parser", "peg"),
                          ("generation_prompt", "<|assistant|>"), ("parse_tool_calls", True),

@@ -32,7 +32,9 @@ def test_completion_stream_matches_blocking(server):
     text = "".join(c["choices"][0]["text"] for c in chunks)
     full = server.post("/v1/completions", body).json()["choices"][0]["text"]
     assert text == full
-    assert all("usage" not in c for c in chunks)
+    # As llama-server: the last chunk carries the usage, asked for or not.
+    assert all("usage" not in c for c in chunks[:-1])
+    assert chunks[-1]["usage"]["completion_tokens"] == 20
 
 
 def test_chat_stream_shape(server):

@@ -47,12 +47,6 @@ def test_bad_values():
         assert "error" in r.stderr.lower()
 
 
-def test_missing_model_flag():
-    r = run("--port", "0")
-    assert r.returncode == 2
-    assert "model" in r.stderr
-
-
 def test_model_that_fails_to_load(tmp_path):
     missing = tmp_path / "missing.gguf"
     r = run("-m", str(missing), "--port", "0")

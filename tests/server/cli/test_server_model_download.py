@@ -166,17 +166,24 @@ def test_a_signal_stops_a_download_and_the_server(hub, tmp_path):
     assert not list(tmp_path.rglob("*.downloadInProgress"))
 
 
-def test_no_model_at_all_names_both_ways(tmp_path):
-    r = run({"LLAMA_CACHE": str(tmp_path)}, "-np", "1")
-    assert r.returncode == 2
-    assert "-m/--model" in r.stderr and "-hf" in r.stderr
+def test_no_model_at_all_starts_a_router_over_the_empty_cache(tmp_path):
+    """As llama-server without arguments: a router that lists nothing and says how to give a model."""
+    port = free_port()
+    router = ServerProcess(env={"LLAMA_CACHE": str(tmp_path)},
+                           leading_args=["--host", "127.0.0.1", "--port", str(port)], port=port)
+    try:
+        assert router.get("/v1/models").json()["data"] == []
+        r = router.post("/v1/chat/completions", {"model": "example/none:Q8_0",
+                                                 "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 400 and "not found" in r.json()["error"]["message"], r.text
+        log = router.log_text()
+        assert "0 models in llama-server's cache" in log and "-m FILE, -hf REPO" in log, log
+    finally:
+        assert router.stop() == 0
 
 
 def test_without_a_model_the_router_serves_the_cache(hub, tmp_path):
     env = environment(hub, tmp_path)
-    # An empty cache and no model: nothing to serve.
-    r = run(env)
-    assert r.returncode == 2 and "holds no model" in r.stderr, r.stderr
     s = serve(env, "-hf", REPO + ":Q8_0")
     try:
         answer = completes(s)
