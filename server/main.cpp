@@ -225,8 +225,8 @@ std::string start_listeners(std::vector<std::unique_ptr<Listener>> & listeners, 
 int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * argv0, const Lifetime & life) {
     if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
         SRV_ERR(
-            "router mode (--models-dir without a model) runs as one process, not under mpirun: launch "
-            "llama-tp-server with -m under mpirun instead");
+            "router mode (no -m, or --models-dir without a model) runs as one process, not under mpirun: "
+            "launch llama-tp-server with -m under mpirun instead");
         return 1;
     }
     std::thread(signal_thread, sigs, life).detach();

@@ -95,7 +95,8 @@ json sampling_settings_json(const SamplingParams & s, int32_t n_predict, bool ig
             {"ignore_eos", ignore_eos},
             {"samplers", order},
             {"grammar", s.grammar},
-            // What a request cannot change here, with llama-server's names and values.
+            // What llama-server reports for a raw completion: no adaptive-p
+            // sampler, no backend sampling, no chat parsing of the output.
             {"adaptive_target", -1.0f},
             {"adaptive_decay", 0.9f},
             {"backend_sampling", false},

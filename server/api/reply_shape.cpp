@@ -65,8 +65,12 @@ class OpenAiReply final : public ReplyShape {
             e.finish_reason = finish_reason_after(e.finish_reason, called_tools_);
         }
         json chunk = finish_chunk(ctx_, e);
-        // As llama-server: the timings go with the usage where a usage chunk follows.
-        if (include_usage_) chunk.erase("timings");
+        // Where a usage chunk follows (stream_options.include_usage), the
+        // usage and, as llama-server, the timings go with it alone.
+        if (include_usage_) {
+            chunk.erase("timings");
+            chunk["usage"] = nullptr;
+        }
         return out + event(chunk);
     }
 
@@ -108,7 +112,8 @@ class NativeReply final : public ReplyShape {
     explicit NativeReply(const ResponseContext & ctx) : ctx_(ctx) {}
 
     json whole(const GeneratedText & out, const TaskEvent & done) override {
-        return native_final(ctx_, out.text, out.tokens, out.logprobs, done);
+        return native_final(ctx_, out.text, ctx_.return_tokens ? out.tokens : std::vector<int32_t>{}, out.logprobs,
+                            done);
     }
     // Several choices: an array of results, as llama-server answers n_cmpl.
     json merge(std::vector<json> wholes, const TaskEvent &) override {

@@ -31,7 +31,10 @@ struct ResponseContext {
     bool post_sampling_probs = false;       // they are probabilities ("prob", "top_probs")
     const Tokenizer * tokenizer = nullptr;  // for logprob token text
     int32_t index = 0;                      // the choice (of n) this answer is
-    // Native shape only: the prompt as text and the request's settings.
+    // Native shape only: the prompt as text, the request's settings, and
+    // whether the final answer lists the generated tokens (stream events
+    // always carry theirs, as llama-server's).
+    bool return_tokens = false;
     std::string prompt;
     json settings;
     std::vector<std::string> response_fields;  // "" -> all

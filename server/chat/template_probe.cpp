@@ -8,6 +8,8 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,10 +17,20 @@ namespace llama_tp::server {
 
 namespace {
 
-// The child's end: no handler of the parent's, no output, no destructors
-// of the parent's objects.
-[[noreturn]] void run_child(const std::function<void()> & render) {
-    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE}) std::signal(sig, SIG_DFL);
+// The child's end: it dies with its parent, holds none of its sockets or
+// devices, takes signals the parent blocks, runs no handler of the parent's,
+// writes no output or core file, and runs no destructor of the parent's
+// objects.
+[[noreturn]] void run_child(const std::function<void()> & render, pid_t parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, SIGINT, SIGTERM}) std::signal(sig, SIG_DFL);
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    close_range(3, ~0U, 0);
     const int null = open("/dev/null", O_WRONLY);
     if (null >= 0) {
         dup2(null, STDOUT_FILENO);
@@ -39,9 +51,10 @@ bool template_may_recurse(const std::string & source) {
 }
 
 void probe_render_in_child(const std::function<void()> & render, const std::string & origin) {
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) return;  // no child to spare: render as before
-    if (pid == 0) run_child(render);
+    if (pid == 0) run_child(render, parent);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kTemplateProbeSeconds);
     int status = 0;
     for (;;) {

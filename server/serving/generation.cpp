@@ -74,7 +74,6 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
     task->n_cache_reuse = gr.n_cache_reuse;
     task->n_top_logprobs = gr.logprobs ? gr.top_logprobs : -1;
     task->post_sampling_probs = gr.post_sampling_probs;
-    task->return_tokens = gr.return_tokens;
     if (gr.id_slot >= st.scheduler->n_slots()) {
         throw bad_request("'id_slot' " + std::to_string(gr.id_slot) + " is not a slot (0 to " +
                               std::to_string(st.scheduler->n_slots() - 1) + ")",
@@ -395,6 +394,7 @@ void handle_generation(ServerState & st, Endpoint endpoint, const Request & req,
                                      : first;
         ctx.index = i;
         ctx.post_sampling_probs = gr.post_sampling_probs;
+        ctx.return_tokens = gr.return_tokens;
         task->completion_id = ctx.id;
         task->reasoning_control = gr.reasoning_control;
         if (shape_kind == Shape::Native) {

@@ -43,7 +43,7 @@ struct TaskEvent {
     // Text: newly releasable text, and the tokens that produced it (logprobs).
     std::string text;
     std::vector<TokenLogprob> logprobs;
-    std::vector<int32_t> tokens;  // sampled token ids, when the task asks for them
+    std::vector<int32_t> tokens;  // the token ids sampled for this text
 
     // Text and Done.
     int32_t id_slot = -1;
@@ -126,7 +126,6 @@ struct Task {
     bool special_as_text = false;           // every special token shown as text (--special)
     int32_t n_top_logprobs = -1;            // -1: no logprobs; 0: only the chosen token's
     bool post_sampling_probs = false;       // TokenLogprob holds probabilities after the sampler chain
-    bool return_tokens = false;             // Text events carry the sampled ids
     int32_t id_slot = -1;                   // only this slot may take the task (-1: any)
     int32_t t_max_predict_ms = 0;           // generation time limit once a line is complete (0: none)
     bool timings_per_token = false;         // Text events carry the timings so far

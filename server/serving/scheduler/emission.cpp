@@ -214,7 +214,7 @@ int32_t Scheduler::sample_token(Slot & slot, int32_t row, std::chrono::steady_cl
     if (!eog || as_text) {
         ev.text = slot.stream.push(tok.piece(token, as_text));
     }
-    if (task.return_tokens) ev.tokens.push_back(token);
+    ev.tokens.push_back(token);
     slot.has_new_line |= ev.text.find('\n') != std::string::npos;
     if (task.timings_per_token) {
         ev.has_timings = true;

@@ -66,7 +66,8 @@ def merge(a, b):
 
 
 def differences(ours, theirs, path=""):
-    """Paths where the two shapes part: ('missing', p), ('extra', p), ('type', p, ours, theirs)."""
+    """Paths where the two shapes part: ('missing', p), ('extra', p), ('type', p, ours, theirs),
+    ('empty', p, which) for a list empty on one side only."""
     out = []
     if isinstance(ours, dict) and isinstance(theirs, dict):
         for k in theirs.keys() - ours.keys():
@@ -78,6 +79,8 @@ def differences(ours, theirs, path=""):
     elif isinstance(ours, list) and isinstance(theirs, list):
         if ours and theirs:
             out += differences(ours[0], theirs[0], f"{path}[]")
+        elif ours or theirs:
+            out.append(("empty", path, "theirs" if ours else "ours"))
     elif ours != theirs:
         out.append(("type", path, json.dumps(ours), json.dumps(theirs)))
     return out
@@ -138,9 +141,13 @@ INTENDED = [
      "OpenAI's shape: logprobs null when not asked for"),
     (("chat-stream", "chat-stream-usage"), ("extra", ".middle.choices[].logprobs"), "the same"),
     (("chat-stream",), ("extra", ".last.choices[].logprobs"), "the same"),
-    (("chat-stream-usage",), ("extra", ".first.usage"),
+    (("chat-stream-usage", "v1-completions-stream-usage"), ("extra", ".first.usage"),
      "OpenAI's stream_options.include_usage: usage null on every chunk but the last"),
-    (("chat-stream-usage",), ("extra", ".middle.usage"), "the same"),
+    (("chat-stream-usage", "v1-completions-stream-usage"), ("extra", ".middle.usage"), "the same"),
+    (("v1-completions-stream-usage",), ("empty", ".last.choices", "ours"),
+     "OpenAI's stream_options.include_usage: a last chunk of the usage alone (llama-server ignores it on completions)"),
+    (("v1-completions-stream-usage",), ("type", ".middle.choices[].finish_reason", '"null|string"', '"null"'),
+     "the same: the finish chunk comes before it"),
     (GENERATION_SETTINGS, ("extra", ".generation_settings.cache_prompt"), "llama-tp's: the request's cache_prompt"),
     (("completion-stream",), ("extra", ".last.generation_settings.cache_prompt"), "the same"),
     (("models",), ("extra", ".data[].meta.architecture"), "llama-tp's: the model's architecture"),
@@ -226,6 +233,8 @@ STREAMS = {
                                                    "stream": True, "stream_options": {"include_usage": True}}),
     "v1-completions-stream": ("/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0,
                                                   "stream": True}),
+    "v1-completions-stream-usage": ("/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0,
+                                                        "stream": True, "stream_options": {"include_usage": True}}),
 }
 
 
