@@ -16,16 +16,6 @@ namespace llama_tp {
 
 namespace {
 
-// upstream's expert_gating_func values; none given: softmax, as DeepSeek V2's files.
-FfnBlock::Routing read_routing(const GgufFile & file, const std::string & a) {
-    const std::string key = a + ".expert_gating_func";
-    const int64_t v = file.get_int(key, 0);
-    if (v == 0 || v == 1) return FfnBlock::Routing::Softmax;
-    if (v == 2) return FfnBlock::Routing::Sigmoid;
-    throw Error("model file '" + file.path() + "': " + key + " " + std::to_string(v) +
-                " is not supported (1: softmax, 2: sigmoid)");
-}
-
 // The absorbed form's files give a head's widths under *_mla (their
 // key_length is the latent's); the older expanded form's under key_length.
 LatentShape read_latent(const GgufFile & file, const std::string & a) {
@@ -77,14 +67,8 @@ void read_deepseek2(const GgufFile & file, const std::string & a, HParams & hp) 
                     std::to_string(hp.n_expert) + " experts of which " + std::to_string(hp.n_expert_used) +
                     " are used");
     }
-    const int64_t n_dense = file.get_int(a + ".leading_dense_block_count", 0);
-    const int64_t n_shared = file.get_int(a + ".expert_shared_count");
-    if (n_dense < 0 || n_dense > hp.n_layer) {
-        throw Error("model file '" + file.path() + "': leading_dense_block_count " + std::to_string(n_dense) +
-                    " is not within the " + std::to_string(hp.n_layer) + " layers");
-    }
-    if (n_shared < 0) require_positive(file, "expert_shared_count", n_shared);
-    const int32_t n_ff = n_dense > 0 ? file.get_int32(a + ".feed_forward_length") : 1;
+    const DenseThenExperts counts = read_dense_then_experts(file, a, hp);
+    const int32_t n_ff = counts.n_dense > 0 ? file.get_int32(a + ".feed_forward_length") : 1;
     require_positive(file, "feed_forward_length", n_ff);
     // Every layer caches one latent row: one KV "head" of kv_rank + n_rot
     // values; expanded, every head's key and value.
@@ -94,17 +78,9 @@ void read_deepseek2(const GgufFile & file, const std::string & a, HParams & hp) 
     LayerBlocks dense;
     dense.attention.kind = AttentionBlock::Kind::MultiHeadLatent;
     dense.attention.latent_expanded = m.expanded;
-    LayerBlocks experts = dense;
-    experts.ffn.kind = n_shared > 0 ? FfnBlock::Kind::ExpertsAndShared : FfnBlock::Kind::Experts;
-    experts.ffn.routing = read_routing(file, a);
-    experts.ffn.normalize_weights = file.get_bool(a + ".expert_weights_norm", false);
-    experts.ffn.selection_bias = file.find_tensor("blk." + std::to_string(n_dense) + ".exp_probs_b.bias") != nullptr;
-    experts.ffn.shared_gate = false;
-    for (int il = 0; il < hp.n_layer; ++il) {
-        const bool is_dense = il < n_dense;
-        hp.blocks.push_back(is_dense ? dense : experts);
-        if (!is_dense) hp.layers[il].n_ff = (int32_t) (n_shared > 0 ? n_shared * hp.n_ff_exp : 1);
-    }
+    // Softmax scores where the file names none, as DeepSeek V2's files.
+    const LayerBlocks experts = routed_experts_blocks(file, a, dense, counts, FfnBlock::Routing::Softmax);
+    place_dense_then_experts(hp, dense, experts, counts);
 }
 
 }  // namespace llama_tp

@@ -3,6 +3,8 @@
 #include "runtime/error.h"
 #include "runtime/model/gguf_file.h"
 
+#include <algorithm>
+#include <climits>
 #include <optional>
 #include <vector>
 
@@ -138,6 +140,49 @@ void skip_nextn_layers(const GgufFile & file, const std::string & a, HParams & h
 
 void set_uniform_blocks(HParams & hp, const LayerBlocks & blocks) {
     hp.blocks.assign(hp.n_layer, blocks);
+}
+
+DenseThenExperts read_dense_then_experts(const GgufFile & file, const std::string & a, const HParams & hp) {
+    const int64_t n_dense = file.get_int(a + ".leading_dense_block_count", 0);
+    const int64_t n_shared = file.get_int(a + ".expert_shared_count");
+    if (n_dense < 0 || n_dense > hp.n_layer) {
+        throw Error("model file '" + file.path() + "': leading_dense_block_count " + std::to_string(n_dense) +
+                    " is not within the " + std::to_string(hp.n_layer) + " layers");
+    }
+    // The shared expert's width, n_shared experts', must be a width.
+    if (n_shared < 0 || n_shared * std::max<int64_t>(hp.n_ff_exp, 1) > INT32_MAX) {
+        throw Error("model file '" + file.path() + "': expert_shared_count " + std::to_string(n_shared) +
+                    " is not a number of experts");
+    }
+    return {(int32_t) n_dense, (int32_t) n_shared};
+}
+
+LayerBlocks routed_experts_blocks(const GgufFile & file, const std::string & a, const LayerBlocks & dense,
+                                  DenseThenExperts counts, FfnBlock::Routing default_routing) {
+    const std::string gating = a + ".expert_gating_func";
+    const int64_t g = file.get_int(gating, 0);
+    if (g < 0 || g > 2) {
+        throw Error("model file '" + file.path() + "': " + gating + " " + std::to_string(g) +
+                    " is not supported (1: softmax, 2: sigmoid)");
+    }
+    LayerBlocks experts = dense;
+    experts.ffn.kind = counts.n_shared > 0 ? FfnBlock::Kind::ExpertsAndShared : FfnBlock::Kind::Experts;
+    experts.ffn.routing = g == 0 ? default_routing : g == 1 ? FfnBlock::Routing::Softmax : FfnBlock::Routing::Sigmoid;
+    experts.ffn.normalize_weights = file.get_bool(a + ".expert_weights_norm", false);
+    experts.ffn.selection_bias =
+        file.find_tensor("blk." + std::to_string(counts.n_dense) + ".exp_probs_b.bias") != nullptr;
+    experts.ffn.shared_gate = false;
+    return experts;
+}
+
+void place_dense_then_experts(HParams & hp, const LayerBlocks & dense, const LayerBlocks & experts,
+                              DenseThenExperts counts) {
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const bool is_dense = il < counts.n_dense;
+        hp.blocks.push_back(is_dense ? dense : experts);
+        // The shared expert is as wide as n_shared routed ones.
+        if (!is_dense) hp.layers[il].n_ff = counts.n_shared > 0 ? counts.n_shared * hp.n_ff_exp : 1;
+    }
 }
 
 }  // namespace llama_tp

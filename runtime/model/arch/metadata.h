@@ -47,4 +47,26 @@ void skip_nextn_layers(const GgufFile & file, const std::string & a, HParams & h
 // Every layer with the same blocks.
 void set_uniform_blocks(HParams & hp, const LayerBlocks & blocks);
 
+// Leading dense layers, then routed experts beside a shared expert
+// (glm4moe, deepseek2): how many layers are dense
+// (leading_dense_block_count, within n_layer) and how many experts wide the
+// shared expert is (expert_shared_count, 0: none). After read_experts.
+struct DenseThenExperts {
+    int32_t n_dense = 0;
+    int32_t n_shared = 0;
+};
+DenseThenExperts read_dense_then_experts(const GgufFile & file, const std::string & a, const HParams & hp);
+
+// The expert layers' blocks: dense's attention, routed experts scored as
+// expert_gating_func says (1 softmax, 2 sigmoid; absent: default_routing),
+// their weights normalised where expert_weights_norm, a selection bias
+// where the first expert layer has exp_probs_b, the shared expert ungated.
+LayerBlocks routed_experts_blocks(const GgufFile & file, const std::string & a, const LayerBlocks & dense,
+                                  DenseThenExperts counts, FfnBlock::Routing default_routing);
+
+// The first n_dense layers dense, the others experts with the shared
+// expert's width (after read_experts and the layer shapes).
+void place_dense_then_experts(HParams & hp, const LayerBlocks & dense, const LayerBlocks & experts,
+                              DenseThenExperts counts);
+
 }  // namespace llama_tp
