@@ -172,17 +172,22 @@ ggml_tensor * GraphBuilder::attention(int il, ggml_tensor * cur, ggml_tensor * r
     q = rope(q, il);
     if (hp.query_scale != 0.0f && hp.query_scale != 1.0f) q = ggml_scale(ctx, q, hp.query_scale);
     const auto [k_stored, v_stored] = stored[hp.kv_layer(il)];
-    ggml_tensor * attn = nullptr;
-    size_t mask_offset = 0;
-    for (const AttentionRun & run : hp.is_swa(il) ? shape.swa_runs() : shape.runs) {
-        ggml_tensor * part =
-            attend(il, q, k_stored, v_stored, run, hp.is_swa(il) ? in.kq_mask_swa : in.kq_mask, mask_offset);
-        attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
-        mask_offset += (size_t) run.window * run.size();
-    }
+    ggml_tensor * attn = attend_runs(il, q, k_stored, v_stored);
     if (gate) attn = ggml_mul(ctx, attn, ggml_sigmoid(ctx, gate));
     ggml_tensor * out = project(l.wo, ggml_reshape_2d(ctx, attn, head_dim(il) * n_q(il), shape.n_tokens), rows);
     return l.bo ? ggml_add(ctx, out, l.bo) : out;
+}
+
+ggml_tensor * GraphBuilder::attend_runs(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) const {
+    const bool swa = hp.is_swa(il);
+    ggml_tensor * attn = nullptr;
+    size_t mask_offset = 0;
+    for (const AttentionRun & run : swa ? shape.swa_runs() : shape.runs) {
+        ggml_tensor * part = attend(il, q, k, v, run, swa ? in.kq_mask_swa : in.kq_mask, mask_offset);
+        attn = attn ? ggml_concat(ctx, attn, part, 2) : part;
+        mask_offset += (size_t) run.window * run.size();
+    }
+    return attn;
 }
 
 // Its shard units.

@@ -81,13 +81,7 @@ ggml_tensor * GraphBuilder::latent_attention(int il, ggml_tensor * cur, ggml_ten
     ggml_tensor * k_stored = store(il, kv.k(il), k);
     stored.push_back({k_stored, nullptr});
 
-    ggml_tensor * attn = nullptr;
-    size_t mask_offset = 0;
-    for (const AttentionRun & run : shape.runs) {
-        ggml_tensor * part = attend(il, q, k_stored, k_stored, run, in.kq_mask, mask_offset);
-        attn = attn ? ggml_concat(ctx, attn, part, 2) : part;  // [kv_rank, heads, tokens]
-        mask_offset += (size_t) run.window * run.size();
-    }
+    ggml_tensor * attn = attend_runs(il, q, k_stored, k_stored);  // [kv_rank, heads, tokens]
     // Each head's weighted latent out through its attn_v_b: [head_v, heads, T].
     ggml_tensor * out = ggml_mul_mat(ctx, l.wv_b, ggml_permute(ctx, attn, 0, 2, 1, 3));
     out = ggml_cont(ctx, ggml_permute(ctx, out, 0, 2, 1, 3));
@@ -111,13 +105,7 @@ ggml_tensor * GraphBuilder::expanded_latent_attention(int il, ggml_tensor * q, g
     ggml_tensor * k = ggml_concat(ctx, k_nope, ggml_repeat_4d(ctx, k_pe, m.n_rot, nq, T, 1), 0);
     stored.push_back({store(il, kv.k(il), k), store(il, kv.v(il), v)});
     const auto [k_stored, v_stored] = stored.back();
-    ggml_tensor * attn = nullptr;
-    size_t mask_offset = 0;
-    for (const AttentionRun & run : shape.runs) {
-        ggml_tensor * part = attend(il, q, k_stored, v_stored, run, in.kq_mask, mask_offset);
-        attn = attn ? ggml_concat(ctx, attn, part, 2) : part;  // [head_v, heads, tokens]
-        mask_offset += (size_t) run.window * run.size();
-    }
+    ggml_tensor * attn = attend_runs(il, q, k_stored, v_stored);  // [head_v, heads, tokens]
     return project(l.wo, ggml_reshape_2d(ctx, attn, m.head_v * nq, T), rows);
 }
 

@@ -229,6 +229,9 @@ struct GraphBuilder {
     // prefix; the shared pool keeps ggml's kernel, identical to upstream.
     ggml_tensor * attend(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const AttentionRun & run,
                          ggml_tensor * kq_mask, size_t mask_offset) const;
+    // attend over every run of layer il (its window's runs and mask where it
+    // slides), the results joined in token order: [value width, n_q, n_tokens].
+    ggml_tensor * attend_runs(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) const;
 
     // Self-attention, projected back to n_embd and summed over the group
     // (rows: see row_parallel). Each rank computes its heads; each run attends
