@@ -15,6 +15,10 @@ struct Batch {
     // LoRA: n_adapters scales a token, token by token (the adapters in
     // EngineOptions::loras order); empty: every adapter at its load scale.
     std::vector<float> lora;
+    // A multi-token-prediction head's input (EngineOptions::mtp_head):
+    // n_embd floats a token, the trunk's hidden state of the position
+    // before it.
+    std::vector<float> embd;
 
     void add(int32_t token, int32_t position, int32_t seq_id, bool logits) {
         tokens.push_back(token);
@@ -28,6 +32,7 @@ struct Batch {
         seq.clear();
         want_logits.clear();
         lora.clear();
+        embd.clear();
     }
     int size() const { return (int) tokens.size(); }
 };

@@ -47,7 +47,7 @@ class TensorParallelEngine final : public Engine {
                                 source);
             MpiRankGroup::agree(*processes, data_agreement(file, options_.n_threads), source);
         }
-        hp_ = read_hparams(file);
+        hp_ = read_hparams(file, options_.mtp_head);
         for (const MetadataOverride & o : options_.metadata_overrides) {
             std::fprintf(stderr, "llama-tp: metadata override %s\n", o.describe().c_str());
         }
@@ -317,6 +317,15 @@ class TensorParallelEngine final : public Engine {
         return output_row(batch_row);
     }
 
+    const float * hidden(int32_t batch_row) const override {
+        if (!options_.keep_hidden) throw Error("the engine was not loaded to keep hidden states");
+        const std::vector<float> & rows = group_->hidden_rows();
+        if (batch_row < 0 || (size_t) (batch_row + 1) * hp_.n_embd > rows.size()) {
+            throw Error("batch row " + std::to_string(batch_row) + " is not a row of the last step");
+        }
+        return rows.data() + (size_t) batch_row * hp_.n_embd;
+    }
+
     const float * embedding(int32_t batch_row) const override {
         if (!options_.embeddings) throw Error("the engine was not loaded for embeddings");
         return output_row(batch_row);
@@ -424,6 +433,9 @@ class TensorParallelEngine final : public Engine {
         if (options_.n_seq_max < 1) throw Error("the number of sequences must be at least 1");
         if (options_.n_batch < 1) throw Error("the batch size must be at least 1");
         if (options_.loras.size() > 64) throw Error("at most 64 LoRA adapters");
+        if (options_.embeddings && (options_.keep_hidden || options_.mtp_head)) {
+            throw Error("an engine loaded for embeddings has no logits to draft with");
+        }
         if (options_.n_threads <= 0) {
             // Processes of the group on one host share its cores.
             const int sharing = options_.processes ? options_.processes->local_size() : 1;
@@ -568,6 +580,14 @@ class TensorParallelEngine final : public Engine {
         if (n > options_.n_batch) {
             throw Error("batch of " + std::to_string(n) + " tokens exceeds the batch size " +
                         std::to_string(options_.n_batch));
+        }
+        const size_t n_embd = options_.mtp_head ? (size_t) n * hp_.n_embd : 0;
+        if (batch.embd.size() != n_embd) {
+            throw Error("batch has " + std::to_string(batch.embd.size()) + " hidden-state values for " +
+                        std::to_string(n) + " tokens; " +
+                        (options_.mtp_head
+                             ? "a multi-token-prediction head takes " + std::to_string(hp_.n_embd) + " per token"
+                             : std::string("only a multi-token-prediction head takes them")));
         }
         validate_batch_tokens(batch);
     }

@@ -79,6 +79,9 @@ class Engine {
 
     // Logits of batch row i of the last decode(); only rows that asked for them.
     virtual const float * logits(int32_t batch_row) const = 0;
+    // With EngineOptions::keep_hidden: the final-normed hidden state
+    // (n_embd floats) of batch row i of the last decode(), every row.
+    virtual const float * hidden(int32_t batch_row) const = 0;
     // With EngineOptions::embeddings: the hidden state (n_embd floats) of batch row i.
     virtual const float * embedding(int32_t batch_row) const = 0;
     // With EngineOptions::embeddings, on process 0: a reranker's

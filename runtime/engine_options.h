@@ -41,6 +41,13 @@ struct EngineOptions {
     // Outputs are the final-normed hidden states (embedding(), n_embd floats
     // a row) instead of logits.
     bool embeddings = false;
+    // Besides the logits, every batch row's final-normed hidden state
+    // (Engine::hidden): what a multi-token-prediction head reads.
+    bool keep_hidden = false;
+    // The model of the file's multi-token-prediction layer instead of its
+    // trunk (HParams::mtp_head): Batch::embd carries each token's hidden
+    // state of the position before it. Its cache is that one layer's.
+    bool mtp_head = false;
     // RoPE settings that replace the model's (llama-server's --rope-* and --yarn-*).
     RopeOverrides rope;
     int32_t n_batch = 512;  // most tokens one decode() call accepts

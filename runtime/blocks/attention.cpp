@@ -26,7 +26,7 @@ void declare_attention_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const AttentionBlock & attn = hp.block(il).attention;
     const RankShard & shard = d.shard();
     const LayerShard & ls = d.layer(il);
-    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string p = hp.tensor_prefix(il);
     const int64_t E = hp.n_embd, hd = hp.layer(il).head_dim;
     const int64_t Q = hp.n_embd_q(il), KV = hp.n_embd_kv(il);
     // With an output gate each head's queries are followed by its gate.
@@ -199,7 +199,7 @@ Axis attention_head_axis(const GgufFile & file, const HParams & hp, int64_t n_ra
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.keeps_kv(il)) continue;
         const LayerShape & s = hp.layer(il);
-        const int64_t blk_o = block_of(file, "blk." + std::to_string(il) + ".attn_output.weight");
+        const int64_t blk_o = block_of(file, hp.tensor_prefix(il) + "attn_output.weight");
         const int64_t heads_per_block = blk_o / std::gcd(blk_o, (int64_t) hp.out_head_dim(il));
         const int64_t group = hp.n_head / s.n_head_kv;
         unit = std::lcm(unit, std::lcm(s.n_head_kv >= n_ranks ? group : 1, heads_per_block));

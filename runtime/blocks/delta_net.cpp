@@ -97,7 +97,7 @@ void declare_delta_net_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const HParams & hp = d.hp;
     const DeltaNetShape & s = hp.delta;
     const ShardRange & k = d.shard().delta_heads;
-    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string p = hp.tensor_prefix(il);
     const int64_t E = hp.n_embd, V = s.n_v_heads;
     l.attn_norm = d.declare(p + "attn_norm.weight", {E}, false);
     if (s.fused_qkvz) {

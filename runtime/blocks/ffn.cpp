@@ -22,7 +22,7 @@ void declare_ffn_weights(WeightDeclarer & d, int il, LayerWeights & l) {
     const HParams & hp = d.hp;
     const FfnBlock & ffn = hp.block(il).ffn;
     const LayerShard & ls = d.layer(il);
-    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string p = hp.tensor_prefix(il);
     const int64_t E = hp.n_embd, F = hp.layer(il).n_ff;
     l.ffn_norm = d.declare(p + ffn.input_norm + ".weight", {E}, false);
     if (ffn.post_norm) l.ffn_post_norm = d.declare(p + "post_ffw_norm.weight", {E}, false);

@@ -22,7 +22,7 @@ void declare_latent_attention_weights(WeightDeclarer & d, int il, LayerWeights &
     const HParams & hp = d.hp;
     const LatentShape & m = hp.mla;
     const RankShard & shard = d.shard();
-    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string p = hp.tensor_prefix(il);
     const int64_t E = hp.n_embd, H = hp.n_head;
     const TensorSlice q_rows = d.rows(shard.q_heads, m.head_k);
     l.attn_norm = d.declare(p + "attn_norm.weight", {E}, false);

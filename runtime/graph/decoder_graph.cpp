@@ -81,9 +81,9 @@ void build_key_shift_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams &
     }
 }
 
-ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
-                                  const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const GraphMode & mode) {
+GraphOutputs build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+                                 const KvCache & kv, const GraphShape & shape, GraphInputs & in,
+                                 const GraphMode & mode) {
     const Collective * reduce = mode.reduce;
     const bool embeddings = mode.embeddings;
     const int64_t T = shape.n_tokens;
@@ -138,10 +138,20 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     }
     ggml_tensor * x = b.lookup(w.tok_embd);
     if (hp.embedding_scale != 0.0f) x = ggml_scale(ctx, x, hp.embedding_scale);
+    in.hidden = nullptr;
+    if (hp.mtp_head) {
+        // The token's embedding and the hidden state before it, each normed,
+        // side by side into one projection (every rank alike: mirrored).
+        in.hidden = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.n_embd, T);
+        ggml_set_input(in.hidden);
+        x = ggml_concat(ctx, b.norm(x, w.mtp_enorm), b.norm(in.hidden, w.mtp_hnorm), 0);
+        x = ggml_mul_mat(ctx, w.mtp_eh_proj, x);
+    }
     ggml_tensor * per_layer = hp.n_embd_per_layer > 0 ? b.per_layer_inputs(x) : nullptr;
     // Only the rows whose logits are wanted go on from the last layer's
-    // attention, or after the final norm (HParams::rows_after_norm).
-    const bool rows_at_end = hp.rows_after_norm;
+    // attention, or after the final norm (HParams::rows_after_norm, and
+    // where every token's hidden state is kept).
+    const bool rows_at_end = hp.rows_after_norm || mode.keep_hidden;
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & l = w.layers[il];
         ggml_tensor * rows = il == hp.n_layer - 1 && !rows_at_end ? in.out_rows : nullptr;
@@ -168,7 +178,13 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
         if (l.out_scale) x = ggml_mul(ctx, x, l.out_scale);
         if (l.control) x = ggml_add(ctx, x, l.control);
     }
+    GraphOutputs outputs;
     ggml_tensor * hidden = b.norm(x, w.output_norm);
+    if (mode.keep_hidden) {
+        outputs.hidden = hidden;
+        ggml_set_output(hidden);
+        ggml_build_forward_expand(gf, hidden);
+    }
     if (rows_at_end) hidden = ggml_get_rows(ctx, hidden, in.out_rows);
     ggml_tensor * out = embeddings ? hidden : b.project(w.output, hidden);
     if (!embeddings && hp.final_logit_softcap != 0.0f) {
@@ -177,7 +193,8 @@ ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HP
     }
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
-    return out;
+    outputs.logits = out;
+    return outputs;
 }
 
 }  // namespace llama_tp

@@ -70,6 +70,9 @@ struct GraphInputs {
     std::vector<ggml_tensor *> lora_scales;
     // Linear attention: each state run's sequences' state rows (I32).
     ggml_tensor * state_rows = nullptr;
+    // A multi-token-prediction head's (HParams::mtp_head): F32 [n_embd,
+    // n_tokens], each token's hidden state of the position before it.
+    ggml_tensor * hidden = nullptr;
 };
 
 // Cells of one pool to rotate (I32 [n]) and by how many positions (I32 [n]);
@@ -93,15 +96,24 @@ struct GraphMode {
     // so the logits do not depend on the split.
     bool split_invariant = false;
     bool embeddings = false;  // outputs are the final-normed hidden states
+    // Besides the logits, every token's final-normed hidden state (what a
+    // multi-token-prediction head reads).
+    bool keep_hidden = false;
     // With RankOps::Host ggml-ext's row attention may be used; other
     // backends' graphs take ggml's operations only.
     RankOps ops = RankOps::Host;
 };
 
-// Adds the forward pass over this rank's shard to gf; returns the logits
-// tensor [vocabulary slice, n_outputs], or with embeddings the final-normed
-// hidden states [n_embd, n_outputs] (the same on every rank).
-ggml_tensor * build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
+// What a graph outputs: the logits [vocabulary slice, n_outputs], or with
+// embeddings the final-normed hidden states [n_embd, n_outputs] (the same on
+// every rank); with keep_hidden those of every token [n_embd, n_tokens].
+struct GraphOutputs {
+    ggml_tensor * logits = nullptr;
+    ggml_tensor * hidden = nullptr;
+};
+
+// Adds the forward pass over this rank's shard to gf.
+GraphOutputs build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
                                   const KvCache & kv, const GraphShape & shape, GraphInputs & in,
                                   const GraphMode & mode);
 

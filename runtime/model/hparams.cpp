@@ -11,8 +11,9 @@
 
 namespace llama_tp {
 
-HParams read_hparams(const GgufFile & file) {
+HParams read_hparams(const GgufFile & file, bool mtp_head) {
     HParams hp;
+    hp.mtp_head = mtp_head;
     hp.arch_name = file.get_string("general.architecture");
     const ArchitectureReader read_architecture = find_architecture(hp.arch_name);
     if (!read_architecture) {
@@ -46,6 +47,11 @@ HParams read_hparams(const GgufFile & file) {
     }
     hp.n_vocab = file.get_int32(a + ".vocab_size", embd->ne[1]);
     read_architecture(file, a, hp);
+    if (mtp_head && hp.first_file_block == 0) {
+        throw Error("model file '" + file.path() + "': architecture '" + a +
+                    "' has no multi-token-prediction layer llama-tp drafts with (qwen35, qwen35moe and qwen3next "
+                    "files with nextn_predict_layers 1 have)");
+    }
     return hp;
 }
 

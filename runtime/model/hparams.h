@@ -100,6 +100,15 @@ struct LatentShape {
 
 struct HParams {
     std::string arch_name;  // general.architecture
+    // The model of the file's multi-token-prediction layer alone (Qwen 3.5's
+    // next-token head, a draft): a token's embedding and the trunk's
+    // final-normed hidden state of the position before it in (eh_proj over
+    // both, normed), one layer, the next token's logits out. Its layer is
+    // the file's block first_file_block.
+    bool mtp_head = false;
+    int32_t first_file_block = 0;
+    // "blk.N." of layer il's tensors in the file.
+    std::string tensor_prefix(int il) const { return "blk." + std::to_string(il + first_file_block) + "."; }
     int32_t n_vocab = 0;
     int32_t n_ctx_train = 0;
     int32_t n_embd = 0;
@@ -208,7 +217,9 @@ struct HParams {
 
 // Throws llama_tp::Error naming the file and key for a missing or
 // inconsistent value, or an architecture this runtime does not build.
-HParams read_hparams(const GgufFile & file);
+// mtp_head: the model of the file's multi-token-prediction layer
+// (HParams::mtp_head); an error where the file has none llama-tp runs.
+HParams read_hparams(const GgufFile & file, bool mtp_head = false);
 
 // Derives the RoPE values the graph applies from the file's and the
 // overrides, by upstream's rules (llama_context's): no scaling forces a

@@ -33,7 +33,7 @@ bool unread(const HParams & hp, const std::string & base) {
     if (hp.head_is_embedding && base == "output.weight") return true;
     // Layers sharing an earlier layer's cache project no keys or values.
     for (int il = hp.n_layer_kv(); il < hp.n_layer; ++il) {
-        const std::string p = "blk." + std::to_string(il) + ".";
+        const std::string p = hp.tensor_prefix(il);
         if (base == p + "attn_k.weight" || base == p + "attn_v.weight") return true;
     }
     return false;

@@ -82,7 +82,7 @@ bool one_pass_matrix(ggml_type type, int n_dims) {
 
 bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams & hp) {
     for (int il = 0; il < hp.n_layer; ++il) {
-        const std::string p = "blk." + std::to_string(il) + ".";
+        const std::string p = hp.tensor_prefix(il);
         const char * output = hp.keeps_kv(il) ? "attn_output.weight" : "ssm_out.weight";
         if (!one_pass(file.find_tensor(p + output), false) ||
             (hp.block(il).ffn.has_dense() && !one_pass(file.find_tensor(p + "ffn_down.weight"), false)) ||
@@ -121,10 +121,18 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     // Under tensor parallelism the embedding table is split by vocabulary like
     // the output head (a tied head then is the same shard): each rank looks up
     // the tokens in its range and an AllReduce assembles the rows.
-    tok_embd = declare(file, "token_embd.weight", {E, V}, false, vocab_rows);
-    output_norm = declare(file, "output_norm.weight", {E}, false);
-    if (file.find_tensor("output.weight") && !hp.head_is_embedding) {
-        output = declare(file, "output.weight", {E, V}, true, vocab_rows);
+    const std::string mtp = hp.mtp_head ? hp.tensor_prefix(0) + "nextn." : "";
+    auto own = [&](const std::string & name, const char * trunks) {
+        return hp.mtp_head && file.find_tensor(mtp + name) ? mtp + name : std::string(trunks);
+    };
+    tok_embd = declare(file, own("embed_tokens.weight", "token_embd.weight"), {E, V}, false, vocab_rows);
+    output_norm = declare(file, own("shared_head_norm.weight", "output_norm.weight"), {E}, false);
+    const std::string head = own("shared_head_head.weight", "output.weight");
+    if (file.find_tensor(head) && !hp.head_is_embedding) output = declare(file, head, {E, V}, true, vocab_rows);
+    if (hp.mtp_head) {
+        mtp_eh_proj = declare(file, mtp + "eh_proj.weight", {2 * E, E}, true);
+        mtp_enorm = declare(file, mtp + "enorm.weight", {E}, false);
+        mtp_hnorm = declare(file, mtp + "hnorm.weight", {E}, false);
     }
     // One set of frequency factors, for the layers that do not slide (all of
     // them in most models).
@@ -145,7 +153,7 @@ ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const Weig
     }
     layers.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; ++il) {
-        const std::string p = "blk." + std::to_string(il) + ".";
+        const std::string p = hp.tensor_prefix(il);
         LayerWeights & l = layers[il];
         switch (hp.block(il).attention.kind) {
             case AttentionBlock::Kind::GroupedQuery:

@@ -201,6 +201,14 @@ class ModelWeights {
     ggml_tensor * per_layer_tok_embd = nullptr;
     ggml_tensor * per_layer_model_proj = nullptr;
     ggml_tensor * per_layer_proj_norm = nullptr;
+    // The multi-token-prediction head (HParams::mtp_head), mirrored: the
+    // projection of the normed token embedding and hidden state side by
+    // side, and those two norms. Its own embedding, final norm and output
+    // head (nextn.embed_tokens, shared_head_norm, shared_head_head) stand
+    // in tok_embd, output_norm and output where the file has them.
+    ggml_tensor * mtp_eh_proj = nullptr;
+    ggml_tensor * mtp_enorm = nullptr;
+    ggml_tensor * mtp_hnorm = nullptr;
     std::vector<LayerWeights> layers;
     std::vector<LoraAdapter> loras;  // in the order given
     std::vector<LoraScale> lora_scales;

@@ -52,6 +52,7 @@ class MpiRankGroup final : public RankGroup {
     void follow();
 
     std::vector<RankReport> reports() const override { return reports_; }
+    const std::vector<float> & hidden_rows() const override { return local_->hidden_rows(); }
     std::vector<CollectiveStats> collective_stats() const override;
     int64_t graph_builds() const override { return local_->graph_builds(); }
     std::string allreduce_name() const override { return local_->allreduce_name(); }

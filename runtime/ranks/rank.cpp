@@ -302,6 +302,10 @@ void Rank::run(const Step & step, float * logits, int32_t n_vocab) {
         prepare(batch, placement, out_rows, shape);
         compute();
         copy_logits(logits, n_vocab);
+        if (hidden_ && config_.rank == 0) {
+            hidden_rows_.resize((size_t) ggml_nelements(hidden_));
+            ggml_backend_tensor_get(hidden_, hidden_rows_.data(), 0, ggml_nbytes(hidden_));
+        }
     } catch (...) {
         kv_->unplace(placement, /*stepped =*/true);
         throw;
@@ -434,8 +438,12 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
         mode.reduce = config_.n_ranks > 1 ? &reduce : nullptr;
         mode.split_invariant = config_.split_invariant;
         mode.embeddings = config_.embeddings;
+        mode.keep_hidden = config_.keep_hidden;
         mode.ops = config_.ops;
-        logits_ = build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_, mode);
+        const GraphOutputs out =
+            build_decoder_graph(graph_ctx_.get(), graph_, hp_, *weights_, *kv_, shape, inputs_, mode);
+        logits_ = out.logits;
+        hidden_ = out.hidden;
         if (!ggml_gallocr_alloc_graph(allocator_.get(), graph_)) {
             graph_ = nullptr;
             throw Error("out of memory allocating the compute buffer of rank " + std::to_string(config_.rank));
@@ -451,6 +459,12 @@ void Rank::prepare(const Batch & batch, const KvPlacement & placement, const std
     set_input(inputs_.kq_mask_swa, mask_swa_.data(), mask_swa_.size() * sizeof(ggml_fp16_t));
     set_input(inputs_.out_rows, out_rows.data(), out_rows.size() * sizeof(int32_t));
     set_input(inputs_.state_rows, placement.states.rows.data(), placement.states.rows.size() * sizeof(int32_t));
+    if (inputs_.hidden && batch.embd.size() != (size_t) n * hp_.n_embd) {
+        throw Error("rank " + std::to_string(config_.rank) + ": a step of " + std::to_string(n) + " tokens carries " +
+                    std::to_string(batch.embd.size()) + " hidden-state values, not " + std::to_string(n) + " x " +
+                    std::to_string(hp_.n_embd));
+    }
+    set_input(inputs_.hidden, batch.embd.data(), batch.embd.size() * sizeof(float));
     if (inputs_.embd_rows) {
         std::vector<int32_t> rows(n);
         std::vector<float> inside(n);

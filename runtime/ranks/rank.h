@@ -46,6 +46,7 @@ struct RankConfig {
     KvPoolSizes kv_sizes;
     KvTypes kv_types;
     bool embeddings = false;  // outputs are hidden states (n_embd), not logits
+    bool keep_hidden = false;  // and every token's final-normed hidden state (hidden_rows(), rank 0)
     bool progress = false;
     bool check_tensors = false;               // every value read is checked (WeightsLoad::check_data)
     std::vector<const GgufFile *> adapters;   // LoRA adapter files, open for the load
@@ -71,6 +72,9 @@ class Rank {
     // Throws llama_tp::Error when a position is not cached.
     void read(const Step & step, uint8_t * image);
 
+    // With keep_hidden, on rank 0: the last step's final-normed hidden
+    // states, n_embd floats per batch row.
+    const std::vector<float> & hidden_rows() const { return hidden_rows_; }
     int64_t graph_builds() const { return graph_builds_; }
     uint64_t weight_bytes() const { return weights_->total_bytes(); }
     int64_t n_params() const { return weights_->n_params(); }
@@ -127,6 +131,8 @@ class Rank {
     GraphShape shape_;
     GraphInputs inputs_;
     ggml_tensor * logits_ = nullptr;
+    ggml_tensor * hidden_ = nullptr;
+    std::vector<float> hidden_rows_;
     std::vector<ggml_fp16_t> mask_;
     std::vector<ggml_fp16_t> mask_swa_;  // sliding-window layers' (HParams::n_swa > 0)
     int64_t graph_builds_ = 0;

@@ -35,6 +35,10 @@ class RankGroup {
     // into image (KvImageLayout, step.read_n cells). Throws llama_tp::Error.
     virtual void read(const Step & step, uint8_t * image) = 0;
 
+    // EngineOptions::keep_hidden: the last step's final-normed hidden
+    // states, n_embd floats per batch row (rank 0's; every rank's are the same).
+    virtual const std::vector<float> & hidden_rows() const = 0;
+
     virtual std::vector<RankReport> reports() const = 0;
     // Per rank, as of the last step that returned (safe from any thread).
     virtual std::vector<CollectiveStats> collective_stats() const = 0;

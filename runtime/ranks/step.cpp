@@ -69,6 +69,7 @@ std::vector<uint8_t> Step::encode() const {
     w.put_array(batch.seq);
     w.put_array(batch.want_logits);
     w.put_array(batch.lora);
+    w.put_array(batch.embd);
     w.put(placement);
     w.put_array(kv);
     w.put(read_seq);
@@ -91,13 +92,14 @@ Step Step::decode(const std::vector<uint8_t> & bytes) {
     s.batch.seq = r.get_array<int32_t>();
     s.batch.want_logits = r.get_array<uint8_t>();
     s.batch.lora = r.get_array<float>();
+    s.batch.embd = r.get_array<float>();
     s.placement = r.get<uint64_t>();
     s.kv = r.get_array<uint8_t>();
     s.read_seq = r.get<int32_t>();
     s.read_n = r.get<int32_t>();
     const size_t n = s.batch.tokens.size();
     if (!r.done() || s.batch.pos.size() != n || s.batch.seq.size() != n || s.batch.want_logits.size() != n ||
-        (n > 0 && s.batch.lora.size() % n != 0)) {
+        (n > 0 && (s.batch.lora.size() % n != 0 || s.batch.embd.size() % n != 0))) {
         throw Error("malformed step message: inconsistent batch");
     }
     return s;

@@ -31,6 +31,7 @@ ThreadRankGroup::ThreadRankGroup(const RankSetup & setup, std::unique_ptr<AllRed
             rc.kv_sizes = setup.kv_sizes;
             rc.kv_types = o.kv_types;
             rc.embeddings = o.embeddings;
+            rc.keep_hidden = o.keep_hidden;
             rc.progress = o.progress && rc.rank == 0;
             rc.check_tensors = o.check_tensors;
             rc.adapters = setup.adapters;
@@ -52,6 +53,10 @@ void ThreadRankGroup::run(const Step & step, float * logits) {
                           allreduce_->abort("rank " + std::to_string(first_rank_ + local) + " failed: " + what);
                   });
     if (allreduce_ && allreduce_->failed()) throw Error(allreduce_->error());
+}
+
+const std::vector<float> & ThreadRankGroup::hidden_rows() const {
+    return ranks_[0]->hidden_rows();
 }
 
 void ThreadRankGroup::read(const Step & step, uint8_t * image) {

@@ -53,6 +53,7 @@ class ThreadRankGroup final : public RankGroup {
     // One rank after the other, on the caller's thread (no collectives).
     void read(const Step & step, uint8_t * image) override;
     std::vector<RankReport> reports() const override;
+    const std::vector<float> & hidden_rows() const override;
     std::vector<CollectiveStats> collective_stats() const override;
     int64_t graph_builds() const override;
     std::string allreduce_name() const override;

@@ -26,7 +26,7 @@ int64_t block_of_layers(const GgufFile & file, const HParams & hp, const std::st
                         const std::function<bool(int)> & pick) {
     int64_t b = 1;
     for (int il = 0; il < hp.n_layer; ++il) {
-        if (pick(il)) b = std::lcm(b, block_of(file, "blk." + std::to_string(il) + "." + suffix));
+        if (pick(il)) b = std::lcm(b, block_of(file, hp.tensor_prefix(il) + suffix));
     }
     return b;
 }

@@ -65,14 +65,14 @@ def write(target, name, data):
     (d / name).write_bytes(data)
 
 
-def step(kind, tokens=(), edits=(), kv=b"", read_seq=-1, read_n=0):
+def step(kind, tokens=(), edits=(), kv=b"", read_seq=-1, read_n=0, embd=()):
     def array(fmt, values):
         return struct.pack("<I", len(values)) + b"".join(struct.pack("<" + fmt, *v) if isinstance(v, tuple)
                                                           else struct.pack("<" + fmt, v) for v in values)
     n = len(tokens)
-    return (struct.pack("<Ii", 0x53505454, kind) + array("iiiii", list(edits)) + array("i", list(tokens))
+    return (struct.pack("<Ii", 0x53505454, kind) + array("iiiiii", list(edits)) + array("i", list(tokens))
             + array("i", list(range(n))) + array("i", [0] * n) + array("B", [1] * n) + array("f", [])
-            + struct.pack("<Q", 0x1234) + array("B", list(kv)) + struct.pack("<ii", read_seq, read_n))
+            + array("f", list(embd)) + struct.pack("<Q", 0x1234) + array("B", list(kv)) + struct.pack("<ii", read_seq, read_n))
 
 
 def main():
@@ -88,7 +88,8 @@ def main():
     write("gguf", "arrays.gguf", model("qwen2", [("tokenizer.ggml.tokens", ARRAY, (STRING, ["a", "b", "<s>"])),
                                                  ("qwen2.attention.head_count_kv", ARRAY, (I32, [1, 2]))]))
 
-    write("step", "decode", step(1, tokens=[1, 2, 3], edits=[(0, 2, -1, 0, -1)]))
+    write("step", "decode", step(1, tokens=[1, 2, 3], edits=[(0, 2, -1, 0, -1, 0)]))
+    write("step", "decode-mtp-head", step(1, tokens=[4, 5], embd=[0.5, -1.0, 0.25, 2.0]))
     write("step", "shutdown", step(2))
     write("step", "load", step(3, tokens=[5], kv=b"\x01\x02\x03\x04"))
     write("step", "read", step(4, read_seq=1, read_n=7))

@@ -35,6 +35,21 @@ TEST(ModelErrors, MissingFileNamesThePath) {
     EXPECT_NE(msg.find("/nonexistent/model.gguf"), std::string::npos) << msg;
 }
 
+TEST(ModelErrors, AModelWithoutAPredictionLayerHasNoDraftHead) {
+    EngineOptions o;
+    o.model_path = LLAMA_TP_TEST_MODEL;
+    o.n_ctx = 64;
+    o.mtp_head = true;
+    std::string msg = "(loaded without error)";
+    try {
+        Engine::load(o);
+    } catch (const Error & e) {
+        msg = e.what();
+    }
+    EXPECT_NE(msg.find("has no multi-token-prediction layer"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(LLAMA_TP_TEST_MODEL), std::string::npos) << msg;
+}
+
 TEST(ModelErrors, NotAGgufFile) {
     const std::string path = test::temp_path("text.gguf");
     std::ofstream(path) << "this is not a model\n";

@@ -13,6 +13,7 @@ Step sample_step() {
     s.batch.add(18, 5, 1, true);
     s.batch.add(99, 0, 3, true);
     s.batch.lora = {1.0f, 0.0f, 0.5f, 0.25f, -1.0f, 2.0f};  // two adapters
+    s.batch.embd = {0.5f, -1.5f, 3.0f, 0.0f, 1e-3f, -2.0f};  // a head's hidden states, two values a token
     s.placement = placement_digest({7, 8, 300});
     return s;
 }
@@ -30,6 +31,7 @@ TEST(Step, EncodesAndDecodesEveryField) {
     EXPECT_EQ(d.batch.seq, s.batch.seq);
     EXPECT_EQ(d.batch.want_logits, s.batch.want_logits);
     EXPECT_EQ(d.batch.lora, s.batch.lora);
+    EXPECT_EQ(d.batch.embd, s.batch.embd);
     EXPECT_EQ(d.placement, s.placement);
 }
 

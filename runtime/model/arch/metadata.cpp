@@ -129,13 +129,14 @@ void read_sliding_window(const GgufFile & file, const std::string & a, HParams &
     hp.rope_freq_scale_swa = d.scaled ? hp.rope_freq_scale : 1.0f;
 }
 
-void skip_nextn_layers(const GgufFile & file, const std::string & a, HParams & hp) {
+int32_t skip_nextn_layers(const GgufFile & file, const std::string & a, HParams & hp) {
     const int64_t n_nextn = file.get_int(a + ".nextn_predict_layers", 0);
     if (n_nextn < 0 || n_nextn >= hp.n_layer) {
         throw Error("model file '" + file.path() + "': nextn_predict_layers " + std::to_string(n_nextn) +
                     " leaves no layers of " + std::to_string(hp.n_layer));
     }
     hp.n_layer -= (int32_t) n_nextn;
+    return (int32_t) n_nextn;
 }
 
 void set_uniform_blocks(HParams & hp, const LayerBlocks & blocks) {

@@ -41,8 +41,8 @@ void read_sliding_window(const GgufFile & file, const std::string & a, HParams &
 
 // Multi-token-prediction layers (nextn_predict_layers) come after the
 // trunk's in block_count; decoding reads only the trunk, so n_layer drops
-// them. Refused where they would leave no trunk.
-void skip_nextn_layers(const GgufFile & file, const std::string & a, HParams & hp);
+// them. Refused where they would leave no trunk. Returns how many there are.
+int32_t skip_nextn_layers(const GgufFile & file, const std::string & a, HParams & hp);
 
 // Every layer with the same blocks.
 void set_uniform_blocks(HParams & hp, const LayerBlocks & blocks);

@@ -9,8 +9,9 @@
 // (ssm_in).
 // Interleaved M-RoPE over text gives every section the same position, which
 // is NeoX RoPE of the rotated dimensions. The FFN's input norm is called
-// post_attention_norm. Multi-token-prediction layers (nextn_predict_layers,
-// after the trunk's) are not read.
+// post_attention_norm. The multi-token-prediction layer (nextn_predict_layers
+// 1, after the trunk's) is a model of its own (HParams::mtp_head): a full
+// attention layer.
 #include "runtime/error.h"
 #include "runtime/model/arch/architectures.h"
 #include "runtime/model/arch/metadata.h"
@@ -85,18 +86,33 @@ void check_rope_sections(const GgufFile & file, const std::string & a, int32_t n
 
 // What both share; ffn: the blocks' FFN.
 void read_qwen35_family(const GgufFile & file, const std::string & a, HParams & hp, const FfnBlock & ffn) {
-    skip_nextn_layers(file, a, hp);
+    const int32_t n_nextn = skip_nextn_layers(file, a, hp);
+    const int32_t n_trunk = hp.n_layer;
+    if (hp.mtp_head) {
+        if (n_nextn != 1) {
+            throw Error("model file '" + file.path() + "': nextn_predict_layers is " + std::to_string(n_nextn) +
+                        ": a multi-token-prediction draft needs the one layer Qwen 3.5's files carry");
+        }
+        hp.n_layer = n_trunk + 1;  // its shape is the file's last block's
+    }
     read_rope(file, a, hp, GGML_ROPE_TYPE_NEOX);
     read_layer_shapes(file, a, hp, /*experts_only =*/ffn.kind != FfnBlock::Kind::Dense);
     check_rope_sections(file, a, hp.layer(0).n_rot);
     hp.delta = read_delta_net(file, a);
     hp.rows_after_norm = true;  // as upstream's qwen35 graph picks them
-    const std::vector<bool> linear = linear_layers(file, a, hp.n_layer);
     LayerBlocks full;
     full.attention.qk_norm = true;
     full.attention.output_gate = true;
     full.ffn = ffn;
     full.ffn.input_norm = "post_attention_norm";
+    if (hp.mtp_head) {
+        hp.layers = {hp.layers.back()};
+        hp.n_layer = 1;
+        hp.first_file_block = n_trunk;
+        hp.blocks = {full};
+        return;
+    }
+    const std::vector<bool> linear = linear_layers(file, a, hp.n_layer);
     LayerBlocks delta = full;
     delta.attention = AttentionBlock{};
     delta.attention.kind = AttentionBlock::Kind::GatedDeltaNet;
