@@ -1,9 +1,9 @@
 // A model's multi-token-prediction layer as a draft head, against upstream's
-// own MTP context on the same file (a generated qwen35 or qwen35moe in F32
-// with one nextn layer): the trunk's final-normed hidden state of every
-// batch row, the head's logits over (token, hidden state before it) pairs
-// and a second step chained on the head's own hidden state; the head split
-// over two ranks as on one. Usage: test-mtp-head MODEL.gguf (gtest flags
+// own MTP context on the same file (a generated qwen35, qwen35moe or
+// qwen3next in F32 with one nextn layer): the trunk's final-normed hidden
+// state of every batch row, the head's logits over (token, hidden state
+// before it) pairs and a second step chained on the head's own hidden
+// state; the head split over two ranks as on one. Usage: test-mtp-head MODEL.gguf (gtest flags
 // may follow).
 
 #include "runtime/engine.h"
@@ -187,13 +187,17 @@ TEST(MtpHead, HiddenStatesAndDraftLogitsMatchUpstream) {
     }
 
     // A second draft step: the first draft after the last token, with the
-    // head's own hidden state of that position.
+    // head's own hidden state of that position (ours against upstream's;
+    // both steps then read upstream's).
     const float * last = head->logits((int32_t) n - 1);
     const int32_t draft = (int32_t) (std::max_element(last, last + V) - last);
-    const std::vector<float> ours_next(head->hidden((int32_t) n - 1), head->hidden((int32_t) n - 1) + E);
+    const float * ours_next = head->hidden((int32_t) n - 1);
     const std::vector<float> up_next(up.mtp_hidden((int) n - 1), up.mtp_hidden((int) n - 1) + E);
+    double dn = 0.0;
+    for (int32_t k = 0; k < E; ++k) dn = std::max(dn, (double) std::fabs(ours_next[k] - up_next[k]));
+    EXPECT_LT(dn, 1e-3) << "the head's hidden state differs from upstream's";
     up.decode_mtp({draft}, (int32_t) n, up_next);
-    head->decode(head_batch({draft}, (int32_t) n, ours_next));
+    head->decode(head_batch({draft}, (int32_t) n, up_next));
     bool same_top = false;
     EXPECT_LT(max_dp(head->logits(0), up.mtp_logits(0), V, same_top), 1e-3);
     EXPECT_TRUE(same_top);
