@@ -310,10 +310,12 @@ void read_speculative(const UpstreamFlags & up, ServerOptions & o) {
             ngram = true;
         } else if (t == COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE) {
             draft_simple = true;
+        } else if (t == COMMON_SPECULATIVE_TYPE_DRAFT_MTP) {
+            spec.mtp = true;
         } else {
             o.warnings.push_back("--spec-type " + common_speculative_type_to_str(t) +
-                                 " has no effect in llama-tp-server: not implemented (draft-simple and the "
-                                 "n-gram kinds are)");
+                                 " has no effect in llama-tp-server: not implemented (draft-simple, draft-mtp and "
+                                 "the n-gram kinds are)");
         }
     }
     if (ngram) spec.ngram = std::make_shared<const common_params_speculative>(s);
@@ -669,6 +671,7 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
     o.engine.shares_cores = o.speculative.has_draft_model();
     // A recurrent model then keeps each slot's state from before its draft.
     o.engine.draft_states = o.speculative.enabled() && !o.engine.embeddings;
+    o.engine.keep_hidden = o.speculative.mtp && !o.engine.embeddings;
     warn_about_no_effect(up, o);
     check_ranges(o);
 

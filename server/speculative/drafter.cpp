@@ -1,8 +1,10 @@
 #include "server/speculative/drafter.h"
 
+#include "ggml-ext/comm/process_group.h"
 #include "runtime/engine.h"
 #include "server/log.h"
 #include "server/speculative/model_drafter.h"
+#include "server/speculative/mtp_drafter.h"
 #include "server/speculative/ngram_drafter.h"
 #include "speculative.h"
 
@@ -17,6 +19,7 @@ std::string SpeculativeOptions::type_names() const {
         }
         names = common_speculative_type_name_str(kinds);
     }
+    if (mtp) names += std::string(names.empty() ? "" : ",") + "draft-mtp";
     if (!draft_model.empty()) names += std::string(names.empty() ? "" : ",") + "draft-simple";
     return names.empty() ? "none" : names;
 }
@@ -27,6 +30,30 @@ std::vector<std::unique_ptr<Drafter>> make_drafters(const SpeculativeOptions & o
     if (options.ngram) {
         drafters.push_back(std::make_unique<NgramDrafter>(*options.ngram, n_slots));
         SRV_INF("speculative decoding: %s, up to %d tokens a step", drafters.back()->name(), drafters.back()->n_max());
+    }
+    if (options.mtp) {
+        const EngineOptions & t = target.options();
+        EngineOptions e;
+        e.model_path = t.model_path;
+        e.metadata_overrides = t.metadata_overrides;
+        e.mtp_head = true;
+        e.keep_hidden = true;  // each further draft token reads the head's own
+        e.n_seq_max = n_slots;
+        e.n_ctx = n_slots * n_ctx_slot;
+        e.kv_types = t.kv_types;
+        e.n_batch = t.n_batch;
+        e.rope = t.rope;
+        e.n_threads = t.n_threads;
+        e.progress = false;
+        e.split_invariant = false;
+        // Split as the target is within this process; the target's other
+        // processes hold no part of it.
+        e.tp = t.processes && t.processes->size() > 1 ? 1 : t.tp;
+        e.devices = t.devices;
+        if (e.tp == 1 && e.devices.names.size() > 1) e.devices.names.resize(1);
+        drafters.push_back(std::make_unique<MtpDrafter>(Engine::load(e), target, options));
+        SRV_INF("speculative decoding: draft-mtp, up to %d tokens a step from the model's prediction layer",
+                drafters.back()->n_max());
     }
     if (!options.draft_model.empty()) {
         EngineOptions e;

@@ -4,6 +4,7 @@
 // sampled token, and the target model's logits of that one step check them
 // all (server/README.md, "Speculative decoding").
 
+#include "runtime/batch.h"
 #include "runtime/engine_options.h"
 
 #include <cstdint>
@@ -42,6 +43,9 @@ class Drafter {
     virtual void draft(std::vector<DraftRequest *> & requests) = 0;
     // A slot starts generating: its prompt is in its cache (tokens 0..n-1).
     virtual void begin(int32_t /*seq*/, const std::vector<int32_t> & /*prompt*/) {}
+    // After every step of the target: the batch it decoded (the target's
+    // hidden states, where kept, are this batch's until its next step).
+    virtual void observe(const Batch & /*batch*/) {}
     // n_accepted of the tokens it proposed for the slot were confirmed.
     virtual void accept(int32_t /*seq*/, int32_t /*n_accepted*/) {}
     // --sleep-idle-seconds: a drafter holding a model frees it, and loads it
@@ -58,6 +62,9 @@ struct SpeculativeOptions {
     // ngram-mod, ngram-cache) in its types, with their settings as
     // llama-server read them; null when none is.
     std::shared_ptr<const common_params_speculative> ngram;
+    // draft-mtp: the model's own multi-token-prediction layer (the target
+    // then keeps its hidden states, EngineOptions::keep_hidden).
+    bool mtp = false;
     // draft-simple: a smaller model with the target's vocabulary, greedy.
     std::string draft_model;
     std::string draft_hf_repo;  // -hfd: fetched into draft_model before the server starts
@@ -69,15 +76,17 @@ struct SpeculativeOptions {
     int32_t draft_threads = 0;    // -td (0: as the target's)
     DeviceOptions draft_devices;  // -devd / -ngld
     bool has_draft_model() const { return !draft_model.empty() || !draft_hf_repo.empty(); }
-    bool enabled() const { return ngram != nullptr || has_draft_model(); }
+    bool enabled() const { return ngram != nullptr || mtp || has_draft_model(); }
     // The kinds in use, as llama-server lists them ("none" when off).
     std::string type_names() const;
 };
 
 // The drafters the options ask for, in llama-server's order of preference
-// (n-grams before a draft model). The draft model is loaded here, on this
-// process alone, for n_slots slots of n_ctx_slot positions each; throws
-// llama_tp::Error naming the file when it cannot be loaded or its
+// (n-grams, then the prediction layer, then a draft model). The draft model
+// and the prediction layer are loaded here, on this process alone, for
+// n_slots slots of n_ctx_slot positions each (the layer split as the target
+// is within the process); throws llama_tp::Error naming the file when one
+// cannot be loaded, the model has no prediction layer, or the draft's
 // vocabulary differs from the target's.
 std::vector<std::unique_ptr<Drafter>> make_drafters(const SpeculativeOptions & options, const Engine & target,
                                                     int32_t n_slots, int32_t n_ctx_slot);

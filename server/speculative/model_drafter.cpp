@@ -4,6 +4,7 @@
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
 #include "server/log.h"
+#include "server/speculative/draft_pick.h"
 #include "server/serving/cache/token_prefix.h"
 
 #include <algorithm>
@@ -13,40 +14,6 @@
 #include "llama.h"
 
 namespace llama_tp::server {
-
-namespace {
-
-// Upstream's draft sampler keeps the 10 most likely tokens and takes the
-// first; its probability among those ten is what --spec-draft-p-min bounds.
-constexpr int kTopK = 10;
-
-struct Pick {
-    int32_t token = -1;
-    float p = 0.0f;
-};
-
-Pick pick(const float * logits, int32_t n_vocab) {
-    float top[kTopK];
-    int n = 0;
-    Pick best;
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        const float v = logits[i];
-        if (n == kTopK && v <= top[n - 1]) continue;
-        int j = n < kTopK ? n++ : n - 1;
-        while (j > 0 && top[j - 1] < v) {
-            top[j] = top[j - 1];
-            --j;
-        }
-        top[j] = v;
-        if (j == 0) best.token = i;
-    }
-    double sum = 0.0;
-    for (int k = 0; k < n; ++k) sum += std::exp((double) top[k] - (double) top[0]);
-    best.p = (float) (1.0 / sum);
-    return best;
-}
-
-}  // namespace
 
 std::string vocabulary_mismatch(const Tokenizer & target, const Tokenizer & draft) {
     const llama_vocab * a = target.vocab();
@@ -225,7 +192,7 @@ void ModelDrafter::extend(std::vector<DraftRequest *> & requests, std::vector<in
 // The draft's most likely token after a batch row, or -1 where it is not
 // likely enough or not a token of the target's.
 int32_t ModelDrafter::proposal(int32_t row) const {
-    const Pick p = pick(engine_->logits(row), engine_->info().n_vocab);
+    const DraftPick p = pick_draft(engine_->logits(row), engine_->info().n_vocab);
     return p.p >= p_min_ && p.token < n_vocab_target_ ? p.token : -1;
 }
 

@@ -89,9 +89,14 @@ void read_qwen35_family(const GgufFile & file, const std::string & a, HParams & 
     const int32_t n_nextn = skip_nextn_layers(file, a, hp);
     const int32_t n_trunk = hp.n_layer;
     if (hp.mtp_head) {
+        if (n_nextn == 0) {
+            throw Error("model file '" + file.path() +
+                        "' has no multi-token-prediction layer (nextn_predict_layers): take a conversion that "
+                        "keeps it");
+        }
         if (n_nextn != 1) {
             throw Error("model file '" + file.path() + "': nextn_predict_layers is " + std::to_string(n_nextn) +
-                        ": a multi-token-prediction draft needs the one layer Qwen 3.5's files carry");
+                        "; llama-tp drafts with one prediction layer, as Qwen 3.5's files carry");
         }
         hp.n_layer = n_trunk + 1;  // its shape is the file's last block's
     }

@@ -31,6 +31,7 @@ void Scheduler::decode_and_sample() {
         if (!broken.empty()) fail_group(broken);
         return;
     }
+    for (const auto & d : drafters_) d->observe(batch_);
     for (auto & slot : slots_) {
         slot->commit();
         if (slot->prompt_in_step && slot->busy()) {
