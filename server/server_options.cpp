@@ -668,7 +668,7 @@ ServerOptions parse_server_options(int argc, char ** argv, ParseOutcome & outcom
         if (p.own) p.own->apply(o, p.name, p.value);
     }
     read_speculative(up, o);  // after -dev, which the draft follows
-    o.engine.shares_cores = o.speculative.has_draft_model();
+    o.engine.shares_cores = o.speculative.has_draft_model() || o.speculative.mtp;
     // A recurrent model then keeps each slot's state from before its draft.
     o.engine.draft_states = o.speculative.enabled() && !o.engine.embeddings;
     o.engine.keep_hidden = o.speculative.mtp && !o.engine.embeddings;

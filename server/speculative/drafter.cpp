@@ -45,7 +45,9 @@ std::vector<std::unique_ptr<Drafter>> make_drafters(const SpeculativeOptions & o
         e.rope = t.rope;
         e.n_threads = t.n_threads;
         e.progress = false;
-        e.split_invariant = false;
+        // Its sums and products decided as the target's are (the engine's
+        // default): the one-pass kernel where it is faster.
+        e.shares_cores = true;
         // Split as the target is within this process; the target's other
         // processes hold no part of it.
         e.tp = t.processes && t.processes->size() > 1 ? 1 : t.tp;

@@ -200,6 +200,10 @@ void parse_argument(ParseState & state, const std::vector<std::string> & args, s
         state.overrides.latent_expanded = true;
         return;
     }
+    if (flag == "--bigram" && !value) {
+        state.overrides.bigram = true;
+        return;
+    }
     if (flag == "--dry-run" && !value) {
         state.options.dry_run = true;
         return;
@@ -348,6 +352,10 @@ shape overrides (positive integers unless noted):
                                       bias or normalisation (V2), not sigmoid (V3)
   --expanded-latent                   deepseek2: attn_kv_b (each head's key and value
                                       rows) as older files, not attn_k_b and attn_v_b
+  --bigram                            every layer's output projections zero: the next
+                                      token follows from the last alone; a prediction
+                                      layer (--nextn-layers) then proposes exactly it
+                                      (for speculative decoding's checks)
   --tied-output                       no output.weight: the head reuses token_embd
   --reranker                          qwen3: a reranker (rank pooling, cls.output.weight,
                                       a rerank prompt template)

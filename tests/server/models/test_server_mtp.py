@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from mpi_server import MpiServer
 from server_harness import ServerProcess, generated_model, parse_metrics, server_bin
 
 SHAPE = ["--n-layer", "4", "--ssm-n-group", "4", "--ssm-dt-rank", "8", "--ssm-d-state", "64", "--nextn-layers", "1"]
@@ -74,9 +75,53 @@ def test_the_prediction_layer_drafts_without_changing_the_answer(model, tp):
         r["timings"]["draft_n_accepted"] for r in results)
 
 
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_a_prediction_layer_that_agrees_has_every_draft_confirmed(arch, tmp_path):
+    """A model whose next token follows from the last alone and whose
+    prediction layer proposes exactly that (llama-tp-make-model --bigram):
+    every draft is confirmed, four tokens a step, on a recurrent target
+    whose state never goes back, and the answer is the one without drafts."""
+    model = generated_model(tmp_path / f"{arch}.gguf", arch=arch, extra=ARCHS[arch] + ["--bigram"])
+    flags = ("-np", "1", "-c", "1024", "-t", "2", "--spec-draft-n-max", "3")
+    plain = ServerProcess(*flags, model=model)
+    try:
+        expected = complete(plain, prompt(5, 24), n=61)
+    finally:
+        assert plain.stop() == 0
+    s = ServerProcess(*flags, "--spec-type", "draft-mtp", model=model)
+    try:
+        got = complete(s, prompt(5, 24), n=61)
+    finally:
+        assert s.stop() == 0
+    assert got["tokens"] == expected["tokens"]
+    t = got["timings"]
+    assert t["draft_n"] == 45 and t["draft_n_accepted"] == 45, t  # 15 steps of three drafts, then the last token
+
+
 def test_a_model_without_a_prediction_layer_cannot_draft_with_one(tmp_path):
     plain = generated_model(tmp_path / "qwen35.gguf", arch="qwen35", extra=SHAPE[:-2])
     r = subprocess.run([str(server_bin()), "-m", str(plain), "--spec-type", "draft-mtp", "--port", "0"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
     assert "speculative decoding" in r.stderr and "has no multi-token-prediction layer" in r.stderr, r.stderr
+
+
+def test_process_zero_drafts_for_a_group_of_processes(tmp_path):
+    """Two processes of one rank each: the target's hidden states are
+    process 0's, and the prediction layer runs there whole."""
+    model = generated_model(tmp_path / "qwen35.gguf", arch="qwen35", extra=SHAPE)
+    args = ("-np", "2", "-c", "1024", "-t", "1")
+    s = ServerProcess(*args, model=model)
+    try:
+        expected = complete(s, prompt(4, 30))
+    finally:
+        assert s.stop() == 0
+    group = MpiServer(*args, "--spec-type", "draft-mtp", model=model)
+    try:
+        log = group.log_text()
+        got = complete(group, prompt(4, 30))
+    finally:
+        assert group.stop() == 0, group.log_text()
+    assert "tp 2 (allreduce mpi" in log and log.count("speculative decoding: draft-mtp") == 1, log
+    assert got["tokens"] == expected["tokens"]
+    assert got["timings"]["draft_n"] > 0

@@ -257,7 +257,7 @@ bool ShapeOverrides::any() const {
            head_dim_global || n_head_kv_global || n_embd_per_layer || n_kv_shared || full_attention_interval ||
            ssm_n_group || ssm_dt_rank || ssm_d_state || ssm_in || nextn_layers || n_dense_lead || q_lora_rank ||
            kv_lora_rank || rope_dim || v_head_dim || n_expert_groups || n_group_used || softmax_routing ||
-           latent_expanded;
+           latent_expanded || bigram;
 }
 
 // Head dimension 64 and every row length a multiple of 256 (whole q4_K
@@ -395,6 +395,7 @@ Shape resolve_shape(Arch arch, Preset preset, const ShapeOverrides & o) {
         s.n_rot = s.head_dim / 4 / 2 * 2;  // partial rotary, a quarter of the head as the releases
     }
     if (has_nextn_layers(arch)) s.n_nextn = o.nextn_layers.value_or(0);
+    s.bigram = o.bigram;
     if (arch == Arch::glm4moe) s.n_rot = s.head_dim / 2;  // partial rotary, half the head as the releases
     if (has_leading_dense_layers(arch)) s.n_dense_lead = o.n_dense_lead.value_or(s.n_dense_lead);
     if (arch == Arch::deepseek2) {

@@ -128,6 +128,13 @@ struct Shape {
     // The older files' expanded form: attn_kv_b (each head's key and value
     // rows) instead of attn_k_b and attn_v_b, no *_mla keys.
     bool latent_expanded = false;
+    // Every layer's output projections zero and the final norms one: the
+    // next token follows from the last alone (the head over its normed
+    // embedding). A prediction layer then projects the embedding alone
+    // (eh_proj the identity on it), so that it proposes the model's own
+    // next token: a model whose drafts are confirmed, for speculative
+    // decoding's checks and benchmarks.
+    bool bigram = false;
 };
 
 // Command-line overrides of single shape fields.
@@ -143,6 +150,7 @@ struct ShapeOverrides {
     std::optional<int64_t> q_lora_rank, kv_lora_rank, rope_dim, v_head_dim, n_expert_groups, n_group_used;
     bool softmax_routing = false;
     bool latent_expanded = false;
+    bool bigram = false;
     bool tied_output = false;
     bool reranker = false;
     bool ssm_in = false;

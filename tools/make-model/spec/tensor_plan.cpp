@@ -5,6 +5,7 @@
 #include "tools/make-model/spec/arch_traits.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace llama_tp::make_model {
@@ -327,6 +328,32 @@ void plan_feed_forward(TensorPlanner & planner, Arch arch, const Shape & s, int6
     }
 }
 
+bool ends_with(const std::string & s, const char * suffix) {
+    const size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// Shape::bigram: what every layer adds is zero and the norms after the
+// embedding are one, so the trunk's logits and a prediction layer's are the
+// head over the token's normed embedding alike.
+void make_bigram(std::vector<TensorPlan> & tensors, int64_t n_embd) {
+    for (TensorPlan & t : tensors) {
+        const std::string & n = t.name;
+        if (ends_with(n, ".attn_output.weight") || ends_with(n, ".ssm_out.weight") ||
+            ends_with(n, ".ffn_down.weight") || ends_with(n, ".ffn_down_exps.weight") ||
+            ends_with(n, ".ffn_down_shexp.weight")) {
+            t.mean = t.stddev = 0.0f;
+        } else if (n == "output_norm.weight" || ends_with(n, ".nextn.enorm.weight") ||
+                   ends_with(n, ".nextn.shared_head_norm.weight")) {
+            t.mean = 1.0f;
+            t.stddev = 0.0f;
+        } else if (ends_with(n, ".nextn.eh_proj.weight")) {
+            t.values.assign((size_t) (2 * n_embd * n_embd), 0.0f);
+            for (int64_t r = 0; r < n_embd; ++r) t.values[(size_t) (r * 2 * n_embd + r)] = 1.0f;
+        }
+    }
+}
+
 // A multi-token-prediction layer, as upstream's qwen35 and glm4moe loaders
 // read one: the hidden state and the next token's embedding, each normed,
 // projected together to n_embd, then a full-attention layer (qwen35's
@@ -406,6 +433,8 @@ std::vector<TensorPlan> plan_tensors(Arch arch, const Shape & s, WeightType type
     // Yes and no about one apart, so that scores spread over (0, 1) rather
     // than pile up at its ends.
     if (s.reranker) planner.embedding("cls.output.weight", {s.n_embd, 2}, 0.5f * inv_sqrt_embd);
-    return planner.take();
+    std::vector<TensorPlan> tensors = planner.take();
+    if (s.bigram) make_bigram(tensors, s.n_embd);
+    return tensors;
 }
 }  // namespace llama_tp::make_model
