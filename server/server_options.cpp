@@ -325,6 +325,13 @@ void read_speculative(const UpstreamFlags & up, ServerOptions & o) {
     if (draft_simple && !spec.has_draft_model()) {
         throw UsageError("--spec-type draft-simple: no draft model (-md FILE or -hfd REPO)");
     }
+    // llama-server also reads a prediction layer shipped in a file of its own
+    // from -md; llama-tp reads it from the model's file only.
+    if (spec.mtp && spec.has_draft_model() && !draft_simple) {
+        throw UsageError(
+            "--spec-type draft-mtp reads the prediction layer from the model's own file; a separate head file (-md) "
+            "is not supported (name draft-simple too if that file is a draft model)");
+    }
     spec.draft_n_max = s.draft.n_max;
     spec.draft_n_min = s.draft.n_min;
     spec.draft_p_min = s.draft.p_min;

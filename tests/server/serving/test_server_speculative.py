@@ -246,6 +246,7 @@ def test_a_draft_model_that_cannot_draft_stops_the_server(models, tmp_path):
 
 @pytest.mark.parametrize("args,expected", [
     (["--spec-type", "draft-simple"], "--spec-type draft-simple: no draft model (-md FILE or -hfd REPO)"),
+    (["--spec-type", "draft-mtp", "-md", "head.gguf"], "a separate head file (-md) is not supported"),
     (["--spec-type", "ngram-nonsense"], "--spec-type"),
     (["--spec-draft-p-min", "2", "--spec-type", "ngram-simple"], "--spec-draft-p-min: 2 is out of range"),
     (["--spec-draft-n-max", "-1"], "--spec-draft-n-max"),
