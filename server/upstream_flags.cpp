@@ -98,8 +98,8 @@ const std::map<std::string, std::string> & honoured() {
          "cached chunks of at least N tokens after the common prefix move to where the prompt has them; "
          "requests may set n_cache_reuse"},
         {"--spec-type",
-         "draft-simple and the n-gram kinds (ngram-simple, -map-k, -map-k4v, -mod, -cache); the others are ignored "
-         "with a warning (server/README.md)"},
+         "draft-simple, draft-mtp and the n-gram kinds (ngram-simple, -map-k, -map-k4v, -mod, -cache); the others "
+         "are ignored with a warning (server/README.md)"},
         {"--spec-draft-model", "draft-simple (also without --spec-type): the draft runs unsplit on process 0"},
         {"--spec-draft-hf", "the draft model from Hugging Face, into llama-server's cache as -hf (in place of -md)"},
         {"--spec-draft-n-max", ""},

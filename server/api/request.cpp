@@ -1,5 +1,7 @@
 #include "server/api/request.h"
 
+#include "server/api/grammar_limits.h"
+
 #include "sampling.h"
 
 #include <cmath>
@@ -173,32 +175,6 @@ void parse_messages(const json & body, GenerationRequest & r) {
             cm.tool_calls = parse_history_tool_calls(*calls, param + ".tool_calls");
         }
         r.messages.push_back(std::move(cm));
-    }
-}
-
-// The deepest nesting of groups a request's grammar may have: the grammar
-// parser and sampler recurse into each group.
-constexpr int kMaxGrammarDepth = 256;
-
-// Throws a 400 where the grammar's groups nest deeper than kMaxGrammarDepth
-// (brackets inside literals, character classes and comments do not count).
-void check_grammar_depth(const std::string & grammar) {
-    int depth = 0;
-    for (size_t i = 0; i < grammar.size(); ++i) {
-        const char c = grammar[i];
-        if (c == '"' || c == '[') {
-            const char close = c == '"' ? '"' : ']';
-            for (++i; i < grammar.size() && grammar[i] != close; ++i) {
-                if (grammar[i] == '\\') ++i;
-            }
-        } else if (c == '#') {
-            while (i < grammar.size() && grammar[i] != '\n') ++i;
-        } else if (c == '(' && ++depth > kMaxGrammarDepth) {
-            throw bad_request("'grammar' nests groups deeper than " + std::to_string(kMaxGrammarDepth) + " levels",
-                              "grammar", "invalid_value");
-        } else if (c == ')') {
-            --depth;
-        }
     }
 }
 
@@ -580,7 +556,7 @@ GenerationRequest parse_generation_request(Endpoint endpoint, const json & body,
     // A server default grammar (--grammar, -j) gives way to any format the request asks for.
     const bool grammar_in_request = field(body, "grammar") != nullptr;
     s.grammar = get_string(body, "grammar", s.grammar);
-    if (grammar_in_request) check_grammar_depth(s.grammar);
+    if (grammar_in_request) check_grammar(s.grammar, "grammar");
     parse_response_format(body, r);
     if (const json * js = field(body, "json_schema")) {  // llama-server's top-level form
         if (!js->is_object() && !js->is_boolean()) throw wrong_type("json_schema", "an object", *js);

@@ -6,6 +6,7 @@
 #include "server/http/http_access.h"
 #include "server/log.h"
 #include "server/api/anthropic_messages.h"
+#include "server/api/grammar_limits.h"
 #include "server/api/native_response.h"
 #include "server/api/openai_responses.h"
 #include "server/api/reply_shape.h"
@@ -94,6 +95,7 @@ std::unique_ptr<Task> make_task(ServerState & st, GenerationRequest & gr,
             throw bad_request(std::string("'response_format' schema is not supported: ") + e.what(), "response_format",
                               "invalid_value");
         }
+        check_grammar(gr.sampling.grammar, "response_format");
     }
     resolve_logit_bias(st.engine->tokenizer(), gr);
     // -1: the whole context, which the sampler takes as a count.

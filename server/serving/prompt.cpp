@@ -2,6 +2,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/text/tokenizer.h"
+#include "server/api/grammar_limits.h"
 #include "server/http/http_access.h"
 #include "server/log.h"
 #include "server/chat/tool_grammar.h"
@@ -91,6 +92,7 @@ void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const Chat
     }
     if (cp.tool_grammar_lazy) {
         if (set_lazy_triggers(tok, cp.tool_grammar_triggers, out.preserved_tokens, gr.sampling)) {
+            check_grammar(cp.tool_grammar, "tools");
             gr.sampling.grammar = cp.tool_grammar;
             SRV_DBG("lazy tool grammar, %zu trigger patterns, %zu trigger tokens:\n%s",
                     gr.sampling.grammar_trigger_patterns.size(), gr.sampling.grammar_trigger_tokens.size(),
@@ -102,6 +104,7 @@ void use_tool_grammar(const ServerState & st, GenerationRequest & gr, const Chat
     }
     gr.sampling.grammar =
         gr.tools.choice == ToolChoice::Required ? calls_only_grammar(cp.tool_grammar) : cp.tool_grammar;
+    check_grammar(gr.sampling.grammar, "tools");
     SRV_DBG("tool grammar after generation prompt '%s':\n%s", cp.syntax.generation_prompt.c_str(),
             gr.sampling.grammar.c_str());
     out.grammar_prefill = grammar_prefill_tokens(tok, cp.syntax.generation_prompt);

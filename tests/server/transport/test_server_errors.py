@@ -144,6 +144,27 @@ def test_grammar_depth_limit(server):
     assert r.json()["choices"][0]["text"] == "a"
 
 
+def test_grammar_fan_out_limit(server):
+    """A grammar that can stand at more places at once than the sampler can
+    compare pairwise every token (a rule, an enum, rules of rules) is refused
+    with the count; 1024 alternatives are served."""
+    def alts(n, name="root"):
+        return f"{name} ::= (" + " | ".join(f'"w{i}"' for i in range(n)) + ")\n"
+    err = assert_error(server.post(C, {"prompt": "x", "grammar": alts(1025), "max_tokens": 1}), 400,
+                       param="grammar")
+    assert "can stand at 1025 places at once (more than 1024" in err["message"], err
+    nested = "root ::= \"x\" (a | b)+\n" + alts(600, "a") + alts(600, "b")
+    err = assert_error(server.post(C, {"prompt": "x", "grammar": nested, "max_tokens": 1}), 400, param="grammar")
+    assert "1200 places" in err["message"], err
+    enum = {"type": "json_schema", "json_schema": {"schema": {"enum": [f"v{i}" for i in range(3000)]}}}
+    err = assert_error(server.post(C, {"prompt": "x", "response_format": enum, "max_tokens": 1}), 400,
+                       param="response_format")
+    assert "the grammar of 'response_format' can stand at" in err["message"], err
+    r = server.post(C, {"prompt": "x", "grammar": alts(1024), "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"].startswith("w")
+
+
 def test_context_length_code(server):
     r = server.post(C, {"prompt": LONG})
     assert_error(r, 400, param="prompt", code="context_length_exceeded")
