@@ -1,5 +1,7 @@
 #include "server/http/listener.h"
 
+#include "server/http/head_deadline_server.h"
+
 #include <cpp-httplib/httplib.h>
 
 #include <algorithm>
@@ -15,6 +17,9 @@ namespace {
 
 constexpr size_t kMaxHttpThreads = 512;
 constexpr int kSilentConnectionS = 30;
+// A request's line and headers arrive within this long from their first
+// byte (and within --timeout).
+constexpr int kRequestHeadS = 30;
 
 // HTTPS with --ssl-key-file and --ssl-cert-file (both or neither), else HTTP.
 std::unique_ptr<httplib::Server> make_server(const ServerOptions & o) {
@@ -22,7 +27,9 @@ std::unique_ptr<httplib::Server> make_server(const ServerOptions & o) {
         throw std::runtime_error(
             "--ssl-key-file and --ssl-cert-file go together: give both, or neither for plain HTTP");
     }
-    if (o.ssl_key_file.empty()) return std::make_unique<httplib::Server>();
+    if (o.ssl_key_file.empty()) {
+        return std::make_unique<HeadDeadlineServer>(std::clamp<int>(o.timeout_s, 1, kRequestHeadS));
+    }
 #ifdef CPPHTTPLIB_OPENSSL_SUPPORT
     auto ssl = std::make_unique<httplib::SSLServer>(o.ssl_cert_file.c_str(), o.ssl_key_file.c_str());
     if (!ssl->is_valid()) {

@@ -89,3 +89,53 @@ def test_trickling_clients_do_not_starve_the_others(server):
     while threads_of(server) >= 100 and time.time() < deadline:
         time.sleep(0.5)
     assert threads_of(server) < 100
+
+
+def test_a_request_head_sent_too_slowly_is_cut_off():
+    """Headers trickling a line a second never let a read wait out the
+    timeout, so only a deadline on the whole request head ends them: with a
+    pool of 8 HTTP threads (--threads-http 2) and --timeout 3, ten such
+    clients are cut off 3 s after the server starts reading each (the two
+    the pool had no thread for, 3 s after the first eight), and /health,
+    which waited behind them, is answered."""
+    s = ServerProcess("-np", "1", "-c", "256", "-t", "1", "--threads-http", "2", "--timeout", "3")
+    socks = open_connections(s, 10, b"GET /health HTTP/1.1\r\n")
+    stop = threading.Event()
+    cut = [None] * len(socks)
+    started = time.time()
+
+    def trickle():
+        while not stop.is_set():
+            for i, c in enumerate(socks):
+                if cut[i] is not None:
+                    continue
+                try:
+                    c.sendall(b"X-Slow: 1\r\n")
+                    c.setblocking(False)
+                    if c.recv(4096) is not None:
+                        cut[i] = time.time() - started
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    cut[i] = time.time() - started
+                finally:
+                    c.setblocking(True)
+            stop.wait(1)
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        time.sleep(0.5)
+        assert answered_within(s, 10) < 8
+        deadline = time.time() + 10
+        while any(c is None for c in cut) and time.time() < deadline:
+            time.sleep(0.2)
+        assert all(c is not None for c in cut), cut
+        first, last = sorted(cut)[7], max(cut)
+        assert 2.5 < first < 4.5 and last < 8.5, sorted(cut)
+    finally:
+        stop.set()
+        t.join()
+        for c in socks:
+            c.close()
+        assert s.stop() == 0, s.log_text()
