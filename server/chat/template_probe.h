@@ -2,8 +2,10 @@
 // libcommon's template engine calls macros and recursive loops by recursion
 // with no limit, so a template whose macro calls itself for ever (a model
 // file can carry one) overflows the stack and kills the server. Such a
-// template is first set up and rendered in a child process: one that dies
-// there, or does not finish, is refused before this process renders it.
+// template is first set up and rendered in a child process (setting up runs
+// libcommon's capability probes, which render tools, tool calls and tool
+// results too): one that dies there, or does not finish, is refused before
+// this process renders it.
 
 #include <functional>
 #include <string>

@@ -112,6 +112,15 @@ def test_a_chat_template_that_recurses_without_end_is_refused_at_start(tmp_path)
     r = run("-m", str(model_path()), "--port", "0", "--chat-template-file", str(endless), timeout=90)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "chat template (--chat-template) crashes its engine" in r.stderr, r.stderr[-2000:]
+    # Recursion only where a conversation has tools, or a tool's result: the
+    # child renders libcommon's capability probes too, which have both.
+    for branch in ("{% if tools %}{{ f(tools) }}{% endif %}",
+                   "{% for m in messages %}{% if m.role == 'tool' %}{{ f(m) }}{% endif %}{% endfor %}"):
+        endless.write_text("{% macro f(m) %}{{ f(m) }}{% endmacro %}"
+                           "{% for m in messages %}{{ m.content }}{% endfor %}" + branch)
+        r = run("-m", str(model_path()), "--port", "0", "--chat-template-file", str(endless), timeout=90)
+        assert r.returncode == 1, (branch, r.stderr[-2000:])
+        assert "crashes its engine" in r.stderr, (branch, r.stderr[-2000:])
     # A macro that recurses to an end renders.
     tree = tmp_path / "tree.jinja"
     tree.write_text("{% macro down(n) %}{% if n > 0 %}{{ n }},{{ down(n - 1) }}{% endif %}{% endmacro %}"
