@@ -39,7 +39,7 @@ std::string vocabulary_mismatch(const Tokenizer & target, const Tokenizer & draf
 }
 
 ModelDrafter::ModelDrafter(std::unique_ptr<Engine> draft, const Engine & target, const SpeculativeOptions & options)
-    : engine_(std::move(draft)),
+    : engine_(std::move(draft), "the draft model"),
       n_vocab_target_(target.info().n_vocab),
       n_max_(std::max<int32_t>(0, options.draft_n_max)),
       n_min_(std::max<int32_t>(0, options.draft_n_min)),
@@ -62,23 +62,12 @@ void ModelDrafter::forget_all() {
 }
 
 void ModelDrafter::sleep() {
-    try {
-        engine_->sleep();
-    } catch (const std::exception & e) {
-        SRV_WRN("the draft model cannot sleep: %s", e.what());
-    }
+    engine_.sleep();
     for (auto & c : cached_) c.clear();
 }
 
 void ModelDrafter::wake() {
-    if (!engine_->asleep()) return;
-    try {
-        engine_->wake();
-        failures_ = 0;
-    } catch (const std::exception & e) {
-        SRV_ERR("the draft model could not be loaded again (%s): no more drafts from it", e.what());
-        failures_ = kMaxFailures;
-    }
+    engine_.wake();
 }
 
 void ModelDrafter::draft(std::vector<DraftRequest *> & requests) {
@@ -86,23 +75,19 @@ void ModelDrafter::draft(std::vector<DraftRequest *> & requests) {
     for (DraftRequest * r : requests) {
         if (r->n_max > 0 && r->seq >= 0 && r->seq < (int32_t) cached_.size()) mine.push_back(r);
     }
-    if (mine.empty() || n_max_ == 0 || failures_ >= kMaxFailures) return;
+    if (mine.empty() || n_max_ == 0 || !engine_.usable()) return;
     std::vector<int32_t> next(mine.size(), -1);  // each request's next token, once picked
     try {
         catch_up(mine, next);
         extend(mine, next);
-        failures_ = 0;
+        engine_.succeeded();
     } catch (const std::exception & e) {
         for (DraftRequest * r : mine) r->tokens.clear();
         try {
             forget_all();
         } catch (const std::exception &) {
         }
-        if (++failures_ >= kMaxFailures) {
-            SRV_ERR("the draft model failed %d times in a row (%s): no more drafts from it", failures_, e.what());
-        } else {
-            SRV_WRN("the draft model failed (%s); its cache starts again empty", e.what());
-        }
+        engine_.failed(e);
         return;
     }
     for (DraftRequest * r : mine) {

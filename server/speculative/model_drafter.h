@@ -7,6 +7,7 @@
 // shift) is decoded before drafting, so no other part of the server has to
 // keep the two caches in step.
 
+#include "server/speculative/draft_engine.h"
 #include "server/speculative/drafter.h"
 
 #include <memory>
@@ -35,10 +36,7 @@ class ModelDrafter : public Drafter {
     int32_t proposal(int32_t row) const;
     void forget_all();
 
-    // A draft engine that keeps failing is no longer asked.
-    static constexpr int kMaxFailures = 3;
-    int failures_ = 0;
-    std::unique_ptr<Engine> engine_;
+    DraftEngine engine_;
     const int32_t n_vocab_target_;
     const int32_t n_max_;
     const int32_t n_min_;

@@ -16,7 +16,7 @@ const float * MtpDrafter::Sequence::target_hidden(int32_t pos, int32_t n_embd) c
 }
 
 MtpDrafter::MtpDrafter(std::unique_ptr<Engine> head, const Engine & target, const SpeculativeOptions & options)
-    : head_(std::move(head)),
+    : head_(std::move(head), "the prediction layer"),
       target_(target),
       n_embd_(target.info().n_embd),
       n_vocab_(head_->info().n_vocab),
@@ -50,31 +50,16 @@ void MtpDrafter::step_failed(const std::exception & e) {
         forget_all();
     } catch (const std::exception &) {
     }
-    if (++failures_ >= kMaxFailures) {
-        SRV_ERR("the prediction layer failed %d times in a row (%s): no more drafts from it", failures_, e.what());
-    } else {
-        SRV_WRN("the prediction layer failed (%s); its cache starts again empty", e.what());
-    }
+    head_.failed(e);
 }
 
 void MtpDrafter::sleep() {
-    try {
-        head_->sleep();
-    } catch (const std::exception & e) {
-        SRV_WRN("the prediction layer cannot sleep: %s", e.what());
-    }
+    head_.sleep();
     for (Sequence & q : seqs_) q = Sequence{};
 }
 
 void MtpDrafter::wake() {
-    if (!head_->asleep()) return;
-    try {
-        head_->wake();
-        failures_ = 0;
-    } catch (const std::exception & e) {
-        SRV_ERR("the prediction layer could not be loaded again (%s): no more drafts from it", e.what());
-        failures_ = kMaxFailures;
-    }
+    head_.wake();
 }
 
 // Queues each sequence's pairs of this target step. A step that goes on
@@ -83,7 +68,7 @@ void MtpDrafter::wake() {
 // resumed from a cache) begins the head's cache again, with a gap where
 // the target computed nothing this drafter saw.
 void MtpDrafter::observe(const Batch & batch) {
-    if (failures_ >= kMaxFailures || head_->asleep()) return;
+    if (!head_.usable()) return;
     try {
         std::map<int32_t, std::vector<int32_t>> rows_of;
         for (int i = 0; i < batch.size(); ++i) {
@@ -151,7 +136,7 @@ void MtpDrafter::flush(const std::vector<int32_t> & seqs) {
 // it, then greedy steps on the head's own hidden states, all slots
 // together, until each has its n_max tokens or meets one below p_min.
 void MtpDrafter::draft(std::vector<DraftRequest *> & requests) {
-    if (n_max_ == 0 || failures_ >= kMaxFailures || head_->asleep()) return;
+    if (n_max_ == 0 || !head_.usable()) return;
     struct Open {
         DraftRequest * r;
         int32_t row;
@@ -210,7 +195,7 @@ void MtpDrafter::draft(std::vector<DraftRequest *> & requests) {
             }
             open = std::move(next);
         }
-        failures_ = 0;
+        head_.succeeded();
     } catch (const std::exception & e) {
         for (DraftRequest * r : requests) r->tokens.clear();
         step_failed(e);

@@ -10,6 +10,7 @@
 // a second engine over the same file (EngineOptions::mtp_head), split as
 // the target is within this process.
 
+#include "server/speculative/draft_engine.h"
 #include "server/speculative/drafter.h"
 
 #include <memory>
@@ -55,12 +56,10 @@ class MtpDrafter : public Drafter {
     void step_failed(const std::exception & e);
     void forget_all();
 
-    static constexpr int kMaxFailures = 3;
     // A sequence whose queue grows beyond this (a prompt's chunks) is
     // decoded at once rather than with its next proposal.
     static constexpr size_t kMaxQueued = 32;
-    int failures_ = 0;
-    std::unique_ptr<Engine> head_;
+    DraftEngine head_;
     const Engine & target_;
     const int32_t n_embd_;
     const int32_t n_vocab_;
