@@ -114,7 +114,7 @@ struct GraphOutputs {
 
 // Adds the forward pass over this rank's shard to gf.
 GraphOutputs build_decoder_graph(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const ModelWeights & w,
-                                  const KvCache & kv, const GraphShape & shape, GraphInputs & in,
-                                  const GraphMode & mode);
+                                 const KvCache & kv, const GraphShape & shape, GraphInputs & in,
+                                 const GraphMode & mode);
 
 }  // namespace llama_tp

@@ -45,7 +45,7 @@ struct RankConfig {
     bool threads_poll = true;  // the CPU pool's threads poll between graphs (alone on its cores)
     KvPoolSizes kv_sizes;
     KvTypes kv_types;
-    bool embeddings = false;  // outputs are hidden states (n_embd), not logits
+    bool embeddings = false;   // outputs are hidden states (n_embd), not logits
     bool keep_hidden = false;  // and every token's final-normed hidden state (hidden_rows(), rank 0)
     bool progress = false;
     bool check_tensors = false;               // every value read is checked (WeightsLoad::check_data)

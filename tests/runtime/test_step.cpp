@@ -12,7 +12,7 @@ Step sample_step() {
     s.batch.add(17, 4, 1, false);
     s.batch.add(18, 5, 1, true);
     s.batch.add(99, 0, 3, true);
-    s.batch.lora = {1.0f, 0.0f, 0.5f, 0.25f, -1.0f, 2.0f};  // two adapters
+    s.batch.lora = {1.0f, 0.0f, 0.5f, 0.25f, -1.0f, 2.0f};   // two adapters
     s.batch.embd = {0.5f, -1.5f, 3.0f, 0.0f, 1e-3f, -2.0f};  // a head's hidden states, two values a token
     s.placement = placement_digest({7, 8, 300});
     return s;
