@@ -171,15 +171,27 @@ class FanOut {
     int64_t most() {
         int64_t m = 1;
         for (const Alternatives & alts : g_.bodies) {
-            for (const Sequence & seq : alts) {
-                for (size_t i = 0; i < seq.size(); ++i) m = std::max(m, at(seq, i));
-            }
+            for (const Sequence & seq : alts) m = std::max(m, most_in(seq));
         }
         for (size_t b = 0; b < g_.bodies.size(); ++b) m = std::max(m, body((int) b));
         return m;
     }
 
   private:
+    // The most places of any position of a sequence, from its end back, so
+    // that a long run of skippable elements is walked once, not once per
+    // position.
+    int64_t most_in(const Sequence & seq) {
+        int64_t after = 1, m = 1;  // past the end: where the sequence was called from
+        for (size_t i = seq.size(); i-- > 0;) {
+            const int64_t here = element(seq[i]);
+            after = std::min(kSaturated, skippable(seq[i]) ? here + after : here);
+            m = std::max(m, after);
+        }
+        return m;
+    }
+
+    // The places at a sequence's position i.
     int64_t at(const Sequence & seq, size_t i) {
         int64_t n = 0;
         for (; i < seq.size(); ++i) {
