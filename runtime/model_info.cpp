@@ -1,11 +1,10 @@
 #include "runtime/model_info.h"
 
-#include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <map>
 
 #include "ggml.h"
+#include "llama.h"
 
 namespace llama_tp {
 namespace {
@@ -23,19 +22,58 @@ bool has_layer_matrix(const GgufFile & file, bool (*of_type)(ggml_type)) {
     return false;
 }
 
-// The type of most of the layers' matrix bytes, in capitals ("Q8_0"); "" for none.
-std::string main_weight_type(const GgufFile & file) {
-    std::map<ggml_type, size_t> bytes;
-    for (int64_t i = 0; i < file.n_tensors(); ++i) {
-        const ggml_tensor * t = file.tensor_at(i);
-        if (std::string(t->name).rfind("blk.", 0) == 0 && ggml_n_dims(t) >= 2) bytes[t->type] += ggml_nbytes(t);
+// The file type a file of mostly `type` tensors is taken for when it does not
+// say (libllama's guess: a K-quant is taken for its medium mix).
+llama_ftype file_type_of_tensors(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_F16:
+            return LLAMA_FTYPE_MOSTLY_F16;
+        case GGML_TYPE_BF16:
+            return LLAMA_FTYPE_MOSTLY_BF16;
+        case GGML_TYPE_Q4_0:
+            return LLAMA_FTYPE_MOSTLY_Q4_0;
+        case GGML_TYPE_Q4_1:
+            return LLAMA_FTYPE_MOSTLY_Q4_1;
+        case GGML_TYPE_Q5_0:
+            return LLAMA_FTYPE_MOSTLY_Q5_0;
+        case GGML_TYPE_Q5_1:
+            return LLAMA_FTYPE_MOSTLY_Q5_1;
+        case GGML_TYPE_Q8_0:
+            return LLAMA_FTYPE_MOSTLY_Q8_0;
+        case GGML_TYPE_Q2_K:
+            return LLAMA_FTYPE_MOSTLY_Q2_K;
+        case GGML_TYPE_Q3_K:
+            return LLAMA_FTYPE_MOSTLY_Q3_K_M;
+        case GGML_TYPE_Q4_K:
+            return LLAMA_FTYPE_MOSTLY_Q4_K_M;
+        case GGML_TYPE_Q5_K:
+            return LLAMA_FTYPE_MOSTLY_Q5_K_M;
+        case GGML_TYPE_Q6_K:
+            return LLAMA_FTYPE_MOSTLY_Q6_K;
+        case GGML_TYPE_IQ4_NL:
+            return LLAMA_FTYPE_MOSTLY_IQ4_NL;
+        case GGML_TYPE_IQ4_XS:
+            return LLAMA_FTYPE_MOSTLY_IQ4_XS;
+        default:
+            return LLAMA_FTYPE_ALL_F32;
     }
-    if (bytes.empty()) return "";
-    const auto most = std::max_element(bytes.begin(), bytes.end(),
-                                       [](const auto & a, const auto & b) { return a.second < b.second; });
-    std::string name = ggml_type_name(most->first);
-    for (char & c : name) c = (char) std::toupper((unsigned char) c);
-    return name;
+}
+
+// The file type's name as llama-server shows it ("Q4_K - Medium"): the
+// file's general.file_type, else a guess from its commonest tensor type,
+// marked "(guessed)".
+std::string file_type_name(const GgufFile & file) {
+    if (file.has_key("general.file_type")) {
+        return llama_ftype_name(static_cast<llama_ftype>(file.get_int("general.file_type")));
+    }
+    std::map<ggml_type, int64_t> count;
+    for (int64_t i = 0; i < file.n_tensors(); ++i) ++count[file.tensor_at(i)->type];
+    ggml_type commonest = GGML_TYPE_F32;
+    int64_t most = 0;
+    for (const auto & [type, n] : count) {
+        if (n > most) commonest = type, most = n;
+    }
+    return llama_ftype_name(static_cast<llama_ftype>(file_type_of_tensors(commonest) | LLAMA_FTYPE_GUESSED));
 }
 
 bool is_half(ggml_type type) {
@@ -82,7 +120,7 @@ ModelInfo describe_model(const GgufFile & file, const HParams & hp, const Engine
     for (const LayerBlocks & b : hp.blocks) info.latent_attention |= b.attention.values_in_keys();
     info.quantized = has_layer_matrix(file, ggml_is_quantized);
     info.half_weights = !info.quantized && has_layer_matrix(file, is_half);
-    info.weight_type = main_weight_type(file);
+    info.file_type = file_type_name(file);
     return info;
 }
 

@@ -29,7 +29,7 @@ struct ModelInfo {
     // Layer matrices of F16 or BF16 (none quantized): ggml rounds the inputs
     // it multiplies them with to 16 bits.
     bool half_weights = false;
-    std::string weight_type;  // the type of most of the layers' matrix bytes: "Q8_0", "F32"...
+    std::string file_type;  // as llama-server names it: "Q4_K - Medium", "all F32"
     int64_t n_params = 0;
     uint64_t weight_bytes = 0;  // all ranks together
     uint64_t file_size = 0;

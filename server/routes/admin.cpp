@@ -42,7 +42,7 @@ json props_json(const ServerState & st) {
                   {"total_slots", st.scheduler->n_slots()},
                   {"model_alias", st.model_name},
                   {"model_path", st.opts.engine.model_path},
-                  {"model_ftype", st.engine->info().weight_type},
+                  {"model_ftype", st.engine->info().file_type},
                   {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
                   {"media_marker", media_marker()},
                   {"endpoint_slots", st.opts.endpoint_slots},

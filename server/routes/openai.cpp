@@ -35,7 +35,7 @@ json model_entry(const ServerState & st) {
               {"n_embd", info.n_embd},
               {"n_params", info.n_params},
               {"size", info.weight_bytes},
-              {"ftype", info.weight_type},
+              {"ftype", info.file_type},
               {"architecture", info.architecture}}}};
 }
 

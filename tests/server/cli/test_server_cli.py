@@ -248,6 +248,8 @@ def test_split_invariant_sums_are_the_default_where_free(tmp_path):
         s = ServerProcess("-np", "1", "-c", "256", *extra, model=q4)
         try:
             assert s.post("/v1/completions", body).status_code == 200
+            # the file's general.file_type under llama-server's name
+            assert s.get("/v1/models").json()["data"][0]["meta"]["ftype"] == "Q4_K - Medium"
             assert ("split-invariant sums" in ready_line(s)) == exact
             assert ("float sums" in s.log_text()) == (not exact)
         finally:

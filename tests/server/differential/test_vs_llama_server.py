@@ -90,8 +90,8 @@ PROMPT = "Once upon a time"
 # name: (method, path, body, where the greedy text is); body None: GET; a str body is sent as it is.
 CASES = {
     "health": ("GET", "/health", None, None),
-    "models": ("GET", "/v1/models", None, None),
-    "props": ("GET", "/props", None, None),
+    "models": ("GET", "/v1/models", None, "data.0.meta.ftype"),
+    "props": ("GET", "/props", None, "model_ftype"),
     "slots": ("GET", "/slots", None, None),
     "completion": ("POST", "/completion", {"prompt": PROMPT, "n_predict": 8, "temperature": 0}, "content"),
     "completion-probs": ("POST", "/completion", {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 2},
