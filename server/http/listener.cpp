@@ -17,8 +17,8 @@ namespace {
 
 constexpr size_t kMaxHttpThreads = 512;
 constexpr int kSilentConnectionS = 30;
-// A request's line and headers arrive within this long from their first
-// byte (and within --timeout).
+// A request's line and headers, and a TLS handshake, arrive within this
+// long from their first byte (and within --timeout).
 constexpr int kRequestHeadS = 30;
 
 // HTTPS with --ssl-key-file and --ssl-cert-file (both or neither), else HTTP.
@@ -27,11 +27,11 @@ std::unique_ptr<httplib::Server> make_server(const ServerOptions & o) {
         throw std::runtime_error(
             "--ssl-key-file and --ssl-cert-file go together: give both, or neither for plain HTTP");
     }
-    if (o.ssl_key_file.empty()) {
-        return std::make_unique<HeadDeadlineServer>(std::clamp<int>(o.timeout_s, 1, kRequestHeadS));
-    }
+    const int head_deadline_s = std::clamp<int>(o.timeout_s, 1, kRequestHeadS);
+    if (o.ssl_key_file.empty()) return std::make_unique<HeadDeadlineServer>(head_deadline_s);
 #ifdef CPPHTTPLIB_OPENSSL_SUPPORT
-    auto ssl = std::make_unique<httplib::SSLServer>(o.ssl_cert_file.c_str(), o.ssl_key_file.c_str());
+    auto ssl =
+        std::make_unique<HeadDeadlineTlsServer>(head_deadline_s, o.ssl_cert_file.c_str(), o.ssl_key_file.c_str());
     if (!ssl->is_valid()) {
         throw std::runtime_error("cannot use the certificate '" + o.ssl_cert_file + "' with the key '" +
                                  o.ssl_key_file + "' (unreadable, not PEM, or not a pair)");
