@@ -478,8 +478,14 @@ class TensorParallelEngine final : public Engine {
                                      physical_cuda_device(dev)});
         }
         facts.row_parallel_in_one_pass = ModelWeights::row_parallel_in_one_pass(file, hp_);
-        facts.one_pass_faster = ggml_ext_exact_matmul_preferred();
-        facts.one_pass_kernel = ggml_ext_exact_matmul_kernel();
+        // Faster where it is for every type of the model it takes.
+        const std::vector<ggml_type> types = ModelWeights::one_pass_types(file);
+        facts.one_pass_faster = !types.empty();
+        for (ggml_type t : types) {
+            facts.one_pass_faster = facts.one_pass_faster && ggml_ext_exact_matmul_preferred(t);
+            if (!facts.one_pass_kernel.empty()) facts.one_pass_kernel += ", ";
+            facts.one_pass_kernel += std::string(ggml_type_name(t)) + " " + ggml_ext_exact_matmul_kernel(t);
+        }
         if (!options_.environment) options_.environment = Environment::of_process();
         runtime_ = resolve_runtime(options_, facts, *options_.environment);
         options_.split_invariant = runtime_.split_invariant;

@@ -1,6 +1,7 @@
 #include "ggml-ext/ops/exact_matmul.h"
 
 #include "ggml-ext/ops/op_params.h"
+#include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
 
 #include <algorithm>
@@ -12,13 +13,13 @@ namespace {
 
 using ggml_ext::BlockQ8_0;
 
-// This thread's rows [begin, end): whole kQ8TileRows tiles, in turn.
+// This thread's rows [begin, end): whole tiles of `tile` rows, in turn.
 struct RowShare {
     int64_t begin, end;
-    RowShare(int64_t rows, int ith, int nth) {
-        const int64_t tiles = (rows + ggml_ext::kQ8TileRows - 1) / ggml_ext::kQ8TileRows;
-        begin = std::min(rows, tiles * ith / nth * ggml_ext::kQ8TileRows);
-        end = std::min(rows, tiles * (ith + 1) / nth * ggml_ext::kQ8TileRows);
+    RowShare(int64_t rows, int64_t tile, int ith, int nth) {
+        const int64_t tiles = (rows + tile - 1) / tile;
+        begin = std::min(rows, tiles * ith / nth * tile);
+        end = std::min(rows, tiles * (ith + 1) / nth * tile);
     }
 };
 
@@ -56,14 +57,19 @@ std::vector<int64_t> cell_blocks(const ggml_tensor * dst) {
     return std::vector<int64_t>(c.blocks, c.blocks + c.n + 1);
 }
 
-// x's rows in the type W's dot products take.
-void quantize_rows(ggml_tensor * dst, int ith, int nth, void *) {
+constexpr int64_t QK_K_VALUES = 256;  // a K-quant super-block's values
+
+// x's rows in the type W's dot products take; for q4_K W, in the order of
+// its kernel (ggml_ext::BlockQ8_K).
+void quantize_rows(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
     const ggml_from_float_t from_float = ggml_get_type_traits_cpu(dst->type)->from_float;
+    const bool q4k_order = *static_cast<const ggml_type *>(userdata) == GGML_TYPE_Q4_K;
     const int64_t T = x->ne[1];
     for (int64_t t = T * ith / nth; t < T * (ith + 1) / nth; ++t) {
-        from_float(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1]),
-                   static_cast<char *>(dst->data) + t * dst->nb[1], x->ne[0]);
+        char * row = static_cast<char *>(dst->data) + t * dst->nb[1];
+        from_float(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1]), row, x->ne[0]);
+        if (q4k_order) ggml_ext::q4k_lay_out(row, x->ne[0] / QK_K_VALUES);
     }
 }
 
@@ -83,24 +89,71 @@ constexpr int64_t kTokenBlock = 64;
 // arithmetic.
 constexpr int64_t kStreamTokens = 4;
 
-void product_q8_0(ggml_tensor * dst, int ith, int nth) {
-    const ggml_tensor * w = dst->src[0];
-    const ggml_tensor * x = dst->src[1];
-    const int64_t M = w->ne[1], T = x->ne[1], n_blocks = w->ne[0] / 32;
-    const std::vector<int64_t> cells = cell_blocks(dst);
-    const ggml_ext::Q8Kernel kernel = ggml_ext::q8_best_kernel();
-    const int64_t tile_tokens = ggml_ext::q8_tile_tokens(kernel);
-    const bool rounded = dst->type == GGML_TYPE_F32;
-    auto row = [](const ggml_tensor * t, int64_t r) {
-        return reinterpret_cast<const BlockQ8_0 *>(static_cast<const char *>(t->data) + r * t->nb[1]);
-    };
-    const RowShare share(M, ith, nth);
+// The rows of W or x at r, as blocks of their types.
+template <typename Block>
+const Block * row_of(const ggml_tensor * t, int64_t r) {
+    return reinterpret_cast<const Block *>(static_cast<const char *>(t->data) + r * t->nb[1]);
+}
+
+// One thread's share of a product in tiles of up to kRows rows and kTokens
+// tokens; tile(wr, nr, xr, nc, sums) runs the kernel, sums[k * kRows + i]
+// the output of row i and token k. Small batches read the thread's rows as
+// four streams far apart (kStreamTokens), larger ones in blocks of tokens.
+template <typename BlockW, typename BlockX, int kRows, int kTokens>
+class TiledProduct {
+  public:
+    TiledProduct(ggml_tensor * dst, int ith, int nth)
+        : dst_(dst), w_(dst->src[0]), x_(dst->src[1]), share_(w_->ne[1], kRows, ith, nth) {}
+
+    template <typename Tile>
+    void run(int64_t tile_tokens, const Tile & tile) const {
+        const int64_t T = x_->ne[1];
+        double sums[kTokens * kRows];
+        const BlockW * wr[kRows];
+        int64_t rows[kRows];
+        if (T <= kStreamTokens) {
+            const int64_t section = (share_.end - share_.begin + kRows - 1) / kRows;
+            const BlockX * xr[kStreamTokens];
+            for (int64_t k = 0; k < T; ++k) xr[k] = row_of<BlockX>(x_, k);
+            for (int64_t k = 0; k < section; ++k) {
+                const int nr = rows_at(share_.begin + k, section, wr, rows);
+                tile(wr, nr, xr, (int) T, sums);
+                store(sums, rows, nr, 0, (int) T);
+            }
+            return;
+        }
+        for (int64_t j0 = 0; j0 < T; j0 += kTokenBlock) {
+            const int64_t j_end = std::min(T, j0 + kTokenBlock);
+            for (int64_t i0 = share_.begin; i0 < share_.end; i0 += kRows) {
+                const int nr = rows_at(i0, 1, wr, rows);
+                for (int64_t j = j0; j < j_end; j += tile_tokens) {
+                    const BlockX * xr[kTokens];
+                    const int nc = (int) std::min<int64_t>(tile_tokens, j_end - j);
+                    for (int k = 0; k < nc; ++k) xr[k] = row_of<BlockX>(x_, j + k);
+                    tile(wr, nr, xr, nc, sums);
+                    store(sums, rows, nr, j, nc);
+                }
+            }
+        }
+    }
+
+    // The tile of rows first, first + stride, ... (up to kRows, in this thread's share).
+    int rows_at(int64_t first, int64_t stride, const BlockW ** wr, int64_t * rows) const {
+        int nr = 0;
+        for (int64_t r = first; r < share_.end && nr < kRows; r += stride) {
+            rows[nr] = r;
+            wr[nr++] = row_of<BlockW>(w_, r);
+        }
+        return nr;
+    }
+
     // A tile's sums into its output rows of tokens j..
-    auto store = [&](const double * sums, const int64_t * rows, int nr, int64_t j, int nc) {
+    void store(const double * sums, const int64_t * rows, int nr, int64_t j, int nc) const {
+        const bool rounded = dst_->type == GGML_TYPE_F32;
         for (int k = 0; k < nc; ++k) {
-            char * out = static_cast<char *>(dst->data) + (j + k) * dst->nb[1];
+            char * out = static_cast<char *>(dst_->data) + (j + k) * dst_->nb[1];
             for (int i = 0; i < nr; ++i) {
-                const double sum = sums[k * ggml_ext::kQ8TileRows + i];
+                const double sum = sums[k * kRows + i];
                 if (rounded) {
                     reinterpret_cast<float *>(out)[rows[i]] = (float) sum;
                 } else {
@@ -108,67 +161,69 @@ void product_q8_0(ggml_tensor * dst, int ith, int nth) {
                 }
             }
         }
-    };
-    // The tile of rows first, first + stride, ... (up to four, in this thread's share).
-    auto rows_at = [&](int64_t first, int64_t stride, const BlockQ8_0 ** wr, int64_t * rows) {
-        int nr = 0;
-        for (int64_t r = first; r < share.end && nr < ggml_ext::kQ8TileRows; r += stride) {
-            rows[nr] = r;
-            wr[nr++] = row(w, r);
-        }
-        return nr;
-    };
-    double sums[ggml_ext::kQ8TileTokens * ggml_ext::kQ8TileRows];
-    if (T <= kStreamTokens) {
-        const int64_t section = (share.end - share.begin + ggml_ext::kQ8TileRows - 1) / ggml_ext::kQ8TileRows;
-        const BlockQ8_0 * xr[kStreamTokens];
-        for (int64_t k = 0; k < T; ++k) xr[k] = row(x, k);
-        for (int64_t k = 0; k < section; ++k) {
-            const BlockQ8_0 * wr[ggml_ext::kQ8TileRows];
-            int64_t rows[ggml_ext::kQ8TileRows];
-            const int nr = rows_at(share.begin + k, section, wr, rows);
-            ggml_ext::q8_tile(kernel, wr, nr, xr, (int) T, cells.data(), n_blocks, sums, ggml_ext::kQ8TileRows);
-            store(sums, rows, nr, 0, (int) T);
-        }
-        return;
     }
-    if (T <= tile_tokens) {
+
+    const RowShare & share() const { return share_; }
+
+  private:
+    ggml_tensor * dst_;
+    const ggml_tensor * w_;
+    const ggml_tensor * x_;
+    const RowShare share_;
+};
+
+void product_q8_0(ggml_tensor * dst, int ith, int nth) {
+    using ggml_ext::kQ8TileRows;
+    const int64_t T = dst->src[1]->ne[1], n_blocks = dst->src[0]->ne[0] / 32;
+    const std::vector<int64_t> cells = cell_blocks(dst);
+    const ggml_ext::Q8Kernel kernel = ggml_ext::q8_best_kernel();
+    const int64_t tile_tokens = ggml_ext::q8_tile_tokens(kernel);
+    const TiledProduct<BlockQ8_0, BlockQ8_0, kQ8TileRows, ggml_ext::kQ8TileTokens> product(dst, ith, nth);
+    if (T > kStreamTokens && T <= tile_tokens) {
         // One tile of tokens against tiles of four rows: laid out once for
         // all of this thread's rows (8 tokens: 1.07-1.16x ggml's product
         // against 0.98-1.08x laying them out for every tile). Tiles of one
         // row would read the laid-out tokens, larger than their blocks, for
         // every row (4 tokens, 6144 x 1536: 0.89x against 1.13x).
         const BlockQ8_0 * xr[ggml_ext::kQ8TileTokens];
-        for (int64_t k = 0; k < T; ++k) xr[k] = row(x, k);
+        for (int64_t k = 0; k < T; ++k) xr[k] = row_of<BlockQ8_0>(dst->src[1], k);
         const ggml_ext::Q8Tokens tokens(kernel, xr, (int) T, n_blocks);
-        for (int64_t i0 = share.begin; i0 < share.end; i0 += ggml_ext::kQ8TileRows) {
-            const BlockQ8_0 * wr[ggml_ext::kQ8TileRows];
-            int64_t rows[ggml_ext::kQ8TileRows];
-            const int nr = rows_at(i0, 1, wr, rows);
-            ggml_ext::q8_tile(kernel, wr, nr, tokens, cells.data(), n_blocks, sums, ggml_ext::kQ8TileRows);
-            store(sums, rows, nr, 0, (int) T);
+        double sums[ggml_ext::kQ8TileTokens * kQ8TileRows];
+        for (int64_t i0 = product.share().begin; i0 < product.share().end; i0 += kQ8TileRows) {
+            const BlockQ8_0 * wr[kQ8TileRows];
+            int64_t rows[kQ8TileRows];
+            const int nr = product.rows_at(i0, 1, wr, rows);
+            ggml_ext::q8_tile(kernel, wr, nr, tokens, cells.data(), n_blocks, sums, kQ8TileRows);
+            product.store(sums, rows, nr, 0, (int) T);
         }
         return;
     }
-    for (int64_t j0 = 0; j0 < T; j0 += kTokenBlock) {
-        const int64_t j_end = std::min(T, j0 + kTokenBlock);
-        for (int64_t i0 = share.begin; i0 < share.end; i0 += ggml_ext::kQ8TileRows) {
-            const BlockQ8_0 * wr[ggml_ext::kQ8TileRows];
-            int64_t rows[ggml_ext::kQ8TileRows];
-            const int nr = rows_at(i0, 1, wr, rows);
-            for (int64_t j = j0; j < j_end; j += tile_tokens) {
-                const BlockQ8_0 * xr[ggml_ext::kQ8TileTokens];
-                const int nc = (int) std::min<int64_t>(tile_tokens, j_end - j);
-                for (int k = 0; k < nc; ++k) xr[k] = row(x, j + k);
-                ggml_ext::q8_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, ggml_ext::kQ8TileRows);
-                store(sums, rows, nr, j, nc);
-            }
-        }
-    }
+    product.run(tile_tokens,
+                [&](const BlockQ8_0 * const * wr, int nr, const BlockQ8_0 * const * xr, int nc, double * sums) {
+                    ggml_ext::q8_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, kQ8TileRows);
+                });
+}
+
+void product_q4_k(ggml_tensor * dst, int ith, int nth) {
+    using ggml_ext::BlockQ4_K;
+    using ggml_ext::BlockQ8_K;
+    using ggml_ext::kQ4KTileRows;
+    const int64_t n_blocks = dst->src[0]->ne[0] / QK_K_VALUES;
+    const std::vector<int64_t> cells = cell_blocks(dst);
+    const ggml_ext::Q4KKernel kernel = ggml_ext::q4k_best_kernel();
+    const TiledProduct<BlockQ4_K, BlockQ8_K, kQ4KTileRows, ggml_ext::kQ4KTileTokens> product(dst, ith, nth);
+    product.run(ggml_ext::q4k_tile_tokens(kernel),
+                [&](const BlockQ4_K * const * wr, int nr, const BlockQ8_K * const * xr, int nc, double * sums) {
+                    ggml_ext::q4k_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, kQ4KTileRows);
+                });
 }
 
 void product(ggml_tensor * dst, int ith, int nth, void *) {
-    product_q8_0(dst, ith, nth);
+    if (dst->src[0]->type == GGML_TYPE_Q4_K) {
+        product_q4_k(dst, ith, nth);
+    } else {
+        product_q8_0(dst, ith, nth);
+    }
 }
 
 void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
@@ -186,14 +241,16 @@ void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
 extern "C" {
 
 bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
-    return type == GGML_TYPE_Q8_0;
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K;
 }
 
-const char * ggml_ext_exact_matmul_kernel(void) {
+const char * ggml_ext_exact_matmul_kernel(enum ggml_type type) {
+    if (type == GGML_TYPE_Q4_K) return ggml_ext::q4k_kernel_name(ggml_ext::q4k_best_kernel());
     return ggml_ext::q8_kernel_name(ggml_ext::q8_best_kernel());
 }
 
-bool ggml_ext_exact_matmul_preferred(void) {
+bool ggml_ext_exact_matmul_preferred(enum ggml_type type) {
+    if (type == GGML_TYPE_Q4_K) return ggml_ext::q4k_kernel_beats_ggml(ggml_ext::q4k_best_kernel());
     return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
 }
 
@@ -208,8 +265,10 @@ ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_te
     // x quantized as ggml's own product of W quantizes it.
     const ggml_type x_type = ggml_get_type_traits_cpu(w->type)->vec_dot_type;
     ggml_tensor * x_args[1] = {x};
-    ggml_tensor * xq =
-        ggml_custom_4d(ctx, x_type, x->ne[0], x->ne[1], 1, 1, x_args, 1, quantize_rows, GGML_N_TASKS_MAX, nullptr);
+    // (userdata: W's type, a constant of this file, which outlives the graph)
+    static const ggml_type kTypes[2] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
+    ggml_tensor * xq = ggml_custom_4d(ctx, x_type, x->ne[0], x->ne[1], 1, 1, x_args, 1, quantize_rows, GGML_N_TASKS_MAX,
+                                      const_cast<ggml_type *>(&kTypes[w->type == GGML_TYPE_Q4_K]));
     const Cells cells = cells_of(bounds, w->ne[0], ggml_blck_size(w->type));
     ggml_tensor * args[3] = {w, xq, ggml_ext::op_params_tensor(ctx, kCellsName, cells)};
     ggml_tensor * out =

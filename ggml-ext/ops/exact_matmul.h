@@ -8,7 +8,8 @@
 //
 // Each output's arithmetic depends only on its own row of W and its own
 // token, not on how many tokens share the batch or how the threads split the
-// work, and it is the same on every SIMD path (ggml-ext/ops/q8_0_cells.h). Types
+// work, and it is the same on every SIMD path (ggml-ext/ops/q8_0_cells.h,
+// q4_k_cells.h). Types
 // without a kernel here are multiplied one cell at a time by ggml's own
 // kernels (the caller's choice; see ggml_ext_exact_matmul_takes).
 
@@ -18,17 +19,18 @@
 
 extern "C" {
 
-// Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0).
+// Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0, q4_K).
 bool ggml_ext_exact_matmul_takes(enum ggml_type type);
 
-// The kernel it runs on this CPU: "avx512-vnni", "vnni", "avx2" or "scalar",
-// the best this build has and the CPU supports.
-const char * ggml_ext_exact_matmul_kernel(void);
+// The kernel it runs for a type it takes on this CPU ("avx512-vnni",
+// "avx512", "vnni", "avx2" or "scalar"), the best this build has and the
+// CPU supports.
+const char * ggml_ext_exact_matmul_kernel(enum ggml_type type);
 
-// Whether this CPU's kernel multiplies q8_0 faster than ggml's own q8_0
+// Whether this CPU's kernel multiplies the type faster than ggml's own
 // product, so that matrices which need no exact sums are better multiplied by
 // it too (with one cell: NULL bounds), each output then the same in any batch.
-bool ggml_ext_exact_matmul_preferred(void);
+bool ggml_ext_exact_matmul_preferred(enum ggml_type type);
 
 // The most cells one product takes (its bounds live in the node's parameters).
 #define GGML_EXT_EXACT_MATMUL_MAX_CELLS 14

@@ -9,6 +9,7 @@
 #include "runtime/model/gguf_file.h"
 #include "runtime/shard/shard_plan.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -91,6 +92,17 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
         }
     }
     return true;
+}
+
+std::vector<ggml_type> ModelWeights::one_pass_types(const GgufFile & file) {
+    std::vector<ggml_type> types;
+    for (int64_t i = 0; i < file.n_tensors(); ++i) {
+        const ggml_tensor * t = file.tensor_at(i);
+        if (one_pass_matrix(t->type, ggml_n_dims(t)) && std::find(types.begin(), types.end(), t->type) == types.end()) {
+            types.push_back(t->type);
+        }
+    }
+    return types;
 }
 
 ModelWeights::ModelWeights(const GgufFile & file, const HParams & hp, const WeightsLoad & load)

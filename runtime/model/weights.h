@@ -226,6 +226,10 @@ class ModelWeights {
     // attention").
     static bool row_parallel_in_one_pass(const GgufFile & file, const HParams & hp);
 
+    // The types of the file's plain matrices that ggml_ext_exact_matmul
+    // takes, each once, in the order first met.
+    static std::vector<ggml_type> one_pass_types(const GgufFile & file);
+
     // RoPE's frequency factors (nullptr: none) for a cache of n_ctx_seq cells
     // per sequence: rope_freqs, or LongRoPE's long factors where a sequence
     // may outgrow the original context, else its short ones, decided as

@@ -40,7 +40,7 @@ void decide_sums(RuntimePlan & plan, const EngineOptions & o, const PlanFacts & 
     }
     const bool one_pass = facts.row_parallel_in_one_pass;
     plan.split_invariant = asked ? *o.split_invariant : one_pass && o.allreduce_wire != WireType::BF16;
-    // The other q8_0 products take the one-pass kernel only with
+    // The other products of its types take the one-pass kernel only with
     // split-invariant sums (else the products are upstream's): where asked,
     // else where LLAMA_TP_ONE_PASS_PRODUCTS says, else where it is faster.
     if (!plan.split_invariant) {
@@ -52,14 +52,14 @@ void decide_sums(RuntimePlan & plan, const EngineOptions & o, const PlanFacts & 
     }
     if (plan.split_invariant && one_pass) {
         plan.log.push_back(
-            "llama-tp: split-invariant sums, one pass over every q8_0 row-parallel matrix (" + facts.one_pass_kernel +
-            " kernel); the other q8_0 matrices " +
-            (plan.one_pass_products ? "through the same kernel (batch-invariant)" : "through ggml's q8_0 product"));
+            "llama-tp: split-invariant sums, one pass over every row-parallel matrix (" + facts.one_pass_kernel +
+            "); the other matrices of those types " +
+            (plan.one_pass_products ? "through the same kernel (batch-invariant)" : "through ggml's products"));
     } else if (!asked && !one_pass) {
         plan.log.push_back(
             "llama-tp: float sums (results move with --tp / -ts): this model's attn_output (ssm_out) and ffn_down are "
-            "not all dense q8_0, which split-invariant sums multiply in one pass; --split-invariant forces them (one "
-            "product per grid cell, 7-15% slower on one device)");
+            "not all dense q8_0 or q4_K, which split-invariant sums multiply in one pass; --split-invariant forces "
+            "them (one product per grid cell, 7-15% slower on one device)");
     }
 }
 

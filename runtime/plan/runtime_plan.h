@@ -27,16 +27,19 @@ struct PlanFacts {
     // Every row-parallel matrix is multiplied in one pass under
     // split-invariant sums (ModelWeights::row_parallel_in_one_pass).
     bool row_parallel_in_one_pass = false;
-    // The one-pass kernel beats ggml's q8_0 product on this CPU (ggml_ext_exact_matmul_preferred).
+    // The one-pass kernel beats ggml's products on this CPU for every type of
+    // the model it takes (ggml_ext_exact_matmul_preferred).
     bool one_pass_faster = false;
-    std::string one_pass_kernel;           // its SIMD path on this CPU (ggml_ext_exact_matmul_kernel), for the log
+    // Its SIMD paths on this CPU, by type ("q8_0 avx512-vnni, q4_K avx512";
+    // ggml_ext_exact_matmul_kernel), for the log.
+    std::string one_pass_kernel;
     std::vector<RankDeviceFacts> devices;  // one per rank of this process
 };
 
 struct RuntimePlan {
     RankOps ops = RankOps::Host;
     bool split_invariant = false;    // the row-parallel products summed on the reduction grid, exactly
-    bool one_pass_products = false;  // the other q8_0 products through the one-pass kernel
+    bool one_pass_products = false;  // the other products of the types it takes through the one-pass kernel
     // The engine for this process's ranks (n_ranks: the ranks it joins).
     AllReduceConfig allreduce;
     bool portable_graph = false;   // --portable-graph

@@ -1,10 +1,11 @@
 // ggml_ext_exact_matmul on the CPU: the cells of a split add up to the whole
 // matrix's result, every output is the same whatever batch or thread count
-// computes it, the result is the product it should be, and every q8_0 kernel
-// this build has gives the scalar kernel's bits.
+// computes it, the result is the product it should be, and every q8_0 and
+// q4_K kernel this build has gives the scalar kernel's bits.
 
 #include "ggml-ext/ops/exact_matmul.h"
 #include "ggml-ext/ops/exact_sum.h"
+#include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
 
 #include <cmath>
@@ -22,8 +23,23 @@
 namespace {
 
 constexpr int64_t kK = 1536, kM = 37, kT = 11;  // 37 rows: a partial tile for every thread count
-// Uneven cells, as the reduction grid's are, down to two blocks.
-const std::vector<int64_t> kBounds{0, 256, 768, 832, 1536};
+
+// A type the product takes, with uneven cells as the reduction grid's are
+// (down to two q8_0 blocks, one q4_K block), and the same cells held by two
+// ranks: the first two by one (first), the rest by the other (second).
+struct TypeCase {
+    ggml_type type;
+    std::vector<int64_t> bounds, first, second;
+};
+
+const TypeCase kQ8_0{GGML_TYPE_Q8_0, {0, 256, 768, 832, 1536}, {0, 256, 768}, {0, 64, 768}};
+const TypeCase kQ4_K{GGML_TYPE_Q4_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
+
+class ExactMatmul : public testing::TestWithParam<TypeCase> {};
+
+std::string type_name(const testing::TestParamInfo<TypeCase> & info) {
+    return ggml_type_name(info.param.type);
+}
 
 struct Context {
     ggml_context * ctx;
@@ -42,10 +58,10 @@ std::vector<float> random_values(int64_t n, unsigned seed) {
     return v;
 }
 
-// W [K, M] in q8_0 from float values, and columns [begin, end) of it.
-ggml_tensor * matrix(ggml_context * ctx, const std::vector<float> & values) {
-    ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, kK, kM);
-    ggml_quantize_chunk(GGML_TYPE_Q8_0, values.data(), w->data, 0, kM, kK, nullptr);
+// W [K, M] of the type from float values, and columns [begin, end) of it.
+ggml_tensor * matrix(ggml_context * ctx, const std::vector<float> & values, ggml_type type) {
+    ggml_tensor * w = ggml_new_tensor_2d(ctx, type, kK, kM);
+    ggml_quantize_chunk(type, values.data(), w->data, 0, kM, kK, nullptr);
     return w;
 }
 
@@ -74,25 +90,27 @@ std::vector<T> compute(ggml_context * ctx, ggml_tensor * out, int threads) {
     return std::vector<T>(y, y + ggml_nelements(out));
 }
 
-// The F64 sums of W against the first n tokens of xs, on kBounds' cells.
-std::vector<double> sums(ggml_context * ctx, ggml_tensor * w, const std::vector<float> & xs, int64_t n, int threads) {
-    return compute<double>(ctx, ggml_ext_exact_matmul(ctx, w, tokens(ctx, xs, n), kBounds.data(), GGML_TYPE_F64),
+// The F64 sums of W against the first n tokens of xs, on the cells.
+std::vector<double> sums(ggml_context * ctx, ggml_tensor * w, const std::vector<int64_t> & bounds,
+                         const std::vector<float> & xs, int64_t n, int threads) {
+    return compute<double>(ctx, ggml_ext_exact_matmul(ctx, w, tokens(ctx, xs, n), bounds.data(), GGML_TYPE_F64),
                            threads);
 }
 
-TEST(ExactMatmul, TwoRanksOfCellsAddUpToOneDevice) {
+TEST_P(ExactMatmul, TwoRanksOfCellsAddUpToOneDevice) {
+    const TypeCase & tc = GetParam();
     Context c;
-    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 1));
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 1), tc.type);
     ggml_tensor * x = tokens(c.ctx, random_values(kK * kT, 2), kT);
     // One device: the sums rounded in the product itself, as exact_round rounds them.
     const std::vector<float> whole =
-        compute<float>(c.ctx, ggml_ext_exact_matmul(c.ctx, w, x, kBounds.data(), GGML_TYPE_F32), 2);
+        compute<float>(c.ctx, ggml_ext_exact_matmul(c.ctx, w, x, tc.bounds.data(), GGML_TYPE_F32), 2);
     const std::vector<float> rounded = compute<float>(
-        c.ctx, ggml_ext_exact_round(c.ctx, ggml_ext_exact_matmul(c.ctx, w, x, kBounds.data(), GGML_TYPE_F64)), 2);
+        c.ctx, ggml_ext_exact_round(c.ctx, ggml_ext_exact_matmul(c.ctx, w, x, tc.bounds.data(), GGML_TYPE_F64)), 2);
     EXPECT_EQ(0, std::memcmp(whole.data(), rounded.data(), whole.size() * sizeof(float)));
     // Rank 0 holds cells 0 and 1, rank 1 cells 2 and 3: each gets its columns
     // of x and bounds from 0.
-    const std::vector<int64_t> first{0, 256, 768}, second{0, 64, 768};
+    const std::vector<int64_t> &first = tc.first, &second = tc.second;
     ggml_tensor * x0 = ggml_view_2d(c.ctx, x, 768, kT, x->nb[1], 0);
     ggml_tensor * x1 = ggml_view_2d(c.ctx, x, 768, kT, x->nb[1], 768 * sizeof(float));
     ggml_tensor * parts[2] = {
@@ -106,21 +124,22 @@ TEST(ExactMatmul, TwoRanksOfCellsAddUpToOneDevice) {
     EXPECT_EQ(differ, 0u);
 }
 
-TEST(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
+TEST_P(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
+    const TypeCase & tc = GetParam();
     Context c;
-    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3));
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3), tc.type);
     const std::vector<float> xs = random_values(kK * kT, 4);
     // 11 tokens (tiles of four rows, token blocks), 6 (one tile of tokens
     // laid out once) and 3 (tiles of four rows far apart), against each
     // token alone.
     for (const int64_t n : {kT, int64_t(6), int64_t(3)}) {
-        const std::vector<double> batch = sums(c.ctx, w, xs, n, 2);
+        const std::vector<double> batch = sums(c.ctx, w, tc.bounds, xs, n, 2);
         for (const int threads : {1, 3}) {
             for (int64_t t = 0; t < n; ++t) {
                 SCOPED_TRACE("batch=" + std::to_string(n) + " threads=" + std::to_string(threads) +
                              " token=" + std::to_string(t));
                 const std::vector<float> one(xs.begin() + t * kK, xs.begin() + (t + 1) * kK);
-                const std::vector<double> alone = sums(c.ctx, w, one, 1, threads);
+                const std::vector<double> alone = sums(c.ctx, w, tc.bounds, one, 1, threads);
                 EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * kM, kM * sizeof(double)));
             }
         }
@@ -129,9 +148,9 @@ TEST(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
 
 // Without bounds the whole row is one cell: what a matrix that needs no
 // exact sums is multiplied with, each output the same in any batch.
-TEST(ExactMatmul, NoBoundsIsOneCellOfTheWholeRow) {
+TEST_P(ExactMatmul, NoBoundsIsOneCellOfTheWholeRow) {
     Context c;
-    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 9));
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 9), GetParam().type);
     const std::vector<float> xs = random_values(kK * kT, 10);
     const std::vector<int64_t> one_cell{0, kK};
     const std::vector<float> batch =
@@ -148,13 +167,14 @@ TEST(ExactMatmul, NoBoundsIsOneCellOfTheWholeRow) {
     }
 }
 
-TEST(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
+TEST_P(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
+    const TypeCase & tc = GetParam();
     Context c;
-    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 5));
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 5), tc.type);
     const std::vector<float> xs = random_values(kK * kT, 6);
-    const std::vector<double> y = sums(c.ctx, w, xs, kT, 2);
+    const std::vector<double> y = sums(c.ctx, w, tc.bounds, xs, kT, 2);
     std::vector<float> wf(kK * kM);
-    ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float(w->data, wf.data(), kK * kM);
+    ggml_get_type_traits(tc.type)->to_float(w->data, wf.data(), kK * kM);
     // x is rounded to 8 bits per block as well: allow for that, relative to
     // the sum of |terms|.
     const double tolerance = 1e-2;
@@ -169,6 +189,8 @@ TEST(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
         }
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K), type_name);
 
 // Random q8_0 blocks, full range of bytes and scales.
 std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
@@ -222,7 +244,7 @@ TEST(Q8Cells, EveryKernelGivesTheScalarKernelsBits) {
     for (ggml_ext::Q8Kernel kernel : kernels) names += std::string(" ") + ggml_ext::q8_kernel_name(kernel);
     std::printf("q8_0 kernels compared:%s\n", names.c_str());
     // The op runs the last (best) of them.
-    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(), ggml_ext::q8_kernel_name(kernels.back()));
+    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(GGML_TYPE_Q8_0), ggml_ext::q8_kernel_name(kernels.back()));
 }
 
 // The kernel takes the products of matrices that need no exact sums where
@@ -234,7 +256,112 @@ TEST(Q8Cells, OnlyTheAvx512KernelIsPreferredToGgmls) {
         SCOPED_TRACE(ggml_ext::q8_kernel_name(kernel));
         EXPECT_EQ(ggml_ext::q8_kernel_beats_ggml(kernel), kernel == Q8Kernel::Avx512);
     }
-    EXPECT_EQ(ggml_ext_exact_matmul_preferred(), ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel()));
+    EXPECT_EQ(ggml_ext_exact_matmul_preferred(GGML_TYPE_Q8_0),
+              ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel()));
+}
+
+// Random q4_K blocks (any bytes, so every scale and min from 0 to 63).
+std::vector<ggml_ext::BlockQ4_K> random_q4_k(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.0f, 0.01f);
+    std::vector<ggml_ext::BlockQ4_K> blocks(n);
+    for (auto & b : blocks) {
+        b.d = ggml_fp32_to_fp16(scale(rng));
+        b.dmin = ggml_fp32_to_fp16(scale(rng));
+        for (uint8_t & s : b.scales) s = (uint8_t) byte(rng);
+        for (uint8_t & q : b.qs) q = (uint8_t) byte(rng);
+    }
+    return blocks;
+}
+
+// ggml's q8_K block (bytes -127 .. 127, their sums of 16 as ggml forms them).
+struct GgmlQ8K {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];
+};
+static_assert(sizeof(GgmlQ8K) == sizeof(ggml_ext::BlockQ8_K), "one size, two orders");
+
+std::vector<GgmlQ8K> random_ggml_q8_k(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(-127, 127);
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    std::vector<GgmlQ8K> blocks(n);
+    for (auto & b : blocks) {
+        b.d = scale(rng);
+        for (int8_t & q : b.qs) q = (int8_t) byte(rng);
+        for (int g = 0; g < 16; ++g) {
+            int sum = 0;
+            for (int k = 0; k < 16; ++k) sum += b.qs[16 * g + k];
+            b.bsums[g] = (int16_t) sum;
+        }
+    }
+    return blocks;
+}
+
+// The same blocks in the kernel's form.
+std::vector<ggml_ext::BlockQ8_K> laid_out(const std::vector<GgmlQ8K> & ggml_blocks) {
+    std::vector<ggml_ext::BlockQ8_K> x(ggml_blocks.size());
+    std::memcpy(x.data(), ggml_blocks.data(), x.size() * sizeof(GgmlQ8K));
+    ggml_ext::q4k_lay_out(x.data(), (int64_t) x.size());
+    return x;
+}
+
+TEST(Q4KCells, EveryKernelGivesTheScalarKernelsBits) {
+    const std::vector<ggml_ext::Q4KKernel> kernels = ggml_ext::q4k_kernels_available();
+    ASSERT_EQ(kernels.front(), ggml_ext::Q4KKernel::Scalar);
+    constexpr int64_t n_blocks = 7;
+    const std::vector<int64_t> bounds{0, 2, 3, 7};  // cells of 2, 1 and 4 blocks
+    const auto w_blocks = random_q4_k(ggml_ext::kQ4KTileRows * n_blocks, 11);
+    const auto x_blocks = laid_out(random_ggml_q8_k(ggml_ext::kQ4KTileTokens * n_blocks, 12));
+    const ggml_ext::BlockQ4_K * w[ggml_ext::kQ4KTileRows];
+    const ggml_ext::BlockQ8_K * x[ggml_ext::kQ4KTileTokens];
+    for (int i = 0; i < ggml_ext::kQ4KTileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    for (int j = 0; j < ggml_ext::kQ4KTileTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
+    constexpr int64_t ld = ggml_ext::kQ4KTileRows;
+    for (ggml_ext::Q4KKernel kernel : kernels) {
+        for (int nr = 1; nr <= ggml_ext::kQ4KTileRows; ++nr) {
+            for (int nc = 1; nc <= ggml_ext::kQ4KTileTokens; ++nc) {
+                SCOPED_TRACE(std::string(ggml_ext::q4k_kernel_name(kernel)) + " " + std::to_string(nr) + "x" +
+                             std::to_string(nc));
+                std::vector<double> got(ld * nc), want(ld * nc);
+                ggml_ext::q4k_tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
+                ggml_ext::q4k_tile(ggml_ext::Q4KKernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
+                for (int j = 0; j < nc; ++j) {
+                    // A 1 x 1 tile computes the same output as this tile's.
+                    double alone = 0.0;
+                    ggml_ext::q4k_tile(ggml_ext::Q4KKernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
+                    EXPECT_EQ(0, std::memcmp(&got[j * ld], &want[j * ld], nr * sizeof(double)));
+                    EXPECT_EQ(alone, want[j * ld]);
+                }
+            }
+        }
+    }
+    std::string names;
+    for (ggml_ext::Q4KKernel kernel : kernels) names += std::string(" ") + ggml_ext::q4k_kernel_name(kernel);
+    std::printf("q4_K kernels compared:%s\n", names.c_str());
+    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(GGML_TYPE_Q4_K), ggml_ext::q4k_kernel_name(kernels.back()));
+}
+
+// The scalar kernel against ggml's own q4_K x q8_K dot product of one row
+// and token (x laid out in the kernel's order first): the same value up to
+// float rounding.
+TEST(Q4KCells, TheScalarKernelIsGgmlsDotProduct) {
+    ggml_cpu_init();  // ggml's dot products read tables it fills
+    const auto w_blocks = random_q4_k(5, 13);
+    const auto x_blocks = random_ggml_q8_k(5, 14);
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q4_K);
+    ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
+    const int64_t bounds[2] = {0, 5};
+    const ggml_ext::BlockQ4_K * w = w_blocks.data();
+    float theirs = 0.0f;
+    traits->vec_dot(5 * 256, &theirs, 0, w_blocks.data(), 0, x_blocks.data(), 0, 1);
+    const std::vector<ggml_ext::BlockQ8_K> x_laid_out = laid_out(x_blocks);
+    const ggml_ext::BlockQ8_K * x = x_laid_out.data();
+    double ours = 0.0;
+    ggml_ext::q4k_tile(ggml_ext::Q4KKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
+    EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
 }
 
 }  // namespace

@@ -104,7 +104,7 @@ for type in "${types[@]}"; do
             --prompts 3 --n-tokens 12
     done
     for one_pass in 0 1; do
-        [[ $type == q8_0 ]] || continue
+        [[ $type == q8_0 || $type == q4_k ]] || continue
         # Two threads: each product's rows shared between them.
         threads=2 LLAMA_TP_ONE_PASS_PRODUCTS=$one_pass check "$arch $type one-pass products $one_pass tp3 vs tp1" -m "$model" \
             --reference tp1 --tp 3 --split-invariant --prompts 3 --n-tokens 12
@@ -122,15 +122,14 @@ done
 model="$work/$arch-q8_0.gguf"
 check "$arch q8_0 tp2 -ts 3,1 float sums vs tp1" -m "$model" --reference tp1 --tp 2 -ts 3,1 --no-split-invariant \
     --prompts 3 --n-tokens 12
-# The default: exact sums for dense q8_0 layers (one pass; linear
-# attention's ssm_out one product per cell), float sums for experts and for
-# q4_k (one product per grid cell).
+# The default: exact sums for dense q8_0 and q4_k layers (one pass; linear
+# attention's ssm_out one product per cell), float sums for experts.
 dense=true
 [[ $arch == qwen3moe || $arch == mixtral || $arch == gpt-oss || $arch == qwen35moe || $arch == qwen3next ||
     $arch == glm4moe || $arch == deepseek2 ]] && dense=false
 expect_exact=$dense check "$arch q8_0 default sums tp2 vs tp1" -m "$model" --reference tp1 --tp 2 --prompts 3 \
     --n-tokens 12
-expect_exact=false check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \
+expect_exact=$dense check "$arch q4_k default sums tp2 vs tp1" -m "$work/$arch-q4_k.gguf" --reference tp1 --tp 2 \
     --prompts 3 --n-tokens 12
 # KV cache types: the same as upstream with the same types, within the
 # default-sum contract across ranks, and their cost against F16 reported.

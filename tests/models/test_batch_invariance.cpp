@@ -171,7 +171,7 @@ TEST(BatchInvariance, TheChoiceFollowsTheVariableThenTheCpu) {
     };
     EXPECT_TRUE(choice("1", true));
     EXPECT_FALSE(choice("0", true));
-    EXPECT_EQ(choice(nullptr, true), ggml_ext_exact_matmul_preferred());
+    EXPECT_EQ(choice(nullptr, true), ggml_ext_exact_matmul_preferred(GGML_TYPE_Q8_0));  // a q8_0 model
     EXPECT_FALSE(choice("1", false));
     setenv("LLAMA_TP_ONE_PASS_PRODUCTS", "yes", 1);
     try {

@@ -1,4 +1,4 @@
-// llama-tp-matmul-bench: q8_0 products of ggml (ggml_mul_mat) against
+// llama-tp-matmul-bench: q8_0 or q4_K products of ggml (ggml_mul_mat) against
 // ggml-ext's one-pass kernel (ggml_ext_exact_matmul, one cell or the cells of
 // a reduction grid), on the same weights and tokens. Each figure multiplies
 // enough copies of the matrix that they do not fit in the CPU's caches, as a
@@ -31,7 +31,8 @@ namespace {
 const char * kUsage =
     "usage: llama-tp-matmul-bench [options]\n"
     "  -t, --threads N      threads (default 2)\n"
-    "  --shape K,M          a q8_0 matrix of M rows of K (default: the small and 1b\n"
+    "  --type T             q8_0 (default) or q4_k\n"
+    "  --shape K,M          a matrix of M rows of K (default: the small and 1b\n"
     "                       presets' FFN and attention matrices and the output head)\n"
     "  --tokens N,N,...     tokens per product (default 1,4,8,64,512)\n"
     "  --cells N            the one-pass kernel's cells per row (default 1; the\n"
@@ -44,6 +45,7 @@ struct Shape {
 
 struct Options {
     int threads = 2;
+    ggml_type type = GGML_TYPE_Q8_0;
     std::vector<Shape> shapes;
     std::vector<int64_t> tokens{1, 4, 8, 64, 512};
     int64_t cells = 1;
@@ -57,10 +59,14 @@ Options parse(int argc, char ** argv) {
         const std::string f = a.next();
         if (f == "-t" || f == "--threads") {
             o.threads = (int) a.integer(f, 1, 1024);
+        } else if (f == "--type") {
+            const std::string t = a.next();
+            if (t != "q8_0" && t != "q4_k") a.fail("--type takes q8_0 or q4_k, not '" + t + "'");
+            o.type = t == "q8_0" ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K;
         } else if (f == "--shape") {
             const std::vector<float> v = a.reals(f);
-            if (v.size() != 2 || v[0] < 32 || v[1] < 1 || (int64_t) v[0] % 32 != 0) {
-                a.fail("--shape takes K,M with K a multiple of 32 (q8_0 blocks)");
+            if (v.size() != 2 || v[0] < 256 || v[1] < 1 || (int64_t) v[0] % 256 != 0) {
+                a.fail("--shape takes K,M with K a multiple of 256 (q4_K blocks)");
             }
             o.shapes.push_back({(int64_t) v[0], (int64_t) v[1]});
         } else if (f == "--tokens") {
@@ -81,17 +87,19 @@ Options parse(int argc, char ** argv) {
     }
     if (o.shapes.empty()) o.shapes = {{768, 3072}, {3072, 768}, {768, 768}, {1536, 6144}, {6144, 1536}, {768, 32000}};
     for (const Shape & s : o.shapes) {
-        if (s.k / 32 < o.cells) a.fail("--cells is more than a row of " + std::to_string(s.k) + " has blocks");
+        if (s.k / ggml_blck_size(o.type) < o.cells) {
+            a.fail("--cells is more than a row of " + std::to_string(s.k) + " has blocks");
+        }
     }
     return o;
 }
 
-// Copies of one random q8_0 matrix, enough for `bytes` of weights.
+// Copies of one random matrix, enough for `bytes` of weights.
 struct Weights {
     ggml_context_ptr ctx;
     std::vector<ggml_tensor *> copies;
-    Weights(const Shape & s, int64_t bytes) {
-        const size_t one = ggml_row_size(GGML_TYPE_Q8_0, s.k) * (size_t) s.m;
+    Weights(const Shape & s, ggml_type type, int64_t bytes) {
+        const size_t one = ggml_row_size(type, s.k) * (size_t) s.m;
         const int64_t n = std::max<int64_t>(1, bytes / (int64_t) one);
         ctx.reset(ggml_init({(size_t) n * (one + ggml_tensor_overhead()) + ggml_tensor_overhead(), nullptr, false}));
         std::mt19937 gen(1);
@@ -99,8 +107,8 @@ struct Weights {
         std::vector<float> values((size_t) (s.k * s.m));
         for (float & v : values) v = normal(gen);
         for (int64_t i = 0; i < n; ++i) {
-            ggml_tensor * w = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_Q8_0, s.k, s.m);
-            ggml_quantize_chunk(GGML_TYPE_Q8_0, values.data(), w->data, 0, s.m, s.k, nullptr);
+            ggml_tensor * w = ggml_new_tensor_2d(ctx.get(), type, s.k, s.m);
+            ggml_quantize_chunk(type, values.data(), w->data, 0, s.m, s.k, nullptr);
             copies.push_back(w);
         }
     }
@@ -144,9 +152,9 @@ double seconds(const Weights & w, const Shape & s, int64_t T, bool one_pass, con
 }
 
 // The cells of the one-pass kernel: evenly cut, on whole blocks (one: none).
-std::vector<int64_t> cell_bounds(int64_t k, int64_t cells) {
+std::vector<int64_t> cell_bounds(int64_t k, int64_t block, int64_t cells) {
     std::vector<int64_t> b;
-    for (int64_t c = 0; c <= cells; ++c) b.push_back(k / 32 * c / cells * 32);
+    for (int64_t c = 0; c <= cells; ++c) b.push_back(k / block * c / cells * block);
     return b;
 }
 
@@ -156,12 +164,12 @@ std::vector<int64_t> cell_bounds(int64_t k, int64_t cells) {
 int main(int argc, char ** argv) {
     using namespace llama_tp;
     const Options o = parse(argc, argv);
-    std::printf("one-pass kernel: %s, %lld cell(s) per row, %d threads\n", ggml_ext_exact_matmul_kernel(),
-                (long long) o.cells, o.threads);
+    std::printf("%s, one-pass kernel: %s, %lld cell(s) per row, %d threads\n", ggml_type_name(o.type),
+                ggml_ext_exact_matmul_kernel(o.type), (long long) o.cells, o.threads);
     for (const Shape & s : o.shapes) {
-        const Weights w(s, o.mib << 20);
-        const std::vector<int64_t> bounds = cell_bounds(s.k, o.cells);
-        const double bytes = (double) ggml_row_size(GGML_TYPE_Q8_0, s.k) * (double) s.m;
+        const Weights w(s, o.type, o.mib << 20);
+        const std::vector<int64_t> bounds = cell_bounds(s.k, ggml_blck_size(o.type), o.cells);
+        const double bytes = (double) ggml_row_size(o.type, s.k) * (double) s.m;
         for (int64_t T : o.tokens) {
             const double ggml = seconds(w, s, T, false, nullptr, o.threads);
             const double ours = seconds(w, s, T, true, o.cells > 1 ? bounds.data() : nullptr, o.threads);

@@ -217,8 +217,8 @@ def ready_line(s) -> str:
 
 
 def test_split_invariant_sums_are_the_default_where_free(tmp_path):
-    # q8_0 dense layers have a one-pass exact product: split-invariant by
-    # default, so TP=2 answers with one device's numbers without the flag.
+    # q8_0 and q4_k dense layers have a one-pass exact product: split-invariant
+    # by default, so TP=2 answers with one device's numbers without the flag.
     q8 = generated_model(tmp_path / "llama-q8_0.gguf")
     body = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True, "logprobs": 3}
     answers = []
@@ -229,7 +229,7 @@ def test_split_invariant_sums_are_the_default_where_free(tmp_path):
             assert r.status_code == 200, r.text
             answers.append(r.json()["choices"][0]["logprobs"])
             assert "split-invariant sums" in ready_line(s)
-            assert "one pass over every q8_0 row-parallel matrix" in s.log_text()
+            assert "one pass over every row-parallel matrix (q8_0 " in s.log_text()
         finally:
             assert s.stop() == 0
     assert answers[1] == answers[0]
@@ -241,15 +241,29 @@ def test_split_invariant_sums_are_the_default_where_free(tmp_path):
             assert "split-invariant" not in ready_line(s)
         finally:
             assert s.stop() == 0
-    # q4_k matrices take one product per grid cell (slower): float sums by
-    # default, with one line saying so; the flag still turns exact sums on.
-    q4 = generated_model(tmp_path / "llama-q4_k.gguf", weight_type="q4_k")
-    for extra, exact in (((), False), (("--split-invariant",), True)):
-        s = ServerProcess("-np", "1", "-c", "256", *extra, model=q4)
+    # (heads of 64 and an FFN of 1024: two ranks' slices on q4_K's 256-value blocks)
+    q4k = generated_model(tmp_path / "llama-q4_k.gguf", weight_type="q4_k", extra=["--head-dim", "64", "--n-ff", "1024"])
+    answers = []
+    for extra in (("-t", "1"), ("--tp", "2", "-t", "2")):
+        s = ServerProcess("-np", "1", "-c", "256", *extra, model=q4k)
         try:
-            assert s.post("/v1/completions", body).status_code == 200
+            r = s.post("/v1/completions", body)
+            assert r.status_code == 200, r.text
+            answers.append(r.json()["choices"][0]["logprobs"])
+            assert "split-invariant sums" in ready_line(s)
+            assert "q4_K " in s.log_text()  # the q4_K kernel named in the one-pass line
             # the file's general.file_type under llama-server's name
             assert s.get("/v1/models").json()["data"][0]["meta"]["ftype"] == "Q4_K - Medium"
+        finally:
+            assert s.stop() == 0
+    assert answers[1] == answers[0]
+    # q4_0 matrices take one product per grid cell (slower): float sums by
+    # default, with one line saying so; the flag still turns exact sums on.
+    q40 = generated_model(tmp_path / "llama-q4_0.gguf", weight_type="q4_0")
+    for extra, exact in (((), False), (("--split-invariant",), True)):
+        s = ServerProcess("-np", "1", "-c", "256", *extra, model=q40)
+        try:
+            assert s.post("/v1/completions", body).status_code == 200
             assert ("split-invariant sums" in ready_line(s)) == exact
             assert ("float sums" in s.log_text()) == (not exact)
         finally:

@@ -1,0 +1,434 @@
+#include "ggml-ext/ops/q4_k_cells.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "ggml-cpu.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define LLAMA_TP_Q4K_AVX2 1
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define LLAMA_TP_Q4K_AVX512 1
+#endif
+#endif
+
+// GCC 12's AVX-512 intrinsics pass an undefined register as the unused
+// merge source and then warn about it where they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace ggml_ext {
+
+static_assert(sizeof(BlockQ4_K) == 144, "the layout of ggml's block_q4_K");
+static_assert(sizeof(BlockQ8_K) == 292, "the layout of ggml's block_q8_K");
+
+namespace {
+
+constexpr int kSLanes = 16, kMLanes = 8;  // of S (A), of X (B)
+
+// Where sub-block j's values start in BlockQ8_K::qs (the pairs' order), and
+// which half of S it adds to.
+constexpr int kPairOffset[8] = {0, 64, 32, 96, 128, 192, 160, 224};
+constexpr int half_of(int j) {
+    return (j / 2) % 2;
+}
+
+// The block's eight 6-bit scales and mins, a byte each: the first four of
+// each in the low six bits of bytes 0-3 and 4-7, the last four in the
+// nibbles of bytes 8-11 with their top two bits in those of bytes 0-7.
+struct ScalesMins {
+    uint32_t sc_lo, sc_hi, m_lo, m_hi;  // bytes: sc 0-3, sc 4-7, m 0-3, m 4-7
+
+    explicit ScalesMins(const uint8_t * s) {
+        uint32_t a, b, c;
+        std::memcpy(&a, s, 4);
+        std::memcpy(&b, s + 4, 4);
+        std::memcpy(&c, s + 8, 4);
+        sc_lo = a & 0x3f3f3f3fu;
+        m_lo = b & 0x3f3f3f3fu;
+        sc_hi = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
+        m_hi = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
+    }
+    int sc(int j) const { return (int) (((j < 4 ? sc_lo : sc_hi) >> (8 * (j & 3))) & 0xff); }
+    int m(int j) const { return (int) (((j < 4 ? m_lo : m_hi) >> (8 * (j & 3))) & 0xff); }
+};
+
+// One output's doubles: a cell's A and B lanes are added to them.
+struct OutputTotals {
+    double a[kSLanes] = {}, b[kMLanes] = {};
+
+    void add(const float * A, const float * B) {
+        for (int t = 0; t < kSLanes; ++t) a[t] += (double) A[t];
+        for (int l = 0; l < kMLanes; ++l) b[l] += (double) B[l];
+    }
+    // The output from the lanes, in halves (q4_k_cells.h).
+    double total() const {
+        double c[8];
+        for (int t = 0; t < 8; ++t) c[t] = (a[t] + a[t + 8]) - b[t];
+        for (int n = 4; n >= 1; n /= 2) {
+            for (int t = 0; t < n; ++t) c[t] += c[t + n];
+        }
+        return c[0];
+    }
+};
+
+template <int RM, int RN>
+void tile_scalar(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                 double * out, int64_t ld) {
+    OutputTotals total[RM][RN];
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        float A[RM][RN][kSLanes] = {}, B[RM][RN][kMLanes] = {};
+        for (; b < bounds[c]; ++b) {
+            for (int i = 0; i < RM; ++i) {
+                const BlockQ4_K & wb = w[i][b];
+                const ScalesMins sm(wb.scales);
+                const float dw = ggml_fp16_to_fp32(wb.d), dmw = ggml_fp16_to_fp32(wb.dmin);
+                for (int j = 0; j < RN; ++j) {
+                    const BlockQ8_K & xb = x[j][b];
+                    int32_t S[kSLanes] = {};
+                    for (int sub = 0; sub < 8; ++sub) {
+                        const uint8_t * q = wb.qs + 32 * (sub / 2);
+                        const int shift = 4 * (sub % 2);
+                        const int8_t * xq = xb.qs + kPairOffset[sub];
+                        for (int u = 0; u < 8; ++u) {
+                            int32_t p = 0;
+                            for (int k = 4 * u; k < 4 * u + 4; ++k) p += ((q[k] >> shift) & 15) * xq[k];
+                            S[8 * half_of(sub) + u] += sm.sc(sub) * p;
+                        }
+                    }
+                    for (int t = 0; t < kSLanes; ++t) A[i][j][t] = std::fma((float) S[t] * dw, xb.d, A[i][j][t]);
+                    for (int l = 0; l < kMLanes; ++l) {
+                        B[i][j][l] = std::fma(dmw * (float) sm.m(l), xb.sums[l], B[i][j][l]);
+                    }
+                }
+            }
+        }
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) total[i][j].add(A[i][j], B[i][j]);
+    }
+    for (int i = 0; i < RM; ++i)
+        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+}
+
+#if defined(LLAMA_TP_Q4K_AVX2)
+__m256i load256(const void * p) {
+    return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
+
+// dmin_w * m_l, the eight of them.
+__m256 scaled_mins(const ScalesMins & sm, float dmw) {
+    const __m128i m = _mm_set_epi32(0, 0, (int) sm.m_hi, (int) sm.m_lo);
+    return _mm256_mul_ps(_mm256_set1_ps(dmw), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)));
+}
+
+__m256 load_sums(const BlockQ8_K & xb) {
+    return _mm256_loadu_ps(xb.sums);
+}
+
+// OutputTotals in registers of four doubles: the same additions.
+struct Totals256 {
+    __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    __m256d b[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+
+    void add(__m256 a_lo, __m256 a_hi, __m256 m) {
+        a[0] = _mm256_add_pd(a[0], _mm256_cvtps_pd(_mm256_castps256_ps128(a_lo)));
+        a[1] = _mm256_add_pd(a[1], _mm256_cvtps_pd(_mm256_extractf128_ps(a_lo, 1)));
+        a[2] = _mm256_add_pd(a[2], _mm256_cvtps_pd(_mm256_castps256_ps128(a_hi)));
+        a[3] = _mm256_add_pd(a[3], _mm256_cvtps_pd(_mm256_extractf128_ps(a_hi, 1)));
+        b[0] = _mm256_add_pd(b[0], _mm256_cvtps_pd(_mm256_castps256_ps128(m)));
+        b[1] = _mm256_add_pd(b[1], _mm256_cvtps_pd(_mm256_extractf128_ps(m, 1)));
+    }
+    double total() const {
+        const __m256d c0 = _mm256_sub_pd(_mm256_add_pd(a[0], a[2]), b[0]);  // c[0..3]
+        const __m256d c1 = _mm256_sub_pd(_mm256_add_pd(a[1], a[3]), b[1]);  // c[4..7]
+        const __m256d c4 = _mm256_add_pd(c0, c1);
+        const __m128d c2 = _mm_add_pd(_mm256_castpd256_pd128(c4), _mm256_extractf128_pd(c4, 1));
+        return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
+    }
+};
+
+// Up to four rows and tokens in all (three accumulators each, of 16 registers).
+template <int RM, int RN>
+void core_avx2(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+               double * out, int64_t ld) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    Totals256 total[RM][RN];
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        __m256 a_lo[RM][RN], a_hi[RM][RN], acc_m[RM][RN];
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) a_lo[i][j] = a_hi[i][j] = acc_m[i][j] = _mm256_setzero_ps();
+        for (; b < bounds[c]; ++b) {
+            for (int i = 0; i < RM; ++i) {
+                const BlockQ4_K & wb = w[i][b];
+                const ScalesMins sm(wb.scales);
+                const float dw = _cvtsh_ss(wb.d), dmw = _cvtsh_ss(wb.dmin);
+                __m256i s[2][RN];
+                for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
+                for (int q = 0; q < 4; ++q) {
+                    const __m256i bytes = load256(wb.qs + 32 * q);
+                    const __m256i lo = _mm256_and_si256(bytes, low4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+                    const __m256i sc_lo = _mm256_set1_epi16((short) sm.sc(2 * q));
+                    const __m256i sc_hi = _mm256_set1_epi16((short) sm.sc(2 * q + 1));
+                    const int h = half_of(2 * q);  // both sub-blocks of a byte run add to one half
+                    for (int j = 0; j < RN; ++j) {
+                        const int8_t * xq = x[j][b].qs;
+                        const __m256i p_lo =
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xq + kPairOffset[2 * q])), sc_lo);
+                        const __m256i p_hi =
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(xq + kPairOffset[2 * q + 1])), sc_hi);
+                        s[h][j] = _mm256_add_epi32(s[h][j], _mm256_add_epi32(p_lo, p_hi));
+                    }
+                }
+                const __m256 mins = scaled_mins(sm, dmw);
+                for (int j = 0; j < RN; ++j) {
+                    const BlockQ8_K & xb = x[j][b];
+                    const __m256 dwv = _mm256_set1_ps(dw), dx = _mm256_set1_ps(xb.d);
+                    a_lo[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dwv), dx, a_lo[i][j]);
+                    a_hi[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dwv), dx, a_hi[i][j]);
+                    acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(xb), acc_m[i][j]);
+                }
+            }
+        }
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) total[i][j].add(a_lo[i][j], a_hi[i][j], acc_m[i][j]);
+    }
+    for (int i = 0; i < RM; ++i)
+        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+}
+
+// A tile as cores of at most `most` rows x tokens: the rows in two parts.
+template <int RM, int RN, int most, template <int, int> class Core>
+void in_cores(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+              double * out, int64_t ld) {
+    if constexpr (RM * RN <= most || RM == 1) {
+        Core<RM, RN>::run(w, x, bounds, n_blocks, out, ld);
+    } else {
+        in_cores<RM / 2, RN, most, Core>(w, x, bounds, n_blocks, out, ld);
+        in_cores<RM - RM / 2, RN, most, Core>(w + RM / 2, x, bounds, n_blocks, out + RM / 2, ld);
+    }
+}
+
+template <int RM, int RN>
+struct Avx2Core {
+    static void run(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                    double * out, int64_t ld) {
+        core_avx2<RM, RN>(w, x, bounds, n_blocks, out, ld);
+    }
+};
+
+template <int RM, int RN>
+void tile_avx2(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+               double * out, int64_t ld) {
+    if constexpr (RN > 4) {
+        // Past four tokens: two tiles of tokens (the kernel asks for four at most).
+        tile_avx2<RM, 4>(w, x, bounds, n_blocks, out, ld);
+        tile_avx2<RM, RN - 4>(w, x + 4, bounds, n_blocks, out + 4 * ld, ld);
+    } else {
+        in_cores<RM, RN, 4, Avx2Core>(w, x, bounds, n_blocks, out, ld);
+    }
+}
+#endif
+
+#if defined(LLAMA_TP_Q4K_AVX512)
+// The scale of each word of a register of values (BlockQ8_K's order): the
+// sub-blocks (0, 2), (1, 3), (4, 6) and (5, 7), sixteen words each.
+struct ScalePick {
+    alignas(64) int16_t words[4][32];
+
+    ScalePick() {
+        for (int reg = 0; reg < 4; ++reg) {
+            for (int w = 0; w < 32; ++w) words[reg][w] = (int16_t) ((reg / 2) * 4 + reg % 2 + (w < 16 ? 0 : 2));
+        }
+    }
+};
+
+// OutputTotals in registers of eight doubles: the same additions.
+struct Totals512 {
+    __m512d a_lo = _mm512_setzero_pd(), a_hi = _mm512_setzero_pd(), b = _mm512_setzero_pd();
+
+    void add(__m512 s, __m256 m) {
+        a_lo = _mm512_add_pd(a_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
+        a_hi = _mm512_add_pd(a_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
+        b = _mm512_add_pd(b, _mm512_cvtps_pd(m));
+    }
+    double total() const {
+        const __m512d c = _mm512_sub_pd(_mm512_add_pd(a_lo, a_hi), b);
+        const __m256d c4 = _mm256_add_pd(_mm512_castpd512_pd256(c), _mm512_extractf64x4_pd(c, 1));
+        const __m128d c2 = _mm_add_pd(_mm256_castpd256_pd128(c4), _mm256_extractf128_pd(c4, 1));
+        return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
+    }
+};
+
+// acc + the word pairs' products, summed in pairs.
+__m512i add_pair_products(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+// Up to eight rows x tokens: each output's 16 A lanes in one register, its
+// eight B lanes in a half one.
+template <int RM, int RN>
+void core_avx512(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                 double * out, int64_t ld) {
+    static const ScalePick kPick;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    Totals512 total[RM][RN];
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        __m512 acc_s[RM][RN];
+        __m256 acc_m[RM][RN];
+        for (int i = 0; i < RM; ++i) {
+            for (int j = 0; j < RN; ++j) {
+                acc_s[i][j] = _mm512_setzero_ps();
+                acc_m[i][j] = _mm256_setzero_ps();
+            }
+        }
+        for (; b < bounds[c]; ++b) {
+            for (int i = 0; i < RM; ++i) {
+                const BlockQ4_K & wb = w[i][b];
+                const ScalesMins sm(wb.scales);
+                const __m512 dw = _mm512_set1_ps(_cvtsh_ss(wb.d));
+                const __m512i q01 = _mm512_loadu_si512(wb.qs), q23 = _mm512_loadu_si512(wb.qs + 64);
+                const __m512i vals[4] = {
+                    _mm512_and_si512(q01, low4),
+                    _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4),
+                    _mm512_and_si512(q23, low4),
+                    _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4),
+                };
+                const __m512i sc =
+                    _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
+                __m512i scales[4];
+                for (int k = 0; k < 4; ++k) scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                for (int j = 0; j < RN; ++j) {
+                    const int8_t * xq = x[j][b].qs;
+                    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), scales[0]);
+                    for (int k = 1; k < 4; ++k) {
+                        s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
+                                              scales[k]);
+                    }
+                    acc_s[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw), _mm512_set1_ps(x[j][b].d),
+                                                  acc_s[i][j]);
+                }
+                const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
+                for (int j = 0; j < RN; ++j) acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(x[j][b]), acc_m[i][j]);
+            }
+        }
+        for (int i = 0; i < RM; ++i) {
+            for (int j = 0; j < RN; ++j) {
+                total[i][j].add(acc_s[i][j], acc_m[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < RM; ++i)
+        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+}
+
+template <int RM, int RN>
+struct Avx512Core {
+    static void run(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                    double * out, int64_t ld) {
+        core_avx512<RM, RN>(w, x, bounds, n_blocks, out, ld);
+    }
+};
+
+template <int RM, int RN>
+void tile_avx512(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                 double * out, int64_t ld) {
+    in_cores<RM, RN, 8, Avx512Core>(w, x, bounds, n_blocks, out, ld);
+}
+#endif
+
+using TileFn = void (*)(const BlockQ4_K * const *, const BlockQ8_K * const *, const int64_t *, int64_t, double *,
+                        int64_t);
+
+// Every tile shape of one kernel, indexed [rows - 1][tokens - 1].
+#define LLAMA_TP_Q4K_TILE_ROW(fn, RM) \
+    { fn<RM, 1>, fn<RM, 2>, fn<RM, 3>, fn<RM, 4>, fn<RM, 5>, fn<RM, 6>, fn<RM, 7>, fn<RM, 8> }
+#define LLAMA_TP_Q4K_TILES(fn)                                                                    \
+    {                                                                                             \
+        LLAMA_TP_Q4K_TILE_ROW(fn, 1), LLAMA_TP_Q4K_TILE_ROW(fn, 2), LLAMA_TP_Q4K_TILE_ROW(fn, 3), \
+            LLAMA_TP_Q4K_TILE_ROW(fn, 4)                                                          \
+    }
+static_assert(kQ4KTileRows == 4 && kQ4KTileTokens == 8, "the tables below list shapes up to 4 x 8");
+
+using TileTable = TileFn[kQ4KTileRows][kQ4KTileTokens];
+const TileTable kScalar = LLAMA_TP_Q4K_TILES(tile_scalar);
+#if defined(LLAMA_TP_Q4K_AVX2)
+const TileTable kAvx2 = LLAMA_TP_Q4K_TILES(tile_avx2);
+#endif
+#if defined(LLAMA_TP_Q4K_AVX512)
+const TileTable kAvx512 = LLAMA_TP_Q4K_TILES(tile_avx512);
+#endif
+
+}  // namespace
+
+void q4k_lay_out(void * blocks, int64_t n) {
+    BlockQ8_K * x = static_cast<BlockQ8_K *>(blocks);
+    int8_t ggml_order[256];
+    int16_t bsums[16];  // ggml's: sums of 16 values each
+    static_assert(sizeof(bsums) == sizeof(BlockQ8_K::sums), "X takes the place of ggml's sums");
+    for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(ggml_order, x[i].qs, sizeof(ggml_order));
+        for (int j = 0; j < 8; ++j) std::memcpy(x[i].qs + kPairOffset[j], ggml_order + 32 * j, 32);
+        std::memcpy(bsums, x[i].sums, sizeof(bsums));
+        for (int l = 0; l < 8; ++l) x[i].sums[l] = x[i].d * (float) (bsums[2 * l] + bsums[2 * l + 1]);
+    }
+}
+
+int q4k_tile_tokens(Q4KKernel kernel) {
+    return kernel == Q4KKernel::Avx512 ? kQ4KTileTokens : 4;
+}
+
+std::vector<Q4KKernel> q4k_kernels_available() {
+    std::vector<Q4KKernel> kernels{Q4KKernel::Scalar};
+#if defined(LLAMA_TP_Q4K_AVX2)
+    if (ggml_cpu_has_avx2() && ggml_cpu_has_fma() && ggml_cpu_has_f16c()) kernels.push_back(Q4KKernel::Avx2);
+#endif
+#if defined(LLAMA_TP_Q4K_AVX512)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+        kernels.push_back(Q4KKernel::Avx512);
+    }
+#endif
+    return kernels;
+}
+
+Q4KKernel q4k_best_kernel() {
+    static const Q4KKernel best = q4k_kernels_available().back();
+    return best;
+}
+
+const char * q4k_kernel_name(Q4KKernel kernel) {
+    switch (kernel) {
+        case Q4KKernel::Scalar:
+            return "scalar";
+        case Q4KKernel::Avx2:
+            return "avx2";
+        case Q4KKernel::Avx512:
+            return "avx512";
+    }
+    return "?";
+}
+
+bool q4k_kernel_beats_ggml(Q4KKernel kernel) {
+    return kernel == Q4KKernel::Avx512;
+}
+
+void q4k_tile(Q4KKernel kernel, const BlockQ4_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+    const TileTable * table = &kScalar;
+#if defined(LLAMA_TP_Q4K_AVX2)
+    if (kernel == Q4KKernel::Avx2) table = &kAvx2;
+#endif
+#if defined(LLAMA_TP_Q4K_AVX512)
+    if (kernel == Q4KKernel::Avx512) table = &kAvx512;
+#endif
+    (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
+}
+
+}  // namespace ggml_ext
