@@ -2,6 +2,7 @@
 
 #include "ggml-ext/ops/op_params.h"
 #include "ggml-ext/ops/q4_k_cells.h"
+#include "ggml-ext/ops/q6_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
 
 #include <algorithm>
@@ -61,16 +62,23 @@ constexpr int64_t QK_K_VALUES = 256;  // a K-quant super-block's values
 
 // x's rows in the type W's dot products take; for q4_K W, in the order of
 // its kernel (ggml_ext::BlockQ8_K).
-void quantize_rows(ggml_tensor * dst, int ith, int nth, void * userdata) {
+void quantize_rows_of(ggml_tensor * dst, int ith, int nth, bool q4k_order) {
     const ggml_tensor * x = dst->src[0];
     const ggml_from_float_t from_float = ggml_get_type_traits_cpu(dst->type)->from_float;
-    const bool q4k_order = *static_cast<const ggml_type *>(userdata) == GGML_TYPE_Q4_K;
     const int64_t T = x->ne[1];
     for (int64_t t = T * ith / nth; t < T * (ith + 1) / nth; ++t) {
         char * row = static_cast<char *>(dst->data) + t * dst->nb[1];
         from_float(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1]), row, x->ne[0]);
         if (q4k_order) ggml_ext::q4k_lay_out(row, x->ne[0] / QK_K_VALUES);
     }
+}
+
+void quantize_rows(ggml_tensor * dst, int ith, int nth, void *) {
+    quantize_rows_of(dst, ith, nth, false);
+}
+
+void quantize_rows_q4k_order(ggml_tensor * dst, int ith, int nth, void *) {
+    quantize_rows_of(dst, ith, nth, true);
 }
 
 // Tokens a thread runs against its rows before moving to the next rows: their
@@ -218,11 +226,30 @@ void product_q4_k(ggml_tensor * dst, int ith, int nth) {
                 });
 }
 
+void product_q6_k(ggml_tensor * dst, int ith, int nth) {
+    using ggml_ext::BlockQ6_K;
+    using ggml_ext::GgmlBlockQ8_K;
+    using ggml_ext::kQ6KTileRows;
+    const int64_t n_blocks = dst->src[0]->ne[0] / QK_K_VALUES;
+    const std::vector<int64_t> cells = cell_blocks(dst);
+    const ggml_ext::Q6KKernel kernel = ggml_ext::q6k_best_kernel();
+    const TiledProduct<BlockQ6_K, GgmlBlockQ8_K, kQ6KTileRows, ggml_ext::kQ6KTileTokens> product(dst, ith, nth);
+    product.run(ggml_ext::q6k_tile_tokens(kernel),
+                [&](const BlockQ6_K * const * wr, int nr, const GgmlBlockQ8_K * const * xr, int nc, double * sums) {
+                    ggml_ext::q6k_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, kQ6KTileRows);
+                });
+}
+
 void product(ggml_tensor * dst, int ith, int nth, void *) {
-    if (dst->src[0]->type == GGML_TYPE_Q4_K) {
-        product_q4_k(dst, ith, nth);
-    } else {
-        product_q8_0(dst, ith, nth);
+    switch (dst->src[0]->type) {
+        case GGML_TYPE_Q4_K:
+            product_q4_k(dst, ith, nth);
+            break;
+        case GGML_TYPE_Q6_K:
+            product_q6_k(dst, ith, nth);
+            break;
+        default:
+            product_q8_0(dst, ith, nth);
     }
 }
 
@@ -241,16 +268,18 @@ void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
 extern "C" {
 
 bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
-    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K;
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K;
 }
 
 const char * ggml_ext_exact_matmul_kernel(enum ggml_type type) {
     if (type == GGML_TYPE_Q4_K) return ggml_ext::q4k_kernel_name(ggml_ext::q4k_best_kernel());
+    if (type == GGML_TYPE_Q6_K) return ggml_ext::q6k_kernel_name(ggml_ext::q6k_best_kernel());
     return ggml_ext::q8_kernel_name(ggml_ext::q8_best_kernel());
 }
 
 bool ggml_ext_exact_matmul_preferred(enum ggml_type type) {
     if (type == GGML_TYPE_Q4_K) return ggml_ext::q4k_kernel_beats_ggml(ggml_ext::q4k_best_kernel());
+    if (type == GGML_TYPE_Q6_K) return ggml_ext::q6k_kernel_beats_ggml(ggml_ext::q6k_best_kernel());
     return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
 }
 
@@ -265,10 +294,9 @@ ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_te
     // x quantized as ggml's own product of W quantizes it.
     const ggml_type x_type = ggml_get_type_traits_cpu(w->type)->vec_dot_type;
     ggml_tensor * x_args[1] = {x};
-    // (userdata: W's type, a constant of this file, which outlives the graph)
-    static const ggml_type kTypes[2] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
-    ggml_tensor * xq = ggml_custom_4d(ctx, x_type, x->ne[0], x->ne[1], 1, 1, x_args, 1, quantize_rows, GGML_N_TASKS_MAX,
-                                      const_cast<ggml_type *>(&kTypes[w->type == GGML_TYPE_Q4_K]));
+    ggml_tensor * xq =
+        ggml_custom_4d(ctx, x_type, x->ne[0], x->ne[1], 1, 1, x_args, 1,
+                       w->type == GGML_TYPE_Q4_K ? quantize_rows_q4k_order : quantize_rows, GGML_N_TASKS_MAX, nullptr);
     const Cells cells = cells_of(bounds, w->ne[0], ggml_blck_size(w->type));
     ggml_tensor * args[3] = {w, xq, ggml_ext::op_params_tensor(ctx, kCellsName, cells)};
     ggml_tensor * out =

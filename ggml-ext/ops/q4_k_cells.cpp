@@ -1,24 +1,11 @@
 #include "ggml-ext/ops/q4_k_cells.h"
 
+#include "ggml-ext/ops/k_cells_totals.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "ggml-cpu.h"
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define LLAMA_TP_Q4K_AVX2 1
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-#define LLAMA_TP_Q4K_AVX512 1
-#endif
-#endif
-
-// GCC 12's AVX-512 intrinsics pass an undefined register as the unused
-// merge source and then warn about it where they are inlined.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace ggml_ext {
 
@@ -27,7 +14,7 @@ static_assert(sizeof(BlockQ8_K) == 292, "the layout of ggml's block_q8_K");
 
 namespace {
 
-constexpr int kSLanes = 16, kMLanes = 8;  // of S (A), of X (B)
+using namespace kcells;
 
 // Where sub-block j's values start in BlockQ8_K::qs (the pairs' order), and
 // which half of S it adds to.
@@ -54,25 +41,6 @@ struct ScalesMins {
     }
     int sc(int j) const { return (int) (((j < 4 ? sc_lo : sc_hi) >> (8 * (j & 3))) & 0xff); }
     int m(int j) const { return (int) (((j < 4 ? m_lo : m_hi) >> (8 * (j & 3))) & 0xff); }
-};
-
-// One output's doubles: a cell's A and B lanes are added to them.
-struct OutputTotals {
-    double a[kSLanes] = {}, b[kMLanes] = {};
-
-    void add(const float * A, const float * B) {
-        for (int t = 0; t < kSLanes; ++t) a[t] += (double) A[t];
-        for (int l = 0; l < kMLanes; ++l) b[l] += (double) B[l];
-    }
-    // The output from the lanes, in halves (q4_k_cells.h).
-    double total() const {
-        double c[8];
-        for (int t = 0; t < 8; ++t) c[t] = (a[t] + a[t + 8]) - b[t];
-        for (int n = 4; n >= 1; n /= 2) {
-            for (int t = 0; t < n; ++t) c[t] += c[t + n];
-        }
-        return c[0];
-    }
 };
 
 template <int RM, int RN>
@@ -113,11 +81,7 @@ void tile_scalar(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const
         for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
 }
 
-#if defined(LLAMA_TP_Q4K_AVX2)
-__m256i load256(const void * p) {
-    return _mm256_loadu_si256(static_cast<const __m256i *>(p));
-}
-
+#if defined(LLAMA_TP_KCELLS_AVX2)
 // dmin_w * m_l, the eight of them.
 __m256 scaled_mins(const ScalesMins & sm, float dmw) {
     const __m128i m = _mm_set_epi32(0, 0, (int) sm.m_hi, (int) sm.m_lo);
@@ -127,28 +91,6 @@ __m256 scaled_mins(const ScalesMins & sm, float dmw) {
 __m256 load_sums(const BlockQ8_K & xb) {
     return _mm256_loadu_ps(xb.sums);
 }
-
-// OutputTotals in registers of four doubles: the same additions.
-struct Totals256 {
-    __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-    __m256d b[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
-
-    void add(__m256 a_lo, __m256 a_hi, __m256 m) {
-        a[0] = _mm256_add_pd(a[0], _mm256_cvtps_pd(_mm256_castps256_ps128(a_lo)));
-        a[1] = _mm256_add_pd(a[1], _mm256_cvtps_pd(_mm256_extractf128_ps(a_lo, 1)));
-        a[2] = _mm256_add_pd(a[2], _mm256_cvtps_pd(_mm256_castps256_ps128(a_hi)));
-        a[3] = _mm256_add_pd(a[3], _mm256_cvtps_pd(_mm256_extractf128_ps(a_hi, 1)));
-        b[0] = _mm256_add_pd(b[0], _mm256_cvtps_pd(_mm256_castps256_ps128(m)));
-        b[1] = _mm256_add_pd(b[1], _mm256_cvtps_pd(_mm256_extractf128_ps(m, 1)));
-    }
-    double total() const {
-        const __m256d c0 = _mm256_sub_pd(_mm256_add_pd(a[0], a[2]), b[0]);  // c[0..3]
-        const __m256d c1 = _mm256_sub_pd(_mm256_add_pd(a[1], a[3]), b[1]);  // c[4..7]
-        const __m256d c4 = _mm256_add_pd(c0, c1);
-        const __m128d c2 = _mm_add_pd(_mm256_castpd256_pd128(c4), _mm256_extractf128_pd(c4, 1));
-        return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
-    }
-};
 
 // Up to four rows and tokens in all (three accumulators each, of 16 registers).
 template <int RM, int RN>
@@ -200,18 +142,6 @@ void core_avx2(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const i
         for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
 }
 
-// A tile as cores of at most `most` rows x tokens: the rows in two parts.
-template <int RM, int RN, int most, template <int, int> class Core>
-void in_cores(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
-              double * out, int64_t ld) {
-    if constexpr (RM * RN <= most || RM == 1) {
-        Core<RM, RN>::run(w, x, bounds, n_blocks, out, ld);
-    } else {
-        in_cores<RM / 2, RN, most, Core>(w, x, bounds, n_blocks, out, ld);
-        in_cores<RM - RM / 2, RN, most, Core>(w + RM / 2, x, bounds, n_blocks, out + RM / 2, ld);
-    }
-}
-
 template <int RM, int RN>
 struct Avx2Core {
     static void run(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
@@ -233,7 +163,7 @@ void tile_avx2(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const i
 }
 #endif
 
-#if defined(LLAMA_TP_Q4K_AVX512)
+#if defined(LLAMA_TP_KCELLS_AVX512)
 // The scale of each word of a register of values (BlockQ8_K's order): the
 // sub-blocks (0, 2), (1, 3), (4, 6) and (5, 7), sixteen words each.
 struct ScalePick {
@@ -245,32 +175,6 @@ struct ScalePick {
         }
     }
 };
-
-// OutputTotals in registers of eight doubles: the same additions.
-struct Totals512 {
-    __m512d a_lo = _mm512_setzero_pd(), a_hi = _mm512_setzero_pd(), b = _mm512_setzero_pd();
-
-    void add(__m512 s, __m256 m) {
-        a_lo = _mm512_add_pd(a_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
-        a_hi = _mm512_add_pd(a_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
-        b = _mm512_add_pd(b, _mm512_cvtps_pd(m));
-    }
-    double total() const {
-        const __m512d c = _mm512_sub_pd(_mm512_add_pd(a_lo, a_hi), b);
-        const __m256d c4 = _mm256_add_pd(_mm512_castpd512_pd256(c), _mm512_extractf64x4_pd(c, 1));
-        const __m128d c2 = _mm_add_pd(_mm256_castpd256_pd128(c4), _mm256_extractf128_pd(c4, 1));
-        return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
-    }
-};
-
-// acc + the word pairs' products, summed in pairs.
-__m512i add_pair_products(__m512i acc, __m512i a, __m512i b) {
-#if defined(__AVX512VNNI__)
-    return _mm512_dpwssd_epi32(acc, a, b);
-#else
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
-#endif
-}
 
 // Up to eight rows x tokens: each output's 16 A lanes in one register, its
 // eight B lanes in a half one.
@@ -359,10 +263,10 @@ static_assert(kQ4KTileRows == 4 && kQ4KTileTokens == 8, "the tables below list s
 
 using TileTable = TileFn[kQ4KTileRows][kQ4KTileTokens];
 const TileTable kScalar = LLAMA_TP_Q4K_TILES(tile_scalar);
-#if defined(LLAMA_TP_Q4K_AVX2)
+#if defined(LLAMA_TP_KCELLS_AVX2)
 const TileTable kAvx2 = LLAMA_TP_Q4K_TILES(tile_avx2);
 #endif
-#if defined(LLAMA_TP_Q4K_AVX512)
+#if defined(LLAMA_TP_KCELLS_AVX512)
 const TileTable kAvx512 = LLAMA_TP_Q4K_TILES(tile_avx512);
 #endif
 
@@ -387,10 +291,10 @@ int q4k_tile_tokens(Q4KKernel kernel) {
 
 std::vector<Q4KKernel> q4k_kernels_available() {
     std::vector<Q4KKernel> kernels{Q4KKernel::Scalar};
-#if defined(LLAMA_TP_Q4K_AVX2)
+#if defined(LLAMA_TP_KCELLS_AVX2)
     if (ggml_cpu_has_avx2() && ggml_cpu_has_fma() && ggml_cpu_has_f16c()) kernels.push_back(Q4KKernel::Avx2);
 #endif
-#if defined(LLAMA_TP_Q4K_AVX512)
+#if defined(LLAMA_TP_KCELLS_AVX512)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
         kernels.push_back(Q4KKernel::Avx512);
     }
@@ -422,10 +326,10 @@ bool q4k_kernel_beats_ggml(Q4KKernel kernel) {
 void q4k_tile(Q4KKernel kernel, const BlockQ4_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
     const TileTable * table = &kScalar;
-#if defined(LLAMA_TP_Q4K_AVX2)
+#if defined(LLAMA_TP_KCELLS_AVX2)
     if (kernel == Q4KKernel::Avx2) table = &kAvx2;
 #endif
-#if defined(LLAMA_TP_Q4K_AVX512)
+#if defined(LLAMA_TP_KCELLS_AVX512)
     if (kernel == Q4KKernel::Avx512) table = &kAvx512;
 #endif
     (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);

@@ -11,9 +11,10 @@
 //   A[t] = fma(S[t] * d_w(b), d_x(b), A[t])             t = 0 .. 15
 //   B[l] = fma(dmin_w(b) * m_l, X[l], B[l])             l = 0 .. 7
 // where X[l] = d_x(b) * (x's sum over sub-block l), formed once per token.
-// At a cell's end each A[t] and B[l] is added to a double of its own; the
-// output is c[0] + c[1] + ... in halves: c[t] = (A[t] + A[t + 8]) - B[t]
-// (t < 8), then c[t] + c[t + 4], then c[t] + c[t + 2], then the two left.
+// At a cell's end F[t] = (A[t] + A[t + 8]) - B[t] (t < 8, in float) is
+// added to a double of its lane; the output is the eight doubles added in
+// halves: d[t] + d[t + 4], then c[t] + c[t + 2], then the two left
+// (ggml-ext/ops/k_cells_totals.h).
 // S stays below 2^24, so it is a float exactly.
 
 #include "ggml.h"

@@ -1,11 +1,12 @@
 // ggml_ext_exact_matmul on the CPU: the cells of a split add up to the whole
 // matrix's result, every output is the same whatever batch or thread count
-// computes it, the result is the product it should be, and every q8_0 and
-// q4_K kernel this build has gives the scalar kernel's bits.
+// computes it, the result is the product it should be, and every q8_0, q4_K
+// and q6_K kernel this build has gives the scalar kernel's bits.
 
 #include "ggml-ext/ops/exact_matmul.h"
 #include "ggml-ext/ops/exact_sum.h"
 #include "ggml-ext/ops/q4_k_cells.h"
+#include "ggml-ext/ops/q6_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
 
 #include <cmath>
@@ -25,7 +26,7 @@ namespace {
 constexpr int64_t kK = 1536, kM = 37, kT = 11;  // 37 rows: a partial tile for every thread count
 
 // A type the product takes, with uneven cells as the reduction grid's are
-// (down to two q8_0 blocks, one q4_K block), and the same cells held by two
+// (down to two q8_0 blocks, one K-quant block), and the same cells held by two
 // ranks: the first two by one (first), the rest by the other (second).
 struct TypeCase {
     ggml_type type;
@@ -34,6 +35,7 @@ struct TypeCase {
 
 const TypeCase kQ8_0{GGML_TYPE_Q8_0, {0, 256, 768, 832, 1536}, {0, 256, 768}, {0, 64, 768}};
 const TypeCase kQ4_K{GGML_TYPE_Q4_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
+const TypeCase kQ6_K{GGML_TYPE_Q6_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 
 class ExactMatmul : public testing::TestWithParam<TypeCase> {};
 
@@ -190,7 +192,7 @@ TEST_P(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K), type_name);
+INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K, kQ6_K), type_name);
 
 // Random q8_0 blocks, full range of bytes and scales.
 std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
@@ -361,6 +363,80 @@ TEST(Q4KCells, TheScalarKernelIsGgmlsDotProduct) {
     const ggml_ext::BlockQ8_K * x = x_laid_out.data();
     double ours = 0.0;
     ggml_ext::q4k_tile(ggml_ext::Q4KKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
+    EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
+}
+
+// Random q6_K blocks: any bytes, so every six-bit value and every scale
+// from -128 to 127.
+std::vector<ggml_ext::BlockQ6_K> random_q6_k(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.0f, 0.001f);
+    std::vector<ggml_ext::BlockQ6_K> blocks(n);
+    for (auto & b : blocks) {
+        b.d = ggml_fp32_to_fp16(scale(rng));
+        for (uint8_t & q : b.ql) q = (uint8_t) byte(rng);
+        for (uint8_t & q : b.qh) q = (uint8_t) byte(rng);
+        for (int8_t & s : b.scales) s = (int8_t) (byte(rng) - 128);
+    }
+    return blocks;
+}
+
+std::vector<ggml_ext::GgmlBlockQ8_K> as_ggml_q8_k(const std::vector<GgmlQ8K> & blocks) {
+    std::vector<ggml_ext::GgmlBlockQ8_K> x(blocks.size());
+    std::memcpy(x.data(), blocks.data(), x.size() * sizeof(GgmlQ8K));
+    return x;
+}
+
+TEST(Q6KCells, EveryKernelGivesTheScalarKernelsBits) {
+    const std::vector<ggml_ext::Q6KKernel> kernels = ggml_ext::q6k_kernels_available();
+    ASSERT_EQ(kernels.front(), ggml_ext::Q6KKernel::Scalar);
+    constexpr int64_t n_blocks = 7;
+    const std::vector<int64_t> bounds{0, 2, 3, 7};  // cells of 2, 1 and 4 blocks
+    const auto w_blocks = random_q6_k(ggml_ext::kQ6KTileRows * n_blocks, 21);
+    const auto x_blocks = as_ggml_q8_k(random_ggml_q8_k(ggml_ext::kQ6KTileTokens * n_blocks, 22));
+    const ggml_ext::BlockQ6_K * w[ggml_ext::kQ6KTileRows];
+    const ggml_ext::GgmlBlockQ8_K * x[ggml_ext::kQ6KTileTokens];
+    for (int i = 0; i < ggml_ext::kQ6KTileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    for (int j = 0; j < ggml_ext::kQ6KTileTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
+    constexpr int64_t ld = ggml_ext::kQ6KTileRows;
+    for (ggml_ext::Q6KKernel kernel : kernels) {
+        for (int nr = 1; nr <= ggml_ext::kQ6KTileRows; ++nr) {
+            for (int nc = 1; nc <= ggml_ext::kQ6KTileTokens; ++nc) {
+                SCOPED_TRACE(std::string(ggml_ext::q6k_kernel_name(kernel)) + " " + std::to_string(nr) + "x" +
+                             std::to_string(nc));
+                std::vector<double> got(ld * nc), want(ld * nc);
+                ggml_ext::q6k_tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
+                ggml_ext::q6k_tile(ggml_ext::Q6KKernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
+                for (int j = 0; j < nc; ++j) {
+                    double alone = 0.0;
+                    ggml_ext::q6k_tile(ggml_ext::Q6KKernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
+                    EXPECT_EQ(0, std::memcmp(&got[j * ld], &want[j * ld], nr * sizeof(double)));
+                    EXPECT_EQ(alone, want[j * ld]);
+                }
+            }
+        }
+    }
+    std::string names;
+    for (ggml_ext::Q6KKernel kernel : kernels) names += std::string(" ") + ggml_ext::q6k_kernel_name(kernel);
+    std::printf("q6_K kernels compared:%s\n", names.c_str());
+    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(GGML_TYPE_Q6_K), ggml_ext::q6k_kernel_name(kernels.back()));
+}
+
+TEST(Q6KCells, TheScalarKernelIsGgmlsDotProduct) {
+    ggml_cpu_init();  // ggml's dot products read tables it fills
+    const auto w_blocks = random_q6_k(5, 23);
+    const auto x_ggml = random_ggml_q8_k(5, 24);
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q6_K);
+    ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
+    float theirs = 0.0f;
+    traits->vec_dot(5 * 256, &theirs, 0, w_blocks.data(), 0, x_ggml.data(), 0, 1);
+    const auto x_blocks = as_ggml_q8_k(x_ggml);
+    const int64_t bounds[2] = {0, 5};
+    const ggml_ext::BlockQ6_K * w = w_blocks.data();
+    const ggml_ext::GgmlBlockQ8_K * x = x_blocks.data();
+    double ours = 0.0;
+    ggml_ext::q6k_tile(ggml_ext::Q6KKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
     EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
 }
 

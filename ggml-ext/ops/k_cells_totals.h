@@ -1,0 +1,109 @@
+#pragma once
+// What the K-quant tile kernels (q4_k_cells.h, q6_k_cells.h) share: the
+// doubles each output's lanes are added to, the order its value is formed
+// from them, and a tile run as smaller cores. Included by their sources
+// only, which are compiled for the CPU's vector instructions.
+
+#include <cstdint>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define LLAMA_TP_KCELLS_AVX2 1
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define LLAMA_TP_KCELLS_AVX512 1
+#endif
+#endif
+
+// GCC 12's AVX-512 intrinsics pass an undefined register as the unused
+// merge source and then warn about it where they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace ggml_ext::kcells {
+
+constexpr int kSLanes = 16, kMLanes = 8;  // an output's A lanes and B lanes
+
+// One output's eight doubles: at a cell's end, F[t] = (A[t] + A[t + 8]) -
+// B[t] in float is added to d[t]; the output is then d[t] + d[t + 4],
+// then c[t] + c[t + 2], then the two left.
+struct OutputTotals {
+    double d[8] = {};
+
+    void add(const float * A, const float * B) {
+        for (int t = 0; t < 8; ++t) d[t] += (double) ((A[t] + A[t + 8]) - B[t]);
+    }
+    double total() const {
+        double c[8];
+        for (int t = 0; t < 8; ++t) c[t] = d[t];
+        for (int n = 4; n >= 1; n /= 2) {
+            for (int t = 0; t < n; ++t) c[t] += c[t + n];
+        }
+        return c[0];
+    }
+};
+
+// A tile as cores of at most `most` rows x tokens, the rows in two parts;
+// Core<R, N>::run(w, x, bounds, n_blocks, out, ld) runs one.
+template <int RM, int RN, int most, template <int, int> class Core, typename BlockW, typename BlockX>
+void in_cores(const BlockW * const * w, const BlockX * const * x, const int64_t * bounds, int64_t n_blocks,
+              double * out, int64_t ld) {
+    if constexpr (RM * RN <= most || RM == 1) {
+        Core<RM, RN>::run(w, x, bounds, n_blocks, out, ld);
+    } else {
+        in_cores<RM / 2, RN, most, Core>(w, x, bounds, n_blocks, out, ld);
+        in_cores<RM - RM / 2, RN, most, Core>(w + RM / 2, x, bounds, n_blocks, out + RM / 2, ld);
+    }
+}
+
+#if defined(LLAMA_TP_KCELLS_AVX2)
+inline __m256i load256(const void * p) {
+    return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
+
+// OutputTotals in registers of four doubles: the same additions.
+struct Totals256 {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();  // d[0..3], d[4..7]
+
+    void add(__m256 a_lo, __m256 a_hi, __m256 b) {
+        const __m256 f = _mm256_sub_ps(_mm256_add_ps(a_lo, a_hi), b);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+    }
+    double total() const {
+        const __m256d c4 = _mm256_add_pd(lo, hi);
+        const __m128d c2 = _mm_add_pd(_mm256_castpd256_pd128(c4), _mm256_extractf128_pd(c4, 1));
+        return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
+    }
+};
+#endif
+
+#if defined(LLAMA_TP_KCELLS_AVX512)
+// OutputTotals in a register of eight doubles: the same additions.
+struct Totals512 {
+    __m512d d = _mm512_setzero_pd();
+
+    void add(__m512 a, __m256 b) {
+        const __m256 a_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+        d = _mm512_add_pd(d, _mm512_cvtps_pd(_mm256_sub_ps(_mm256_add_ps(_mm512_castps512_ps256(a), a_hi), b)));
+    }
+    double total() const {
+        const __m512d c = d;
+        const __m256d c4 = _mm256_add_pd(_mm512_castpd512_pd256(c), _mm512_extractf64x4_pd(c, 1));
+        const __m128d c2 = _mm_add_pd(_mm256_castpd256_pd128(c4), _mm256_extractf128_pd(c4, 1));
+        return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
+    }
+};
+
+// acc + the word pairs' products, summed in pairs.
+inline __m512i add_pair_products(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+#endif
+
+}  // namespace ggml_ext::kcells
