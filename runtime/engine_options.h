@@ -107,13 +107,14 @@ struct EngineOptions {
     std::optional<bool> split_invariant;
     // The mode in use, once the engine has decided (Engine::options()).
     bool exact_sums() const { return split_invariant.value_or(false); }
-    // With split-invariant sums, every other dense q8_0 matrix (attention
-    // and FFN projections, the output head) is multiplied by the same
-    // one-pass kernel as the row-parallel ones, with one cell: each output
-    // then depends on its own row and token only, so a q8_0 model's logits
-    // are the same in any batch. Unset: where that kernel is faster than
-    // ggml's q8_0 product on this CPU (ggml_ext_exact_matmul_preferred), or
-    // as LLAMA_TP_ONE_PASS_PRODUCTS (1 or 0) says; the engine decides at load.
+    // With split-invariant sums, every other dense matrix of a type the
+    // one-pass kernel takes (q8_0, q4_K, q6_K: attention and FFN
+    // projections, the output head) is multiplied by it too, with one cell:
+    // each output then depends on its own row and token only, so such a
+    // model's logits are the same in any batch. Unset: where that kernel is
+    // faster than ggml's products on this CPU for every such type of the
+    // model (ggml_ext_exact_matmul_preferred), or as LLAMA_TP_ONE_PASS_PRODUCTS
+    // (1 or 0) says; the engine decides at load.
     std::optional<bool> one_pass_products;
     // The variables the runtime reads (LLAMA_TP_*, upstream's GGML_CUDA_*
     // names; README: "Ranks on devices"). Unset: the process's, read once

@@ -69,9 +69,12 @@ bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buf
 }
 
 // Whether a row-parallel matrix is multiplied in one pass with split-invariant
-// sums (experts are not: mul_mat_id has no one-pass form).
+// sums (experts are not: mul_mat_id has no one-pass form): q8_0 on every CPU
+// (as fast as ggml's products or faster, on every path measured), the
+// K-quants where their kernel is faster than ggml's (the AVX-512 one).
 bool one_pass(const ggml_tensor * desc, bool experts) {
-    return desc && !experts && ggml_ext_exact_matmul_takes(desc->type);
+    return desc && !experts && ggml_ext_exact_matmul_takes(desc->type) &&
+           (desc->type == GGML_TYPE_Q8_0 || ggml_ext_exact_matmul_preferred(desc->type));
 }
 
 // A plain matrix (not stacked experts) ggml_ext_exact_matmul takes.
