@@ -69,12 +69,16 @@ bool buft_takes_matrix(ggml_backend_dev_t device, ggml_backend_buffer_type_t buf
 }
 
 // Whether a row-parallel matrix is multiplied in one pass with split-invariant
-// sums (experts are not: mul_mat_id has no one-pass form): q8_0 on every CPU
-// (as fast as ggml's products or faster, on every path measured), the
-// K-quants where their kernel is faster than ggml's (the AVX-512 one).
+// sums (experts are not: mul_mat_id has no one-pass form).
 bool one_pass(const ggml_tensor * desc, bool experts) {
-    return desc && !experts && ggml_ext_exact_matmul_takes(desc->type) &&
-           (desc->type == GGML_TYPE_Q8_0 || ggml_ext_exact_matmul_preferred(desc->type));
+    return desc && !experts && ggml_ext_exact_matmul_takes(desc->type);
+}
+
+// Whether that pass costs nothing against ggml's products, so that the sums
+// may be the default: q8_0 on every CPU (as fast or faster on every path
+// measured), the K-quants where their kernel beats ggml's (the AVX-512 one).
+bool free_one_pass(const ggml_tensor * desc, bool experts) {
+    return one_pass(desc, experts) && (desc->type == GGML_TYPE_Q8_0 || ggml_ext_exact_matmul_preferred(desc->type));
 }
 
 // A plain matrix (not stacked experts) ggml_ext_exact_matmul takes.
@@ -88,8 +92,8 @@ bool ModelWeights::row_parallel_in_one_pass(const GgufFile & file, const HParams
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string p = hp.tensor_prefix(il);
         const char * output = hp.keeps_kv(il) ? "attn_output.weight" : "ssm_out.weight";
-        if (!one_pass(file.find_tensor(p + output), false) ||
-            (hp.block(il).ffn.has_dense() && !one_pass(file.find_tensor(p + "ffn_down.weight"), false)) ||
+        if (!free_one_pass(file.find_tensor(p + output), false) ||
+            (hp.block(il).ffn.has_dense() && !free_one_pass(file.find_tensor(p + "ffn_down.weight"), false)) ||
             hp.block(il).ffn.has_experts()) {
             return false;
         }

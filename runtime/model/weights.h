@@ -218,8 +218,9 @@ class ModelWeights {
     const LoraWeight * lora(size_t i, const ggml_tensor * base) const;
 
     // Whether split-invariant sums multiply every row-parallel matrix of the
-    // model in one pass (RowParallelWeight::one_pass): dense layers whose
-    // attn_output and ffn_down ggml_ext_exact_matmul takes. Linear
+    // model in one pass (RowParallelWeight::one_pass) at no cost: dense
+    // layers whose attn_output and ffn_down ggml_ext_exact_matmul takes, and
+    // multiplies faster than ggml where they are K-quants. Linear
     // attention's ssm_out counts where that kernel takes its type: it has
     // more cells than one pass takes, so it is one product per cell, which
     // measured no slower on the whole (docs/benchmarks.md, "Linear

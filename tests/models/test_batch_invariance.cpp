@@ -1,14 +1,16 @@
-// A q8_0 model with split-invariant sums and every product through the
-// one-pass kernel (EngineOptions::one_pass_products), whatever this CPU's
-// default: each output depends on its own token only, so a token's logits
-// are the same bits whether its prompt was decoded in one batch or token by
-// token, alone or beside another sequence, on one rank or two; and they are
-// ggml's products up to rounding. Usage: test-batch-invariance MODEL.gguf
-// (a q8_0 model; gtest flags may follow).
+// A q8_0 or q4_k model with split-invariant sums and every product through
+// the one-pass kernels (EngineOptions::one_pass_products), whatever this
+// CPU's default: each output depends on its own token only, so a token's
+// logits are the same bits whether its prompt was decoded in one batch or
+// token by token, alone or beside another sequence, on one rank or two; and
+// they are ggml's products up to rounding. Usage: test-batch-invariance
+// MODEL.gguf (a generated q8_0 or q4_k model; gtest flags may follow).
 
 #include "ggml-ext/ops/exact_matmul.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/model/gguf_file.h"
+#include "runtime/model/weights.h"
 
 #include <algorithm>
 #include <cmath>
@@ -122,8 +124,8 @@ TEST(BatchInvariance, TwoRanksGiveOneRanksBits) {
 }
 
 // The one-pass products are ggml's products up to the order of addition,
-// which q8_0 activations turn into a flipped rounding step now and then
-// (4e-6 of the largest logit, 53, on this model): the same top token and
+// which quantized activations turn into a flipped rounding step now and then
+// (q8_0: 4e-6 of the largest logit, 53, on its model): the same top token and
 // the accuracy contract's bound for quantized weights (mean KL 1e-3).
 TEST(BatchInvariance, OnePassProductsAgreeWithGgmlsWithinRounding) {
     const std::vector<int32_t> p = prompt(40, 5);
@@ -150,8 +152,9 @@ TEST(BatchInvariance, OnePassProductsAgreeWithGgmlsWithinRounding) {
     EXPECT_EQ(same_top, a.size());
 }
 
-// Unset, the choice is the CPU's (ggml_ext_exact_matmul_preferred) unless
-// LLAMA_TP_ONE_PASS_PRODUCTS says 1 or 0; float sums never take it.
+// Unset, the choice is the CPU's (ggml_ext_exact_matmul_preferred, for every
+// type of the model the kernels take) unless LLAMA_TP_ONE_PASS_PRODUCTS says
+// 1 or 0; float sums never take it.
 TEST(BatchInvariance, TheChoiceFollowsTheVariableThenTheCpu) {
     EngineOptions o;
     o.model_path = g_model;
@@ -171,7 +174,10 @@ TEST(BatchInvariance, TheChoiceFollowsTheVariableThenTheCpu) {
     };
     EXPECT_TRUE(choice("1", true));
     EXPECT_FALSE(choice("0", true));
-    EXPECT_EQ(choice(nullptr, true), ggml_ext_exact_matmul_preferred(GGML_TYPE_Q8_0));  // a q8_0 model
+    bool faster = true;
+    for (ggml_type t : ModelWeights::one_pass_types(GgufFile(g_model)))
+        faster = faster && ggml_ext_exact_matmul_preferred(t);
+    EXPECT_EQ(choice(nullptr, true), faster);
     EXPECT_FALSE(choice("1", false));
     setenv("LLAMA_TP_ONE_PASS_PRODUCTS", "yes", 1);
     try {
