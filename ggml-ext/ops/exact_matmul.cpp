@@ -60,7 +60,7 @@ std::vector<int64_t> cell_blocks(const ggml_tensor * dst) {
 
 constexpr int64_t QK_K_VALUES = 256;  // a K-quant super-block's values
 
-// x's rows in the type W's dot products take; for q4_K W, in the order of
+// x's rows in the type W's dot products take; for q4_K and q5_K W, in the order of
 // its kernel (ggml_ext::BlockQ8_K).
 void quantize_rows_of(ggml_tensor * dst, int ith, int nth, bool q4k_order) {
     const ggml_tensor * x = dst->src[0];
@@ -212,45 +212,39 @@ void product_q8_0(ggml_tensor * dst, int ith, int nth) {
                 });
 }
 
-void product_q4_k(ggml_tensor * dst, int ith, int nth) {
-    using ggml_ext::BlockQ4_K;
-    using ggml_ext::BlockQ8_K;
-    using ggml_ext::kQ4KTileRows;
+// A K-quant product: BlockX the x blocks its tile reads, tile its kernel.
+template <typename BlockW, typename BlockX, auto tile>
+void product_k_quant(ggml_tensor * dst, int ith, int nth) {
+    using ggml_ext::kKQuantTileRows;
     const int64_t n_blocks = dst->src[0]->ne[0] / QK_K_VALUES;
     const std::vector<int64_t> cells = cell_blocks(dst);
-    const ggml_ext::Q4KKernel kernel = ggml_ext::q4k_best_kernel();
-    const TiledProduct<BlockQ4_K, BlockQ8_K, kQ4KTileRows, ggml_ext::kQ4KTileTokens> product(dst, ith, nth);
-    product.run(ggml_ext::q4k_tile_tokens(kernel),
-                [&](const BlockQ4_K * const * wr, int nr, const BlockQ8_K * const * xr, int nc, double * sums) {
-                    ggml_ext::q4k_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, kQ4KTileRows);
-                });
-}
-
-void product_q6_k(ggml_tensor * dst, int ith, int nth) {
-    using ggml_ext::BlockQ6_K;
-    using ggml_ext::GgmlBlockQ8_K;
-    using ggml_ext::kQ6KTileRows;
-    const int64_t n_blocks = dst->src[0]->ne[0] / QK_K_VALUES;
-    const std::vector<int64_t> cells = cell_blocks(dst);
-    const ggml_ext::Q6KKernel kernel = ggml_ext::q6k_best_kernel();
-    const TiledProduct<BlockQ6_K, GgmlBlockQ8_K, kQ6KTileRows, ggml_ext::kQ6KTileTokens> product(dst, ith, nth);
-    product.run(ggml_ext::q6k_tile_tokens(kernel),
-                [&](const BlockQ6_K * const * wr, int nr, const GgmlBlockQ8_K * const * xr, int nc, double * sums) {
-                    ggml_ext::q6k_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, kQ6KTileRows);
+    const ggml_ext::KQuantKernel kernel = ggml_ext::kquant_best_kernel();
+    const TiledProduct<BlockW, BlockX, kKQuantTileRows, ggml_ext::kKQuantTileTokens> product(dst, ith, nth);
+    product.run(ggml_ext::kquant_tile_tokens(kernel),
+                [&](const BlockW * const * wr, int nr, const BlockX * const * xr, int nc, double * sums) {
+                    tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, kKQuantTileRows);
                 });
 }
 
 void product(ggml_tensor * dst, int ith, int nth, void *) {
     switch (dst->src[0]->type) {
         case GGML_TYPE_Q4_K:
-            product_q4_k(dst, ith, nth);
+            product_k_quant<ggml_ext::BlockQ4_K, ggml_ext::BlockQ8_K, ggml_ext::q4k_tile>(dst, ith, nth);
+            break;
+        case GGML_TYPE_Q5_K:
+            product_k_quant<ggml_ext::BlockQ5_K, ggml_ext::BlockQ8_K, ggml_ext::q5k_tile>(dst, ith, nth);
             break;
         case GGML_TYPE_Q6_K:
-            product_q6_k(dst, ith, nth);
+            product_k_quant<ggml_ext::BlockQ6_K, ggml_ext::GgmlBlockQ8_K, ggml_ext::q6k_tile>(dst, ith, nth);
             break;
         default:
             product_q8_0(dst, ith, nth);
     }
+}
+
+// The K-quants with a kernel here (k_quant_kernel.h).
+bool is_k_quant(ggml_type type) {
+    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
 }
 
 void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
@@ -268,18 +262,16 @@ void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
 extern "C" {
 
 bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
-    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K;
+    return type == GGML_TYPE_Q8_0 || is_k_quant(type);
 }
 
 const char * ggml_ext_exact_matmul_kernel(enum ggml_type type) {
-    if (type == GGML_TYPE_Q4_K) return ggml_ext::q4k_kernel_name(ggml_ext::q4k_best_kernel());
-    if (type == GGML_TYPE_Q6_K) return ggml_ext::q6k_kernel_name(ggml_ext::q6k_best_kernel());
+    if (is_k_quant(type)) return ggml_ext::kquant_kernel_name(ggml_ext::kquant_best_kernel());
     return ggml_ext::q8_kernel_name(ggml_ext::q8_best_kernel());
 }
 
 bool ggml_ext_exact_matmul_preferred(enum ggml_type type) {
-    if (type == GGML_TYPE_Q4_K) return ggml_ext::q4k_kernel_beats_ggml(ggml_ext::q4k_best_kernel());
-    if (type == GGML_TYPE_Q6_K) return ggml_ext::q6k_kernel_beats_ggml(ggml_ext::q6k_best_kernel());
+    if (is_k_quant(type)) return ggml_ext::kquant_kernel_beats_ggml(ggml_ext::kquant_best_kernel());
     return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
 }
 
@@ -296,7 +288,8 @@ ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_te
     ggml_tensor * x_args[1] = {x};
     ggml_tensor * xq =
         ggml_custom_4d(ctx, x_type, x->ne[0], x->ne[1], 1, 1, x_args, 1,
-                       w->type == GGML_TYPE_Q4_K ? quantize_rows_q4k_order : quantize_rows, GGML_N_TASKS_MAX, nullptr);
+                       w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q5_K ? quantize_rows_q4k_order : quantize_rows,
+                       GGML_N_TASKS_MAX, nullptr);
     const Cells cells = cells_of(bounds, w->ne[0], ggml_blck_size(w->type));
     ggml_tensor * args[3] = {w, xq, ggml_ext::op_params_tensor(ctx, kCellsName, cells)};
     ggml_tensor * out =

@@ -19,7 +19,7 @@
 
 extern "C" {
 
-// Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0, q4_K, q6_K).
+// Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0, q4_K, q5_K, q6_K).
 bool ggml_ext_exact_matmul_takes(enum ggml_type type);
 
 // The kernel it runs for a type it takes on this CPU ("avx512-vnni",

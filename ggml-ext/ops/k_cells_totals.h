@@ -1,8 +1,11 @@
 #pragma once
 // What the K-quant tile kernels (q4_k_cells.h, q6_k_cells.h) share: the
 // doubles each output's lanes are added to, the order its value is formed
-// from them, and a tile run as smaller cores. Included by their sources
-// only, which are compiled for the CPU's vector instructions.
+// from them, a tile run as smaller cores, and the table of every tile
+// shape. Included by their sources only, which are compiled for the CPU's
+// vector instructions.
+
+#include "ggml-ext/ops/k_quant_kernel.h"
 
 #include <cstdint>
 
@@ -57,6 +60,16 @@ void in_cores(const BlockW * const * w, const BlockX * const * x, const int64_t 
     }
 }
 
+// Every tile shape of one path, [rows - 1][tokens - 1]: fn<RM, RN>.
+#define LLAMA_TP_KCELLS_TILE_ROW(fn, RM) \
+    { fn<RM, 1>, fn<RM, 2>, fn<RM, 3>, fn<RM, 4>, fn<RM, 5>, fn<RM, 6>, fn<RM, 7>, fn<RM, 8> }
+#define LLAMA_TP_KCELLS_TILES(fn)                                                                          \
+    {                                                                                                      \
+        LLAMA_TP_KCELLS_TILE_ROW(fn, 1), LLAMA_TP_KCELLS_TILE_ROW(fn, 2), LLAMA_TP_KCELLS_TILE_ROW(fn, 3), \
+            LLAMA_TP_KCELLS_TILE_ROW(fn, 4)                                                                \
+    }
+static_assert(kKQuantTileRows == 4 && kKQuantTileTokens == 8, "LLAMA_TP_KCELLS_TILES lists shapes up to 4 x 8");
+
 #if defined(LLAMA_TP_KCELLS_AVX2)
 inline __m256i load256(const void * p) {
     return _mm256_loadu_si256(static_cast<const __m256i *>(p));
@@ -78,6 +91,19 @@ struct Totals256 {
     }
 };
 #endif
+
+// A 256-bit path's tile: past four tokens, tiles of four tokens (the path
+// asks for four at most); each as cores of up to four outputs.
+template <template <int, int> class Core, int RM, int RN, typename BlockW, typename BlockX>
+void tile_256(const BlockW * const * w, const BlockX * const * x, const int64_t * bounds, int64_t n_blocks,
+              double * out, int64_t ld) {
+    if constexpr (RN > 4) {
+        tile_256<Core, RM, 4>(w, x, bounds, n_blocks, out, ld);
+        tile_256<Core, RM, RN - 4>(w, x + 4, bounds, n_blocks, out + 4 * ld, ld);
+    } else {
+        in_cores<RM, RN, 4, Core>(w, x, bounds, n_blocks, out, ld);
+    }
+}
 
 #if defined(LLAMA_TP_KCELLS_AVX512)
 // OutputTotals in a register of eight doubles: the same additions.

@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "ggml-cpu.h"
 
 namespace ggml_ext {
 
 static_assert(sizeof(BlockQ4_K) == 144, "the layout of ggml's block_q4_K");
+static_assert(sizeof(BlockQ5_K) == 176, "the layout of ggml's block_q5_K");
 static_assert(sizeof(BlockQ8_K) == 292, "the layout of ggml's block_q8_K");
 
 namespace {
@@ -43,27 +45,37 @@ struct ScalesMins {
     int m(int j) const { return (int) (((j < 4 ? m_lo : m_hi) >> (8 * (j & 3))) & 0xff); }
 };
 
-template <int RM, int RN>
-void tile_scalar(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+// Whether the blocks carry a fifth bit (q5_K).
+template <typename Block>
+constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
+
+// The value k of sub-block j.
+template <typename Block>
+int value_of(const Block & wb, int j, int k) {
+    int v = (wb.qs[32 * (j / 2) + k] >> (4 * (j % 2))) & 15;
+    if constexpr (kFifthBit<Block>) v |= ((wb.qh[k] >> j) & 1) << 4;
+    return v;
+}
+
+template <typename Block, int RM, int RN>
+void tile_scalar(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                  double * out, int64_t ld) {
     OutputTotals total[RM][RN];
     for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
         float A[RM][RN][kSLanes] = {}, B[RM][RN][kMLanes] = {};
         for (; b < bounds[c]; ++b) {
             for (int i = 0; i < RM; ++i) {
-                const BlockQ4_K & wb = w[i][b];
+                const Block & wb = w[i][b];
                 const ScalesMins sm(wb.scales);
                 const float dw = ggml_fp16_to_fp32(wb.d), dmw = ggml_fp16_to_fp32(wb.dmin);
                 for (int j = 0; j < RN; ++j) {
                     const BlockQ8_K & xb = x[j][b];
                     int32_t S[kSLanes] = {};
                     for (int sub = 0; sub < 8; ++sub) {
-                        const uint8_t * q = wb.qs + 32 * (sub / 2);
-                        const int shift = 4 * (sub % 2);
                         const int8_t * xq = xb.qs + kPairOffset[sub];
                         for (int u = 0; u < 8; ++u) {
                             int32_t p = 0;
-                            for (int k = 4 * u; k < 4 * u + 4; ++k) p += ((q[k] >> shift) & 15) * xq[k];
+                            for (int k = 4 * u; k < 4 * u + 4; ++k) p += value_of(wb, sub, k) * xq[k];
                             S[8 * half_of(sub) + u] += sm.sc(sub) * p;
                         }
                     }
@@ -92,74 +104,87 @@ __m256 load_sums(const BlockQ8_K & xb) {
     return _mm256_loadu_ps(xb.sums);
 }
 
-// Up to four rows and tokens in all (three accumulators each, of 16 registers).
-template <int RM, int RN>
-void core_avx2(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
-               double * out, int64_t ld) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    Totals256 total[RM][RN];
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        __m256 a_lo[RM][RN], a_hi[RM][RN], acc_m[RM][RN];
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) a_lo[i][j] = a_hi[i][j] = acc_m[i][j] = _mm256_setzero_ps();
-        for (; b < bounds[c]; ++b) {
-            for (int i = 0; i < RM; ++i) {
-                const BlockQ4_K & wb = w[i][b];
-                const ScalesMins sm(wb.scales);
-                const float dw = _cvtsh_ss(wb.d), dmw = _cvtsh_ss(wb.dmin);
-                __m256i s[2][RN];
-                for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
-                for (int q = 0; q < 4; ++q) {
-                    const __m256i bytes = load256(wb.qs + 32 * q);
-                    const __m256i lo = _mm256_and_si256(bytes, low4);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-                    const __m256i sc_lo = _mm256_set1_epi16((short) sm.sc(2 * q));
-                    const __m256i sc_hi = _mm256_set1_epi16((short) sm.sc(2 * q + 1));
-                    const int h = half_of(2 * q);  // both sub-blocks of a byte run add to one half
-                    for (int j = 0; j < RN; ++j) {
-                        const int8_t * xq = x[j][b].qs;
-                        const __m256i p_lo =
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xq + kPairOffset[2 * q])), sc_lo);
-                        const __m256i p_hi =
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(xq + kPairOffset[2 * q + 1])), sc_hi);
-                        s[h][j] = _mm256_add_epi32(s[h][j], _mm256_add_epi32(p_lo, p_hi));
-                    }
-                }
-                const __m256 mins = scaled_mins(sm, dmw);
-                for (int j = 0; j < RN; ++j) {
-                    const BlockQ8_K & xb = x[j][b];
-                    const __m256 dwv = _mm256_set1_ps(dw), dx = _mm256_set1_ps(xb.d);
-                    a_lo[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dwv), dx, a_lo[i][j]);
-                    a_hi[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dwv), dx, a_hi[i][j]);
-                    acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(xb), acc_m[i][j]);
-                }
-            }
-        }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) total[i][j].add(a_lo[i][j], a_hi[i][j], acc_m[i][j]);
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+// q5_K's fifth bits of sub-block j as bit 4 of each byte (a 16-bit shift
+// of up to 4 moves no other byte's bit there).
+__m256i fifth_bits(__m256i qh, int j) {
+    const __m256i moved =
+        j <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j)) : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j - 4));
+    return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
 }
 
-template <int RM, int RN>
-struct Avx2Core {
-    static void run(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
-                    double * out, int64_t ld) {
-        core_avx2<RM, RN>(w, x, bounds, n_blocks, out, ld);
+// The values of sub-blocks 2q (lo) and 2q + 1 (hi) of a row's block.
+template <typename Block>
+void values_avx2(const Block & wb, int q, __m256i & lo, __m256i & hi) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i bytes = load256(wb.qs + 32 * q);
+    lo = _mm256_and_si256(bytes, low4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+    if constexpr (kFifthBit<Block>) {
+        const __m256i qh = load256(wb.qh);
+        lo = _mm256_or_si256(lo, fifth_bits(qh, 2 * q));
+        hi = _mm256_or_si256(hi, fifth_bits(qh, 2 * q + 1));
     }
+}
+
+template <typename Block>
+struct Avx2Cores {
+    // Up to four rows and tokens in all (three accumulators each, of 16 registers).
+    template <int RM, int RN>
+    struct Core {
+        static void run(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                        double * out, int64_t ld) {
+            Totals256 total[RM][RN];
+            for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+                __m256 a_lo[RM][RN], a_hi[RM][RN], acc_m[RM][RN];
+                for (int i = 0; i < RM; ++i)
+                    for (int j = 0; j < RN; ++j) a_lo[i][j] = a_hi[i][j] = acc_m[i][j] = _mm256_setzero_ps();
+                for (; b < bounds[c]; ++b) {
+                    for (int i = 0; i < RM; ++i) {
+                        const Block & wb = w[i][b];
+                        const ScalesMins sm(wb.scales);
+                        const float dw = _cvtsh_ss(wb.d), dmw = _cvtsh_ss(wb.dmin);
+                        __m256i s[2][RN];
+                        for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
+                        for (int q = 0; q < 4; ++q) {
+                            __m256i lo, hi;
+                            values_avx2(wb, q, lo, hi);
+                            const __m256i sc_lo = _mm256_set1_epi16((short) sm.sc(2 * q));
+                            const __m256i sc_hi = _mm256_set1_epi16((short) sm.sc(2 * q + 1));
+                            const int h = half_of(2 * q);  // both sub-blocks of a byte run add to one half
+                            for (int j = 0; j < RN; ++j) {
+                                const int8_t * xq = x[j][b].qs;
+                                const __m256i p_lo = _mm256_madd_epi16(
+                                    _mm256_maddubs_epi16(lo, load256(xq + kPairOffset[2 * q])), sc_lo);
+                                const __m256i p_hi = _mm256_madd_epi16(
+                                    _mm256_maddubs_epi16(hi, load256(xq + kPairOffset[2 * q + 1])), sc_hi);
+                                s[h][j] = _mm256_add_epi32(s[h][j], _mm256_add_epi32(p_lo, p_hi));
+                            }
+                        }
+                        const __m256 mins = scaled_mins(sm, dmw);
+                        for (int j = 0; j < RN; ++j) {
+                            const BlockQ8_K & xb = x[j][b];
+                            const __m256 dwv = _mm256_set1_ps(dw), dx = _mm256_set1_ps(xb.d);
+                            a_lo[i][j] =
+                                _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dwv), dx, a_lo[i][j]);
+                            a_hi[i][j] =
+                                _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dwv), dx, a_hi[i][j]);
+                            acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(xb), acc_m[i][j]);
+                        }
+                    }
+                }
+                for (int i = 0; i < RM; ++i)
+                    for (int j = 0; j < RN; ++j) total[i][j].add(a_lo[i][j], a_hi[i][j], acc_m[i][j]);
+            }
+            for (int i = 0; i < RM; ++i)
+                for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+        }
+    };
 };
 
-template <int RM, int RN>
-void tile_avx2(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+template <typename Block, int RM, int RN>
+void tile_avx2(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                double * out, int64_t ld) {
-    if constexpr (RN > 4) {
-        // Past four tokens: two tiles of tokens (the kernel asks for four at most).
-        tile_avx2<RM, 4>(w, x, bounds, n_blocks, out, ld);
-        tile_avx2<RM, RN - 4>(w, x + 4, bounds, n_blocks, out + 4 * ld, ld);
-    } else {
-        in_cores<RM, RN, 4, Avx2Core>(w, x, bounds, n_blocks, out, ld);
-    }
+    tile_256<Avx2Cores<Block>::template Core, RM, RN>(w, x, bounds, n_blocks, out, ld);
 }
 #endif
 
@@ -176,99 +201,128 @@ struct ScalePick {
     }
 };
 
-// Up to eight rows x tokens: each output's 16 A lanes in one register, its
-// eight B lanes in a half one.
-template <int RM, int RN>
-void core_avx512(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
-                 double * out, int64_t ld) {
-    static const ScalePick kPick;
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    Totals512 total[RM][RN];
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        __m512 acc_s[RM][RN];
-        __m256 acc_m[RM][RN];
-        for (int i = 0; i < RM; ++i) {
-            for (int j = 0; j < RN; ++j) {
-                acc_s[i][j] = _mm512_setzero_ps();
-                acc_m[i][j] = _mm256_setzero_ps();
-            }
-        }
-        for (; b < bounds[c]; ++b) {
-            for (int i = 0; i < RM; ++i) {
-                const BlockQ4_K & wb = w[i][b];
-                const ScalesMins sm(wb.scales);
-                const __m512 dw = _mm512_set1_ps(_cvtsh_ss(wb.d));
-                const __m512i q01 = _mm512_loadu_si512(wb.qs), q23 = _mm512_loadu_si512(wb.qs + 64);
-                const __m512i vals[4] = {
-                    _mm512_and_si512(q01, low4),
-                    _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4),
-                    _mm512_and_si512(q23, low4),
-                    _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4),
-                };
-                const __m512i sc =
-                    _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
-                __m512i scales[4];
-                for (int k = 0; k < 4; ++k) scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
-                for (int j = 0; j < RN; ++j) {
-                    const int8_t * xq = x[j][b].qs;
-                    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), scales[0]);
-                    for (int k = 1; k < 4; ++k) {
-                        s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
-                                              scales[k]);
-                    }
-                    acc_s[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw), _mm512_set1_ps(x[j][b].d),
-                                                  acc_s[i][j]);
-                }
-                const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
-                for (int j = 0; j < RN; ++j) acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(x[j][b]), acc_m[i][j]);
-            }
-        }
-        for (int i = 0; i < RM; ++i) {
-            for (int j = 0; j < RN; ++j) {
-                total[i][j].add(acc_s[i][j], acc_m[i][j]);
-            }
-        }
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+// q5_K's fifth bits into the four registers of values, as bit 4 of each
+// byte: sub-blocks (0, 2) and (1, 3) shifted left by (4, 2) and (3, 1),
+// (4, 6) and (5, 7) right by (0, 2) and (1, 3), each half of a register by
+// its own count.
+inline void add_fifth_bits(const BlockQ5_K & wb, __m512i * vals) {
+    const __m512i qh = _mm512_broadcast_i64x4(load256(wb.qh)), bit4 = _mm512_set1_epi8(0x10);
+    auto counts = [](short lo, short hi) {
+        return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+    };
+    const __m512i moved[4] = {
+        _mm512_sllv_epi16(qh, counts(4, 2)),
+        _mm512_sllv_epi16(qh, counts(3, 1)),
+        _mm512_srlv_epi16(qh, counts(0, 2)),
+        _mm512_srlv_epi16(qh, counts(1, 3)),
+    };
+    for (int k = 0; k < 4; ++k) vals[k] = _mm512_or_si512(vals[k], _mm512_and_si512(moved[k], bit4));
 }
 
-template <int RM, int RN>
-struct Avx512Core {
-    static void run(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
-                    double * out, int64_t ld) {
-        core_avx512<RM, RN>(w, x, bounds, n_blocks, out, ld);
-    }
+template <typename Block>
+struct Avx512Cores {
+    // Up to eight rows x tokens: each output's 16 A lanes in one register,
+    // its eight B lanes in a half one.
+    template <int RM, int RN>
+    struct Core {
+        static void run(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                        double * out, int64_t ld) {
+            static const ScalePick kPick;
+            const __m512i low4 = _mm512_set1_epi8(0x0f);
+            Totals512 total[RM][RN];
+            for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+                __m512 acc_s[RM][RN];
+                __m256 acc_m[RM][RN];
+                for (int i = 0; i < RM; ++i) {
+                    for (int j = 0; j < RN; ++j) {
+                        acc_s[i][j] = _mm512_setzero_ps();
+                        acc_m[i][j] = _mm256_setzero_ps();
+                    }
+                }
+                for (; b < bounds[c]; ++b) {
+                    for (int i = 0; i < RM; ++i) {
+                        const Block & wb = w[i][b];
+                        const ScalesMins sm(wb.scales);
+                        const __m512 dw = _mm512_set1_ps(_cvtsh_ss(wb.d));
+                        const __m512i q01 = _mm512_loadu_si512(wb.qs), q23 = _mm512_loadu_si512(wb.qs + 64);
+                        __m512i vals[4] = {
+                            _mm512_and_si512(q01, low4),
+                            _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4),
+                            _mm512_and_si512(q23, low4),
+                            _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4),
+                        };
+                        if constexpr (kFifthBit<Block>) add_fifth_bits(wb, vals);
+                        const __m512i sc = _mm512_zextsi128_si512(
+                            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
+                        __m512i scales[4];
+                        for (int k = 0; k < 4; ++k)
+                            scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                        for (int j = 0; j < RN; ++j) {
+                            const int8_t * xq = x[j][b].qs;
+                            __m512i s =
+                                _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), scales[0]);
+                            for (int k = 1; k < 4; ++k) {
+                                s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
+                                                      scales[k]);
+                            }
+                            acc_s[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw),
+                                                          _mm512_set1_ps(x[j][b].d), acc_s[i][j]);
+                        }
+                        const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
+                        for (int j = 0; j < RN; ++j)
+                            acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(x[j][b]), acc_m[i][j]);
+                    }
+                }
+                for (int i = 0; i < RM; ++i) {
+                    for (int j = 0; j < RN; ++j) {
+                        total[i][j].add(acc_s[i][j], acc_m[i][j]);
+                    }
+                }
+            }
+            for (int i = 0; i < RM; ++i)
+                for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+        }
+    };
 };
 
-template <int RM, int RN>
-void tile_avx512(const BlockQ4_K * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+template <typename Block, int RM, int RN>
+void tile_avx512(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                  double * out, int64_t ld) {
-    in_cores<RM, RN, 8, Avx512Core>(w, x, bounds, n_blocks, out, ld);
+    in_cores<RM, RN, 8, Avx512Cores<Block>::template Core>(w, x, bounds, n_blocks, out, ld);
 }
 #endif
 
-using TileFn = void (*)(const BlockQ4_K * const *, const BlockQ8_K * const *, const int64_t *, int64_t, double *,
-                        int64_t);
-
-// Every tile shape of one kernel, indexed [rows - 1][tokens - 1].
-#define LLAMA_TP_Q4K_TILE_ROW(fn, RM) \
-    { fn<RM, 1>, fn<RM, 2>, fn<RM, 3>, fn<RM, 4>, fn<RM, 5>, fn<RM, 6>, fn<RM, 7>, fn<RM, 8> }
-#define LLAMA_TP_Q4K_TILES(fn)                                                                    \
-    {                                                                                             \
-        LLAMA_TP_Q4K_TILE_ROW(fn, 1), LLAMA_TP_Q4K_TILE_ROW(fn, 2), LLAMA_TP_Q4K_TILE_ROW(fn, 3), \
-            LLAMA_TP_Q4K_TILE_ROW(fn, 4)                                                          \
-    }
-static_assert(kQ4KTileRows == 4 && kQ4KTileTokens == 8, "the tables below list shapes up to 4 x 8");
-
-using TileTable = TileFn[kQ4KTileRows][kQ4KTileTokens];
-const TileTable kScalar = LLAMA_TP_Q4K_TILES(tile_scalar);
+// Every tile shape of each path for one block type.
+template <typename Block>
+struct Tiles {
+    using Fn = void (*)(const Block * const *, const BlockQ8_K * const *, const int64_t *, int64_t, double *, int64_t);
+    using Table = Fn[kKQuantTileRows][kKQuantTileTokens];
+    template <int RM, int RN>
+    static constexpr Fn scalar = &tile_scalar<Block, RM, RN>;
 #if defined(LLAMA_TP_KCELLS_AVX2)
-const TileTable kAvx2 = LLAMA_TP_Q4K_TILES(tile_avx2);
+    template <int RM, int RN>
+    static constexpr Fn avx2 = &tile_avx2<Block, RM, RN>;
 #endif
 #if defined(LLAMA_TP_KCELLS_AVX512)
-const TileTable kAvx512 = LLAMA_TP_Q4K_TILES(tile_avx512);
+    template <int RM, int RN>
+    static constexpr Fn avx512 = &tile_avx512<Block, RM, RN>;
 #endif
+
+    static void run(KQuantKernel kernel, const Block * const * w, int nr, const BlockQ8_K * const * x, int nc,
+                    const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+        static const Table kScalar = LLAMA_TP_KCELLS_TILES(scalar);
+        const Table * table = &kScalar;
+#if defined(LLAMA_TP_KCELLS_AVX2)
+        static const Table kAvx2 = LLAMA_TP_KCELLS_TILES(avx2);
+        if (kernel == KQuantKernel::Avx2) table = &kAvx2;
+#endif
+#if defined(LLAMA_TP_KCELLS_AVX512)
+        static const Table kAvx512 = LLAMA_TP_KCELLS_TILES(avx512);
+        if (kernel == KQuantKernel::Avx512) table = &kAvx512;
+#endif
+        (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
+    }
+};
 
 }  // namespace
 
@@ -285,54 +339,14 @@ void q4k_lay_out(void * blocks, int64_t n) {
     }
 }
 
-int q4k_tile_tokens(Q4KKernel kernel) {
-    return kernel == Q4KKernel::Avx512 ? kQ4KTileTokens : 4;
-}
-
-std::vector<Q4KKernel> q4k_kernels_available() {
-    std::vector<Q4KKernel> kernels{Q4KKernel::Scalar};
-#if defined(LLAMA_TP_KCELLS_AVX2)
-    if (ggml_cpu_has_avx2() && ggml_cpu_has_fma() && ggml_cpu_has_f16c()) kernels.push_back(Q4KKernel::Avx2);
-#endif
-#if defined(LLAMA_TP_KCELLS_AVX512)
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
-        kernels.push_back(Q4KKernel::Avx512);
-    }
-#endif
-    return kernels;
-}
-
-Q4KKernel q4k_best_kernel() {
-    static const Q4KKernel best = q4k_kernels_available().back();
-    return best;
-}
-
-const char * q4k_kernel_name(Q4KKernel kernel) {
-    switch (kernel) {
-        case Q4KKernel::Scalar:
-            return "scalar";
-        case Q4KKernel::Avx2:
-            return "avx2";
-        case Q4KKernel::Avx512:
-            return "avx512";
-    }
-    return "?";
-}
-
-bool q4k_kernel_beats_ggml(Q4KKernel kernel) {
-    return kernel == Q4KKernel::Avx512;
-}
-
-void q4k_tile(Q4KKernel kernel, const BlockQ4_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
+void q4k_tile(KQuantKernel kernel, const BlockQ4_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-    const TileTable * table = &kScalar;
-#if defined(LLAMA_TP_KCELLS_AVX2)
-    if (kernel == Q4KKernel::Avx2) table = &kAvx2;
-#endif
-#if defined(LLAMA_TP_KCELLS_AVX512)
-    if (kernel == Q4KKernel::Avx512) table = &kAvx512;
-#endif
-    (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
+    Tiles<BlockQ4_K>::run(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
+}
+
+void q5k_tile(KQuantKernel kernel, const BlockQ5_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+    Tiles<BlockQ5_K>::run(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
 
 }  // namespace ggml_ext

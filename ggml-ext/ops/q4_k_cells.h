@@ -1,8 +1,9 @@
 #pragma once
-// The q4_K x q8_K tile kernel of ggml_ext_exact_matmul. Its arithmetic is
-// fixed, so every path (scalar, AVX2, AVX-512) gives the same bits for the
-// same row and token. A super-block b of 256 values holds eight sub-blocks
-// j of 32, each with a 6-bit scale sc_j and min m_j; the sub-blocks are
+// The q4_K (and q5_K) x q8_K tile kernel of ggml_ext_exact_matmul. Its
+// arithmetic is fixed, so every path (scalar, AVX2, AVX-512) gives the same
+// bits for the same row and token. A super-block b of 256 values (four bits
+// each; q5_K's a fifth) holds eight sub-blocks j of 32, each with a 6-bit
+// scale sc_j and min m_j; the sub-blocks are
 // taken in pairs (0, 2), (1, 3), (4, 6), (5, 7), the first of each pair in
 // lanes 0-7 and the second in lanes 8-15:
 //   S[t] = sum over the four sub-blocks j of t's half of
@@ -17,10 +18,11 @@
 // (ggml-ext/ops/k_cells_totals.h).
 // S stays below 2^24, so it is a float exactly.
 
+#include "ggml-ext/ops/k_quant_kernel.h"
+
 #include "ggml.h"
 
 #include <cstdint>
-#include <vector>
 
 namespace ggml_ext {
 
@@ -28,6 +30,13 @@ struct BlockQ4_K {
     ggml_fp16_t d, dmin;
     uint8_t scales[12];  // eight 6-bit scales and eight 6-bit mins
     uint8_t qs[128];     // 64 values a 32 bytes: low nibbles, then high
+};
+
+struct BlockQ5_K {
+    ggml_fp16_t d, dmin;
+    uint8_t scales[12];  // as q4_K's
+    uint8_t qh[32];      // byte k: bit j the fifth bit of sub-block j's value k
+    uint8_t qs[128];     // the low four bits, as q4_K's
 };
 
 // ggml's q8_K block as this kernel reads it: the values in the order of
@@ -42,28 +51,14 @@ struct BlockQ8_K {
 // Turns n ggml q8_K blocks, in place, into BlockQ8_K's form.
 void q4k_lay_out(void * x, int64_t n);
 
-enum class Q4KKernel { Scalar, Avx2, Avx512 };
-
-// The kernels this build has and this CPU runs, best last.
-std::vector<Q4KKernel> q4k_kernels_available();
-// The best of them, found once.
-Q4KKernel q4k_best_kernel();
-const char * q4k_kernel_name(Q4KKernel kernel);
-
-constexpr int kQ4KTileRows = 4, kQ4KTileTokens = 8;
-
-// The most tokens a tile of this kernel should take (any up to kQ4KTileTokens work).
-int q4k_tile_tokens(Q4KKernel kernel);
-
-// Whether the kernel multiplies q4_K matrices faster than ggml's own q4_K
-// product on the CPUs it runs on (measured: docs/benchmarks.md).
-bool q4k_kernel_beats_ggml(Q4KKernel kernel);
-
-// Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kQ4KTileRows and
-// nc <= kQ4KTileTokens, each n_blocks super-blocks long, cut into cells at
+// Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kKQuantTileRows and
+// nc <= kKQuantTileTokens, each n_blocks super-blocks long, cut into cells at
 // the block offsets bounds[0] = 0 < ... = n_blocks:
 // out[j * ld + i] = the output of row i and token j.
-void q4k_tile(Q4KKernel kernel, const BlockQ4_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
+void q4k_tile(KQuantKernel kernel, const BlockQ4_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
+// The same for q5_K rows (x laid out by q4k_lay_out as well).
+void q5k_tile(KQuantKernel kernel, const BlockQ5_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
 
 }  // namespace ggml_ext

@@ -74,78 +74,66 @@ __m256i offsets(__m256i scales, const GgmlBlockQ8_K & xb) {
 
 // Up to four rows and tokens in all (three accumulators each, of 16 registers).
 template <int RM, int RN>
-void core_avx2(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
-               double * out, int64_t ld) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
-    Totals256 total[RM][RN];
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        __m256 a_lo[RM][RN], a_hi[RM][RN], acc_o[RM][RN];
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) a_lo[i][j] = a_hi[i][j] = acc_o[i][j] = _mm256_setzero_ps();
-        for (; b < bounds[c]; ++b) {
-            for (int i = 0; i < RM; ++i) {
-                const BlockQ6_K & wb = w[i][b];
-                const __m256 dw = _mm256_set1_ps(_cvtsh_ss(wb.d));
-                __m256i s[2][RN];
-                for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
-                for (int h = 0; h < 2; ++h) {
-                    const __m256i ql0 = load256(wb.ql + 64 * h), ql1 = load256(wb.ql + 64 * h + 32);
-                    const __m256i qh = load256(wb.qh + 32 * h);
-                    const __m256i v[4] = {
-                        _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
-                        _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                                        _mm256_and_si256(qh, bits45)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
-                    };
-                    for (int g = 0; g < 4; ++g) {
-                        const int j0 = 8 * h + 2 * g;  // the run's two sub-blocks
-                        const __m256i sc =
-                            _mm256_set_m128i(_mm_set1_epi16(wb.scales[j0 + 1]), _mm_set1_epi16(wb.scales[j0]));
-                        for (int j = 0; j < RN; ++j) {
-                            const __m256i p = _mm256_maddubs_epi16(v[g], load256(x[j][b].qs + 128 * h + 32 * g));
-                            s[g % 2][j] = _mm256_add_epi32(s[g % 2][j], _mm256_madd_epi16(p, sc));
-                        }
-                    }
-                }
-                const __m256i scales = scale_words(wb);
-                for (int j = 0; j < RN; ++j) {
-                    const __m256 dx = _mm256_set1_ps(x[j][b].d);
-                    a_lo[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dw), dx, a_lo[i][j]);
-                    a_hi[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dw), dx, a_hi[i][j]);
-                    const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
-                    acc_o[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(o, dw), dx, acc_o[i][j]);
-                }
-            }
-        }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) total[i][j].add(a_lo[i][j], a_hi[i][j], acc_o[i][j]);
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
-}
-
-template <int RM, int RN>
 struct Avx2Core {
     static void run(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds,
                     int64_t n_blocks, double * out, int64_t ld) {
-        core_avx2<RM, RN>(w, x, bounds, n_blocks, out, ld);
+        const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+        Totals256 total[RM][RN];
+        for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+            __m256 a_lo[RM][RN], a_hi[RM][RN], acc_o[RM][RN];
+            for (int i = 0; i < RM; ++i)
+                for (int j = 0; j < RN; ++j) a_lo[i][j] = a_hi[i][j] = acc_o[i][j] = _mm256_setzero_ps();
+            for (; b < bounds[c]; ++b) {
+                for (int i = 0; i < RM; ++i) {
+                    const BlockQ6_K & wb = w[i][b];
+                    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(wb.d));
+                    __m256i s[2][RN];
+                    for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
+                    for (int h = 0; h < 2; ++h) {
+                        const __m256i ql0 = load256(wb.ql + 64 * h), ql1 = load256(wb.ql + 64 * h + 32);
+                        const __m256i qh = load256(wb.qh + 32 * h);
+                        const __m256i v[4] = {
+                            _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                            _mm256_and_si256(qh, bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
+                        };
+                        for (int g = 0; g < 4; ++g) {
+                            const int j0 = 8 * h + 2 * g;  // the run's two sub-blocks
+                            const __m256i sc =
+                                _mm256_set_m128i(_mm_set1_epi16(wb.scales[j0 + 1]), _mm_set1_epi16(wb.scales[j0]));
+                            for (int j = 0; j < RN; ++j) {
+                                const __m256i p = _mm256_maddubs_epi16(v[g], load256(x[j][b].qs + 128 * h + 32 * g));
+                                s[g % 2][j] = _mm256_add_epi32(s[g % 2][j], _mm256_madd_epi16(p, sc));
+                            }
+                        }
+                    }
+                    const __m256i scales = scale_words(wb);
+                    for (int j = 0; j < RN; ++j) {
+                        const __m256 dx = _mm256_set1_ps(x[j][b].d);
+                        a_lo[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dw), dx, a_lo[i][j]);
+                        a_hi[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dw), dx, a_hi[i][j]);
+                        const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
+                        acc_o[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(o, dw), dx, acc_o[i][j]);
+                    }
+                }
+            }
+            for (int i = 0; i < RM; ++i)
+                for (int j = 0; j < RN; ++j) total[i][j].add(a_lo[i][j], a_hi[i][j], acc_o[i][j]);
+        }
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
     }
 };
 
 template <int RM, int RN>
 void tile_avx2(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                double * out, int64_t ld) {
-    if constexpr (RN > 4) {
-        // Past four tokens: two tiles of tokens (the kernel asks for four at most).
-        tile_avx2<RM, 4>(w, x, bounds, n_blocks, out, ld);
-        tile_avx2<RM, RN - 4>(w, x + 4, bounds, n_blocks, out + 4 * ld, ld);
-    } else {
-        in_cores<RM, RN, 4, Avx2Core>(w, x, bounds, n_blocks, out, ld);
-    }
+    tile_256<Avx2Core, RM, RN>(w, x, bounds, n_blocks, out, ld);
 }
 #endif
 
@@ -165,71 +153,66 @@ struct ScalePick {
 // Up to eight rows x tokens: each output's 16 A lanes in one register, its
 // eight B lanes in a half one.
 template <int RM, int RN>
-void core_avx512(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
-                 double * out, int64_t ld) {
-    static const ScalePick kPick;
-    const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
-    // Where each register's high bits sit in qh: runs 0 and 1 (left by 4
-    // and 2), runs 2 and 3 (right by 0 and 2), sixteen words each.
-    const __m512i left = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i right = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    Totals512 total[RM][RN];
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        __m512 acc_s[RM][RN];
-        __m256 acc_o[RM][RN];
-        for (int i = 0; i < RM; ++i) {
-            for (int j = 0; j < RN; ++j) {
-                acc_s[i][j] = _mm512_setzero_ps();
-                acc_o[i][j] = _mm256_setzero_ps();
-            }
-        }
-        for (; b < bounds[c]; ++b) {
-            for (int i = 0; i < RM; ++i) {
-                const BlockQ6_K & wb = w[i][b];
-                const float dw = _cvtsh_ss(wb.d);
-                __m512i vals[4];
-                for (int h = 0; h < 2; ++h) {
-                    const __m512i ql = _mm512_loadu_si512(wb.ql + 64 * h);
-                    const __m512i qh = _mm512_broadcast_i64x4(load256(wb.qh + 32 * h));
-                    vals[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4),
-                                                  _mm512_and_si512(_mm512_sllv_epi16(qh, left), bits45));
-                    vals[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                                      _mm512_and_si512(_mm512_srlv_epi16(qh, right), bits45));
-                }
-                const __m256i scales = scale_words(wb);
-                const __m512i sc = _mm512_castsi256_si512(scales);
-                __m512i sc_words[4];
-                for (int k = 0; k < 4; ++k)
-                    sc_words[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
-                const __m512 dw16 = _mm512_set1_ps(dw);
-                const __m256 dw8 = _mm256_set1_ps(dw);
-                for (int j = 0; j < RN; ++j) {
-                    const int8_t * xq = x[j][b].qs;
-                    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), sc_words[0]);
-                    for (int k = 1; k < 4; ++k) {
-                        s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
-                                              sc_words[k]);
-                    }
-                    const float dx = x[j][b].d;
-                    acc_s[i][j] =
-                        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw16), _mm512_set1_ps(dx), acc_s[i][j]);
-                    const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
-                    acc_o[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(o, dw8), _mm256_set1_ps(dx), acc_o[i][j]);
-                }
-            }
-        }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) total[i][j].add(acc_s[i][j], acc_o[i][j]);
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
-}
-
-template <int RM, int RN>
 struct Avx512Core {
     static void run(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds,
                     int64_t n_blocks, double * out, int64_t ld) {
-        core_avx512<RM, RN>(w, x, bounds, n_blocks, out, ld);
+        static const ScalePick kPick;
+        const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+        // Where each register's high bits sit in qh: runs 0 and 1 (left by 4
+        // and 2), runs 2 and 3 (right by 0 and 2), sixteen words each.
+        const __m512i left = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+        const __m512i right = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+        Totals512 total[RM][RN];
+        for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+            __m512 acc_s[RM][RN];
+            __m256 acc_o[RM][RN];
+            for (int i = 0; i < RM; ++i) {
+                for (int j = 0; j < RN; ++j) {
+                    acc_s[i][j] = _mm512_setzero_ps();
+                    acc_o[i][j] = _mm256_setzero_ps();
+                }
+            }
+            for (; b < bounds[c]; ++b) {
+                for (int i = 0; i < RM; ++i) {
+                    const BlockQ6_K & wb = w[i][b];
+                    const float dw = _cvtsh_ss(wb.d);
+                    __m512i vals[4];
+                    for (int h = 0; h < 2; ++h) {
+                        const __m512i ql = _mm512_loadu_si512(wb.ql + 64 * h);
+                        const __m512i qh = _mm512_broadcast_i64x4(load256(wb.qh + 32 * h));
+                        vals[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4),
+                                                      _mm512_and_si512(_mm512_sllv_epi16(qh, left), bits45));
+                        vals[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                          _mm512_and_si512(_mm512_srlv_epi16(qh, right), bits45));
+                    }
+                    const __m256i scales = scale_words(wb);
+                    const __m512i sc = _mm512_castsi256_si512(scales);
+                    __m512i sc_words[4];
+                    for (int k = 0; k < 4; ++k)
+                        sc_words[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                    const __m512 dw16 = _mm512_set1_ps(dw);
+                    const __m256 dw8 = _mm256_set1_ps(dw);
+                    for (int j = 0; j < RN; ++j) {
+                        const int8_t * xq = x[j][b].qs;
+                        __m512i s =
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), sc_words[0]);
+                        for (int k = 1; k < 4; ++k) {
+                            s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
+                                                  sc_words[k]);
+                        }
+                        const float dx = x[j][b].d;
+                        acc_s[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw16), _mm512_set1_ps(dx),
+                                                      acc_s[i][j]);
+                        const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
+                        acc_o[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(o, dw8), _mm256_set1_ps(dx), acc_o[i][j]);
+                    }
+                }
+            }
+            for (int i = 0; i < RM; ++i)
+                for (int j = 0; j < RN; ++j) total[i][j].add(acc_s[i][j], acc_o[i][j]);
+        }
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
     }
 };
 
@@ -243,73 +226,25 @@ void tile_avx512(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, c
 using TileFn = void (*)(const BlockQ6_K * const *, const GgmlBlockQ8_K * const *, const int64_t *, int64_t, double *,
                         int64_t);
 
-// Every tile shape of one kernel, indexed [rows - 1][tokens - 1].
-#define LLAMA_TP_Q6K_TILE_ROW(fn, RM) \
-    { fn<RM, 1>, fn<RM, 2>, fn<RM, 3>, fn<RM, 4>, fn<RM, 5>, fn<RM, 6>, fn<RM, 7>, fn<RM, 8> }
-#define LLAMA_TP_Q6K_TILES(fn)                                                                    \
-    {                                                                                             \
-        LLAMA_TP_Q6K_TILE_ROW(fn, 1), LLAMA_TP_Q6K_TILE_ROW(fn, 2), LLAMA_TP_Q6K_TILE_ROW(fn, 3), \
-            LLAMA_TP_Q6K_TILE_ROW(fn, 4)                                                          \
-    }
-static_assert(kQ6KTileRows == 4 && kQ6KTileTokens == 8, "the tables below list shapes up to 4 x 8");
-
-using TileTable = TileFn[kQ6KTileRows][kQ6KTileTokens];
-const TileTable kScalar = LLAMA_TP_Q6K_TILES(tile_scalar);
+using TileTable = TileFn[kKQuantTileRows][kKQuantTileTokens];
+const TileTable kScalar = LLAMA_TP_KCELLS_TILES(tile_scalar);
 #if defined(LLAMA_TP_KCELLS_AVX2)
-const TileTable kAvx2 = LLAMA_TP_Q6K_TILES(tile_avx2);
+const TileTable kAvx2 = LLAMA_TP_KCELLS_TILES(tile_avx2);
 #endif
 #if defined(LLAMA_TP_KCELLS_AVX512)
-const TileTable kAvx512 = LLAMA_TP_Q6K_TILES(tile_avx512);
+const TileTable kAvx512 = LLAMA_TP_KCELLS_TILES(tile_avx512);
 #endif
 
 }  // namespace
 
-std::vector<Q6KKernel> q6k_kernels_available() {
-    std::vector<Q6KKernel> kernels{Q6KKernel::Scalar};
-#if defined(LLAMA_TP_KCELLS_AVX2)
-    if (ggml_cpu_has_avx2() && ggml_cpu_has_fma() && ggml_cpu_has_f16c()) kernels.push_back(Q6KKernel::Avx2);
-#endif
-#if defined(LLAMA_TP_KCELLS_AVX512)
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
-        kernels.push_back(Q6KKernel::Avx512);
-    }
-#endif
-    return kernels;
-}
-
-Q6KKernel q6k_best_kernel() {
-    static const Q6KKernel best = q6k_kernels_available().back();
-    return best;
-}
-
-const char * q6k_kernel_name(Q6KKernel kernel) {
-    switch (kernel) {
-        case Q6KKernel::Scalar:
-            return "scalar";
-        case Q6KKernel::Avx2:
-            return "avx2";
-        case Q6KKernel::Avx512:
-            return "avx512";
-    }
-    return "?";
-}
-
-int q6k_tile_tokens(Q6KKernel kernel) {
-    return kernel == Q6KKernel::Avx512 ? kQ6KTileTokens : 4;
-}
-
-bool q6k_kernel_beats_ggml(Q6KKernel kernel) {
-    return kernel == Q6KKernel::Avx512;
-}
-
-void q6k_tile(Q6KKernel kernel, const BlockQ6_K * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
+void q6k_tile(KQuantKernel kernel, const BlockQ6_K * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
     const TileTable * table = &kScalar;
 #if defined(LLAMA_TP_KCELLS_AVX2)
-    if (kernel == Q6KKernel::Avx2) table = &kAvx2;
+    if (kernel == KQuantKernel::Avx2) table = &kAvx2;
 #endif
 #if defined(LLAMA_TP_KCELLS_AVX512)
-    if (kernel == Q6KKernel::Avx512) table = &kAvx512;
+    if (kernel == KQuantKernel::Avx512) table = &kAvx512;
 #endif
     (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
 }

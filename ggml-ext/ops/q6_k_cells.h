@@ -19,10 +19,11 @@
 // (ggml-ext/ops/k_cells_totals.h). S and O stay below 2^24, so they are floats exactly.
 // x is ggml's q8_K block as it is.
 
+#include "ggml-ext/ops/k_quant_kernel.h"
+
 #include "ggml.h"
 
 #include <cstdint>
-#include <vector>
 
 namespace ggml_ext {
 
@@ -39,28 +40,11 @@ struct GgmlBlockQ8_K {
     int16_t bsums[16];  // sums of 16 values each
 };
 
-enum class Q6KKernel { Scalar, Avx2, Avx512 };
-
-// The kernels this build has and this CPU runs, best last.
-std::vector<Q6KKernel> q6k_kernels_available();
-// The best of them, found once.
-Q6KKernel q6k_best_kernel();
-const char * q6k_kernel_name(Q6KKernel kernel);
-
-constexpr int kQ6KTileRows = 4, kQ6KTileTokens = 8;
-
-// The most tokens a tile of this kernel should take (any up to kQ6KTileTokens work).
-int q6k_tile_tokens(Q6KKernel kernel);
-
-// Whether the kernel multiplies q6_K matrices faster than ggml's own q6_K
-// product on the CPUs it runs on (measured: docs/benchmarks.md).
-bool q6k_kernel_beats_ggml(Q6KKernel kernel);
-
-// Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kQ6KTileRows and
-// nc <= kQ6KTileTokens, each n_blocks super-blocks long, cut into cells at
+// Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kKQuantTileRows and
+// nc <= kKQuantTileTokens, each n_blocks super-blocks long, cut into cells at
 // the block offsets bounds[0] = 0 < ... = n_blocks:
 // out[j * ld + i] = the output of row i and token j.
-void q6k_tile(Q6KKernel kernel, const BlockQ6_K * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
+void q6k_tile(KQuantKernel kernel, const BlockQ6_K * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
 
 }  // namespace ggml_ext

@@ -1,7 +1,8 @@
 // ggml_ext_exact_matmul on the CPU: the cells of a split add up to the whole
 // matrix's result, every output is the same whatever batch or thread count
-// computes it, the result is the product it should be, and every q8_0, q4_K
-// and q6_K kernel this build has gives the scalar kernel's bits.
+// computes it, the result is the product it should be, and every q8_0 and
+// K-quant (q4_K, q5_K, q6_K) kernel this build has gives the scalar kernel's
+// bits.
 
 #include "ggml-ext/ops/exact_matmul.h"
 #include "ggml-ext/ops/exact_sum.h"
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -35,6 +37,7 @@ struct TypeCase {
 
 const TypeCase kQ8_0{GGML_TYPE_Q8_0, {0, 256, 768, 832, 1536}, {0, 256, 768}, {0, 64, 768}};
 const TypeCase kQ4_K{GGML_TYPE_Q4_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
+const TypeCase kQ5_K{GGML_TYPE_Q5_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 const TypeCase kQ6_K{GGML_TYPE_Q6_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 
 class ExactMatmul : public testing::TestWithParam<TypeCase> {};
@@ -192,7 +195,7 @@ TEST_P(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K, kQ6_K), type_name);
+INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K, kQ5_K, kQ6_K), type_name);
 
 // Random q8_0 blocks, full range of bytes and scales.
 std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
@@ -262,17 +265,22 @@ TEST(Q8Cells, OnlyTheAvx512KernelIsPreferredToGgmls) {
               ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel()));
 }
 
-// Random q4_K blocks (any bytes, so every scale and min from 0 to 63).
-std::vector<ggml_ext::BlockQ4_K> random_q4_k(size_t n, unsigned seed) {
+// Random q4_K and q5_K blocks (any bytes, so every scale and min from 0 to
+// 63, every fifth bit).
+template <typename Block>
+std::vector<Block> random_q4_k_or_q5_k(size_t n, unsigned seed) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> scale(0.0f, 0.01f);
-    std::vector<ggml_ext::BlockQ4_K> blocks(n);
+    std::vector<Block> blocks(n);
     for (auto & b : blocks) {
         b.d = ggml_fp32_to_fp16(scale(rng));
         b.dmin = ggml_fp32_to_fp16(scale(rng));
         for (uint8_t & s : b.scales) s = (uint8_t) byte(rng);
         for (uint8_t & q : b.qs) q = (uint8_t) byte(rng);
+        if constexpr (std::is_same_v<Block, ggml_ext::BlockQ5_K>) {
+            for (uint8_t & q : b.qh) q = (uint8_t) byte(rng);
+        }
     }
     return blocks;
 }
@@ -310,48 +318,12 @@ std::vector<ggml_ext::BlockQ8_K> laid_out(const std::vector<GgmlQ8K> & ggml_bloc
     return x;
 }
 
-TEST(Q4KCells, EveryKernelGivesTheScalarKernelsBits) {
-    const std::vector<ggml_ext::Q4KKernel> kernels = ggml_ext::q4k_kernels_available();
-    ASSERT_EQ(kernels.front(), ggml_ext::Q4KKernel::Scalar);
-    constexpr int64_t n_blocks = 7;
-    const std::vector<int64_t> bounds{0, 2, 3, 7};  // cells of 2, 1 and 4 blocks
-    const auto w_blocks = random_q4_k(ggml_ext::kQ4KTileRows * n_blocks, 11);
-    const auto x_blocks = laid_out(random_ggml_q8_k(ggml_ext::kQ4KTileTokens * n_blocks, 12));
-    const ggml_ext::BlockQ4_K * w[ggml_ext::kQ4KTileRows];
-    const ggml_ext::BlockQ8_K * x[ggml_ext::kQ4KTileTokens];
-    for (int i = 0; i < ggml_ext::kQ4KTileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
-    for (int j = 0; j < ggml_ext::kQ4KTileTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
-    constexpr int64_t ld = ggml_ext::kQ4KTileRows;
-    for (ggml_ext::Q4KKernel kernel : kernels) {
-        for (int nr = 1; nr <= ggml_ext::kQ4KTileRows; ++nr) {
-            for (int nc = 1; nc <= ggml_ext::kQ4KTileTokens; ++nc) {
-                SCOPED_TRACE(std::string(ggml_ext::q4k_kernel_name(kernel)) + " " + std::to_string(nr) + "x" +
-                             std::to_string(nc));
-                std::vector<double> got(ld * nc), want(ld * nc);
-                ggml_ext::q4k_tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
-                ggml_ext::q4k_tile(ggml_ext::Q4KKernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
-                for (int j = 0; j < nc; ++j) {
-                    // A 1 x 1 tile computes the same output as this tile's.
-                    double alone = 0.0;
-                    ggml_ext::q4k_tile(ggml_ext::Q4KKernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
-                    EXPECT_EQ(0, std::memcmp(&got[j * ld], &want[j * ld], nr * sizeof(double)));
-                    EXPECT_EQ(alone, want[j * ld]);
-                }
-            }
-        }
-    }
-    std::string names;
-    for (ggml_ext::Q4KKernel kernel : kernels) names += std::string(" ") + ggml_ext::q4k_kernel_name(kernel);
-    std::printf("q4_K kernels compared:%s\n", names.c_str());
-    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(GGML_TYPE_Q4_K), ggml_ext::q4k_kernel_name(kernels.back()));
-}
-
 // The scalar kernel against ggml's own q4_K x q8_K dot product of one row
 // and token (x laid out in the kernel's order first): the same value up to
 // float rounding.
-TEST(Q4KCells, TheScalarKernelIsGgmlsDotProduct) {
+TEST(KQuantCells, TheQ4KScalarPathIsGgmlsDotProduct) {
     ggml_cpu_init();  // ggml's dot products read tables it fills
-    const auto w_blocks = random_q4_k(5, 13);
+    const auto w_blocks = random_q4_k_or_q5_k<ggml_ext::BlockQ4_K>(5, 13);
     const auto x_blocks = random_ggml_q8_k(5, 14);
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q4_K);
     ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
@@ -362,7 +334,24 @@ TEST(Q4KCells, TheScalarKernelIsGgmlsDotProduct) {
     const std::vector<ggml_ext::BlockQ8_K> x_laid_out = laid_out(x_blocks);
     const ggml_ext::BlockQ8_K * x = x_laid_out.data();
     double ours = 0.0;
-    ggml_ext::q4k_tile(ggml_ext::Q4KKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
+    ggml_ext::q4k_tile(ggml_ext::KQuantKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
+    EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
+}
+
+TEST(KQuantCells, TheQ5KScalarPathIsGgmlsDotProduct) {
+    ggml_cpu_init();  // ggml's dot products read tables it fills
+    const auto w_blocks = random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(5, 17);
+    const auto x_blocks = random_ggml_q8_k(5, 18);
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q5_K);
+    ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
+    float theirs = 0.0f;
+    traits->vec_dot(5 * 256, &theirs, 0, w_blocks.data(), 0, x_blocks.data(), 0, 1);
+    const std::vector<ggml_ext::BlockQ8_K> x_laid_out = laid_out(x_blocks);
+    const int64_t bounds[2] = {0, 5};
+    const ggml_ext::BlockQ5_K * w = w_blocks.data();
+    const ggml_ext::BlockQ8_K * x = x_laid_out.data();
+    double ours = 0.0;
+    ggml_ext::q5k_tile(ggml_ext::KQuantKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
     EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
 }
 
@@ -388,42 +377,58 @@ std::vector<ggml_ext::GgmlBlockQ8_K> as_ggml_q8_k(const std::vector<GgmlQ8K> & b
     return x;
 }
 
-TEST(Q6KCells, EveryKernelGivesTheScalarKernelsBits) {
-    const std::vector<ggml_ext::Q6KKernel> kernels = ggml_ext::q6k_kernels_available();
-    ASSERT_EQ(kernels.front(), ggml_ext::Q6KKernel::Scalar);
+// Every K-quant path against the scalar one on random blocks: tiles of every
+// shape, cells of 2, 1 and 4 blocks, and a 1 x 1 tile giving a tile's output.
+template <typename BlockW, typename BlockX, typename Tile>
+void check_every_path(const std::vector<BlockW> & w_blocks, const std::vector<BlockX> & x_blocks, Tile tile,
+                      const char * type) {
+    using ggml_ext::KQuantKernel, ggml_ext::kKQuantTileRows, ggml_ext::kKQuantTileTokens;
     constexpr int64_t n_blocks = 7;
-    const std::vector<int64_t> bounds{0, 2, 3, 7};  // cells of 2, 1 and 4 blocks
-    const auto w_blocks = random_q6_k(ggml_ext::kQ6KTileRows * n_blocks, 21);
-    const auto x_blocks = as_ggml_q8_k(random_ggml_q8_k(ggml_ext::kQ6KTileTokens * n_blocks, 22));
-    const ggml_ext::BlockQ6_K * w[ggml_ext::kQ6KTileRows];
-    const ggml_ext::GgmlBlockQ8_K * x[ggml_ext::kQ6KTileTokens];
-    for (int i = 0; i < ggml_ext::kQ6KTileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
-    for (int j = 0; j < ggml_ext::kQ6KTileTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
-    constexpr int64_t ld = ggml_ext::kQ6KTileRows;
-    for (ggml_ext::Q6KKernel kernel : kernels) {
-        for (int nr = 1; nr <= ggml_ext::kQ6KTileRows; ++nr) {
-            for (int nc = 1; nc <= ggml_ext::kQ6KTileTokens; ++nc) {
-                SCOPED_TRACE(std::string(ggml_ext::q6k_kernel_name(kernel)) + " " + std::to_string(nr) + "x" +
-                             std::to_string(nc));
+    const std::vector<int64_t> bounds{0, 2, 3, 7};
+    ASSERT_EQ(w_blocks.size(), (size_t) (kKQuantTileRows * n_blocks));
+    ASSERT_EQ(x_blocks.size(), (size_t) (kKQuantTileTokens * n_blocks));
+    const BlockW * w[kKQuantTileRows];
+    const BlockX * x[kKQuantTileTokens];
+    for (int i = 0; i < kKQuantTileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    for (int j = 0; j < kKQuantTileTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
+    constexpr int64_t ld = kKQuantTileRows;
+    for (KQuantKernel kernel : ggml_ext::kquant_kernels_available()) {
+        for (int nr = 1; nr <= kKQuantTileRows; ++nr) {
+            for (int nc = 1; nc <= kKQuantTileTokens; ++nc) {
+                SCOPED_TRACE(std::string(type) + " " + ggml_ext::kquant_kernel_name(kernel) + " " + std::to_string(nr) +
+                             "x" + std::to_string(nc));
                 std::vector<double> got(ld * nc), want(ld * nc);
-                ggml_ext::q6k_tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
-                ggml_ext::q6k_tile(ggml_ext::Q6KKernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
+                tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
+                tile(KQuantKernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
                 for (int j = 0; j < nc; ++j) {
                     double alone = 0.0;
-                    ggml_ext::q6k_tile(ggml_ext::Q6KKernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
+                    tile(KQuantKernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
                     EXPECT_EQ(0, std::memcmp(&got[j * ld], &want[j * ld], nr * sizeof(double)));
                     EXPECT_EQ(alone, want[j * ld]);
                 }
             }
         }
     }
-    std::string names;
-    for (ggml_ext::Q6KKernel kernel : kernels) names += std::string(" ") + ggml_ext::q6k_kernel_name(kernel);
-    std::printf("q6_K kernels compared:%s\n", names.c_str());
-    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(GGML_TYPE_Q6_K), ggml_ext::q6k_kernel_name(kernels.back()));
 }
 
-TEST(Q6KCells, TheScalarKernelIsGgmlsDotProduct) {
+TEST(KQuantCells, EveryPathGivesTheScalarPathsBits) {
+    const std::vector<ggml_ext::KQuantKernel> kernels = ggml_ext::kquant_kernels_available();
+    ASSERT_EQ(kernels.front(), ggml_ext::KQuantKernel::Scalar);
+    constexpr size_t rows = ggml_ext::kKQuantTileRows * 7, tokens = ggml_ext::kKQuantTileTokens * 7;
+    check_every_path(random_q4_k_or_q5_k<ggml_ext::BlockQ4_K>(rows, 11), laid_out(random_ggml_q8_k(tokens, 12)),
+                     ggml_ext::q4k_tile, "q4_K");
+    check_every_path(random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(rows, 15), laid_out(random_ggml_q8_k(tokens, 16)),
+                     ggml_ext::q5k_tile, "q5_K");
+    check_every_path(random_q6_k(rows, 21), as_ggml_q8_k(random_ggml_q8_k(tokens, 22)), ggml_ext::q6k_tile, "q6_K");
+    std::string names;
+    for (ggml_ext::KQuantKernel kernel : kernels) names += std::string(" ") + ggml_ext::kquant_kernel_name(kernel);
+    std::printf("q4_K, q5_K and q6_K paths compared:%s\n", names.c_str());
+    for (ggml_type t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
+        EXPECT_STREQ(ggml_ext_exact_matmul_kernel(t), ggml_ext::kquant_kernel_name(kernels.back()));
+    }
+}
+
+TEST(KQuantCells, TheQ6KScalarPathIsGgmlsDotProduct) {
     ggml_cpu_init();  // ggml's dot products read tables it fills
     const auto w_blocks = random_q6_k(5, 23);
     const auto x_ggml = random_ggml_q8_k(5, 24);
@@ -436,7 +441,7 @@ TEST(Q6KCells, TheScalarKernelIsGgmlsDotProduct) {
     const ggml_ext::BlockQ6_K * w = w_blocks.data();
     const ggml_ext::GgmlBlockQ8_K * x = x_blocks.data();
     double ours = 0.0;
-    ggml_ext::q6k_tile(ggml_ext::Q6KKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
+    ggml_ext::q6k_tile(ggml_ext::KQuantKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
     EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
 }
 

@@ -1,0 +1,29 @@
+#pragma once
+// The SIMD paths of the K-quant tile kernels (q4_k_cells.h, q6_k_cells.h):
+// one choice for both, by what this build has and the CPU runs. Every path
+// gives the same bits; they differ in speed only.
+
+#include <vector>
+
+namespace ggml_ext {
+
+enum class KQuantKernel { Scalar, Avx2, Avx512 };
+
+// The paths this build has and this CPU runs, best last.
+std::vector<KQuantKernel> kquant_kernels_available();
+// The best of them, found once.
+KQuantKernel kquant_best_kernel();
+const char * kquant_kernel_name(KQuantKernel kernel);
+
+// A tile's most rows and tokens.
+constexpr int kKQuantTileRows = 4, kKQuantTileTokens = 8;
+
+// The most tokens a tile of this path should take (any up to kKQuantTileTokens work).
+int kquant_tile_tokens(KQuantKernel kernel);
+
+// Whether the path multiplies q4_K and q6_K matrices faster than ggml's own
+// products on the CPUs it runs on (the AVX-512 one; measured:
+// docs/benchmarks.md, "One-pass q4_K and q6_K products").
+bool kquant_kernel_beats_ggml(KQuantKernel kernel);
+
+}  // namespace ggml_ext
