@@ -58,7 +58,7 @@ std::vector<int64_t> cell_blocks(const ggml_tensor * dst) {
     return std::vector<int64_t>(c.blocks, c.blocks + c.n + 1);
 }
 
-constexpr int64_t QK_K_VALUES = 256;  // a K-quant super-block's values
+constexpr int64_t kKQuantValues = 256;  // a K-quant super-block's values
 
 // x's rows in the type W's dot products take; for q4_K and q5_K W, in the order of
 // its kernel (ggml_ext::BlockQ8_K).
@@ -69,7 +69,7 @@ void quantize_rows_of(ggml_tensor * dst, int ith, int nth, bool q4k_order) {
     for (int64_t t = T * ith / nth; t < T * (ith + 1) / nth; ++t) {
         char * row = static_cast<char *>(dst->data) + t * dst->nb[1];
         from_float(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1]), row, x->ne[0]);
-        if (q4k_order) ggml_ext::q4k_lay_out(row, x->ne[0] / QK_K_VALUES);
+        if (q4k_order) ggml_ext::q4k_lay_out(row, x->ne[0] / kKQuantValues);
     }
 }
 
@@ -216,7 +216,7 @@ void product_q8_0(ggml_tensor * dst, int ith, int nth) {
 template <typename BlockW, typename BlockX, auto tile>
 void product_k_quant(ggml_tensor * dst, int ith, int nth) {
     using ggml_ext::kKQuantTileRows;
-    const int64_t n_blocks = dst->src[0]->ne[0] / QK_K_VALUES;
+    const int64_t n_blocks = dst->src[0]->ne[0] / kKQuantValues;
     const std::vector<int64_t> cells = cell_blocks(dst);
     const ggml_ext::KQuantKernel kernel = ggml_ext::kquant_best_kernel();
     const TiledProduct<BlockW, BlockX, kKQuantTileRows, ggml_ext::kKQuantTileTokens> product(dst, ith, nth);

@@ -1,8 +1,8 @@
 #pragma once
 // What the K-quant tile kernels (q4_k_cells.h, q6_k_cells.h) share: the
 // doubles each output's lanes are added to, the order its value is formed
-// from them, a tile run as smaller cores, and the table of every tile
-// shape. Included by their sources only, which are compiled for the CPU's
+// from them, the loop over a tile's cells, a tile run as smaller cores, and
+// the table of every tile shape. Included by their sources only, which are compiled for the CPU's
 // vector instructions.
 
 #include "ggml-ext/ops/k_quant_kernel.h"
@@ -47,6 +47,29 @@ struct OutputTotals {
     }
 };
 
+// An output's lanes over one cell, on the scalar path.
+struct CellLanes {
+    using Totals = OutputTotals;
+    float a[kSLanes] = {}, b[kMLanes] = {};
+    void add_to(OutputTotals & t) const { t.add(a, b); }
+};
+
+// A tile's cells: each starts its outputs' lanes (Lanes[RM][RN]) at zero,
+// runs block(b, lanes) for each of its blocks and adds the lanes to the
+// outputs' totals; then out[j * ld + i] = the total of row i and token j.
+template <int RM, int RN, typename Lanes, typename BlockFn>
+void run_cells(const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld, const BlockFn & block) {
+    typename Lanes::Totals total[RM][RN];
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        Lanes lanes[RM][RN];
+        for (; b < bounds[c]; ++b) block(b, lanes);
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) lanes[i][j].add_to(total[i][j]);
+    }
+    for (int i = 0; i < RM; ++i)
+        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+}
+
 // A tile as cores of at most `most` rows x tokens, the rows in two parts;
 // Core<R, N>::run(w, x, bounds, n_blocks, out, ld) runs one.
 template <int RM, int RN, int most, template <int, int> class Core, typename BlockW, typename BlockX>
@@ -90,6 +113,13 @@ struct Totals256 {
         return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
     }
 };
+
+// An output's lanes over one cell, on the 256-bit path: A in two registers.
+struct CellLanes256 {
+    using Totals = Totals256;
+    __m256 a_lo = _mm256_setzero_ps(), a_hi = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    void add_to(Totals256 & t) const { t.add(a_lo, a_hi, b); }
+};
 #endif
 
 // A 256-bit path's tile: past four tokens, tiles of four tokens (the path
@@ -120,6 +150,15 @@ struct Totals512 {
         const __m128d c2 = _mm_add_pd(_mm256_castpd256_pd128(c4), _mm256_extractf128_pd(c4, 1));
         return _mm_cvtsd_f64(_mm_add_sd(c2, _mm_unpackhi_pd(c2, c2)));
     }
+};
+
+// An output's lanes over one cell, on the 512-bit path: A in one register,
+// B in half of one.
+struct CellLanes512 {
+    using Totals = Totals512;
+    __m512 a = _mm512_setzero_ps();
+    __m256 b = _mm256_setzero_ps();
+    void add_to(Totals512 & t) const { t.add(a, b); }
 };
 
 // acc + the word pairs' products, summed in pairs.

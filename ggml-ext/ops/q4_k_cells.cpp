@@ -60,37 +60,28 @@ int value_of(const Block & wb, int j, int k) {
 template <typename Block, int RM, int RN>
 void tile_scalar(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                  double * out, int64_t ld) {
-    OutputTotals total[RM][RN];
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        float A[RM][RN][kSLanes] = {}, B[RM][RN][kMLanes] = {};
-        for (; b < bounds[c]; ++b) {
-            for (int i = 0; i < RM; ++i) {
-                const Block & wb = w[i][b];
-                const ScalesMins sm(wb.scales);
-                const float dw = ggml_fp16_to_fp32(wb.d), dmw = ggml_fp16_to_fp32(wb.dmin);
-                for (int j = 0; j < RN; ++j) {
-                    const BlockQ8_K & xb = x[j][b];
-                    int32_t S[kSLanes] = {};
-                    for (int sub = 0; sub < 8; ++sub) {
-                        const int8_t * xq = xb.qs + kPairOffset[sub];
-                        for (int u = 0; u < 8; ++u) {
-                            int32_t p = 0;
-                            for (int k = 4 * u; k < 4 * u + 4; ++k) p += value_of(wb, sub, k) * xq[k];
-                            S[8 * half_of(sub) + u] += sm.sc(sub) * p;
-                        }
-                    }
-                    for (int t = 0; t < kSLanes; ++t) A[i][j][t] = std::fma((float) S[t] * dw, xb.d, A[i][j][t]);
-                    for (int l = 0; l < kMLanes; ++l) {
-                        B[i][j][l] = std::fma(dmw * (float) sm.m(l), xb.sums[l], B[i][j][l]);
+    run_cells<RM, RN, CellLanes>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes(&lanes)[RM][RN]) {
+        for (int i = 0; i < RM; ++i) {
+            const Block & wb = w[i][b];
+            const ScalesMins sm(wb.scales);
+            const float dw = ggml_fp16_to_fp32(wb.d), dmw = ggml_fp16_to_fp32(wb.dmin);
+            for (int j = 0; j < RN; ++j) {
+                const BlockQ8_K & xb = x[j][b];
+                int32_t S[kSLanes] = {};
+                for (int sub = 0; sub < 8; ++sub) {
+                    const int8_t * xq = xb.qs + kPairOffset[sub];
+                    for (int u = 0; u < 8; ++u) {
+                        int32_t p = 0;
+                        for (int k = 4 * u; k < 4 * u + 4; ++k) p += value_of(wb, sub, k) * xq[k];
+                        S[8 * half_of(sub) + u] += sm.sc(sub) * p;
                     }
                 }
+                CellLanes & l = lanes[i][j];
+                for (int t = 0; t < kSLanes; ++t) l.a[t] = std::fma((float) S[t] * dw, xb.d, l.a[t]);
+                for (int m = 0; m < kMLanes; ++m) l.b[m] = std::fma(dmw * (float) sm.m(m), xb.sums[m], l.b[m]);
             }
         }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) total[i][j].add(A[i][j], B[i][j]);
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+    });
 }
 
 #if defined(LLAMA_TP_KCELLS_AVX2)
@@ -133,50 +124,39 @@ struct Avx2Cores {
     struct Core {
         static void run(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                         double * out, int64_t ld) {
-            Totals256 total[RM][RN];
-            for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-                __m256 a_lo[RM][RN], a_hi[RM][RN], acc_m[RM][RN];
-                for (int i = 0; i < RM; ++i)
-                    for (int j = 0; j < RN; ++j) a_lo[i][j] = a_hi[i][j] = acc_m[i][j] = _mm256_setzero_ps();
-                for (; b < bounds[c]; ++b) {
-                    for (int i = 0; i < RM; ++i) {
-                        const Block & wb = w[i][b];
-                        const ScalesMins sm(wb.scales);
-                        const float dw = _cvtsh_ss(wb.d), dmw = _cvtsh_ss(wb.dmin);
-                        __m256i s[2][RN];
-                        for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
-                        for (int q = 0; q < 4; ++q) {
-                            __m256i lo, hi;
-                            values_avx2(wb, q, lo, hi);
-                            const __m256i sc_lo = _mm256_set1_epi16((short) sm.sc(2 * q));
-                            const __m256i sc_hi = _mm256_set1_epi16((short) sm.sc(2 * q + 1));
-                            const int h = half_of(2 * q);  // both sub-blocks of a byte run add to one half
-                            for (int j = 0; j < RN; ++j) {
-                                const int8_t * xq = x[j][b].qs;
-                                const __m256i p_lo = _mm256_madd_epi16(
-                                    _mm256_maddubs_epi16(lo, load256(xq + kPairOffset[2 * q])), sc_lo);
-                                const __m256i p_hi = _mm256_madd_epi16(
-                                    _mm256_maddubs_epi16(hi, load256(xq + kPairOffset[2 * q + 1])), sc_hi);
-                                s[h][j] = _mm256_add_epi32(s[h][j], _mm256_add_epi32(p_lo, p_hi));
-                            }
-                        }
-                        const __m256 mins = scaled_mins(sm, dmw);
+            run_cells<RM, RN, CellLanes256>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes256(&lanes)[RM][RN]) {
+                for (int i = 0; i < RM; ++i) {
+                    const Block & wb = w[i][b];
+                    const ScalesMins sm(wb.scales);
+                    __m256i s[2][RN];
+                    for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
+                    for (int q = 0; q < 4; ++q) {
+                        __m256i lo, hi;
+                        values_avx2(wb, q, lo, hi);
+                        const __m256i sc_lo = _mm256_set1_epi16((short) sm.sc(2 * q));
+                        const __m256i sc_hi = _mm256_set1_epi16((short) sm.sc(2 * q + 1));
+                        const int h = half_of(2 * q);  // both sub-blocks of a byte run add to one half
                         for (int j = 0; j < RN; ++j) {
-                            const BlockQ8_K & xb = x[j][b];
-                            const __m256 dwv = _mm256_set1_ps(dw), dx = _mm256_set1_ps(xb.d);
-                            a_lo[i][j] =
-                                _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dwv), dx, a_lo[i][j]);
-                            a_hi[i][j] =
-                                _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dwv), dx, a_hi[i][j]);
-                            acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(xb), acc_m[i][j]);
+                            const int8_t * xq = x[j][b].qs;
+                            const __m256i p_lo =
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xq + kPairOffset[2 * q])), sc_lo);
+                            const __m256i p_hi = _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(hi, load256(xq + kPairOffset[2 * q + 1])), sc_hi);
+                            s[h][j] = _mm256_add_epi32(s[h][j], _mm256_add_epi32(p_lo, p_hi));
                         }
                     }
+                    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(wb.d));
+                    const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
+                    for (int j = 0; j < RN; ++j) {
+                        const BlockQ8_K & xb = x[j][b];
+                        const __m256 dx = _mm256_set1_ps(xb.d);
+                        CellLanes256 & l = lanes[i][j];
+                        l.a_lo = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dw), dx, l.a_lo);
+                        l.a_hi = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dw), dx, l.a_hi);
+                        l.b = _mm256_fmadd_ps(mins, load_sums(xb), l.b);
+                    }
                 }
-                for (int i = 0; i < RM; ++i)
-                    for (int j = 0; j < RN; ++j) total[i][j].add(a_lo[i][j], a_hi[i][j], acc_m[i][j]);
-            }
-            for (int i = 0; i < RM; ++i)
-                for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+            });
         }
     };
 };
@@ -229,58 +209,38 @@ struct Avx512Cores {
                         double * out, int64_t ld) {
             static const ScalePick kPick;
             const __m512i low4 = _mm512_set1_epi8(0x0f);
-            Totals512 total[RM][RN];
-            for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-                __m512 acc_s[RM][RN];
-                __m256 acc_m[RM][RN];
+            run_cells<RM, RN, CellLanes512>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes512(&lanes)[RM][RN]) {
                 for (int i = 0; i < RM; ++i) {
+                    const Block & wb = w[i][b];
+                    const ScalesMins sm(wb.scales);
+                    const __m512 dw = _mm512_set1_ps(_cvtsh_ss(wb.d));
+                    const __m512i q01 = _mm512_loadu_si512(wb.qs), q23 = _mm512_loadu_si512(wb.qs + 64);
+                    __m512i vals[4] = {
+                        _mm512_and_si512(q01, low4),
+                        _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4),
+                        _mm512_and_si512(q23, low4),
+                        _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4),
+                    };
+                    if constexpr (kFifthBit<Block>) add_fifth_bits(wb, vals);
+                    const __m512i sc =
+                        _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
+                    __m512i scales[4];
+                    for (int k = 0; k < 4; ++k)
+                        scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                    const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
                     for (int j = 0; j < RN; ++j) {
-                        acc_s[i][j] = _mm512_setzero_ps();
-                        acc_m[i][j] = _mm256_setzero_ps();
-                    }
-                }
-                for (; b < bounds[c]; ++b) {
-                    for (int i = 0; i < RM; ++i) {
-                        const Block & wb = w[i][b];
-                        const ScalesMins sm(wb.scales);
-                        const __m512 dw = _mm512_set1_ps(_cvtsh_ss(wb.d));
-                        const __m512i q01 = _mm512_loadu_si512(wb.qs), q23 = _mm512_loadu_si512(wb.qs + 64);
-                        __m512i vals[4] = {
-                            _mm512_and_si512(q01, low4),
-                            _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4),
-                            _mm512_and_si512(q23, low4),
-                            _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4),
-                        };
-                        if constexpr (kFifthBit<Block>) add_fifth_bits(wb, vals);
-                        const __m512i sc = _mm512_zextsi128_si512(
-                            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
-                        __m512i scales[4];
-                        for (int k = 0; k < 4; ++k)
-                            scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
-                        for (int j = 0; j < RN; ++j) {
-                            const int8_t * xq = x[j][b].qs;
-                            __m512i s =
-                                _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), scales[0]);
-                            for (int k = 1; k < 4; ++k) {
-                                s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
-                                                      scales[k]);
-                            }
-                            acc_s[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw),
-                                                          _mm512_set1_ps(x[j][b].d), acc_s[i][j]);
+                        const int8_t * xq = x[j][b].qs;
+                        __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), scales[0]);
+                        for (int k = 1; k < 4; ++k) {
+                            s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
+                                                  scales[k]);
                         }
-                        const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
-                        for (int j = 0; j < RN; ++j)
-                            acc_m[i][j] = _mm256_fmadd_ps(mins, load_sums(x[j][b]), acc_m[i][j]);
+                        CellLanes512 & l = lanes[i][j];
+                        l.a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw), _mm512_set1_ps(x[j][b].d), l.a);
+                        l.b = _mm256_fmadd_ps(mins, load_sums(x[j][b]), l.b);
                     }
                 }
-                for (int i = 0; i < RM; ++i) {
-                    for (int j = 0; j < RN; ++j) {
-                        total[i][j].add(acc_s[i][j], acc_m[i][j]);
-                    }
-                }
-            }
-            for (int i = 0; i < RM; ++i)
-                for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+            });
         }
     };
 };

@@ -25,39 +25,32 @@ int value_of(const BlockQ6_K & wb, int h, int g, int k) {
 template <int RM, int RN>
 void tile_scalar(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                  double * out, int64_t ld) {
-    OutputTotals total[RM][RN];
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        float A[RM][RN][kSLanes] = {}, B[RM][RN][kMLanes] = {};
-        for (; b < bounds[c]; ++b) {
-            for (int i = 0; i < RM; ++i) {
-                const BlockQ6_K & wb = w[i][b];
-                const float dw = ggml_fp16_to_fp32(wb.d);
-                for (int j = 0; j < RN; ++j) {
-                    const GgmlBlockQ8_K & xb = x[j][b];
-                    int32_t S[kSLanes] = {}, O[kMLanes];
-                    for (int h = 0; h < 2; ++h) {
-                        for (int g = 0; g < 4; ++g) {
-                            const int8_t * xq = xb.qs + 128 * h + 32 * g;
-                            for (int u = 0; u < 8; ++u) {
-                                int32_t p = 0;
-                                for (int k = 4 * u; k < 4 * u + 4; ++k) p += value_of(wb, h, g, k) * xq[k];
-                                S[8 * (g % 2) + u] += wb.scales[8 * h + 2 * g + u / 4] * p;
-                            }
+    run_cells<RM, RN, CellLanes>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes(&lanes)[RM][RN]) {
+        for (int i = 0; i < RM; ++i) {
+            const BlockQ6_K & wb = w[i][b];
+            const float dw = ggml_fp16_to_fp32(wb.d);
+            for (int j = 0; j < RN; ++j) {
+                const GgmlBlockQ8_K & xb = x[j][b];
+                int32_t S[kSLanes] = {}, O[kMLanes];
+                for (int h = 0; h < 2; ++h) {
+                    for (int g = 0; g < 4; ++g) {
+                        const int8_t * xq = xb.qs + 128 * h + 32 * g;
+                        for (int u = 0; u < 8; ++u) {
+                            int32_t p = 0;
+                            for (int k = 4 * u; k < 4 * u + 4; ++k) p += value_of(wb, h, g, k) * xq[k];
+                            S[8 * (g % 2) + u] += wb.scales[8 * h + 2 * g + u / 4] * p;
                         }
                     }
-                    for (int l = 0; l < kMLanes; ++l) {
-                        O[l] = 32 * (wb.scales[2 * l] * xb.bsums[2 * l] + wb.scales[2 * l + 1] * xb.bsums[2 * l + 1]);
-                    }
-                    for (int t = 0; t < kSLanes; ++t) A[i][j][t] = std::fma((float) S[t] * dw, xb.d, A[i][j][t]);
-                    for (int l = 0; l < kMLanes; ++l) B[i][j][l] = std::fma((float) O[l] * dw, xb.d, B[i][j][l]);
                 }
+                for (int m = 0; m < kMLanes; ++m) {
+                    O[m] = 32 * (wb.scales[2 * m] * xb.bsums[2 * m] + wb.scales[2 * m + 1] * xb.bsums[2 * m + 1]);
+                }
+                CellLanes & l = lanes[i][j];
+                for (int t = 0; t < kSLanes; ++t) l.a[t] = std::fma((float) S[t] * dw, xb.d, l.a[t]);
+                for (int m = 0; m < kMLanes; ++m) l.b[m] = std::fma((float) O[m] * dw, xb.d, l.b[m]);
             }
         }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) total[i][j].add(A[i][j], B[i][j]);
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+    });
 }
 
 #if defined(LLAMA_TP_KCELLS_AVX2)
@@ -78,55 +71,46 @@ struct Avx2Core {
     static void run(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds,
                     int64_t n_blocks, double * out, int64_t ld) {
         const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
-        Totals256 total[RM][RN];
-        for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-            __m256 a_lo[RM][RN], a_hi[RM][RN], acc_o[RM][RN];
-            for (int i = 0; i < RM; ++i)
-                for (int j = 0; j < RN; ++j) a_lo[i][j] = a_hi[i][j] = acc_o[i][j] = _mm256_setzero_ps();
-            for (; b < bounds[c]; ++b) {
-                for (int i = 0; i < RM; ++i) {
-                    const BlockQ6_K & wb = w[i][b];
-                    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(wb.d));
-                    __m256i s[2][RN];
-                    for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
-                    for (int h = 0; h < 2; ++h) {
-                        const __m256i ql0 = load256(wb.ql + 64 * h), ql1 = load256(wb.ql + 64 * h + 32);
-                        const __m256i qh = load256(wb.qh + 32 * h);
-                        const __m256i v[4] = {
-                            _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
-                            _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                                            _mm256_and_si256(qh, bits45)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
-                        };
-                        for (int g = 0; g < 4; ++g) {
-                            const int j0 = 8 * h + 2 * g;  // the run's two sub-blocks
-                            const __m256i sc =
-                                _mm256_set_m128i(_mm_set1_epi16(wb.scales[j0 + 1]), _mm_set1_epi16(wb.scales[j0]));
-                            for (int j = 0; j < RN; ++j) {
-                                const __m256i p = _mm256_maddubs_epi16(v[g], load256(x[j][b].qs + 128 * h + 32 * g));
-                                s[g % 2][j] = _mm256_add_epi32(s[g % 2][j], _mm256_madd_epi16(p, sc));
-                            }
+        run_cells<RM, RN, CellLanes256>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes256(&lanes)[RM][RN]) {
+            for (int i = 0; i < RM; ++i) {
+                const BlockQ6_K & wb = w[i][b];
+                const __m256 dw = _mm256_set1_ps(_cvtsh_ss(wb.d));
+                __m256i s[2][RN];
+                for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i ql0 = load256(wb.ql + 64 * h), ql1 = load256(wb.ql + 64 * h + 32);
+                    const __m256i qh = load256(wb.qh + 32 * h);
+                    const __m256i v[4] = {
+                        _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                        _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                        _mm256_and_si256(qh, bits45)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
+                    };
+                    for (int g = 0; g < 4; ++g) {
+                        const int j0 = 8 * h + 2 * g;  // the run's two sub-blocks
+                        const __m256i sc =
+                            _mm256_set_m128i(_mm_set1_epi16(wb.scales[j0 + 1]), _mm_set1_epi16(wb.scales[j0]));
+                        for (int j = 0; j < RN; ++j) {
+                            const __m256i p = _mm256_maddubs_epi16(v[g], load256(x[j][b].qs + 128 * h + 32 * g));
+                            s[g % 2][j] = _mm256_add_epi32(s[g % 2][j], _mm256_madd_epi16(p, sc));
                         }
                     }
-                    const __m256i scales = scale_words(wb);
-                    for (int j = 0; j < RN; ++j) {
-                        const __m256 dx = _mm256_set1_ps(x[j][b].d);
-                        a_lo[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dw), dx, a_lo[i][j]);
-                        a_hi[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dw), dx, a_hi[i][j]);
-                        const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
-                        acc_o[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(o, dw), dx, acc_o[i][j]);
-                    }
+                }
+                const __m256i scales = scale_words(wb);
+                for (int j = 0; j < RN; ++j) {
+                    const __m256 dx = _mm256_set1_ps(x[j][b].d);
+                    CellLanes256 & l = lanes[i][j];
+                    l.a_lo = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dw), dx, l.a_lo);
+                    l.a_hi = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dw), dx, l.a_hi);
+                    const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
+                    l.b = _mm256_fmadd_ps(_mm256_mul_ps(o, dw), dx, l.b);
                 }
             }
-            for (int i = 0; i < RM; ++i)
-                for (int j = 0; j < RN; ++j) total[i][j].add(a_lo[i][j], a_hi[i][j], acc_o[i][j]);
-        }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+        });
     }
 };
 
@@ -162,57 +146,41 @@ struct Avx512Core {
         // and 2), runs 2 and 3 (right by 0 and 2), sixteen words each.
         const __m512i left = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
         const __m512i right = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-        Totals512 total[RM][RN];
-        for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-            __m512 acc_s[RM][RN];
-            __m256 acc_o[RM][RN];
+        run_cells<RM, RN, CellLanes512>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes512(&lanes)[RM][RN]) {
             for (int i = 0; i < RM; ++i) {
+                const BlockQ6_K & wb = w[i][b];
+                const float dw = _cvtsh_ss(wb.d);
+                __m512i vals[4];
+                for (int h = 0; h < 2; ++h) {
+                    const __m512i ql = _mm512_loadu_si512(wb.ql + 64 * h);
+                    const __m512i qh = _mm512_broadcast_i64x4(load256(wb.qh + 32 * h));
+                    vals[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4),
+                                                  _mm512_and_si512(_mm512_sllv_epi16(qh, left), bits45));
+                    vals[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                      _mm512_and_si512(_mm512_srlv_epi16(qh, right), bits45));
+                }
+                const __m256i scales = scale_words(wb);
+                const __m512i sc = _mm512_castsi256_si512(scales);
+                __m512i sc_words[4];
+                for (int k = 0; k < 4; ++k)
+                    sc_words[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                const __m512 dw16 = _mm512_set1_ps(dw);
+                const __m256 dw8 = _mm256_set1_ps(dw);
                 for (int j = 0; j < RN; ++j) {
-                    acc_s[i][j] = _mm512_setzero_ps();
-                    acc_o[i][j] = _mm256_setzero_ps();
+                    const int8_t * xq = x[j][b].qs;
+                    __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), sc_words[0]);
+                    for (int k = 1; k < 4; ++k) {
+                        s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
+                                              sc_words[k]);
+                    }
+                    const float dx = x[j][b].d;
+                    CellLanes512 & l = lanes[i][j];
+                    l.a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw16), _mm512_set1_ps(dx), l.a);
+                    const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
+                    l.b = _mm256_fmadd_ps(_mm256_mul_ps(o, dw8), _mm256_set1_ps(dx), l.b);
                 }
             }
-            for (; b < bounds[c]; ++b) {
-                for (int i = 0; i < RM; ++i) {
-                    const BlockQ6_K & wb = w[i][b];
-                    const float dw = _cvtsh_ss(wb.d);
-                    __m512i vals[4];
-                    for (int h = 0; h < 2; ++h) {
-                        const __m512i ql = _mm512_loadu_si512(wb.ql + 64 * h);
-                        const __m512i qh = _mm512_broadcast_i64x4(load256(wb.qh + 32 * h));
-                        vals[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4),
-                                                      _mm512_and_si512(_mm512_sllv_epi16(qh, left), bits45));
-                        vals[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                                          _mm512_and_si512(_mm512_srlv_epi16(qh, right), bits45));
-                    }
-                    const __m256i scales = scale_words(wb);
-                    const __m512i sc = _mm512_castsi256_si512(scales);
-                    __m512i sc_words[4];
-                    for (int k = 0; k < 4; ++k)
-                        sc_words[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
-                    const __m512 dw16 = _mm512_set1_ps(dw);
-                    const __m256 dw8 = _mm256_set1_ps(dw);
-                    for (int j = 0; j < RN; ++j) {
-                        const int8_t * xq = x[j][b].qs;
-                        __m512i s =
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), sc_words[0]);
-                        for (int k = 1; k < 4; ++k) {
-                            s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
-                                                  sc_words[k]);
-                        }
-                        const float dx = x[j][b].d;
-                        acc_s[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw16), _mm512_set1_ps(dx),
-                                                      acc_s[i][j]);
-                        const __m256 o = _mm256_cvtepi32_ps(offsets(scales, x[j][b]));
-                        acc_o[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(o, dw8), _mm256_set1_ps(dx), acc_o[i][j]);
-                    }
-                }
-            }
-            for (int i = 0; i < RM; ++i)
-                for (int j = 0; j < RN; ++j) total[i][j].add(acc_s[i][j], acc_o[i][j]);
-        }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+        });
     }
 };
 

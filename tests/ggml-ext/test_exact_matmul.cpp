@@ -318,43 +318,6 @@ std::vector<ggml_ext::BlockQ8_K> laid_out(const std::vector<GgmlQ8K> & ggml_bloc
     return x;
 }
 
-// The scalar kernel against ggml's own q4_K x q8_K dot product of one row
-// and token (x laid out in the kernel's order first): the same value up to
-// float rounding.
-TEST(KQuantCells, TheQ4KScalarPathIsGgmlsDotProduct) {
-    ggml_cpu_init();  // ggml's dot products read tables it fills
-    const auto w_blocks = random_q4_k_or_q5_k<ggml_ext::BlockQ4_K>(5, 13);
-    const auto x_blocks = random_ggml_q8_k(5, 14);
-    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q4_K);
-    ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
-    const int64_t bounds[2] = {0, 5};
-    const ggml_ext::BlockQ4_K * w = w_blocks.data();
-    float theirs = 0.0f;
-    traits->vec_dot(5 * 256, &theirs, 0, w_blocks.data(), 0, x_blocks.data(), 0, 1);
-    const std::vector<ggml_ext::BlockQ8_K> x_laid_out = laid_out(x_blocks);
-    const ggml_ext::BlockQ8_K * x = x_laid_out.data();
-    double ours = 0.0;
-    ggml_ext::q4k_tile(ggml_ext::KQuantKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
-    EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
-}
-
-TEST(KQuantCells, TheQ5KScalarPathIsGgmlsDotProduct) {
-    ggml_cpu_init();  // ggml's dot products read tables it fills
-    const auto w_blocks = random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(5, 17);
-    const auto x_blocks = random_ggml_q8_k(5, 18);
-    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q5_K);
-    ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
-    float theirs = 0.0f;
-    traits->vec_dot(5 * 256, &theirs, 0, w_blocks.data(), 0, x_blocks.data(), 0, 1);
-    const std::vector<ggml_ext::BlockQ8_K> x_laid_out = laid_out(x_blocks);
-    const int64_t bounds[2] = {0, 5};
-    const ggml_ext::BlockQ5_K * w = w_blocks.data();
-    const ggml_ext::BlockQ8_K * x = x_laid_out.data();
-    double ours = 0.0;
-    ggml_ext::q5k_tile(ggml_ext::KQuantKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
-    EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
-}
-
 // Random q6_K blocks: any bytes, so every six-bit value and every scale
 // from -128 to 127.
 std::vector<ggml_ext::BlockQ6_K> random_q6_k(size_t n, unsigned seed) {
@@ -428,21 +391,33 @@ TEST(KQuantCells, EveryPathGivesTheScalarPathsBits) {
     }
 }
 
-TEST(KQuantCells, TheQ6KScalarPathIsGgmlsDotProduct) {
-    ggml_cpu_init();  // ggml's dot products read tables it fills
-    const auto w_blocks = random_q6_k(5, 23);
-    const auto x_ggml = random_ggml_q8_k(5, 24);
-    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(GGML_TYPE_Q6_K);
+// A scalar path against ggml's own dot product of one row and token with
+// q8_K (x given to the path as it reads it): the same value up to float
+// rounding.
+template <typename BlockW, typename BlockX, typename Tile>
+void check_against_ggml(ggml_type type, const std::vector<BlockW> & w_blocks, const std::vector<GgmlQ8K> & x_ggml,
+                        const std::vector<BlockX> & x_blocks, Tile tile) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
+    const int64_t n = (int64_t) w_blocks.size(), bounds[2] = {0, n};
     float theirs = 0.0f;
-    traits->vec_dot(5 * 256, &theirs, 0, w_blocks.data(), 0, x_ggml.data(), 0, 1);
-    const auto x_blocks = as_ggml_q8_k(x_ggml);
-    const int64_t bounds[2] = {0, 5};
-    const ggml_ext::BlockQ6_K * w = w_blocks.data();
-    const ggml_ext::GgmlBlockQ8_K * x = x_blocks.data();
+    traits->vec_dot((int) (n * 256), &theirs, 0, w_blocks.data(), 0, x_ggml.data(), 0, 1);
+    const BlockW * w = w_blocks.data();
+    const BlockX * x = x_blocks.data();
     double ours = 0.0;
-    ggml_ext::q6k_tile(ggml_ext::KQuantKernel::Scalar, &w, 1, &x, 1, bounds, 5, &ours, 1);
+    tile(ggml_ext::KQuantKernel::Scalar, &w, 1, &x, 1, bounds, n, &ours, 1);
     EXPECT_NEAR(ours, theirs, 1e-5 * std::fabs(theirs) + 1e-6);
+}
+
+TEST(KQuantCells, EachScalarPathIsGgmlsDotProduct) {
+    ggml_cpu_init();  // ggml's dot products read tables it fills
+    const std::vector<GgmlQ8K> x = random_ggml_q8_k(5, 14);
+    check_against_ggml(GGML_TYPE_Q4_K, random_q4_k_or_q5_k<ggml_ext::BlockQ4_K>(5, 13), x, laid_out(x),
+                       ggml_ext::q4k_tile);
+    check_against_ggml(GGML_TYPE_Q5_K, random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(5, 17), x, laid_out(x),
+                       ggml_ext::q5k_tile);
+    check_against_ggml(GGML_TYPE_Q6_K, random_q6_k(5, 23), x, as_ggml_q8_k(x), ggml_ext::q6k_tile);
 }
 
 }  // namespace
