@@ -1,5 +1,6 @@
 #include "ggml-ext/ops/exact_matmul.h"
 
+#include "ggml-ext/ops/iq4_xs_cells.h"
 #include "ggml-ext/ops/op_params.h"
 #include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q6_k_cells.h"
@@ -226,6 +227,37 @@ void product_k_quant(ggml_tensor * dst, int ith, int nth) {
                 });
 }
 
+// From this many tokens an IQ4_XS product decodes panels of rows once and
+// runs the tokens against them (same outputs as the tiles).
+constexpr int64_t kIQ4PanelTokens = 16;
+
+void product_iq4_xs(ggml_tensor * dst, int ith, int nth) {
+    using ggml_ext::BlockIQ4_XS, ggml_ext::GgmlBlockQ8_K, ggml_ext::kIQ4PanelRows;
+    const int64_t T = dst->src[1]->ne[1];
+    if (T < kIQ4PanelTokens || !ggml_ext::iq4xs_panels_available()) {
+        product_k_quant<BlockIQ4_XS, GgmlBlockQ8_K, ggml_ext::iq4xs_tile>(dst, ith, nth);
+        return;
+    }
+    const int64_t n_blocks = dst->src[0]->ne[0] / kKQuantValues;
+    const std::vector<int64_t> cells = cell_blocks(dst);
+    const TiledProduct<BlockIQ4_XS, GgmlBlockQ8_K, kIQ4PanelRows, kTokenBlock> product(dst, ith, nth);
+    ggml_ext::IQ4Panel panel(n_blocks);
+    std::vector<const GgmlBlockQ8_K *> xr((size_t) T);
+    for (int64_t k = 0; k < T; ++k) xr[k] = row_of<GgmlBlockQ8_K>(dst->src[1], k);
+    std::vector<double> sums((size_t) (kTokenBlock * kIQ4PanelRows));
+    for (int64_t i0 = product.share().begin; i0 < product.share().end; i0 += kIQ4PanelRows) {
+        const BlockIQ4_XS * wr[kIQ4PanelRows];
+        int64_t rows[kIQ4PanelRows];
+        const int nr = product.rows_at(i0, 1, wr, rows);
+        panel.decode(wr, nr);
+        for (int64_t j = 0; j < T; j += kTokenBlock) {
+            const int nc = (int) std::min(kTokenBlock, T - j);
+            panel.multiply(xr.data() + j, nc, cells.data(), sums.data(), kIQ4PanelRows);
+            product.store(sums.data(), rows, nr, j, nc);
+        }
+    }
+}
+
 void product(ggml_tensor * dst, int ith, int nth, void *) {
     switch (dst->src[0]->type) {
         case GGML_TYPE_Q4_K:
@@ -237,14 +269,18 @@ void product(ggml_tensor * dst, int ith, int nth, void *) {
         case GGML_TYPE_Q6_K:
             product_k_quant<ggml_ext::BlockQ6_K, ggml_ext::GgmlBlockQ8_K, ggml_ext::q6k_tile>(dst, ith, nth);
             break;
+        case GGML_TYPE_IQ4_XS:
+            product_iq4_xs(dst, ith, nth);
+            break;
         default:
             product_q8_0(dst, ith, nth);
     }
 }
 
-// The K-quants with a kernel here (k_quant_kernel.h).
+// The types of 256-value super-blocks with a kernel here (k_quant_kernel.h):
+// the K-quants and IQ4_XS.
 bool is_k_quant(ggml_type type) {
-    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
+    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS;
 }
 
 void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
@@ -271,6 +307,8 @@ const char * ggml_ext_exact_matmul_kernel(enum ggml_type type) {
 }
 
 bool ggml_ext_exact_matmul_preferred(enum ggml_type type) {
+    // ggml multiplies IQ4_XS batches as panels of bytes; so does this kernel, on AVX-512 VNNI.
+    if (type == GGML_TYPE_IQ4_XS && !ggml_ext::iq4xs_panels_available()) return false;
     if (is_k_quant(type)) return ggml_ext::kquant_kernel_beats_ggml(ggml_ext::kquant_best_kernel());
     return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
 }

@@ -3,9 +3,17 @@
 // one choice for both, by what this build has and the CPU runs. Every path
 // gives the same bits; they differ in speed only.
 
+#include <cstdint>
 #include <vector>
 
 namespace ggml_ext {
+
+// ggml's q8_K block: the x of the q6_K and IQ4_XS kernels as it is.
+struct GgmlBlockQ8_K {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];  // sums of 16 values each
+};
 
 enum class KQuantKernel { Scalar, Avx2, Avx512 };
 

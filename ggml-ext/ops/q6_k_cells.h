@@ -34,12 +34,6 @@ struct BlockQ6_K {
     ggml_fp16_t d;
 };
 
-struct GgmlBlockQ8_K {
-    float d;
-    int8_t qs[256];
-    int16_t bsums[16];  // sums of 16 values each
-};
-
 // Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kKQuantTileRows and
 // nc <= kKQuantTileTokens, each n_blocks super-blocks long, cut into cells at
 // the block offsets bounds[0] = 0 < ... = n_blocks:

@@ -1,11 +1,12 @@
 // ggml_ext_exact_matmul on the CPU: the cells of a split add up to the whole
 // matrix's result, every output is the same whatever batch or thread count
 // computes it, the result is the product it should be, and every q8_0 and
-// K-quant (q4_K, q5_K, q6_K) kernel this build has gives the scalar kernel's
-// bits.
+// K-quant (q4_K, q5_K, q6_K) and IQ4_XS kernel this build has gives the
+// scalar kernel's bits.
 
 #include "ggml-ext/ops/exact_matmul.h"
 #include "ggml-ext/ops/exact_sum.h"
+#include "ggml-ext/ops/iq4_xs_cells.h"
 #include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q6_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
@@ -25,7 +26,9 @@
 
 namespace {
 
-constexpr int64_t kK = 1536, kM = 37, kT = 11;  // 37 rows: a partial tile for every thread count
+// 37 rows: a partial tile for every thread count; 19 tokens: IQ4_XS's
+// panels (from 16 tokens) beside the tiles.
+constexpr int64_t kK = 1536, kM = 37, kT = 19;
 
 // A type the product takes, with uneven cells as the reduction grid's are
 // (down to two q8_0 blocks, one K-quant block), and the same cells held by two
@@ -39,6 +42,7 @@ const TypeCase kQ8_0{GGML_TYPE_Q8_0, {0, 256, 768, 832, 1536}, {0, 256, 768}, {0
 const TypeCase kQ4_K{GGML_TYPE_Q4_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 const TypeCase kQ5_K{GGML_TYPE_Q5_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 const TypeCase kQ6_K{GGML_TYPE_Q6_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
+const TypeCase kIQ4_XS{GGML_TYPE_IQ4_XS, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 
 class ExactMatmul : public testing::TestWithParam<TypeCase> {};
 
@@ -134,9 +138,9 @@ TEST_P(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3), tc.type);
     const std::vector<float> xs = random_values(kK * kT, 4);
-    // 11 tokens (tiles of four rows, token blocks), 6 (one tile of tokens
-    // laid out once) and 3 (tiles of four rows far apart), against each
-    // token alone.
+    // 19 tokens (tiles of four rows, token blocks; IQ4_XS's panels), 6 (one
+    // tile of tokens laid out once) and 3 (tiles of four rows far apart),
+    // against each token alone.
     for (const int64_t n : {kT, int64_t(6), int64_t(3)}) {
         const std::vector<double> batch = sums(c.ctx, w, tc.bounds, xs, n, 2);
         for (const int threads : {1, 3}) {
@@ -195,7 +199,7 @@ TEST_P(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K, kQ5_K, kQ6_K), type_name);
+INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS), type_name);
 
 // Random q8_0 blocks, full range of bytes and scales.
 std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
@@ -334,6 +338,22 @@ std::vector<ggml_ext::BlockQ6_K> random_q6_k(size_t n, unsigned seed) {
     return blocks;
 }
 
+// Random IQ4_XS blocks: any bytes, so every level and every scale from
+// -32 to 31.
+std::vector<ggml_ext::BlockIQ4_XS> random_iq4_xs(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.0f, 0.001f);
+    std::vector<ggml_ext::BlockIQ4_XS> blocks(n);
+    for (auto & b : blocks) {
+        b.d = ggml_fp32_to_fp16(scale(rng));
+        b.scales_h = (uint16_t) (byte(rng) << 8 | byte(rng));
+        for (uint8_t & s : b.scales_l) s = (uint8_t) byte(rng);
+        for (uint8_t & q : b.qs) q = (uint8_t) byte(rng);
+    }
+    return blocks;
+}
+
 std::vector<ggml_ext::GgmlBlockQ8_K> as_ggml_q8_k(const std::vector<GgmlQ8K> & blocks) {
     std::vector<ggml_ext::GgmlBlockQ8_K> x(blocks.size());
     std::memcpy(x.data(), blocks.data(), x.size() * sizeof(GgmlQ8K));
@@ -383,11 +403,45 @@ TEST(KQuantCells, EveryPathGivesTheScalarPathsBits) {
     check_every_path(random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(rows, 15), laid_out(random_ggml_q8_k(tokens, 16)),
                      ggml_ext::q5k_tile, "q5_K");
     check_every_path(random_q6_k(rows, 21), as_ggml_q8_k(random_ggml_q8_k(tokens, 22)), ggml_ext::q6k_tile, "q6_K");
+    check_every_path(random_iq4_xs(rows, 25), as_ggml_q8_k(random_ggml_q8_k(tokens, 26)), ggml_ext::iq4xs_tile,
+                     "IQ4_XS");
     std::string names;
     for (ggml_ext::KQuantKernel kernel : kernels) names += std::string(" ") + ggml_ext::kquant_kernel_name(kernel);
-    std::printf("q4_K, q5_K and q6_K paths compared:%s\n", names.c_str());
-    for (ggml_type t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
+    std::printf("q4_K, q5_K, q6_K and IQ4_XS paths compared:%s\n", names.c_str());
+    for (ggml_type t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS}) {
         EXPECT_STREQ(ggml_ext_exact_matmul_kernel(t), ggml_ext::kquant_kernel_name(kernels.back()));
+    }
+}
+
+// IQ4_XS panels against the scalar tiles: every row count of a panel,
+// token groups of up to eight and past them, cells of 2, 1 and 4 blocks.
+TEST(IQ4Panels, GiveTheScalarTilesBits) {
+    if (!ggml_ext::iq4xs_panels_available()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+    using ggml_ext::kIQ4PanelRows;
+    constexpr int64_t n_blocks = 7, n_tokens = 19;
+    const std::vector<int64_t> bounds{0, 2, 3, 7};
+    const std::vector<ggml_ext::BlockIQ4_XS> w_blocks = random_iq4_xs(kIQ4PanelRows * n_blocks, 31);
+    const std::vector<ggml_ext::GgmlBlockQ8_K> x_blocks = as_ggml_q8_k(random_ggml_q8_k(n_tokens * n_blocks, 32));
+    const ggml_ext::BlockIQ4_XS * w[kIQ4PanelRows];
+    const ggml_ext::GgmlBlockQ8_K * x[n_tokens];
+    for (int i = 0; i < kIQ4PanelRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    for (int j = 0; j < n_tokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
+    ggml_ext::IQ4Panel panel(n_blocks);
+    for (int nr : {1, 5, kIQ4PanelRows}) {
+        panel.decode(w, nr);
+        for (int nc : {1, 8, 9, (int) n_tokens}) {
+            SCOPED_TRACE(std::to_string(nr) + " rows x " + std::to_string(nc) + " tokens");
+            std::vector<double> got(kIQ4PanelRows * nc);
+            panel.multiply(x, nc, bounds.data(), got.data(), kIQ4PanelRows);
+            for (int i = 0; i < nr; ++i) {
+                for (int j = 0; j < nc; ++j) {
+                    double want = 0.0;
+                    ggml_ext::iq4xs_tile(ggml_ext::KQuantKernel::Scalar, w + i, 1, x + j, 1, bounds.data(), n_blocks,
+                                         &want, 1);
+                    EXPECT_EQ(got[j * kIQ4PanelRows + i], want) << "row " << i << " token " << j;
+                }
+            }
+        }
     }
 }
 
@@ -418,6 +472,7 @@ TEST(KQuantCells, EachScalarPathIsGgmlsDotProduct) {
     check_against_ggml(GGML_TYPE_Q5_K, random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(5, 17), x, laid_out(x),
                        ggml_ext::q5k_tile);
     check_against_ggml(GGML_TYPE_Q6_K, random_q6_k(5, 23), x, as_ggml_q8_k(x), ggml_ext::q6k_tile);
+    check_against_ggml(GGML_TYPE_IQ4_XS, random_iq4_xs(5, 27), x, as_ggml_q8_k(x), ggml_ext::iq4xs_tile);
 }
 
 }  // namespace
