@@ -27,22 +27,6 @@ int scale_of(const BlockIQ4_XS & wb, int j) {
     return (low | high << 4) - 32;
 }
 
-// An output's float over one cell and its double (iq4_xs_cells.h).
-struct OutputTotal {
-    double d = 0.0;
-    double total() const { return d; }
-};
-struct CellLane {
-    using Totals = OutputTotal;
-    float a = 0.0f;
-    void add_to(OutputTotal & t) const { t.d += (double) a; }
-};
-
-// A = fma(float(S) * d_w, d_x, A).
-void add_block(CellLane & l, int32_t S, float dw, float dx) {
-    l.a = std::fma((float) S * dw, dx, l.a);
-}
-
 // The value k of sub-block j.
 int value_of(const BlockIQ4_XS & wb, int j, int k) {
     const int byte = wb.qs[16 * j + k % 16];
@@ -63,7 +47,7 @@ void tile_scalar(const BlockIQ4_XS * const * w, const GgmlBlockQ8_K * const * x,
                     for (int k = 0; k < 32; ++k) p += value_of(wb, sub, k) * xb.qs[32 * sub + k];
                     S += scale_of(wb, sub) * p;
                 }
-                add_block(lanes[i][j], S, ggml_fp16_to_fp32(wb.d), xb.d);
+                add_block(lanes[i][j].a, S, ggml_fp16_to_fp32(wb.d), xb.d);
             }
         }
     });
@@ -83,13 +67,6 @@ __m128i scale_words(const BlockIQ4_XS & wb) {
         _mm_mullo_epi16(_mm_set1_epi16((short) wb.scales_h), _mm_set_epi16(1, 4, 16, 64, 256, 1024, 4096, 16384));
     const __m128i high = _mm_slli_epi16(_mm_srli_epi16(tops, 14), 4);
     return _mm_sub_epi16(_mm_or_si128(_mm_cvtepu8_epi16(nibbles), high), _mm_set1_epi16(32));
-}
-
-// The sum of a register's eight integers (in any order: they are exact).
-int32_t sum_of(__m256i s) {
-    const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    const __m128i two = _mm_add_epi32(four, _mm_unpackhi_epi64(four, four));
-    return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 1)));
 }
 
 // The levels in each 128-bit lane, for byte shuffles.
@@ -130,7 +107,7 @@ struct Avx2Core {
                     }
                 }
                 const float dw = _cvtsh_ss(wb.d);
-                for (int j = 0; j < RN; ++j) add_block(lanes[i][j], sum_of(s[j]), dw, x[j][b].d);
+                for (int j = 0; j < RN; ++j) add_block(lanes[i][j].a, sum_of(s[j]), dw, x[j][b].d);
             }
         });
     }
@@ -185,24 +162,6 @@ struct ScalePick {
         }
     }
 };
-
-// Lane n of the result: the sum of s[n]'s sixteen integers.
-__m256i sum_each(const __m512i (&s)[8]) {
-    // Per 128-bit lane: x[i] = (s[2i], s[2i + 1]) twice, y[h] = s[4h .. 4h + 3].
-    __m512i x[4], y[2];
-    for (int i = 0; i < 4; ++i) {
-        x[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2 * i], s[2 * i + 1]),
-                                _mm512_unpackhi_epi32(s[2 * i], s[2 * i + 1]));
-    }
-    for (int h = 0; h < 2; ++h) {
-        y[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2 * h], x[2 * h + 1]),
-                                _mm512_unpackhi_epi64(x[2 * h], x[2 * h + 1]));
-    }
-    // The four 128-bit lanes of each y added: lanes (0, 1) and (2, 3) first.
-    const __m512i z = _mm512_add_epi32(_mm512_shuffle_i32x4(y[0], y[1], 0x88), _mm512_shuffle_i32x4(y[0], y[1], 0xdd));
-    const __m512i pairs = _mm512_shuffle_i32x4(z, z, 0xd8);
-    return _mm256_add_epi32(_mm512_castsi512_si256(pairs), _mm512_extracti64x4_epi64(pairs, 1));
-}
 
 // Up to eight rows x tokens, output n = i * RN + j in lane n: each block's
 // integers summed for all of them at once, the floats of A side by side.
@@ -340,34 +299,6 @@ void decode_row(const BlockIQ4_XS & wb, int r, __m512i levels, int8_t (*rows)[25
     for (int j = 0; j < 8; ++j) scales[j * kIQ4PanelRows + r] = words[j];
     bias = 128 * _mm512_reduce_add_epi32(sums);
     d = _cvtsh_ss(wb.d);
-}
-
-// Dwords 16k .. 16k + 15 of the sixteen rows as sixteen registers of a
-// dword each row: four bytes of every row side by side, stored at dst.
-void transpose_16(const int8_t (*rows)[256], int k, int8_t * dst) {
-    __m512i r[16], t[16], u[16];
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(rows[i] + 64 * k);
-    for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    // u[4i + m]'s 128-bit lane L: dword 4L + m of rows 4i .. 4i + 3.
-    for (int i = 0; i < 4; ++i) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    // Lane L of u[m], u[4 + m], u[8 + m], u[12 + m] side by side: dword 4L + m.
-    for (int m = 0; m < 4; ++m) {
-        const __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xee);
-        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
-        const __m512i v3 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xee);
-        _mm512_store_si512(dst + 64 * m, _mm512_shuffle_i32x4(v0, v2, 0x88));
-        _mm512_store_si512(dst + 64 * (4 + m), _mm512_shuffle_i32x4(v0, v2, 0xdd));
-        _mm512_store_si512(dst + 64 * (8 + m), _mm512_shuffle_i32x4(v1, v3, 0x88));
-        _mm512_store_si512(dst + 64 * (12 + m), _mm512_shuffle_i32x4(v1, v3, 0xdd));
-    }
 }
 
 // Tokens x[0 .. NT) against a decoded panel.

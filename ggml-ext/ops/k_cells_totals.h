@@ -1,12 +1,14 @@
 #pragma once
-// What the K-quant tile kernels (q4_k_cells.h, q6_k_cells.h) share: the
-// doubles each output's lanes are added to, the order its value is formed
-// from them, the loop over a tile's cells, a tile run as smaller cores, and
-// the table of every tile shape. Included by their sources only, which are compiled for the CPU's
-// vector instructions.
+// What the tile kernels of 256-value super-blocks (q4_k_cells.h,
+// q6_k_cells.h, iq4_xs_cells.h) share: the doubles each output's lanes are
+// added to, the order its value is formed from them, the loop over a
+// tile's cells, a tile run as smaller cores, the table of every tile shape,
+// and the sums and transposes of their panels. Included by their sources
+// only, which are compiled for the CPU's vector instructions.
 
 #include "ggml-ext/ops/k_quant_kernel.h"
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -46,6 +48,40 @@ struct OutputTotals {
         return c[0];
     }
 };
+
+// One double an output (IQ4_XS, q4_K and q5_K): each cell's float added in order.
+struct OutputTotal {
+    double d = 0.0;
+    double total() const { return d; }
+};
+
+// IQ4_XS's one float over a cell.
+struct CellLane {
+    using Totals = OutputTotal;
+    float a = 0.0f;
+    void add_to(OutputTotal & t) const { t.d += (double) a; }
+};
+
+// q4_K's and q5_K's: A and eight B lanes; at a cell's end A - fold(B) is
+// added to the double, fold(B) the B lanes added in halves: c[l] = B[l] +
+// B[l + 4], then c[l] + c[l + 2], then the two left.
+inline float fold(const float * B) {
+    float c[4];
+    for (int l = 0; l < 4; ++l) c[l] = B[l] + B[l + 4];
+    for (int l = 0; l < 2; ++l) c[l] += c[l + 2];
+    return c[0] + c[1];
+}
+
+struct CellLanesAB {
+    using Totals = OutputTotal;
+    float a = 0.0f, b[kMLanes] = {};
+    void add_to(OutputTotal & t) const { t.d += (double) (a - fold(b)); }
+};
+
+// A block's exact integer S into A: A = fma(float(S) * d_w, d_x, A).
+inline void add_block(float & a, int32_t S, float dw, float dx) {
+    a = std::fma((float) S * dw, dx, a);
+}
 
 // An output's lanes over one cell, on the scalar path.
 struct CellLanes {
@@ -114,6 +150,28 @@ struct Totals256 {
     }
 };
 
+// fold(B) of a register of eight B lanes.
+inline float fold(__m256 B) {
+    const __m128 c = _mm_add_ps(_mm256_castps256_ps128(B), _mm256_extractf128_ps(B, 1));
+    const __m128 c2 = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    return _mm_cvtss_f32(_mm_add_ss(c2, _mm_shuffle_ps(c2, c2, 1)));
+}
+
+// CellLanesAB with B in a register.
+struct CellLanesAB256 {
+    using Totals = OutputTotal;
+    float a = 0.0f;
+    __m256 b = _mm256_setzero_ps();
+    void add_to(OutputTotal & t) const { t.d += (double) (a - fold(b)); }
+};
+
+// The sum of a register's eight integers (in any order: they are exact).
+inline int32_t sum_of(__m256i s) {
+    const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    const __m128i two = _mm_add_epi32(four, _mm_unpackhi_epi64(four, four));
+    return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 1)));
+}
+
 // An output's lanes over one cell, on the 256-bit path: A in two registers.
 struct CellLanes256 {
     using Totals = Totals256;
@@ -160,6 +218,53 @@ struct CellLanes512 {
     __m256 b = _mm256_setzero_ps();
     void add_to(Totals512 & t) const { t.add(a, b); }
 };
+
+// Lane n of the result: the sum of s[n]'s sixteen integers.
+inline __m256i sum_each(const __m512i (&s)[8]) {
+    // Per 128-bit lane: x[i] = (s[2i], s[2i + 1]) twice, y[h] = s[4h .. 4h + 3].
+    __m512i x[4], y[2];
+    for (int i = 0; i < 4; ++i) {
+        x[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2 * i], s[2 * i + 1]),
+                                _mm512_unpackhi_epi32(s[2 * i], s[2 * i + 1]));
+    }
+    for (int h = 0; h < 2; ++h) {
+        y[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2 * h], x[2 * h + 1]),
+                                _mm512_unpackhi_epi64(x[2 * h], x[2 * h + 1]));
+    }
+    // The four 128-bit lanes of each y added: lanes (0, 1) and (2, 3) first.
+    const __m512i z = _mm512_add_epi32(_mm512_shuffle_i32x4(y[0], y[1], 0x88), _mm512_shuffle_i32x4(y[0], y[1], 0xdd));
+    const __m512i pairs = _mm512_shuffle_i32x4(z, z, 0xd8);
+    return _mm256_add_epi32(_mm512_castsi512_si256(pairs), _mm512_extracti64x4_epi64(pairs, 1));
+}
+
+// Dwords 16k .. 16k + 15 of the sixteen rows as sixteen registers of a
+// dword each row: four bytes of every row side by side, stored at dst.
+inline void transpose_16(const int8_t (*rows)[256], int k, void * to) {
+    char * dst = static_cast<char *>(to);
+    __m512i r[16], t[16], u[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(rows[i] + 64 * k);
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4i + m]'s 128-bit lane L: dword 4L + m of rows 4i .. 4i + 3.
+    for (int i = 0; i < 4; ++i) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    // Lane L of u[m], u[4 + m], u[8 + m], u[12 + m] side by side: dword 4L + m.
+    for (int m = 0; m < 4; ++m) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xee);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
+        const __m512i v3 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xee);
+        _mm512_store_si512(dst + 64 * m, _mm512_shuffle_i32x4(v0, v2, 0x88));
+        _mm512_store_si512(dst + 64 * (4 + m), _mm512_shuffle_i32x4(v0, v2, 0xdd));
+        _mm512_store_si512(dst + 64 * (8 + m), _mm512_shuffle_i32x4(v1, v3, 0x88));
+        _mm512_store_si512(dst + 64 * (12 + m), _mm512_shuffle_i32x4(v1, v3, 0xdd));
+    }
+}
 
 // acc + the word pairs' products, summed in pairs.
 inline __m512i add_pair_products(__m512i acc, __m512i a, __m512i b) {

@@ -2,8 +2,10 @@
 
 #include "ggml-ext/ops/k_cells_totals.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <type_traits>
 
 #include "ggml-cpu.h"
@@ -18,12 +20,8 @@ namespace {
 
 using namespace kcells;
 
-// Where sub-block j's values start in BlockQ8_K::qs (the pairs' order), and
-// which half of S it adds to.
+// Where sub-block j's values start in BlockQ8_K::qs (the pairs' order).
 constexpr int kPairOffset[8] = {0, 64, 32, 96, 128, 192, 160, 224};
-constexpr int half_of(int j) {
-    return (j / 2) % 2;
-}
 
 // The block's eight 6-bit scales and mins, a byte each: the first four of
 // each in the low six bits of bytes 0-3 and 4-7, the last four in the
@@ -60,24 +58,21 @@ int value_of(const Block & wb, int j, int k) {
 template <typename Block, int RM, int RN>
 void tile_scalar(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                  double * out, int64_t ld) {
-    run_cells<RM, RN, CellLanes>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes(&lanes)[RM][RN]) {
+    run_cells<RM, RN, CellLanesAB>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanesAB(&lanes)[RM][RN]) {
         for (int i = 0; i < RM; ++i) {
             const Block & wb = w[i][b];
             const ScalesMins sm(wb.scales);
             const float dw = ggml_fp16_to_fp32(wb.d), dmw = ggml_fp16_to_fp32(wb.dmin);
             for (int j = 0; j < RN; ++j) {
                 const BlockQ8_K & xb = x[j][b];
-                int32_t S[kSLanes] = {};
+                int32_t S = 0;
                 for (int sub = 0; sub < 8; ++sub) {
-                    const int8_t * xq = xb.qs + kPairOffset[sub];
-                    for (int u = 0; u < 8; ++u) {
-                        int32_t p = 0;
-                        for (int k = 4 * u; k < 4 * u + 4; ++k) p += value_of(wb, sub, k) * xq[k];
-                        S[8 * half_of(sub) + u] += sm.sc(sub) * p;
-                    }
+                    int32_t p = 0;
+                    for (int k = 0; k < 32; ++k) p += value_of(wb, sub, k) * xb.qs[kPairOffset[sub] + k];
+                    S += sm.sc(sub) * p;
                 }
-                CellLanes & l = lanes[i][j];
-                for (int t = 0; t < kSLanes; ++t) l.a[t] = std::fma((float) S[t] * dw, xb.d, l.a[t]);
+                CellLanesAB & l = lanes[i][j];
+                add_block(l.a, S, dw, xb.d);
                 for (int m = 0; m < kMLanes; ++m) l.b[m] = std::fma(dmw * (float) sm.m(m), xb.sums[m], l.b[m]);
             }
         }
@@ -124,39 +119,36 @@ struct Avx2Cores {
     struct Core {
         static void run(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                         double * out, int64_t ld) {
-            run_cells<RM, RN, CellLanes256>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes256(&lanes)[RM][RN]) {
-                for (int i = 0; i < RM; ++i) {
-                    const Block & wb = w[i][b];
-                    const ScalesMins sm(wb.scales);
-                    __m256i s[2][RN];
-                    for (int j = 0; j < RN; ++j) s[0][j] = s[1][j] = _mm256_setzero_si256();
-                    for (int q = 0; q < 4; ++q) {
-                        __m256i lo, hi;
-                        values_avx2(wb, q, lo, hi);
-                        const __m256i sc_lo = _mm256_set1_epi16((short) sm.sc(2 * q));
-                        const __m256i sc_hi = _mm256_set1_epi16((short) sm.sc(2 * q + 1));
-                        const int h = half_of(2 * q);  // both sub-blocks of a byte run add to one half
+            run_cells<RM, RN, CellLanesAB256>(
+                bounds, n_blocks, out, ld, [&](int64_t b, CellLanesAB256(&lanes)[RM][RN]) {
+                    for (int i = 0; i < RM; ++i) {
+                        const Block & wb = w[i][b];
+                        const ScalesMins sm(wb.scales);
+                        __m256i s[RN];
+                        for (int j = 0; j < RN; ++j) s[j] = _mm256_setzero_si256();
+                        for (int q = 0; q < 4; ++q) {
+                            __m256i lo, hi;
+                            values_avx2(wb, q, lo, hi);
+                            const __m256i sc_lo = _mm256_set1_epi16((short) sm.sc(2 * q));
+                            const __m256i sc_hi = _mm256_set1_epi16((short) sm.sc(2 * q + 1));
+                            for (int j = 0; j < RN; ++j) {
+                                const int8_t * xq = x[j][b].qs;
+                                const __m256i p_lo = _mm256_madd_epi16(
+                                    _mm256_maddubs_epi16(lo, load256(xq + kPairOffset[2 * q])), sc_lo);
+                                const __m256i p_hi = _mm256_madd_epi16(
+                                    _mm256_maddubs_epi16(hi, load256(xq + kPairOffset[2 * q + 1])), sc_hi);
+                                s[j] = _mm256_add_epi32(s[j], _mm256_add_epi32(p_lo, p_hi));
+                            }
+                        }
+                        const float dw = _cvtsh_ss(wb.d);
+                        const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
                         for (int j = 0; j < RN; ++j) {
-                            const int8_t * xq = x[j][b].qs;
-                            const __m256i p_lo =
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xq + kPairOffset[2 * q])), sc_lo);
-                            const __m256i p_hi = _mm256_madd_epi16(
-                                _mm256_maddubs_epi16(hi, load256(xq + kPairOffset[2 * q + 1])), sc_hi);
-                            s[h][j] = _mm256_add_epi32(s[h][j], _mm256_add_epi32(p_lo, p_hi));
+                            CellLanesAB256 & l = lanes[i][j];
+                            add_block(l.a, sum_of(s[j]), dw, x[j][b].d);
+                            l.b = _mm256_fmadd_ps(mins, load_sums(x[j][b]), l.b);
                         }
                     }
-                    const __m256 dw = _mm256_set1_ps(_cvtsh_ss(wb.d));
-                    const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
-                    for (int j = 0; j < RN; ++j) {
-                        const BlockQ8_K & xb = x[j][b];
-                        const __m256 dx = _mm256_set1_ps(xb.d);
-                        CellLanes256 & l = lanes[i][j];
-                        l.a_lo = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[0][j]), dw), dx, l.a_lo);
-                        l.a_hi = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[1][j]), dw), dx, l.a_hi);
-                        l.b = _mm256_fmadd_ps(mins, load_sums(xb), l.b);
-                    }
-                }
-            });
+                });
         }
     };
 };
@@ -199,48 +191,62 @@ inline void add_fifth_bits(const BlockQ5_K & wb, __m512i * vals) {
     for (int k = 0; k < 4; ++k) vals[k] = _mm512_or_si512(vals[k], _mm512_and_si512(moved[k], bit4));
 }
 
+// A block's values in four registers in BlockQ8_K's order: sub-blocks
+// (0, 2), (1, 3), (4, 6), (5, 7).
+template <typename Block>
+void values512(const Block & wb, __m512i (&vals)[4]) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i q01 = _mm512_loadu_si512(wb.qs), q23 = _mm512_loadu_si512(wb.qs + 64);
+    vals[0] = _mm512_and_si512(q01, low4);
+    vals[1] = _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4);
+    vals[2] = _mm512_and_si512(q23, low4);
+    vals[3] = _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4);
+    if constexpr (kFifthBit<Block>) add_fifth_bits(wb, vals);
+}
+
 template <typename Block>
 struct Avx512Cores {
-    // Up to eight rows x tokens: each output's 16 A lanes in one register,
-    // its eight B lanes in a half one.
+    // Up to eight rows x tokens: each output's integers in one register
+    // (summed for all at once), its eight B lanes in a half one.
     template <int RM, int RN>
     struct Core {
         static void run(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                         double * out, int64_t ld) {
             static const ScalePick kPick;
-            const __m512i low4 = _mm512_set1_epi8(0x0f);
-            run_cells<RM, RN, CellLanes512>(bounds, n_blocks, out, ld, [&](int64_t b, CellLanes512(&lanes)[RM][RN]) {
-                for (int i = 0; i < RM; ++i) {
-                    const Block & wb = w[i][b];
-                    const ScalesMins sm(wb.scales);
-                    const __m512 dw = _mm512_set1_ps(_cvtsh_ss(wb.d));
-                    const __m512i q01 = _mm512_loadu_si512(wb.qs), q23 = _mm512_loadu_si512(wb.qs + 64);
-                    __m512i vals[4] = {
-                        _mm512_and_si512(q01, low4),
-                        _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4),
-                        _mm512_and_si512(q23, low4),
-                        _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4),
-                    };
-                    if constexpr (kFifthBit<Block>) add_fifth_bits(wb, vals);
-                    const __m512i sc =
-                        _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
-                    __m512i scales[4];
-                    for (int k = 0; k < 4; ++k)
-                        scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
-                    const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
-                    for (int j = 0; j < RN; ++j) {
-                        const int8_t * xq = x[j][b].qs;
-                        __m512i s = _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), scales[0]);
-                        for (int k = 1; k < 4; ++k) {
-                            s = add_pair_products(s, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)),
-                                                  scales[k]);
+            static_assert(RM * RN <= 8, "sum_each's eight outputs");
+            run_cells<RM, RN, CellLanesAB256>(
+                bounds, n_blocks, out, ld, [&](int64_t b, CellLanesAB256(&lanes)[RM][RN]) {
+                    __m512i s[8];
+                    for (int n = RM * RN; n < 8; ++n) s[n] = _mm512_setzero_si512();
+                    for (int i = 0; i < RM; ++i) {
+                        const Block & wb = w[i][b];
+                        const ScalesMins sm(wb.scales);
+                        __m512i vals[4];
+                        values512(wb, vals);
+                        const __m512i sc = _mm512_zextsi128_si512(
+                            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
+                        __m512i scales[4];
+                        for (int k = 0; k < 4; ++k)
+                            scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                        const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
+                        for (int j = 0; j < RN; ++j) {
+                            const int8_t * xq = x[j][b].qs;
+                            __m512i & sn = s[i * RN + j];
+                            sn = _mm512_madd_epi16(_mm512_maddubs_epi16(vals[0], _mm512_loadu_si512(xq)), scales[0]);
+                            for (int k = 1; k < 4; ++k) {
+                                sn = add_pair_products(
+                                    sn, _mm512_maddubs_epi16(vals[k], _mm512_loadu_si512(xq + 64 * k)), scales[k]);
+                            }
+                            lanes[i][j].b = _mm256_fmadd_ps(mins, load_sums(x[j][b]), lanes[i][j].b);
                         }
-                        CellLanes512 & l = lanes[i][j];
-                        l.a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw), _mm512_set1_ps(x[j][b].d), l.a);
-                        l.b = _mm256_fmadd_ps(mins, load_sums(x[j][b]), l.b);
                     }
-                }
-            });
+                    alignas(32) int32_t S[8];
+                    _mm256_store_si256(reinterpret_cast<__m256i *>(S), sum_each(s));
+                    for (int i = 0; i < RM; ++i) {
+                        const float dw = _cvtsh_ss(w[i][b].d);
+                        for (int j = 0; j < RN; ++j) add_block(lanes[i][j].a, S[i * RN + j], dw, x[j][b].d);
+                    }
+                });
         }
     };
 };
@@ -308,5 +314,160 @@ void q5k_tile(KQuantKernel kernel, const BlockQ5_K * const * w, int nr, const Bl
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
     Tiles<BlockQ5_K>::run(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
+
+#if defined(LLAMA_TP_KCELLS_AVX512) && defined(__AVX512VNNI__)
+#define LLAMA_TP_Q4K_PANELS 1
+#endif
+
+// One super-block of the panel's rows, sub-blocks s in BlockQ8_K's order
+// (s's values at x's bytes 32s ..): vpdpbusd multiplies the values as
+// unsigned bytes by x's signed ones.
+template <typename Block>
+struct Q4KPanel<Block>::PanelBlock {
+    uint8_t values[8][8][kQ4KPanelRows][4];  // [s][g][row]: values 4g .. 4g+3 of sub-block s
+    int32_t scales[8][kQ4KPanelRows];        // sc of sub-block s
+    float mins[8][kQ4KPanelRows];            // dmin_w * m_l, sub-block l in ggml's order
+    float d[kQ4KPanelRows];
+};
+
+bool q4k_panels_available() {
+#if defined(LLAMA_TP_Q4K_PANELS)
+    static const bool available = kquant_best_kernel() == KQuantKernel::Avx512 && __builtin_cpu_supports("avx512vnni");
+    return available;
+#else
+    return false;
+#endif
+}
+
+template <typename Block>
+Q4KPanel<Block>::Q4KPanel(int64_t n_blocks)
+    : n_blocks_(n_blocks),
+      blocks_(
+          static_cast<PanelBlock *>(::operator new[](sizeof(PanelBlock) * (size_t) n_blocks, std::align_val_t(64)))) {}
+
+template <typename Block>
+Q4KPanel<Block>::~Q4KPanel() {
+    ::operator delete[](blocks_, std::align_val_t(64));
+}
+
+#if defined(LLAMA_TP_Q4K_PANELS)
+namespace {
+
+// Tokens x[0 .. NT) against a decoded panel.
+template <typename PanelBlock, int NT>
+void multiply_panel(const PanelBlock * blocks, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
+                    double * out, int64_t ld) {
+    __m512d total[NT][2];
+    for (int t = 0; t < NT; ++t) total[t][0] = total[t][1] = _mm512_setzero_pd();
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        __m512 A[NT], B[NT][kMLanes];
+        for (int t = 0; t < NT; ++t) {
+            A[t] = _mm512_setzero_ps();
+            for (int l = 0; l < kMLanes; ++l) B[t][l] = _mm512_setzero_ps();
+        }
+        for (; b < bounds[c]; ++b) {
+            const PanelBlock & pb = blocks[b];
+            __m512i S[NT];
+            for (int t = 0; t < NT; ++t) S[t] = _mm512_setzero_si512();
+            for (int s = 0; s < 8; ++s) {
+                __m512i D[NT];
+                for (int t = 0; t < NT; ++t) D[t] = _mm512_setzero_si512();
+                for (int g = 0; g < 8; ++g) {
+                    const __m512i w = _mm512_load_si512(pb.values[s][g]);
+                    for (int t = 0; t < NT; ++t) {
+                        int32_t four;
+                        std::memcpy(&four, x[t][b].qs + 32 * s + 4 * g, sizeof(four));
+                        D[t] = _mm512_dpbusd_epi32(D[t], w, _mm512_set1_epi32(four));
+                    }
+                }
+                const __m512i sc = _mm512_load_si512(pb.scales[s]);
+                for (int t = 0; t < NT; ++t) S[t] = _mm512_add_epi32(S[t], _mm512_mullo_epi32(D[t], sc));
+            }
+            const __m512 dw = _mm512_load_ps(pb.d);
+            for (int t = 0; t < NT; ++t) {
+                A[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(S[t]), dw), _mm512_set1_ps(x[t][b].d), A[t]);
+            }
+            for (int l = 0; l < kMLanes; ++l) {
+                const __m512 m = _mm512_load_ps(pb.mins[l]);
+                for (int t = 0; t < NT; ++t) B[t][l] = _mm512_fmadd_ps(m, _mm512_set1_ps(x[t][b].sums[l]), B[t][l]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) {
+            // fold(B) row by row, in fold's order.
+            __m512 f[4];
+            for (int l = 0; l < 4; ++l) f[l] = _mm512_add_ps(B[t][l], B[t][l + 4]);
+            for (int l = 0; l < 2; ++l) f[l] = _mm512_add_ps(f[l], f[l + 2]);
+            const __m512 F = _mm512_sub_ps(A[t], _mm512_add_ps(f[0], f[1]));
+            total[t][0] = _mm512_add_pd(total[t][0], _mm512_cvtps_pd(_mm512_castps512_ps256(F)));
+            total[t][1] = _mm512_add_pd(
+                total[t][1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(F), 1))));
+        }
+    }
+    for (int t = 0; t < NT; ++t) {
+        _mm512_storeu_pd(out + t * ld, total[t][0]);
+        _mm512_storeu_pd(out + t * ld + 8, total[t][1]);
+    }
+}
+
+}  // namespace
+
+template <typename Block>
+void Q4KPanel<Block>::decode(const Block * const * w, int nr) {
+    // The sub-block of each of BlockQ8_K's places (kPairOffset's inverse).
+    constexpr int kSubBlockAt[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    alignas(64) int8_t rows[kQ4KPanelRows][256] = {};
+    for (int64_t b = 0; b < n_blocks_; ++b) {
+        PanelBlock & pb = blocks_[b];
+        for (int r = 0; r < kQ4KPanelRows; ++r) {
+            if (r >= nr) {
+                for (int s = 0; s < 8; ++s) {
+                    pb.scales[s][r] = 0;
+                    pb.mins[s][r] = 0.0f;
+                }
+                pb.d[r] = 0.0f;
+                continue;
+            }
+            const Block & wb = w[r][b];
+            __m512i vals[4];
+            values512(wb, vals);
+            for (int k = 0; k < 4; ++k) _mm512_store_si512(rows[r] + 64 * k, vals[k]);
+            const ScalesMins sm(wb.scales);
+            const float dmw = _cvtsh_ss(wb.dmin);
+            for (int s = 0; s < 8; ++s) {
+                pb.scales[s][r] = sm.sc(kSubBlockAt[s]);
+                pb.mins[s][r] = dmw * (float) sm.m(s);
+            }
+            pb.d[r] = _cvtsh_ss(wb.d);
+        }
+        for (int k = 0; k < 4; ++k) transpose_16(rows, k, &pb.values[0][0][0][0] + 64 * 16 * k);
+    }
+}
+
+template <typename Block>
+void Q4KPanel<Block>::multiply(const BlockQ8_K * const * x, int nc, const int64_t * bounds, double * out,
+                               int64_t ld) const {
+    using Fn = void (*)(const PanelBlock *, const BlockQ8_K * const *, const int64_t *, int64_t, double *, int64_t);
+    static constexpr Fn kGroups[8] = {multiply_panel<PanelBlock, 1>, multiply_panel<PanelBlock, 2>,
+                                      multiply_panel<PanelBlock, 3>, multiply_panel<PanelBlock, 4>,
+                                      multiply_panel<PanelBlock, 5>, multiply_panel<PanelBlock, 6>,
+                                      multiply_panel<PanelBlock, 7>, multiply_panel<PanelBlock, 8>};
+    for (int j = 0; j < nc; j += 8) {
+        kGroups[std::min(8, nc - j) - 1](blocks_, x + j, bounds, n_blocks_, out + j * ld, ld);
+    }
+}
+#else
+template <typename Block>
+void Q4KPanel<Block>::decode(const Block * const *, int) {
+    GGML_ABORT("q4_K panels need AVX-512 VNNI (q4k_panels_available)");
+}
+
+template <typename Block>
+void Q4KPanel<Block>::multiply(const BlockQ8_K * const *, int, const int64_t *, double *, int64_t) const {
+    GGML_ABORT("q4_K panels need AVX-512 VNNI (q4k_panels_available)");
+}
+#endif
+
+template class Q4KPanel<BlockQ4_K>;
+template class Q4KPanel<BlockQ5_K>;
 
 }  // namespace ggml_ext

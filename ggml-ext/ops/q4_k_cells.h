@@ -3,20 +3,17 @@
 // arithmetic is fixed, so every path (scalar, AVX2, AVX-512) gives the same
 // bits for the same row and token. A super-block b of 256 values (four bits
 // each; q5_K's a fifth) holds eight sub-blocks j of 32, each with a 6-bit
-// scale sc_j and min m_j; the sub-blocks are
-// taken in pairs (0, 2), (1, 3), (4, 6), (5, 7), the first of each pair in
-// lanes 0-7 and the second in lanes 8-15:
-//   S[t] = sum over the four sub-blocks j of t's half of
-//          sc_j * (the products of the sub-block's values 4u .. 4u+3),
-//          u = t mod 8                                  (an exact integer)
-//   A[t] = fma(S[t] * d_w(b), d_x(b), A[t])             t = 0 .. 15
-//   B[l] = fma(dmin_w(b) * m_l, X[l], B[l])             l = 0 .. 7
+// scale sc_j and min m_j:
+//   S    = sum over the eight sub-blocks j of
+//          sc_j * (the products of the sub-block's values and x's)  (an exact integer)
+//   A    = fma(float(S) * d_w(b), d_x(b), A)   (float(S) rounded to nearest)
+//   B[l] = fma(dmin_w(b) * m_l, X[l], B[l])    l = 0 .. 7
 // where X[l] = d_x(b) * (x's sum over sub-block l), formed once per token.
-// At a cell's end F[t] = (A[t] + A[t + 8]) - B[t] (t < 8, in float) is
-// added to a double of its lane; the output is the eight doubles added in
-// halves: d[t] + d[t + 4], then c[t] + c[t + 2], then the two left
-// (ggml-ext/ops/k_cells_totals.h).
-// S stays below 2^24, so it is a float exactly.
+// At a cell's end A - fold(B) (in float; fold adds the B lanes in halves:
+// B[l] + B[l + 4], then c[l] + c[l + 2], then the two left) is added to the
+// output's double, the cells in order (ggml-ext/ops/k_cells_totals.h). One
+// integer a block lets a batch take its rows as panels (Q4KPanel): rows
+// side by side in the lanes, tokens in turn.
 
 #include "ggml-ext/ops/k_quant_kernel.h"
 
@@ -60,5 +57,34 @@ void q4k_tile(KQuantKernel kernel, const BlockQ4_K * const * w, int nr, const Bl
 // The same for q5_K rows (x laid out by q4k_lay_out as well).
 void q5k_tile(KQuantKernel kernel, const BlockQ5_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
+
+// The same outputs for a batch: up to kQ4KPanelRows q4_K or q5_K rows
+// decoded once into a panel (values as bytes, 16 rows side by side, scales
+// and mins of each row), then multiplied with any number of tokens by
+// AVX-512 VNNI. Where the CPU lacks it, q4k_panels_available() is false.
+constexpr int kQ4KPanelRows = 16;
+bool q4k_panels_available();
+
+template <typename Block>
+class Q4KPanel {
+  public:
+    explicit Q4KPanel(int64_t n_blocks);
+    ~Q4KPanel();
+    Q4KPanel(const Q4KPanel &) = delete;
+    Q4KPanel & operator=(const Q4KPanel &) = delete;
+
+    // Rows w[0 .. nr), nr <= kQ4KPanelRows, n_blocks super-blocks each.
+    void decode(const Block * const * w, int nr);
+    // Tokens x[0 .. nc) against the panel's rows, cut into cells at bounds:
+    // out[j * ld + i] = the output of row i and token j, ld >= kQ4KPanelRows
+    // (every row of the panel is written).
+    void multiply(const BlockQ8_K * const * x, int nc, const int64_t * bounds, double * out, int64_t ld) const;
+
+    struct PanelBlock;  // one super-block of the panel's rows (q4_k_cells.cpp)
+
+  private:
+    int64_t n_blocks_;
+    PanelBlock * blocks_;
+};
 
 }  // namespace ggml_ext

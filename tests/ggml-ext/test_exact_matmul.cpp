@@ -26,8 +26,8 @@
 
 namespace {
 
-// 37 rows: a partial tile for every thread count; 19 tokens: IQ4_XS's
-// panels (from 16 tokens) beside the tiles.
+// 37 rows: a partial tile for every thread count; 19 tokens: the panels of
+// q4_K, q5_K and IQ4_XS (from 16 tokens) beside the tiles.
 constexpr int64_t kK = 1536, kM = 37, kT = 19;
 
 // A type the product takes, with uneven cells as the reduction grid's are
@@ -138,7 +138,7 @@ TEST_P(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3), tc.type);
     const std::vector<float> xs = random_values(kK * kT, 4);
-    // 19 tokens (tiles of four rows, token blocks; IQ4_XS's panels), 6 (one
+    // 19 tokens (tiles of four rows, token blocks; panels), 6 (one
     // tile of tokens laid out once) and 3 (tiles of four rows far apart),
     // against each token alone.
     for (const int64_t n : {kT, int64_t(6), int64_t(3)}) {
@@ -413,36 +413,49 @@ TEST(KQuantCells, EveryPathGivesTheScalarPathsBits) {
     }
 }
 
-// IQ4_XS panels against the scalar tiles: every row count of a panel,
+// A type's panels against its scalar tiles: every row count of a panel,
 // token groups of up to eight and past them, cells of 2, 1 and 4 blocks.
-TEST(IQ4Panels, GiveTheScalarTilesBits) {
-    if (!ggml_ext::iq4xs_panels_available()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
-    using ggml_ext::kIQ4PanelRows;
+template <typename Panel, int kRows, typename BlockW, typename BlockX, typename Tile>
+void check_panels(const std::vector<BlockW> & w_blocks, const std::vector<BlockX> & x_blocks, Tile tile) {
     constexpr int64_t n_blocks = 7, n_tokens = 19;
     const std::vector<int64_t> bounds{0, 2, 3, 7};
-    const std::vector<ggml_ext::BlockIQ4_XS> w_blocks = random_iq4_xs(kIQ4PanelRows * n_blocks, 31);
-    const std::vector<ggml_ext::GgmlBlockQ8_K> x_blocks = as_ggml_q8_k(random_ggml_q8_k(n_tokens * n_blocks, 32));
-    const ggml_ext::BlockIQ4_XS * w[kIQ4PanelRows];
-    const ggml_ext::GgmlBlockQ8_K * x[n_tokens];
-    for (int i = 0; i < kIQ4PanelRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    ASSERT_EQ(w_blocks.size(), (size_t) (kRows * n_blocks));
+    ASSERT_EQ(x_blocks.size(), (size_t) (n_tokens * n_blocks));
+    const BlockW * w[kRows];
+    const BlockX * x[n_tokens];
+    for (int i = 0; i < kRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
     for (int j = 0; j < n_tokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
-    ggml_ext::IQ4Panel panel(n_blocks);
-    for (int nr : {1, 5, kIQ4PanelRows}) {
+    Panel panel(n_blocks);
+    for (int nr : {1, 5, kRows}) {
         panel.decode(w, nr);
         for (int nc : {1, 8, 9, (int) n_tokens}) {
             SCOPED_TRACE(std::to_string(nr) + " rows x " + std::to_string(nc) + " tokens");
-            std::vector<double> got(kIQ4PanelRows * nc);
-            panel.multiply(x, nc, bounds.data(), got.data(), kIQ4PanelRows);
+            std::vector<double> got(kRows * nc);
+            panel.multiply(x, nc, bounds.data(), got.data(), kRows);
             for (int i = 0; i < nr; ++i) {
                 for (int j = 0; j < nc; ++j) {
                     double want = 0.0;
-                    ggml_ext::iq4xs_tile(ggml_ext::KQuantKernel::Scalar, w + i, 1, x + j, 1, bounds.data(), n_blocks,
-                                         &want, 1);
-                    EXPECT_EQ(got[j * kIQ4PanelRows + i], want) << "row " << i << " token " << j;
+                    tile(ggml_ext::KQuantKernel::Scalar, w + i, 1, x + j, 1, bounds.data(), n_blocks, &want, 1);
+                    EXPECT_EQ(got[j * kRows + i], want) << "row " << i << " token " << j;
                 }
             }
         }
     }
+}
+
+TEST(Panels, GiveTheScalarTilesBits) {
+    if (!ggml_ext::q4k_panels_available() || !ggml_ext::iq4xs_panels_available()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+    }
+    constexpr int q4_rows = ggml_ext::kQ4KPanelRows, iq4_rows = ggml_ext::kIQ4PanelRows;
+    check_panels<ggml_ext::Q4KPanel<ggml_ext::BlockQ4_K>, q4_rows>(
+        random_q4_k_or_q5_k<ggml_ext::BlockQ4_K>(q4_rows * 7, 33), laid_out(random_ggml_q8_k(19 * 7, 34)),
+        ggml_ext::q4k_tile);
+    check_panels<ggml_ext::Q4KPanel<ggml_ext::BlockQ5_K>, q4_rows>(
+        random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(q4_rows * 7, 35), laid_out(random_ggml_q8_k(19 * 7, 36)),
+        ggml_ext::q5k_tile);
+    check_panels<ggml_ext::IQ4Panel, iq4_rows>(random_iq4_xs(iq4_rows * 7, 31),
+                                               as_ggml_q8_k(random_ggml_q8_k(19 * 7, 32)), ggml_ext::iq4xs_tile);
 }
 
 // A scalar path against ggml's own dot product of one row and token with
