@@ -108,7 +108,7 @@ struct EngineOptions {
     // The mode in use, once the engine has decided (Engine::options()).
     bool exact_sums() const { return split_invariant.value_or(false); }
     // With split-invariant sums, every other dense matrix of a type the
-    // one-pass kernel takes (q8_0, the K-quants, IQ4_XS: attention and FFN
+    // one-pass kernel takes (q8_0, q4_0, the K-quants, IQ4_XS: attention and FFN
     // projections, the output head) is multiplied by it too, with one cell:
     // each output then depends on its own row and token only, so such a
     // model's logits are the same in any batch. Unset: where that kernel is

@@ -2,6 +2,7 @@
 
 #include "ggml-ext/ops/iq4_xs_cells.h"
 #include "ggml-ext/ops/op_params.h"
+#include "ggml-ext/ops/q4_0_cells.h"
 #include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q6_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
@@ -213,11 +214,12 @@ void product_q8_0(ggml_tensor * dst, int ith, int nth) {
                 });
 }
 
-// A K-quant product: BlockX the x blocks its tile reads, tile its kernel.
+// A product on the K-quant paths (k_quant_kernel.h): BlockX the x blocks its
+// tile reads, tile its kernel.
 template <typename BlockW, typename BlockX, auto tile>
 void product_k_quant(ggml_tensor * dst, int ith, int nth) {
     using ggml_ext::kKQuantTileRows;
-    const int64_t n_blocks = dst->src[0]->ne[0] / kKQuantValues;
+    const int64_t n_blocks = dst->src[0]->ne[0] / ggml_blck_size(dst->src[0]->type);
     const std::vector<int64_t> cells = cell_blocks(dst);
     const ggml_ext::KQuantKernel kernel = ggml_ext::kquant_best_kernel();
     const TiledProduct<BlockW, BlockX, kKQuantTileRows, ggml_ext::kKQuantTileTokens> product(dst, ith, nth);
@@ -229,19 +231,21 @@ void product_k_quant(ggml_tensor * dst, int ith, int nth) {
 
 // From this many tokens a q4_K, q5_K or IQ4_XS product decodes panels of
 // rows once and runs the tokens against them (the tiles' outputs; below it
-// the tiles are faster, 1536 x 6144 IQ4_XS: 1.0 against 1.3 ms at 8 tokens).
-constexpr int64_t kPanelTokens = 16;
+// the tiles are faster, 1536 x 6144 IQ4_XS: 1.0 against 1.3 ms at 8
+// tokens); q4_0's tiles sum each block of 32 across lanes, its panels from
+// four tokens.
+constexpr int64_t kPanelTokens = 16, kQ40PanelTokens = 4;
 
-// A product of a type with panels (Panel, of kPanelRows rows) where the CPU
-// runs them, else its tiles.
+// A product of a type with panels (Panel, of kPanelRows rows) from
+// min_tokens where the CPU runs them, else its tiles.
 template <typename BlockW, typename BlockX, typename Panel, int kPanelRows, auto tile>
-void product_in_panels(ggml_tensor * dst, int ith, int nth, bool panels) {
+void product_in_panels(ggml_tensor * dst, int ith, int nth, bool panels, int64_t min_tokens = kPanelTokens) {
     const int64_t T = dst->src[1]->ne[1];
-    if (T < kPanelTokens || !panels) {
+    if (T < min_tokens || !panels) {
         product_k_quant<BlockW, BlockX, tile>(dst, ith, nth);
         return;
     }
-    const int64_t n_blocks = dst->src[0]->ne[0] / kKQuantValues;
+    const int64_t n_blocks = dst->src[0]->ne[0] / ggml_blck_size(dst->src[0]->type);
     const std::vector<int64_t> cells = cell_blocks(dst);
     const TiledProduct<BlockW, BlockX, kPanelRows, kTokenBlock> product(dst, ith, nth);
     Panel panel(n_blocks);
@@ -274,6 +278,10 @@ void product(ggml_tensor * dst, int ith, int nth, void *) {
         case GGML_TYPE_Q6_K:
             product_k_quant<ggml_ext::BlockQ6_K, ggml_ext::GgmlBlockQ8_K, ggml_ext::q6k_tile>(dst, ith, nth);
             break;
+        case GGML_TYPE_Q4_0:
+            product_in_panels<ggml_ext::BlockQ4_0, BlockQ8_0, ggml_ext::Q40Panel, ggml_ext::kQ40PanelRows,
+                              ggml_ext::q40_tile>(dst, ith, nth, ggml_ext::q40_panels_available(), kQ40PanelTokens);
+            break;
         case GGML_TYPE_IQ4_XS:
             product_in_panels<ggml_ext::BlockIQ4_XS, ggml_ext::GgmlBlockQ8_K, ggml_ext::IQ4Panel,
                               ggml_ext::kIQ4PanelRows, ggml_ext::iq4xs_tile>(dst, ith, nth,
@@ -284,10 +292,11 @@ void product(ggml_tensor * dst, int ith, int nth, void *) {
     }
 }
 
-// The types of 256-value super-blocks with a kernel here (k_quant_kernel.h):
-// the K-quants and IQ4_XS.
-bool is_k_quant(ggml_type type) {
-    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS;
+// The types whose kernels take the K-quant paths (k_quant_kernel.h): the
+// K-quants, IQ4_XS and q4_0.
+bool on_kquant_paths(ggml_type type) {
+    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS ||
+           type == GGML_TYPE_Q4_0;
 }
 
 void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
@@ -305,18 +314,20 @@ void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
 extern "C" {
 
 bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
-    return type == GGML_TYPE_Q8_0 || is_k_quant(type);
+    return type == GGML_TYPE_Q8_0 || on_kquant_paths(type);
 }
 
 const char * ggml_ext_exact_matmul_kernel(enum ggml_type type) {
-    if (is_k_quant(type)) return ggml_ext::kquant_kernel_name(ggml_ext::kquant_best_kernel());
+    if (on_kquant_paths(type)) return ggml_ext::kquant_kernel_name(ggml_ext::kquant_best_kernel());
     return ggml_ext::q8_kernel_name(ggml_ext::q8_best_kernel());
 }
 
 bool ggml_ext_exact_matmul_preferred(enum ggml_type type) {
-    // ggml multiplies IQ4_XS batches as panels of bytes; so does this kernel, on AVX-512 VNNI.
+    // ggml multiplies q4_0 batches in repacked tiles and IQ4_XS ones as panels
+    // of bytes; these kernels beat them with their panels (AVX-512 VNNI).
     if (type == GGML_TYPE_IQ4_XS && !ggml_ext::iq4xs_panels_available()) return false;
-    if (is_k_quant(type)) return ggml_ext::kquant_kernel_beats_ggml(ggml_ext::kquant_best_kernel());
+    if (type == GGML_TYPE_Q4_0 && !ggml_ext::q40_panels_available()) return false;
+    if (on_kquant_paths(type)) return ggml_ext::kquant_kernel_beats_ggml(ggml_ext::kquant_best_kernel());
     return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
 }
 

@@ -9,7 +9,8 @@
 // Each output's arithmetic depends only on its own row of W and its own
 // token, not on how many tokens share the batch or how the threads split the
 // work, and it is the same on every SIMD path (ggml-ext/ops/q8_0_cells.h,
-// q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h) and in panels of rows. Types
+// q4_0_cells.h, q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h) and in panels of
+// rows. Types
 // without a kernel here are multiplied one cell at a time by ggml's own
 // kernels (the caller's choice; see ggml_ext_exact_matmul_takes).
 
@@ -19,7 +20,7 @@
 
 extern "C" {
 
-// Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0, q4_K, q5_K, q6_K, IQ4_XS).
+// Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0, q4_0, q4_K, q5_K, q6_K, IQ4_XS).
 bool ggml_ext_exact_matmul_takes(enum ggml_type type);
 
 // The kernel it runs for a type it takes on this CPU ("avx512-vnni",

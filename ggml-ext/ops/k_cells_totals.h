@@ -1,6 +1,6 @@
 #pragma once
-// What the tile kernels of 256-value super-blocks (q4_k_cells.h,
-// q6_k_cells.h, iq4_xs_cells.h) share: the doubles each output's lanes are
+// What the tile kernels on the K-quant paths (q4_k_cells.h, q6_k_cells.h,
+// iq4_xs_cells.h, q4_0_cells.h) share: the doubles each output's lanes are
 // added to, the order its value is formed from them, the loop over a
 // tile's cells, a tile run as smaller cores, the table of every tile shape,
 // and the sums and transposes of their panels. Included by their sources
@@ -49,13 +49,13 @@ struct OutputTotals {
     }
 };
 
-// One double an output (IQ4_XS, q4_K and q5_K): each cell's float added in order.
+// One double an output (q4_0, IQ4_XS, q4_K and q5_K): each cell's float added in order.
 struct OutputTotal {
     double d = 0.0;
     double total() const { return d; }
 };
 
-// IQ4_XS's one float over a cell.
+// The one float over a cell of q4_0 and IQ4_XS.
 struct CellLane {
     using Totals = OutputTotal;
     float a = 0.0f;
@@ -219,8 +219,8 @@ struct CellLanes512 {
     void add_to(Totals512 & t) const { t.add(a, b); }
 };
 
-// Lane n of the result: the sum of s[n]'s sixteen integers.
-inline __m256i sum_each(const __m512i (&s)[8]) {
+// Lane n of lo and of hi: the sums of s[n]'s low and high eight integers.
+inline void sum_halves(const __m512i (&s)[8], __m256i & lo, __m256i & hi) {
     // Per 128-bit lane: x[i] = (s[2i], s[2i + 1]) twice, y[h] = s[4h .. 4h + 3].
     __m512i x[4], y[2];
     for (int i = 0; i < 4; ++i) {
@@ -231,10 +231,18 @@ inline __m256i sum_each(const __m512i (&s)[8]) {
         y[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(x[2 * h], x[2 * h + 1]),
                                 _mm512_unpackhi_epi64(x[2 * h], x[2 * h + 1]));
     }
-    // The four 128-bit lanes of each y added: lanes (0, 1) and (2, 3) first.
+    // Lanes (0, 1) of each y added (the low halves) and (2, 3) (the high).
     const __m512i z = _mm512_add_epi32(_mm512_shuffle_i32x4(y[0], y[1], 0x88), _mm512_shuffle_i32x4(y[0], y[1], 0xdd));
-    const __m512i pairs = _mm512_shuffle_i32x4(z, z, 0xd8);
-    return _mm256_add_epi32(_mm512_castsi512_si256(pairs), _mm512_extracti64x4_epi64(pairs, 1));
+    const __m512i halves = _mm512_shuffle_i32x4(z, z, 0xd8);
+    lo = _mm512_castsi512_si256(halves);
+    hi = _mm512_extracti64x4_epi64(halves, 1);
+}
+
+// Lane n of the result: the sum of s[n]'s sixteen integers.
+inline __m256i sum_each(const __m512i (&s)[8]) {
+    __m256i lo, hi;
+    sum_halves(s, lo, hi);
+    return _mm256_add_epi32(lo, hi);
 }
 
 // Dwords 16k .. 16k + 15 of the sixteen rows as sixteen registers of a

@@ -1,7 +1,8 @@
 #pragma once
 // The SIMD paths of the tile kernels of 256-value super-blocks
-// (q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h): one choice for all, by what
-// this build has and the CPU runs. Every path gives the same bits; they
+// (q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h) and of q4_0's
+// (q4_0_cells.h): one choice for all, by what this build has and the CPU
+// runs. Every path gives the same bits; they
 // differ in speed only.
 
 #include <cstdint>
@@ -31,8 +32,9 @@ constexpr int kKQuantTileRows = 4, kKQuantTileTokens = 8;
 int kquant_tile_tokens(KQuantKernel kernel);
 
 // Whether the path multiplies these types faster than ggml's own products
-// on the CPUs it runs on (the AVX-512 one; IQ4_XS's with its panels, which
-// need VNNI; measured: docs/benchmarks.md, "One-pass K-quant products").
+// on the CPUs it runs on (the AVX-512 one; q4_0's and IQ4_XS's with their
+// panels, which need VNNI; measured: docs/benchmarks.md, "One-pass K-quant
+// products").
 bool kquant_kernel_beats_ggml(KQuantKernel kernel);
 
 }  // namespace ggml_ext

@@ -276,6 +276,7 @@ struct Tiles {
 
     static void run(KQuantKernel kernel, const Block * const * w, int nr, const BlockQ8_K * const * x, int nc,
                     const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+        (void) kernel;  // builds without SIMD paths have the scalar one only
         static const Table kScalar = LLAMA_TP_KCELLS_TILES(scalar);
         const Table * table = &kScalar;
 #if defined(LLAMA_TP_KCELLS_AVX2)

@@ -207,6 +207,7 @@ const TileTable kAvx512 = LLAMA_TP_KCELLS_TILES(tile_avx512);
 
 void q6k_tile(KQuantKernel kernel, const BlockQ6_K * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+    (void) kernel;  // builds without SIMD paths have the scalar one only
     const TileTable * table = &kScalar;
 #if defined(LLAMA_TP_KCELLS_AVX2)
     if (kernel == KQuantKernel::Avx2) table = &kAvx2;

@@ -58,9 +58,9 @@ void decide_sums(RuntimePlan & plan, const EngineOptions & o, const PlanFacts & 
     } else if (!asked && !one_pass) {
         plan.log.push_back(
             "llama-tp: float sums (results move with --tp / -ts): this model's attn_output (ssm_out) and ffn_down are "
-            "not all dense q8_0 (or K-quants and IQ4_XS on a CPU with AVX-512), which split-invariant sums multiply in one "
-            "pass at no cost; --split-invariant forces them (one product per grid cell for other types, 7-15% "
-            "slower on one device)");
+            "not all dense q8_0 (or K-quants, q4_0 and IQ4_XS on a CPU with AVX-512), which split-invariant sums "
+            "multiply in one pass at no cost; --split-invariant forces them (one product per grid cell for other "
+            "types, 7-15% slower on one device)");
     }
 }
 

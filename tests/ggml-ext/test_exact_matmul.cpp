@@ -7,6 +7,7 @@
 #include "ggml-ext/ops/exact_matmul.h"
 #include "ggml-ext/ops/exact_sum.h"
 #include "ggml-ext/ops/iq4_xs_cells.h"
+#include "ggml-ext/ops/q4_0_cells.h"
 #include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q6_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
@@ -42,6 +43,7 @@ const TypeCase kQ8_0{GGML_TYPE_Q8_0, {0, 256, 768, 832, 1536}, {0, 256, 768}, {0
 const TypeCase kQ4_K{GGML_TYPE_Q4_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 const TypeCase kQ5_K{GGML_TYPE_Q5_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 const TypeCase kQ6_K{GGML_TYPE_Q6_K, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
+const TypeCase kQ4_0{GGML_TYPE_Q4_0, {0, 256, 768, 832, 1536}, {0, 256, 768}, {0, 64, 768}};
 const TypeCase kIQ4_XS{GGML_TYPE_IQ4_XS, {0, 256, 768, 1280, 1536}, {0, 256, 768}, {0, 512, 768}};
 
 class ExactMatmul : public testing::TestWithParam<TypeCase> {};
@@ -199,7 +201,7 @@ TEST_P(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS), type_name);
+INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS), type_name);
 
 // Random q8_0 blocks, full range of bytes and scales.
 std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
@@ -338,6 +340,19 @@ std::vector<ggml_ext::BlockQ6_K> random_q6_k(size_t n, unsigned seed) {
     return blocks;
 }
 
+// Random q4_0 blocks: any bytes, so every value from -8 to 7.
+std::vector<ggml_ext::BlockQ4_0> random_q4_0(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(-0.01f, 0.01f);
+    std::vector<ggml_ext::BlockQ4_0> blocks(n);
+    for (auto & b : blocks) {
+        b.d = ggml_fp32_to_fp16(scale(rng));
+        for (uint8_t & q : b.qs) q = (uint8_t) byte(rng);
+    }
+    return blocks;
+}
+
 // Random IQ4_XS blocks: any bytes, so every level and every scale from
 // -32 to 31.
 std::vector<ggml_ext::BlockIQ4_XS> random_iq4_xs(size_t n, unsigned seed) {
@@ -405,10 +420,11 @@ TEST(KQuantCells, EveryPathGivesTheScalarPathsBits) {
     check_every_path(random_q6_k(rows, 21), as_ggml_q8_k(random_ggml_q8_k(tokens, 22)), ggml_ext::q6k_tile, "q6_K");
     check_every_path(random_iq4_xs(rows, 25), as_ggml_q8_k(random_ggml_q8_k(tokens, 26)), ggml_ext::iq4xs_tile,
                      "IQ4_XS");
+    check_every_path(random_q4_0(rows, 41), random_blocks(tokens, 42), ggml_ext::q40_tile, "q4_0");
     std::string names;
     for (ggml_ext::KQuantKernel kernel : kernels) names += std::string(" ") + ggml_ext::kquant_kernel_name(kernel);
-    std::printf("q4_K, q5_K, q6_K and IQ4_XS paths compared:%s\n", names.c_str());
-    for (ggml_type t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS}) {
+    std::printf("q4_K, q5_K, q6_K, IQ4_XS and q4_0 paths compared:%s\n", names.c_str());
+    for (ggml_type t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_0}) {
         EXPECT_STREQ(ggml_ext_exact_matmul_kernel(t), ggml_ext::kquant_kernel_name(kernels.back()));
     }
 }
@@ -444,7 +460,7 @@ void check_panels(const std::vector<BlockW> & w_blocks, const std::vector<BlockX
 }
 
 TEST(Panels, GiveTheScalarTilesBits) {
-    if (!ggml_ext::q4k_panels_available() || !ggml_ext::iq4xs_panels_available()) {
+    if (!ggml_ext::q4k_panels_available() || !ggml_ext::iq4xs_panels_available() || !ggml_ext::q40_panels_available()) {
         GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
     }
     constexpr int q4_rows = ggml_ext::kQ4KPanelRows, iq4_rows = ggml_ext::kIQ4PanelRows;
@@ -456,20 +472,22 @@ TEST(Panels, GiveTheScalarTilesBits) {
         ggml_ext::q5k_tile);
     check_panels<ggml_ext::IQ4Panel, iq4_rows>(random_iq4_xs(iq4_rows * 7, 31),
                                                as_ggml_q8_k(random_ggml_q8_k(19 * 7, 32)), ggml_ext::iq4xs_tile);
+    check_panels<ggml_ext::Q40Panel, ggml_ext::kQ40PanelRows>(random_q4_0(ggml_ext::kQ40PanelRows * 7, 43),
+                                                              random_blocks(19 * 7, 44), ggml_ext::q40_tile);
 }
 
 // A scalar path against ggml's own dot product of one row and token with
 // q8_K (x given to the path as it reads it): the same value up to float
 // rounding.
-template <typename BlockW, typename BlockX, typename Tile>
-void check_against_ggml(ggml_type type, const std::vector<BlockW> & w_blocks, const std::vector<GgmlQ8K> & x_ggml,
+template <typename BlockW, typename XGgml, typename BlockX, typename Tile>
+void check_against_ggml(ggml_type type, const std::vector<BlockW> & w_blocks, const std::vector<XGgml> & x_ggml,
                         const std::vector<BlockX> & x_blocks, Tile tile) {
     SCOPED_TRACE(ggml_type_name(type));
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
-    ASSERT_EQ(traits->vec_dot_type, GGML_TYPE_Q8_K);
+    ASSERT_EQ(traits->vec_dot_type, type == GGML_TYPE_Q4_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q8_K);
     const int64_t n = (int64_t) w_blocks.size(), bounds[2] = {0, n};
     float theirs = 0.0f;
-    traits->vec_dot((int) (n * 256), &theirs, 0, w_blocks.data(), 0, x_ggml.data(), 0, 1);
+    traits->vec_dot((int) (n * ggml_blck_size(type)), &theirs, 0, w_blocks.data(), 0, x_ggml.data(), 0, 1);
     const BlockW * w = w_blocks.data();
     const BlockX * x = x_blocks.data();
     double ours = 0.0;
@@ -486,6 +504,8 @@ TEST(KQuantCells, EachScalarPathIsGgmlsDotProduct) {
                        ggml_ext::q5k_tile);
     check_against_ggml(GGML_TYPE_Q6_K, random_q6_k(5, 23), x, as_ggml_q8_k(x), ggml_ext::q6k_tile);
     check_against_ggml(GGML_TYPE_IQ4_XS, random_iq4_xs(5, 27), x, as_ggml_q8_k(x), ggml_ext::iq4xs_tile);
+    const std::vector<ggml_ext::BlockQ8_0> x8 = random_blocks(5, 46);
+    check_against_ggml(GGML_TYPE_Q4_0, random_q4_0(5, 45), x8, x8, ggml_ext::q40_tile);
 }
 
 }  // namespace

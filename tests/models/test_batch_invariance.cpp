@@ -1,10 +1,10 @@
-// A q8_0, q4_k or IQ4_XS model with split-invariant sums and every product through
+// A q8_0, q4_0, q4_k or IQ4_XS model with split-invariant sums and every product through
 // the one-pass kernels (EngineOptions::one_pass_products), whatever this
 // CPU's default: each output depends on its own token only, so a token's
 // logits are the same bits whether its prompt was decoded in one batch or
 // token by token, alone or beside another sequence, on one rank or two; and
 // they are ggml's products up to rounding. Usage: test-batch-invariance
-// MODEL.gguf (a generated q8_0 or q4_k model, or IQ4_XS by llama-quantize;
+// MODEL.gguf (a generated q8_0, q4_0 or q4_k model, or IQ4_XS by llama-quantize;
 // gtest flags may follow).
 
 #include "ggml-ext/ops/exact_matmul.h"

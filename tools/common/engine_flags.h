@@ -56,7 +56,7 @@ struct EngineFlags {
         "  --split-invariant         logits that do not depend on --tp / -ts (exact sums on\n"
         "                            a reduction grid fixed by the model; the default where\n"
         "                            it costs nothing: dense q8_0 models, Q4_K_M/Q5_K_M/\n"
-        "                            Q6_K/IQ4_XS ones with AVX-512; no --bf16-wire)\n"
+        "                            Q6_K/Q4_0/IQ4_XS ones with AVX-512; no --bf16-wire)\n"
         "  --no-split-invariant      ggml's float sums, upstream's numbers on one device\n"
         "  --model-path-rank R=PATH  under mpirun: process R reads the model at PATH\n"
         "  -ctk, --cache-type-k T    KV cache type of keys: f16 (default), bf16, f32, q8_0, q4_0,\n"

@@ -1,4 +1,4 @@
-// llama-tp-matmul-bench: q8_0, K-quant (q4_K, q5_K, q6_K) or IQ4_XS products of ggml (ggml_mul_mat) against
+// llama-tp-matmul-bench: q8_0, q4_0, K-quant (q4_K, q5_K, q6_K) or IQ4_XS products of ggml (ggml_mul_mat) against
 // ggml-ext's one-pass kernel (ggml_ext_exact_matmul, one cell or the cells of
 // a reduction grid), on the same weights and tokens. Each figure multiplies
 // enough copies of the matrix that they do not fit in the CPU's caches, as a
@@ -32,7 +32,7 @@ namespace {
 const char * kUsage =
     "usage: llama-tp-matmul-bench [options]\n"
     "  -t, --threads N      threads (default 2)\n"
-    "  --type T             q8_0 (default), q4_k, q5_k, q6_k or iq4_xs\n"
+    "  --type T             q8_0 (default), q4_0, q4_k, q5_k, q6_k or iq4_xs\n"
     "  --shape K,M          a matrix of M rows of K (default: the small and 1b\n"
     "                       presets' FFN and attention matrices and the output head)\n"
     "  --tokens N,N,...     tokens per product (default 1,4,8,64,512)\n"
@@ -62,11 +62,11 @@ Options parse(int argc, char ** argv) {
             o.threads = (int) a.integer(f, 1, 1024);
         } else if (f == "--type") {
             const std::string t = a.next();
-            const ggml_type types[5] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
-                                        GGML_TYPE_IQ4_XS};
-            const std::string names[5] = {"q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"};
+            const ggml_type types[6] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                                        GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS};
+            const std::string names[6] = {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "iq4_xs"};
             const auto it = std::find(std::begin(names), std::end(names), t);
-            if (it == std::end(names)) a.fail("--type takes q8_0, q4_k, q5_k, q6_k or iq4_xs, not '" + t + "'");
+            if (it == std::end(names)) a.fail("--type takes q8_0, q4_0, q4_k, q5_k, q6_k or iq4_xs, not '" + t + "'");
             o.type = types[it - std::begin(names)];
         } else if (f == "--shape") {
             const std::vector<float> v = a.reals(f);

@@ -218,8 +218,10 @@ def ready_line(s) -> str:
 
 
 # The K-quant kernels make split-invariant sums the default only where
-# their AVX-512 path runs (docs/split-invariant.md).
+# their AVX-512 path runs, the q4_0 and IQ4_XS ones where AVX-512 VNNI runs
+# their panels (docs/split-invariant.md).
 K_QUANT_SUMS_FREE = "avx512bw" in Path("/proc/cpuinfo").read_text()
+Q4_0_SUMS_FREE = K_QUANT_SUMS_FREE and "avx512_vnni" in Path("/proc/cpuinfo").read_text()
 
 
 def default_sums_answers(model, body, log_says):
@@ -260,11 +262,16 @@ def test_split_invariant_sums_are_the_default_where_free(tmp_path):
     if K_QUANT_SUMS_FREE:
         answers = default_sums_answers(q4k, body, "q4_K avx512")  # the q4_K kernel named in the one-pass line
         assert answers[1] == answers[0]
-    # q4_0 matrices take one product per grid cell (slower), as q4_K ones do
-    # without AVX-512: float sums by default, with one line saying so; the
-    # flag still turns exact sums on.
     q40 = generated_model(tmp_path / "llama-q4_0.gguf", weight_type="q4_0")
-    for model in (q40,) if K_QUANT_SUMS_FREE else (q40, q4k):
+    if Q4_0_SUMS_FREE:
+        answers = default_sums_answers(q40, body, "q4_0 avx512")
+        assert answers[1] == answers[0]
+    # f16 matrices take one product per grid cell (slower), as q4_K ones do
+    # without AVX-512 and q4_0 ones without VNNI: float sums by default, with
+    # one line saying so; the flag still turns exact sums on.
+    f16 = generated_model(tmp_path / "llama-f16.gguf", weight_type="f16")
+    slow = [f16] + ([] if K_QUANT_SUMS_FREE else [q4k]) + ([] if Q4_0_SUMS_FREE else [q40])
+    for model in slow:
         for extra, exact in (((), False), (("--split-invariant",), True)):
             s = ServerProcess("-np", "1", "-c", "256", *extra, model=model)
             try:
