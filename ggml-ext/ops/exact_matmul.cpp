@@ -236,17 +236,18 @@ void product_k_quant(ggml_tensor * dst, int ith, int nth) {
 // four tokens.
 constexpr int64_t kPanelTokens = 16, kQ40PanelTokens = 4;
 
-// A product of a type with panels (Panel, of kPanelRows rows) from
-// min_tokens where the CPU runs them, else its tiles.
-template <typename BlockW, typename BlockX, typename Panel, int kPanelRows, auto tile>
-void product_in_panels(ggml_tensor * dst, int ith, int nth, bool panels, int64_t min_tokens = kPanelTokens) {
+// A product of a type with panels (Panel) from min_tokens where the CPU
+// runs them, else its tiles.
+template <typename BlockW, typename BlockX, typename Panel, auto tile>
+void product_in_panels(ggml_tensor * dst, int ith, int nth, int64_t min_tokens = kPanelTokens) {
     const int64_t T = dst->src[1]->ne[1];
-    if (T < min_tokens || !panels) {
+    if (T < min_tokens || !ggml_ext::kquant_panels_available()) {
         product_k_quant<BlockW, BlockX, tile>(dst, ith, nth);
         return;
     }
     const int64_t n_blocks = dst->src[0]->ne[0] / ggml_blck_size(dst->src[0]->type);
     const std::vector<int64_t> cells = cell_blocks(dst);
+    using ggml_ext::kPanelRows;
     const TiledProduct<BlockW, BlockX, kPanelRows, kTokenBlock> product(dst, ith, nth);
     Panel panel(n_blocks);
     std::vector<const BlockX *> xr((size_t) T);
@@ -268,24 +269,21 @@ void product_in_panels(ggml_tensor * dst, int ith, int nth, bool panels, int64_t
 void product(ggml_tensor * dst, int ith, int nth, void *) {
     switch (dst->src[0]->type) {
         case GGML_TYPE_Q4_K:
-            product_in_panels<BlockQ4_K, BlockQ8_K, ggml_ext::Q4KPanel<BlockQ4_K>, ggml_ext::kQ4KPanelRows,
-                              ggml_ext::q4k_tile>(dst, ith, nth, ggml_ext::q4k_panels_available());
+            product_in_panels<BlockQ4_K, BlockQ8_K, ggml_ext::Q4KPanel<BlockQ4_K>, ggml_ext::q4k_tile>(dst, ith, nth);
             break;
         case GGML_TYPE_Q5_K:
-            product_in_panels<BlockQ5_K, BlockQ8_K, ggml_ext::Q4KPanel<BlockQ5_K>, ggml_ext::kQ4KPanelRows,
-                              ggml_ext::q5k_tile>(dst, ith, nth, ggml_ext::q4k_panels_available());
+            product_in_panels<BlockQ5_K, BlockQ8_K, ggml_ext::Q4KPanel<BlockQ5_K>, ggml_ext::q5k_tile>(dst, ith, nth);
             break;
         case GGML_TYPE_Q6_K:
             product_k_quant<ggml_ext::BlockQ6_K, ggml_ext::GgmlBlockQ8_K, ggml_ext::q6k_tile>(dst, ith, nth);
             break;
         case GGML_TYPE_Q4_0:
-            product_in_panels<ggml_ext::BlockQ4_0, BlockQ8_0, ggml_ext::Q40Panel, ggml_ext::kQ40PanelRows,
-                              ggml_ext::q40_tile>(dst, ith, nth, ggml_ext::q40_panels_available(), kQ40PanelTokens);
+            product_in_panels<ggml_ext::BlockQ4_0, BlockQ8_0, ggml_ext::Q40Panel, ggml_ext::q40_tile>(dst, ith, nth,
+                                                                                                      kQ40PanelTokens);
             break;
         case GGML_TYPE_IQ4_XS:
-            product_in_panels<ggml_ext::BlockIQ4_XS, ggml_ext::GgmlBlockQ8_K, ggml_ext::IQ4Panel,
-                              ggml_ext::kIQ4PanelRows, ggml_ext::iq4xs_tile>(dst, ith, nth,
-                                                                             ggml_ext::iq4xs_panels_available());
+            product_in_panels<ggml_ext::BlockIQ4_XS, ggml_ext::GgmlBlockQ8_K, ggml_ext::IQ4Panel, ggml_ext::iq4xs_tile>(
+                dst, ith, nth);
             break;
         default:
             product_q8_0(dst, ith, nth);
@@ -325,8 +323,7 @@ const char * ggml_ext_exact_matmul_kernel(enum ggml_type type) {
 bool ggml_ext_exact_matmul_preferred(enum ggml_type type) {
     // ggml multiplies q4_0 batches in repacked tiles and IQ4_XS ones as panels
     // of bytes; these kernels beat them with their panels (AVX-512 VNNI).
-    if (type == GGML_TYPE_IQ4_XS && !ggml_ext::iq4xs_panels_available()) return false;
-    if (type == GGML_TYPE_Q4_0 && !ggml_ext::q40_panels_available()) return false;
+    if ((type == GGML_TYPE_IQ4_XS || type == GGML_TYPE_Q4_0) && !ggml_ext::kquant_panels_available()) return false;
     if (on_kquant_paths(type)) return ggml_ext::kquant_kernel_beats_ggml(ggml_ext::kquant_best_kernel());
     return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
 }

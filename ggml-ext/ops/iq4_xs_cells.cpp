@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <new>
 
 #include "ggml-cpu.h"
 
@@ -220,65 +219,40 @@ void tile_avx512(const BlockIQ4_XS * const * w, const GgmlBlockQ8_K * const * x,
 }
 #endif
 
-using TileFn = void (*)(const BlockIQ4_XS * const *, const GgmlBlockQ8_K * const *, const int64_t *, int64_t, double *,
-                        int64_t);
-
-using TileTable = TileFn[kKQuantTileRows][kKQuantTileTokens];
-const TileTable kScalar = LLAMA_TP_KCELLS_TILES(tile_scalar);
+// Every path's tiles (run_tile).
+struct Paths {
+    template <int RM, int RN>
+    static constexpr auto scalar = &tile_scalar<RM, RN>;
 #if defined(LLAMA_TP_KCELLS_AVX2)
-const TileTable kAvx2 = LLAMA_TP_KCELLS_TILES(tile_avx2);
+    template <int RM, int RN>
+    static constexpr auto avx2 = &tile_avx2<RM, RN>;
 #endif
 #if defined(LLAMA_TP_KCELLS_AVX512)
-const TileTable kAvx512 = LLAMA_TP_KCELLS_TILES(tile_avx512);
+    template <int RM, int RN>
+    static constexpr auto avx512 = &tile_avx512<RM, RN>;
 #endif
+};
 
 }  // namespace
 
 void iq4xs_tile(KQuantKernel kernel, const BlockIQ4_XS * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
                 const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-    (void) kernel;  // builds without SIMD paths have the scalar one only
-    const TileTable * table = &kScalar;
-#if defined(LLAMA_TP_KCELLS_AVX2)
-    if (kernel == KQuantKernel::Avx2) table = &kAvx2;
-#endif
-#if defined(LLAMA_TP_KCELLS_AVX512)
-    if (kernel == KQuantKernel::Avx512) table = &kAvx512;
-#endif
-    (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
+    run_tile<Paths>(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
-
-#if defined(LLAMA_TP_KCELLS_AVX512) && defined(__AVX512VNNI__)
-#define LLAMA_TP_IQ4_PANELS 1
-#endif
 
 // One super-block of the panel's rows. vpdpbusd multiplies unsigned bytes
 // by signed ones: the tokens' bytes go in as x + 128 and bias takes
 // 128 * sum_j sc_j * (the sum of sub-block j's values) back out of S.
 struct IQ4Panel::Block {
-    int8_t values[8][8][kIQ4PanelRows][4];  // [j][g][row]: values 4g .. 4g+3 of sub-block j
-    int32_t scales[8][kIQ4PanelRows];       // sc_j of each row
-    int32_t bias[kIQ4PanelRows];
-    float d[kIQ4PanelRows];
+    int8_t values[8][8][kPanelRows][4];  // [j][g][row]: values 4g .. 4g+3 of sub-block j
+    int32_t scales[8][kPanelRows];       // sc_j of each row
+    int32_t bias[kPanelRows];
+    float d[kPanelRows];
 };
 
-bool iq4xs_panels_available() {
-#if defined(LLAMA_TP_IQ4_PANELS)
-    static const bool available = kquant_best_kernel() == KQuantKernel::Avx512 && __builtin_cpu_supports("avx512vnni");
-    return available;
-#else
-    return false;
-#endif
-}
+IQ4Panel::IQ4Panel(int64_t n_blocks) : n_blocks_(n_blocks), blocks_(n_blocks) {}
 
-IQ4Panel::IQ4Panel(int64_t n_blocks)
-    : n_blocks_(n_blocks),
-      blocks_(static_cast<Block *>(::operator new[](sizeof(Block) * (size_t) n_blocks, std::align_val_t(64)))) {}
-
-IQ4Panel::~IQ4Panel() {
-    ::operator delete[](blocks_, std::align_val_t(64));
-}
-
-#if defined(LLAMA_TP_IQ4_PANELS)
+#if defined(LLAMA_TP_KCELLS_PANELS)
 namespace {
 
 // Row r's values of block b into the panel, and its scales, bias and d.
@@ -297,7 +271,7 @@ void decode_row(const BlockIQ4_XS & wb, int r, __m512i levels, int8_t (*rows)[25
     }
     alignas(16) int16_t words[8];
     _mm_store_si128(reinterpret_cast<__m128i *>(words), scale_words(wb));
-    for (int j = 0; j < 8; ++j) scales[j * kIQ4PanelRows + r] = words[j];
+    for (int j = 0; j < 8; ++j) scales[j * kPanelRows + r] = words[j];
     bias = 128 * _mm512_reduce_add_epi32(sums);
     d = _cvtsh_ss(wb.d);
 }
@@ -307,8 +281,7 @@ template <int NT>
 void multiply_panel(const IQ4Panel::Block * blocks, const GgmlBlockQ8_K * const * x, const int64_t * bounds,
                     int64_t n_blocks, double * out, int64_t ld) {
     const __m512i flip = _mm512_set1_epi8((char) 0x80);
-    __m512d total[NT][2];
-    for (int t = 0; t < NT; ++t) total[t][0] = total[t][1] = _mm512_setzero_pd();
+    PanelTotals total[NT];
     for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
         __m512 A[NT];
         for (int t = 0; t < NT; ++t) A[t] = _mm512_setzero_ps();
@@ -344,25 +317,20 @@ void multiply_panel(const IQ4Panel::Block * blocks, const GgmlBlockQ8_K * const 
             }
         }
         for (int t = 0; t < NT; ++t) {
-            total[t][0] = _mm512_add_pd(total[t][0], _mm512_cvtps_pd(_mm512_castps512_ps256(A[t])));
-            total[t][1] = _mm512_add_pd(
-                total[t][1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(A[t]), 1))));
+            total[t].add(A[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) {
-        _mm512_storeu_pd(out + t * ld, total[t][0]);
-        _mm512_storeu_pd(out + t * ld + 8, total[t][1]);
-    }
+    for (int t = 0; t < NT; ++t) total[t].store(out + t * ld);
 }
 
 }  // namespace
 
 void IQ4Panel::decode(const BlockIQ4_XS * const * w, int nr) {
     const __m512i levels = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i *>(kLevels)));
-    alignas(64) int8_t rows[kIQ4PanelRows][256] = {};
+    alignas(64) int8_t rows[kPanelRows][256] = {};
     for (int64_t b = 0; b < n_blocks_; ++b) {
-        Block & pb = blocks_[b];
-        for (int r = 0; r < kIQ4PanelRows; ++r) {
+        Block & pb = blocks_.data()[b];
+        for (int r = 0; r < kPanelRows; ++r) {
             if (r < nr) {
                 decode_row(w[r][b], r, levels, rows, &pb.scales[0][0], pb.bias[r], pb.d[r]);
             } else {
@@ -381,16 +349,16 @@ void IQ4Panel::multiply(const GgmlBlockQ8_K * const * x, int nc, const int64_t *
     static constexpr Fn kGroups[8] = {multiply_panel<1>, multiply_panel<2>, multiply_panel<3>, multiply_panel<4>,
                                       multiply_panel<5>, multiply_panel<6>, multiply_panel<7>, multiply_panel<8>};
     for (int j = 0; j < nc; j += 8) {
-        kGroups[std::min(8, nc - j) - 1](blocks_, x + j, bounds, n_blocks_, out + j * ld, ld);
+        kGroups[std::min(8, nc - j) - 1](blocks_.data(), x + j, bounds, n_blocks_, out + j * ld, ld);
     }
 }
 #else
 void IQ4Panel::decode(const BlockIQ4_XS * const *, int) {
-    GGML_ABORT("IQ4_XS panels need AVX-512 VNNI (iq4xs_panels_available)");
+    GGML_ABORT("IQ4_XS panels need AVX-512 VNNI (kquant_panels_available)");
 }
 
 void IQ4Panel::multiply(const GgmlBlockQ8_K * const *, int, const int64_t *, double *, int64_t) const {
-    GGML_ABORT("IQ4_XS panels need AVX-512 VNNI (iq4xs_panels_available)");
+    GGML_ABORT("IQ4_XS panels need AVX-512 VNNI (kquant_panels_available)");
 }
 #endif
 

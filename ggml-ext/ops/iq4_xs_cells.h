@@ -35,24 +35,19 @@ struct BlockIQ4_XS {
 void iq4xs_tile(KQuantKernel kernel, const BlockIQ4_XS * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
                 const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
 
-// The same outputs for a batch: up to kIQ4PanelRows rows decoded once into
+// The same outputs for a batch: up to kPanelRows rows decoded once into
 // a panel (levels as bytes, 16 rows side by side, the scales as words of
 // each row), then multiplied with any number of tokens by AVX-512 VNNI.
-// Where the CPU lacks it, iq4xs_panels_available() is false.
-constexpr int kIQ4PanelRows = 16;
-bool iq4xs_panels_available();
+// Where the CPU lacks it, kquant_panels_available() is false.
 
 class IQ4Panel {
   public:
     explicit IQ4Panel(int64_t n_blocks);
-    ~IQ4Panel();
-    IQ4Panel(const IQ4Panel &) = delete;
-    IQ4Panel & operator=(const IQ4Panel &) = delete;
 
-    // Rows w[0 .. nr), nr <= kIQ4PanelRows, n_blocks super-blocks each.
+    // Rows w[0 .. nr), nr <= kPanelRows, n_blocks super-blocks each.
     void decode(const BlockIQ4_XS * const * w, int nr);
     // Tokens x[0 .. nc) against the panel's rows, cut into cells at bounds:
-    // out[j * ld + i] = the output of row i and token j, ld >= kIQ4PanelRows
+    // out[j * ld + i] = the output of row i and token j, ld >= kPanelRows
     // (every row of the panel is written).
     void multiply(const GgmlBlockQ8_K * const * x, int nc, const int64_t * bounds, double * out, int64_t ld) const;
 
@@ -60,7 +55,7 @@ class IQ4Panel {
 
   private:
     int64_t n_blocks_;
-    Block * blocks_;
+    AlignedArray<Block> blocks_;
 };
 
 }  // namespace ggml_ext

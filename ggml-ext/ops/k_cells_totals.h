@@ -16,6 +16,9 @@
 #define LLAMA_TP_KCELLS_AVX2 1
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define LLAMA_TP_KCELLS_AVX512 1
+#if defined(__AVX512VNNI__)
+#define LLAMA_TP_KCELLS_PANELS 1  // kquant_panels_available()
+#endif
 #endif
 #endif
 
@@ -128,6 +131,28 @@ void in_cores(const BlockW * const * w, const BlockX * const * x, const int64_t 
             LLAMA_TP_KCELLS_TILE_ROW(fn, 4)                                                                \
     }
 static_assert(kKQuantTileRows == 4 && kKQuantTileTokens == 8, "LLAMA_TP_KCELLS_TILES lists shapes up to 4 x 8");
+
+// Runs a tile of nr rows and nc tokens on the path asked for:
+// Paths::scalar<RM, RN>, Paths::avx2<RM, RN> and Paths::avx512<RM, RN> are
+// the tiles of each shape (the SIMD ones in builds with those paths).
+template <typename Paths, typename BlockW, typename BlockX>
+void run_tile(KQuantKernel kernel, const BlockW * const * w, int nr, const BlockX * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+    using Fn = void (*)(const BlockW * const *, const BlockX * const *, const int64_t *, int64_t, double *, int64_t);
+    using Table = Fn[kKQuantTileRows][kKQuantTileTokens];
+    static const Table kScalar = LLAMA_TP_KCELLS_TILES(Paths::template scalar);
+    const Table * table = &kScalar;
+#if defined(LLAMA_TP_KCELLS_AVX2)
+    static const Table kAvx2 = LLAMA_TP_KCELLS_TILES(Paths::template avx2);
+    if (kernel == KQuantKernel::Avx2) table = &kAvx2;
+#endif
+#if defined(LLAMA_TP_KCELLS_AVX512)
+    static const Table kAvx512 = LLAMA_TP_KCELLS_TILES(Paths::template avx512);
+    if (kernel == KQuantKernel::Avx512) table = &kAvx512;
+#endif
+    (void) kernel;  // builds without SIMD paths have the scalar one only
+    (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
+}
 
 #if defined(LLAMA_TP_KCELLS_AVX2)
 inline __m256i load256(const void * p) {
@@ -273,6 +298,21 @@ inline void transpose_16(const int8_t (*rows)[256], int k, void * to) {
         _mm512_store_si512(dst + 64 * (12 + m), _mm512_shuffle_i32x4(v1, v3, 0xdd));
     }
 }
+
+// A panel's outputs for one token: the sixteen rows' doubles, each cell's
+// float added in order.
+struct PanelTotals {
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+
+    void add(__m512 cell) {
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(cell)));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(cell), 1))));
+    }
+    void store(double * out) const {
+        _mm512_storeu_pd(out, lo);
+        _mm512_storeu_pd(out + 8, hi);
+    }
+};
 
 // acc + the word pairs' products, summed in pairs.
 inline __m512i add_pair_products(__m512i acc, __m512i a, __m512i b) {

@@ -36,6 +36,15 @@ const char * kquant_kernel_name(KQuantKernel kernel) {
     return "?";
 }
 
+bool kquant_panels_available() {
+#if defined(LLAMA_TP_KCELLS_PANELS)
+    static const bool available = kquant_best_kernel() == KQuantKernel::Avx512 && __builtin_cpu_supports("avx512vnni");
+    return available;
+#else
+    return false;
+#endif
+}
+
 int kquant_tile_tokens(KQuantKernel kernel) {
     // 256-bit paths have 16 registers for the accumulators: four tokens.
     return kernel == KQuantKernel::Avx512 ? kKQuantTileTokens : 4;

@@ -5,7 +5,9 @@
 // runs. Every path gives the same bits; they
 // differ in speed only.
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 namespace ggml_ext {
@@ -24,6 +26,27 @@ std::vector<KQuantKernel> kquant_kernels_available();
 // The best of them, found once.
 KQuantKernel kquant_best_kernel();
 const char * kquant_kernel_name(KQuantKernel kernel);
+
+// Whether this build and CPU run the row panels of the q4_0, q4_K, q5_K and
+// IQ4_XS kernels (AVX-512 VNNI), found once.
+bool kquant_panels_available();
+// A panel's rows: one a lane of a register of sixteen integers.
+constexpr int kPanelRows = 16;
+
+// A panel's storage: n T's, 64-byte aligned (read a register at a time).
+template <typename T>
+class AlignedArray {
+  public:
+    explicit AlignedArray(int64_t n)
+        : data_(static_cast<T *>(::operator new[](sizeof(T) * (std::size_t) n, std::align_val_t(64)))) {}
+    ~AlignedArray() { ::operator delete[](data_, std::align_val_t(64)); }
+    AlignedArray(const AlignedArray &) = delete;
+    AlignedArray & operator=(const AlignedArray &) = delete;
+    T * data() const { return data_; }
+
+  private:
+    T * data_;
+};
 
 // A tile's most rows and tokens.
 constexpr int kKQuantTileRows = 4, kKQuantTileTokens = 8;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <new>
 #include <utility>
 
 #include "ggml-cpu.h"
@@ -184,70 +183,36 @@ void tile_avx512(const BlockQ4_0 * const * w, const BlockQ8_0 * const * x, const
 }
 #endif
 
-using TileFn = void (*)(const BlockQ4_0 * const *, const BlockQ8_0 * const *, const int64_t *, int64_t, double *,
-                        int64_t);
-
-using TileTable = TileFn[kKQuantTileRows][kKQuantTileTokens];
-const TileTable kScalar = LLAMA_TP_KCELLS_TILES(tile_scalar);
+// Every path's tiles (run_tile).
+struct Paths {
+    template <int RM, int RN>
+    static constexpr auto scalar = &tile_scalar<RM, RN>;
 #if defined(LLAMA_TP_KCELLS_AVX2)
-const TileTable kAvx2 = LLAMA_TP_KCELLS_TILES(tile_avx2);
+    template <int RM, int RN>
+    static constexpr auto avx2 = &tile_avx2<RM, RN>;
 #endif
 #if defined(LLAMA_TP_KCELLS_AVX512)
-const TileTable kAvx512 = LLAMA_TP_KCELLS_TILES(tile_avx512);
+    template <int RM, int RN>
+    static constexpr auto avx512 = &tile_avx512<RM, RN>;
 #endif
+};
 
 }  // namespace
 
 void q40_tile(KQuantKernel kernel, const BlockQ4_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-    (void) kernel;  // builds without SIMD paths have the scalar one only
-    const TileTable * table = &kScalar;
-#if defined(LLAMA_TP_KCELLS_AVX2)
-    if (kernel == KQuantKernel::Avx2) table = &kAvx2;
-#endif
-#if defined(LLAMA_TP_KCELLS_AVX512)
-    if (kernel == KQuantKernel::Avx512) table = &kAvx512;
-#endif
-    (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
+    run_tile<Paths>(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
-
-#if defined(LLAMA_TP_KCELLS_AVX512) && defined(__AVX512VNNI__)
-#define LLAMA_TP_Q40_PANELS 1
-#endif
-
-bool q40_panels_available() {
-#if defined(LLAMA_TP_Q40_PANELS)
-    static const bool available = kquant_best_kernel() == KQuantKernel::Avx512 && __builtin_cpu_supports("avx512vnni");
-    return available;
-#else
-    return false;
-#endif
-}
-
-namespace {
-
-template <typename T>
-T * aligned_array(int64_t n) {
-    return static_cast<T *>(::operator new[](sizeof(T) * (size_t) n, std::align_val_t(64)));
-}
-
-}  // namespace
 
 // The panel decodes eight blocks (256 bytes of each row) at a time.
 Q40Panel::Q40Panel(int64_t n_blocks)
     : n_blocks_(n_blocks),
       n_padded_((n_blocks + 7) / 8 * 8),
-      values_(aligned_array<int8_t>(n_padded_ * 32 * kQ40PanelRows)),
-      bias_(aligned_array<int32_t>(n_padded_ * kQ40PanelRows)),
-      d_(aligned_array<float>(n_padded_ * kQ40PanelRows)) {}
+      values_(n_padded_ * 32 * kPanelRows),
+      bias_(n_padded_ * kPanelRows),
+      d_(n_padded_ * kPanelRows) {}
 
-Q40Panel::~Q40Panel() {
-    ::operator delete[](values_, std::align_val_t(64));
-    ::operator delete[](bias_, std::align_val_t(64));
-    ::operator delete[](d_, std::align_val_t(64));
-}
-
-#if defined(LLAMA_TP_Q40_PANELS)
+#if defined(LLAMA_TP_KCELLS_PANELS)
 namespace {
 
 // Tokens x[0 .. NT) against a decoded panel. vpdpbusd multiplies unsigned
@@ -257,8 +222,7 @@ template <int NT>
 void multiply_panel(const int8_t * values, const int32_t * bias, const float * d, const BlockQ8_0 * const * x,
                     const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
     const __m256i flip = _mm256_set1_epi8((char) 0x80);
-    __m512d total[NT][2];
-    for (int t = 0; t < NT; ++t) total[t][0] = total[t][1] = _mm512_setzero_pd();
+    PanelTotals total[NT];
     for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
         __m512 A[NT];
         for (int t = 0; t < NT; ++t) A[t] = _mm512_setzero_ps();
@@ -277,47 +241,42 @@ void multiply_panel(const int8_t * values, const int32_t * bias, const float * d
                     D[t] = _mm512_dpbusd_epi32(D[t], _mm512_set1_epi32(four), w);
                 }
             }
-            const __m512i rows_bias = _mm512_load_si512(bias + b * kQ40PanelRows);
-            const __m512 dw = _mm512_load_ps(d + b * kQ40PanelRows);
+            const __m512i rows_bias = _mm512_load_si512(bias + b * kPanelRows);
+            const __m512 dw = _mm512_load_ps(d + b * kPanelRows);
             for (int t = 0; t < NT; ++t) {
                 const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(x[t][b].d)));
                 A[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_sub_epi32(D[t], rows_bias)), A[t]);
             }
         }
         for (int t = 0; t < NT; ++t) {
-            total[t][0] = _mm512_add_pd(total[t][0], _mm512_cvtps_pd(_mm512_castps512_ps256(A[t])));
-            total[t][1] = _mm512_add_pd(
-                total[t][1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(A[t]), 1))));
+            total[t].add(A[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) {
-        _mm512_storeu_pd(out + t * ld, total[t][0]);
-        _mm512_storeu_pd(out + t * ld + 8, total[t][1]);
-    }
+    for (int t = 0; t < NT; ++t) total[t].store(out + t * ld);
 }
 
 }  // namespace
 
 void Q40Panel::decode(const BlockQ4_0 * const * w, int nr) {
-    alignas(64) int8_t rows[kQ40PanelRows][256];
+    alignas(64) int8_t rows[kPanelRows][256];
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t b0 = 0; b0 < n_padded_; b0 += 8) {
-        for (int r = 0; r < kQ40PanelRows; ++r) {
+        for (int r = 0; r < kPanelRows; ++r) {
             for (int q = 0; q < 8; ++q) {
                 const int64_t b = b0 + q;
                 const bool real = r < nr && b < n_blocks_;
                 _mm256_store_si256(reinterpret_cast<__m256i *>(rows[r] + 32 * q),
                                    real ? values256(w[r][b]) : _mm256_setzero_si256());
-                d_[b * kQ40PanelRows + r] = real ? _cvtsh_ss(w[r][b].d) : 0.0f;
+                d_.data()[b * kPanelRows + r] = real ? _cvtsh_ss(w[r][b].d) : 0.0f;
             }
         }
-        for (int k = 0; k < 4; ++k) transpose_16(rows, k, values_ + (b0 + 2 * k) * 32 * kQ40PanelRows);
+        for (int k = 0; k < 4; ++k) transpose_16(rows, k, values_.data() + (b0 + 2 * k) * 32 * kPanelRows);
         // Each row's sum of a block's values: its eight groups of four against ones.
         for (int64_t b = b0; b < b0 + 8; ++b) {
             __m512i sum = _mm512_setzero_si512();
             for (int g = 0; g < 8; ++g)
-                sum = _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(values_ + (b * 8 + g) * 64));
-            _mm512_store_si512(bias_ + b * kQ40PanelRows, _mm512_slli_epi32(sum, 7));
+                sum = _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(values_.data() + (b * 8 + g) * 64));
+            _mm512_store_si512(bias_.data() + b * kPanelRows, _mm512_slli_epi32(sum, 7));
         }
     }
 }
@@ -328,16 +287,17 @@ void Q40Panel::multiply(const BlockQ8_0 * const * x, int nc, const int64_t * bou
     static constexpr Fn kGroups[8] = {multiply_panel<1>, multiply_panel<2>, multiply_panel<3>, multiply_panel<4>,
                                       multiply_panel<5>, multiply_panel<6>, multiply_panel<7>, multiply_panel<8>};
     for (int j = 0; j < nc; j += 8) {
-        kGroups[std::min(8, nc - j) - 1](values_, bias_, d_, x + j, bounds, n_blocks_, out + j * ld, ld);
+        kGroups[std::min(8, nc - j) - 1](values_.data(), bias_.data(), d_.data(), x + j, bounds, n_blocks_,
+                                         out + j * ld, ld);
     }
 }
 #else
 void Q40Panel::decode(const BlockQ4_0 * const *, int) {
-    GGML_ABORT("q4_0 panels need AVX-512 VNNI (q40_panels_available)");
+    GGML_ABORT("q4_0 panels need AVX-512 VNNI (kquant_panels_available)");
 }
 
 void Q40Panel::multiply(const BlockQ8_0 * const *, int, const int64_t *, double *, int64_t) const {
-    GGML_ABORT("q4_0 panels need AVX-512 VNNI (q40_panels_available)");
+    GGML_ABORT("q4_0 panels need AVX-512 VNNI (kquant_panels_available)");
 }
 #endif
 

@@ -29,32 +29,27 @@ struct BlockQ4_0 {
 void q40_tile(KQuantKernel kernel, const BlockQ4_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
 
-// The same outputs for a batch: up to kQ40PanelRows rows decoded once into a
+// The same outputs for a batch: up to kPanelRows rows decoded once into a
 // panel (values as bytes, 16 rows side by side), then multiplied with any
 // number of tokens by AVX-512 VNNI. Where the CPU lacks it,
-// q40_panels_available() is false.
-constexpr int kQ40PanelRows = 16;
-bool q40_panels_available();
+// kquant_panels_available() is false.
 
 class Q40Panel {
   public:
     explicit Q40Panel(int64_t n_blocks);
-    ~Q40Panel();
-    Q40Panel(const Q40Panel &) = delete;
-    Q40Panel & operator=(const Q40Panel &) = delete;
 
-    // Rows w[0 .. nr), nr <= kQ40PanelRows, n_blocks blocks each.
+    // Rows w[0 .. nr), nr <= kPanelRows, n_blocks blocks each.
     void decode(const BlockQ4_0 * const * w, int nr);
     // Tokens x[0 .. nc) against the panel's rows, cut into cells at bounds:
-    // out[j * ld + i] = the output of row i and token j, ld >= kQ40PanelRows
+    // out[j * ld + i] = the output of row i and token j, ld >= kPanelRows
     // (every row of the panel is written).
     void multiply(const BlockQ8_0 * const * x, int nc, const int64_t * bounds, double * out, int64_t ld) const;
 
   private:
     int64_t n_blocks_, n_padded_;  // blocks, and blocks rounded up to eight (a decoded run)
-    int8_t * values_;              // [block][g][row][4]: values 4g .. 4g+3, as signed bytes
-    int32_t * bias_;               // [block][row]: 128 * the sum of the values
-    float * d_;                    // [block][row]
+    AlignedArray<int8_t> values_;  // [block][g][row][4]: values 4g .. 4g+3, as signed bytes
+    AlignedArray<int32_t> bias_;   // [block][row]: 128 * the sum of the values
+    AlignedArray<float> d_;        // [block][row]
 };
 
 }  // namespace ggml_ext

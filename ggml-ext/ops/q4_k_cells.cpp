@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <new>
 #include <type_traits>
 
 #include "ggml-cpu.h"
@@ -258,37 +257,19 @@ void tile_avx512(const Block * const * w, const BlockQ8_K * const * x, const int
 }
 #endif
 
-// Every tile shape of each path for one block type.
+// Every path's tiles for one block type (run_tile).
 template <typename Block>
-struct Tiles {
-    using Fn = void (*)(const Block * const *, const BlockQ8_K * const *, const int64_t *, int64_t, double *, int64_t);
-    using Table = Fn[kKQuantTileRows][kKQuantTileTokens];
+struct Paths {
     template <int RM, int RN>
-    static constexpr Fn scalar = &tile_scalar<Block, RM, RN>;
+    static constexpr auto scalar = &tile_scalar<Block, RM, RN>;
 #if defined(LLAMA_TP_KCELLS_AVX2)
     template <int RM, int RN>
-    static constexpr Fn avx2 = &tile_avx2<Block, RM, RN>;
+    static constexpr auto avx2 = &tile_avx2<Block, RM, RN>;
 #endif
 #if defined(LLAMA_TP_KCELLS_AVX512)
     template <int RM, int RN>
-    static constexpr Fn avx512 = &tile_avx512<Block, RM, RN>;
+    static constexpr auto avx512 = &tile_avx512<Block, RM, RN>;
 #endif
-
-    static void run(KQuantKernel kernel, const Block * const * w, int nr, const BlockQ8_K * const * x, int nc,
-                    const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-        (void) kernel;  // builds without SIMD paths have the scalar one only
-        static const Table kScalar = LLAMA_TP_KCELLS_TILES(scalar);
-        const Table * table = &kScalar;
-#if defined(LLAMA_TP_KCELLS_AVX2)
-        static const Table kAvx2 = LLAMA_TP_KCELLS_TILES(avx2);
-        if (kernel == KQuantKernel::Avx2) table = &kAvx2;
-#endif
-#if defined(LLAMA_TP_KCELLS_AVX512)
-        static const Table kAvx512 = LLAMA_TP_KCELLS_TILES(avx512);
-        if (kernel == KQuantKernel::Avx512) table = &kAvx512;
-#endif
-        (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
-    }
 };
 
 }  // namespace
@@ -308,58 +289,36 @@ void q4k_lay_out(void * blocks, int64_t n) {
 
 void q4k_tile(KQuantKernel kernel, const BlockQ4_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-    Tiles<BlockQ4_K>::run(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
+    run_tile<Paths<BlockQ4_K>>(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
 
 void q5k_tile(KQuantKernel kernel, const BlockQ5_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-    Tiles<BlockQ5_K>::run(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
+    run_tile<Paths<BlockQ5_K>>(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
-
-#if defined(LLAMA_TP_KCELLS_AVX512) && defined(__AVX512VNNI__)
-#define LLAMA_TP_Q4K_PANELS 1
-#endif
 
 // One super-block of the panel's rows, sub-blocks s in BlockQ8_K's order
 // (s's values at x's bytes 32s ..): vpdpbusd multiplies the values as
 // unsigned bytes by x's signed ones.
 template <typename Block>
 struct Q4KPanel<Block>::PanelBlock {
-    uint8_t values[8][8][kQ4KPanelRows][4];  // [s][g][row]: values 4g .. 4g+3 of sub-block s
-    int32_t scales[8][kQ4KPanelRows];        // sc of sub-block s
-    float mins[8][kQ4KPanelRows];            // dmin_w * m_l, sub-block l in ggml's order
-    float d[kQ4KPanelRows];
+    uint8_t values[8][8][kPanelRows][4];  // [s][g][row]: values 4g .. 4g+3 of sub-block s
+    int32_t scales[8][kPanelRows];        // sc of sub-block s
+    float mins[8][kPanelRows];            // dmin_w * m_l, sub-block l in ggml's order
+    float d[kPanelRows];
 };
 
-bool q4k_panels_available() {
-#if defined(LLAMA_TP_Q4K_PANELS)
-    static const bool available = kquant_best_kernel() == KQuantKernel::Avx512 && __builtin_cpu_supports("avx512vnni");
-    return available;
-#else
-    return false;
-#endif
-}
-
 template <typename Block>
-Q4KPanel<Block>::Q4KPanel(int64_t n_blocks)
-    : n_blocks_(n_blocks),
-      blocks_(
-          static_cast<PanelBlock *>(::operator new[](sizeof(PanelBlock) * (size_t) n_blocks, std::align_val_t(64)))) {}
+Q4KPanel<Block>::Q4KPanel(int64_t n_blocks) : n_blocks_(n_blocks), blocks_(n_blocks) {}
 
-template <typename Block>
-Q4KPanel<Block>::~Q4KPanel() {
-    ::operator delete[](blocks_, std::align_val_t(64));
-}
-
-#if defined(LLAMA_TP_Q4K_PANELS)
+#if defined(LLAMA_TP_KCELLS_PANELS)
 namespace {
 
 // Tokens x[0 .. NT) against a decoded panel.
 template <typename PanelBlock, int NT>
 void multiply_panel(const PanelBlock * blocks, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                     double * out, int64_t ld) {
-    __m512d total[NT][2];
-    for (int t = 0; t < NT; ++t) total[t][0] = total[t][1] = _mm512_setzero_pd();
+    PanelTotals total[NT];
     for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
         __m512 A[NT], B[NT][kMLanes];
         for (int t = 0; t < NT; ++t) {
@@ -399,15 +358,10 @@ void multiply_panel(const PanelBlock * blocks, const BlockQ8_K * const * x, cons
             for (int l = 0; l < 4; ++l) f[l] = _mm512_add_ps(B[t][l], B[t][l + 4]);
             for (int l = 0; l < 2; ++l) f[l] = _mm512_add_ps(f[l], f[l + 2]);
             const __m512 F = _mm512_sub_ps(A[t], _mm512_add_ps(f[0], f[1]));
-            total[t][0] = _mm512_add_pd(total[t][0], _mm512_cvtps_pd(_mm512_castps512_ps256(F)));
-            total[t][1] = _mm512_add_pd(
-                total[t][1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(F), 1))));
+            total[t].add(F);
         }
     }
-    for (int t = 0; t < NT; ++t) {
-        _mm512_storeu_pd(out + t * ld, total[t][0]);
-        _mm512_storeu_pd(out + t * ld + 8, total[t][1]);
-    }
+    for (int t = 0; t < NT; ++t) total[t].store(out + t * ld);
 }
 
 }  // namespace
@@ -416,10 +370,10 @@ template <typename Block>
 void Q4KPanel<Block>::decode(const Block * const * w, int nr) {
     // The sub-block of each of BlockQ8_K's places (kPairOffset's inverse).
     constexpr int kSubBlockAt[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-    alignas(64) int8_t rows[kQ4KPanelRows][256] = {};
+    alignas(64) int8_t rows[kPanelRows][256] = {};
     for (int64_t b = 0; b < n_blocks_; ++b) {
-        PanelBlock & pb = blocks_[b];
-        for (int r = 0; r < kQ4KPanelRows; ++r) {
+        PanelBlock & pb = blocks_.data()[b];
+        for (int r = 0; r < kPanelRows; ++r) {
             if (r >= nr) {
                 for (int s = 0; s < 8; ++s) {
                     pb.scales[s][r] = 0;
@@ -453,18 +407,18 @@ void Q4KPanel<Block>::multiply(const BlockQ8_K * const * x, int nc, const int64_
                                       multiply_panel<PanelBlock, 5>, multiply_panel<PanelBlock, 6>,
                                       multiply_panel<PanelBlock, 7>, multiply_panel<PanelBlock, 8>};
     for (int j = 0; j < nc; j += 8) {
-        kGroups[std::min(8, nc - j) - 1](blocks_, x + j, bounds, n_blocks_, out + j * ld, ld);
+        kGroups[std::min(8, nc - j) - 1](blocks_.data(), x + j, bounds, n_blocks_, out + j * ld, ld);
     }
 }
 #else
 template <typename Block>
 void Q4KPanel<Block>::decode(const Block * const *, int) {
-    GGML_ABORT("q4_K panels need AVX-512 VNNI (q4k_panels_available)");
+    GGML_ABORT("q4_K panels need AVX-512 VNNI (kquant_panels_available)");
 }
 
 template <typename Block>
 void Q4KPanel<Block>::multiply(const BlockQ8_K * const *, int, const int64_t *, double *, int64_t) const {
-    GGML_ABORT("q4_K panels need AVX-512 VNNI (q4k_panels_available)");
+    GGML_ABORT("q4_K panels need AVX-512 VNNI (kquant_panels_available)");
 }
 #endif
 

@@ -58,25 +58,20 @@ void q4k_tile(KQuantKernel kernel, const BlockQ4_K * const * w, int nr, const Bl
 void q5k_tile(KQuantKernel kernel, const BlockQ5_K * const * w, int nr, const BlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
 
-// The same outputs for a batch: up to kQ4KPanelRows q4_K or q5_K rows
+// The same outputs for a batch: up to kPanelRows q4_K or q5_K rows
 // decoded once into a panel (values as bytes, 16 rows side by side, scales
 // and mins of each row), then multiplied with any number of tokens by
-// AVX-512 VNNI. Where the CPU lacks it, q4k_panels_available() is false.
-constexpr int kQ4KPanelRows = 16;
-bool q4k_panels_available();
+// AVX-512 VNNI. Where the CPU lacks it, kquant_panels_available() is false.
 
 template <typename Block>
 class Q4KPanel {
   public:
     explicit Q4KPanel(int64_t n_blocks);
-    ~Q4KPanel();
-    Q4KPanel(const Q4KPanel &) = delete;
-    Q4KPanel & operator=(const Q4KPanel &) = delete;
 
-    // Rows w[0 .. nr), nr <= kQ4KPanelRows, n_blocks super-blocks each.
+    // Rows w[0 .. nr), nr <= kPanelRows, n_blocks super-blocks each.
     void decode(const Block * const * w, int nr);
     // Tokens x[0 .. nc) against the panel's rows, cut into cells at bounds:
-    // out[j * ld + i] = the output of row i and token j, ld >= kQ4KPanelRows
+    // out[j * ld + i] = the output of row i and token j, ld >= kPanelRows
     // (every row of the panel is written).
     void multiply(const BlockQ8_K * const * x, int nc, const int64_t * bounds, double * out, int64_t ld) const;
 
@@ -84,7 +79,7 @@ class Q4KPanel {
 
   private:
     int64_t n_blocks_;
-    PanelBlock * blocks_;
+    AlignedArray<PanelBlock> blocks_;
 };
 
 }  // namespace ggml_ext

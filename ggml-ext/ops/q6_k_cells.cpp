@@ -191,31 +191,25 @@ void tile_avx512(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, c
 }
 #endif
 
-using TileFn = void (*)(const BlockQ6_K * const *, const GgmlBlockQ8_K * const *, const int64_t *, int64_t, double *,
-                        int64_t);
-
-using TileTable = TileFn[kKQuantTileRows][kKQuantTileTokens];
-const TileTable kScalar = LLAMA_TP_KCELLS_TILES(tile_scalar);
+// Every path's tiles (run_tile).
+struct Paths {
+    template <int RM, int RN>
+    static constexpr auto scalar = &tile_scalar<RM, RN>;
 #if defined(LLAMA_TP_KCELLS_AVX2)
-const TileTable kAvx2 = LLAMA_TP_KCELLS_TILES(tile_avx2);
+    template <int RM, int RN>
+    static constexpr auto avx2 = &tile_avx2<RM, RN>;
 #endif
 #if defined(LLAMA_TP_KCELLS_AVX512)
-const TileTable kAvx512 = LLAMA_TP_KCELLS_TILES(tile_avx512);
+    template <int RM, int RN>
+    static constexpr auto avx512 = &tile_avx512<RM, RN>;
 #endif
+};
 
 }  // namespace
 
 void q6k_tile(KQuantKernel kernel, const BlockQ6_K * const * w, int nr, const GgmlBlockQ8_K * const * x, int nc,
               const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-    (void) kernel;  // builds without SIMD paths have the scalar one only
-    const TileTable * table = &kScalar;
-#if defined(LLAMA_TP_KCELLS_AVX2)
-    if (kernel == KQuantKernel::Avx2) table = &kAvx2;
-#endif
-#if defined(LLAMA_TP_KCELLS_AVX512)
-    if (kernel == KQuantKernel::Avx512) table = &kAvx512;
-#endif
-    (*table)[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
+    run_tile<Paths>(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
 
 }  // namespace ggml_ext

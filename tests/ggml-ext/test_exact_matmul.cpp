@@ -431,28 +431,28 @@ TEST(KQuantCells, EveryPathGivesTheScalarPathsBits) {
 
 // A type's panels against its scalar tiles: every row count of a panel,
 // token groups of up to eight and past them, cells of 2, 1 and 4 blocks.
-template <typename Panel, int kRows, typename BlockW, typename BlockX, typename Tile>
+template <typename Panel, typename BlockW, typename BlockX, typename Tile>
 void check_panels(const std::vector<BlockW> & w_blocks, const std::vector<BlockX> & x_blocks, Tile tile) {
     constexpr int64_t n_blocks = 7, n_tokens = 19;
     const std::vector<int64_t> bounds{0, 2, 3, 7};
-    ASSERT_EQ(w_blocks.size(), (size_t) (kRows * n_blocks));
+    ASSERT_EQ(w_blocks.size(), (size_t) (ggml_ext::kPanelRows * n_blocks));
     ASSERT_EQ(x_blocks.size(), (size_t) (n_tokens * n_blocks));
-    const BlockW * w[kRows];
+    const BlockW * w[ggml_ext::kPanelRows];
     const BlockX * x[n_tokens];
-    for (int i = 0; i < kRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    for (int i = 0; i < ggml_ext::kPanelRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
     for (int j = 0; j < n_tokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
     Panel panel(n_blocks);
-    for (int nr : {1, 5, kRows}) {
+    for (int nr : {1, 5, ggml_ext::kPanelRows}) {
         panel.decode(w, nr);
         for (int nc : {1, 8, 9, (int) n_tokens}) {
             SCOPED_TRACE(std::to_string(nr) + " rows x " + std::to_string(nc) + " tokens");
-            std::vector<double> got(kRows * nc);
-            panel.multiply(x, nc, bounds.data(), got.data(), kRows);
+            std::vector<double> got(ggml_ext::kPanelRows * nc);
+            panel.multiply(x, nc, bounds.data(), got.data(), ggml_ext::kPanelRows);
             for (int i = 0; i < nr; ++i) {
                 for (int j = 0; j < nc; ++j) {
                     double want = 0.0;
                     tile(ggml_ext::KQuantKernel::Scalar, w + i, 1, x + j, 1, bounds.data(), n_blocks, &want, 1);
-                    EXPECT_EQ(got[j * kRows + i], want) << "row " << i << " token " << j;
+                    EXPECT_EQ(got[j * ggml_ext::kPanelRows + i], want) << "row " << i << " token " << j;
                 }
             }
         }
@@ -460,20 +460,15 @@ void check_panels(const std::vector<BlockW> & w_blocks, const std::vector<BlockX
 }
 
 TEST(Panels, GiveTheScalarTilesBits) {
-    if (!ggml_ext::q4k_panels_available() || !ggml_ext::iq4xs_panels_available() || !ggml_ext::q40_panels_available()) {
-        GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
-    }
-    constexpr int q4_rows = ggml_ext::kQ4KPanelRows, iq4_rows = ggml_ext::kIQ4PanelRows;
-    check_panels<ggml_ext::Q4KPanel<ggml_ext::BlockQ4_K>, q4_rows>(
-        random_q4_k_or_q5_k<ggml_ext::BlockQ4_K>(q4_rows * 7, 33), laid_out(random_ggml_q8_k(19 * 7, 34)),
-        ggml_ext::q4k_tile);
-    check_panels<ggml_ext::Q4KPanel<ggml_ext::BlockQ5_K>, q4_rows>(
-        random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(q4_rows * 7, 35), laid_out(random_ggml_q8_k(19 * 7, 36)),
-        ggml_ext::q5k_tile);
-    check_panels<ggml_ext::IQ4Panel, iq4_rows>(random_iq4_xs(iq4_rows * 7, 31),
-                                               as_ggml_q8_k(random_ggml_q8_k(19 * 7, 32)), ggml_ext::iq4xs_tile);
-    check_panels<ggml_ext::Q40Panel, ggml_ext::kQ40PanelRows>(random_q4_0(ggml_ext::kQ40PanelRows * 7, 43),
-                                                              random_blocks(19 * 7, 44), ggml_ext::q40_tile);
+    if (!ggml_ext::kquant_panels_available()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+    constexpr size_t rows = ggml_ext::kPanelRows * 7, tokens = 19 * 7;
+    check_panels<ggml_ext::Q4KPanel<ggml_ext::BlockQ4_K>>(random_q4_k_or_q5_k<ggml_ext::BlockQ4_K>(rows, 33),
+                                                          laid_out(random_ggml_q8_k(tokens, 34)), ggml_ext::q4k_tile);
+    check_panels<ggml_ext::Q4KPanel<ggml_ext::BlockQ5_K>>(random_q4_k_or_q5_k<ggml_ext::BlockQ5_K>(rows, 35),
+                                                          laid_out(random_ggml_q8_k(tokens, 36)), ggml_ext::q5k_tile);
+    check_panels<ggml_ext::IQ4Panel>(random_iq4_xs(rows, 31), as_ggml_q8_k(random_ggml_q8_k(tokens, 32)),
+                                     ggml_ext::iq4xs_tile);
+    check_panels<ggml_ext::Q40Panel>(random_q4_0(rows, 43), random_blocks(tokens, 44), ggml_ext::q40_tile);
 }
 
 // A scalar path against ggml's own dot product of one row and token with
