@@ -151,16 +151,10 @@ struct Values512 {
     }
 };
 
-// The scale of each word of register k: sub-block 2k's, then 2k + 1's.
-struct ScalePick {
-    alignas(64) int16_t words[4][32];
-
-    ScalePick() {
-        for (int k = 0; k < 4; ++k) {
-            for (int w = 0; w < 32; ++w) words[k][w] = (int16_t) (2 * k + w / 16);
-        }
-    }
-};
+// The sub-block of each word of register k: 2k's, then 2k + 1's.
+constexpr int scale_of_word(int k, int w) {
+    return 2 * k + w / 16;
+}
 
 // Up to eight rows x tokens, output n = i * RN + j in lane n: each block's
 // integers summed for all of them at once, the floats of A side by side.
@@ -170,7 +164,7 @@ struct Avx512Core {
 
     static void run(const BlockIQ4_XS * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds,
                     int64_t n_blocks, double * out, int64_t ld) {
-        static const ScalePick kPick;
+        static const WordScales<scale_of_word> kWordScales;
         const __m512i levels = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i *>(kLevels)));
         __m512d total = _mm512_setzero_pd();
         for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
@@ -184,8 +178,7 @@ struct Avx512Core {
                     const Values512 v(wb, levels);  // |v| times x with v's sign
                     const __m512i sc = _mm512_zextsi128_si512(scale_words(wb));
                     __m512i scales[4];
-                    for (int k = 0; k < 4; ++k)
-                        scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                    for (int k = 0; k < 4; ++k) scales[k] = kWordScales.spread(k, sc);
                     for (int j = 0; j < RN; ++j) {
                         const int8_t * xq = x[j][b].qs;
                         auto products = [&](int k) {
@@ -258,19 +251,20 @@ namespace {
 // Row r's values of block b into the panel, and its scales, bias and d.
 void decode_row(const BlockIQ4_XS & wb, int r, __m512i levels, int8_t (*rows)[256], int32_t * scales, int32_t & bias,
                 float & d) {
-    static const ScalePick kPick;
+    static const WordScales<scale_of_word> kWordScales;
     __m512i v[4];
     values512(wb, levels, v);
-    const __m512i sc = _mm512_zextsi128_si512(scale_words(wb));
+    const __m128i sc8 = scale_words(wb);
+    const __m512i sc = _mm512_zextsi128_si512(sc8);
     const __m512i ones = _mm512_set1_epi8(1);
     __m512i sums = _mm512_setzero_si512();
     for (int k = 0; k < 4; ++k) {
         _mm512_store_si512(rows[r] + 64 * k, v[k]);
-        const __m512i scale = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+        const __m512i scale = kWordScales.spread(k, sc);
         sums = _mm512_add_epi32(sums, _mm512_madd_epi16(_mm512_maddubs_epi16(ones, v[k]), scale));
     }
     alignas(16) int16_t words[8];
-    _mm_store_si128(reinterpret_cast<__m128i *>(words), scale_words(wb));
+    _mm_store_si128(reinterpret_cast<__m128i *>(words), sc8);
     for (int j = 0; j < 8; ++j) scales[j * kPanelRows + r] = words[j];
     bias = 128 * _mm512_reduce_add_epi32(sums);
     d = _cvtsh_ss(wb.d);

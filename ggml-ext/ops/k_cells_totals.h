@@ -314,6 +314,23 @@ struct PanelTotals {
     }
 };
 
+// The scale of each word of a block's four registers of values, the one
+// sub_block(register, word) names: vpermw spreads the block's scales, as
+// words, over a register.
+template <int (*sub_block)(int, int)>
+struct WordScales {
+    alignas(64) int16_t index[4][32];
+
+    WordScales() {
+        for (int k = 0; k < 4; ++k) {
+            for (int w = 0; w < 32; ++w) index[k][w] = (int16_t) sub_block(k, w);
+        }
+    }
+    __m512i spread(int k, __m512i scales) const {
+        return _mm512_permutexvar_epi16(_mm512_load_si512(index[k]), scales);
+    }
+};
+
 // acc + the word pairs' products, summed in pairs.
 inline __m512i add_pair_products(__m512i acc, __m512i a, __m512i b) {
 #if defined(__AVX512VNNI__)

@@ -160,17 +160,11 @@ void tile_avx2(const Block * const * w, const BlockQ8_K * const * x, const int64
 #endif
 
 #if defined(LLAMA_TP_KCELLS_AVX512)
-// The scale of each word of a register of values (BlockQ8_K's order): the
-// sub-blocks (0, 2), (1, 3), (4, 6) and (5, 7), sixteen words each.
-struct ScalePick {
-    alignas(64) int16_t words[4][32];
-
-    ScalePick() {
-        for (int reg = 0; reg < 4; ++reg) {
-            for (int w = 0; w < 32; ++w) words[reg][w] = (int16_t) ((reg / 2) * 4 + reg % 2 + (w < 16 ? 0 : 2));
-        }
-    }
-};
+// The sub-block of each word of a register of values (BlockQ8_K's order):
+// the sub-blocks (0, 2), (1, 3), (4, 6) and (5, 7), sixteen words each.
+constexpr int scale_of_word(int reg, int w) {
+    return (reg / 2) * 4 + reg % 2 + (w < 16 ? 0 : 2);
+}
 
 // q5_K's fifth bits into the four registers of values, as bit 4 of each
 // byte: sub-blocks (0, 2) and (1, 3) shifted left by (4, 2) and (3, 1),
@@ -211,7 +205,7 @@ struct Avx512Cores {
     struct Core {
         static void run(const Block * const * w, const BlockQ8_K * const * x, const int64_t * bounds, int64_t n_blocks,
                         double * out, int64_t ld) {
-            static const ScalePick kPick;
+            static const WordScales<scale_of_word> kWordScales;
             static_assert(RM * RN <= 8, "sum_each's eight outputs");
             run_cells<RM, RN, CellLanesAB256>(
                 bounds, n_blocks, out, ld, [&](int64_t b, CellLanesAB256(&lanes)[RM][RN]) {
@@ -225,8 +219,7 @@ struct Avx512Cores {
                         const __m512i sc = _mm512_zextsi128_si512(
                             _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int) sm.sc_hi, (int) sm.sc_lo)));
                         __m512i scales[4];
-                        for (int k = 0; k < 4; ++k)
-                            scales[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                        for (int k = 0; k < 4; ++k) scales[k] = kWordScales.spread(k, sc);
                         const __m256 mins = scaled_mins(sm, _cvtsh_ss(wb.dmin));
                         for (int j = 0; j < RN; ++j) {
                             const int8_t * xq = x[j][b].qs;

@@ -122,17 +122,11 @@ void tile_avx2(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, con
 #endif
 
 #if defined(LLAMA_TP_KCELLS_AVX512)
-// The scale of each word of the block's four registers of values: half h,
-// runs (0, 1) or (2, 3), eight words a sub-block.
-struct ScalePick {
-    alignas(64) int16_t words[4][32];
-
-    ScalePick() {
-        for (int reg = 0; reg < 4; ++reg) {
-            for (int w = 0; w < 32; ++w) words[reg][w] = (int16_t) (4 * reg + w / 8);
-        }
-    }
-};
+// The sub-block of each word of the block's four registers of values: half
+// h, runs (0, 1) or (2, 3), eight words a sub-block.
+constexpr int scale_of_word(int reg, int w) {
+    return 4 * reg + w / 8;
+}
 
 // Up to eight rows x tokens: each output's 16 A lanes in one register, its
 // eight B lanes in a half one.
@@ -140,7 +134,7 @@ template <int RM, int RN>
 struct Avx512Core {
     static void run(const BlockQ6_K * const * w, const GgmlBlockQ8_K * const * x, const int64_t * bounds,
                     int64_t n_blocks, double * out, int64_t ld) {
-        static const ScalePick kPick;
+        static const WordScales<scale_of_word> kWordScales;
         const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
         // Where each register's high bits sit in qh: runs 0 and 1 (left by 4
         // and 2), runs 2 and 3 (right by 0 and 2), sixteen words each.
@@ -162,8 +156,7 @@ struct Avx512Core {
                 const __m256i scales = scale_words(wb);
                 const __m512i sc = _mm512_castsi256_si512(scales);
                 __m512i sc_words[4];
-                for (int k = 0; k < 4; ++k)
-                    sc_words[k] = _mm512_permutexvar_epi16(_mm512_load_si512(kPick.words[k]), sc);
+                for (int k = 0; k < 4; ++k) sc_words[k] = kWordScales.spread(k, sc);
                 const __m512 dw16 = _mm512_set1_ps(dw);
                 const __m256 dw8 = _mm256_set1_ps(dw);
                 for (int j = 0; j < RN; ++j) {
