@@ -2,7 +2,6 @@
 
 #include "ggml-ext/ops/iq4_xs_cells.h"
 #include "ggml-ext/ops/op_params.h"
-#include "ggml-ext/ops/q4_0_cells.h"
 #include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q6_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
@@ -107,8 +106,9 @@ const Block * row_of(const ggml_tensor * t, int64_t r) {
 
 // One thread's share of a product in tiles of up to kRows rows and kTokens
 // tokens; tile(wr, nr, xr, nc, sums) runs the kernel, sums[k * kRows + i]
-// the output of row i and token k. Small batches read the thread's rows as
-// four streams far apart (kStreamTokens), larger ones in blocks of tokens.
+// the output of row i and token k. Batches of up to stream_tokens read the
+// thread's rows as four streams far apart (kStreamTokens), larger ones in
+// blocks of tokens.
 template <typename BlockW, typename BlockX, int kRows, int kTokens>
 class TiledProduct {
   public:
@@ -116,14 +116,15 @@ class TiledProduct {
         : dst_(dst), w_(dst->src[0]), x_(dst->src[1]), share_(w_->ne[1], kRows, ith, nth) {}
 
     template <typename Tile>
-    void run(int64_t tile_tokens, const Tile & tile) const {
+    void run(int64_t tile_tokens, const Tile & tile, int64_t stream_tokens = kStreamTokens) const {
         const int64_t T = x_->ne[1];
         double sums[kTokens * kRows];
         const BlockW * wr[kRows];
         int64_t rows[kRows];
-        if (T <= kStreamTokens) {
+        if (T <= stream_tokens) {
+            GGML_ASSERT(T <= kTokens);
             const int64_t section = (share_.end - share_.begin + kRows - 1) / kRows;
-            const BlockX * xr[kStreamTokens];
+            const BlockX * xr[kTokens];
             for (int64_t k = 0; k < T; ++k) xr[k] = row_of<BlockX>(x_, k);
             for (int64_t k = 0; k < section; ++k) {
                 const int nr = rows_at(share_.begin + k, section, wr, rows);
@@ -182,38 +183,6 @@ class TiledProduct {
     const RowShare share_;
 };
 
-void product_q8_0(ggml_tensor * dst, int ith, int nth) {
-    using ggml_ext::kQ8TileRows;
-    const int64_t T = dst->src[1]->ne[1], n_blocks = dst->src[0]->ne[0] / 32;
-    const std::vector<int64_t> cells = cell_blocks(dst);
-    const ggml_ext::Q8Kernel kernel = ggml_ext::q8_best_kernel();
-    const int64_t tile_tokens = ggml_ext::q8_tile_tokens(kernel);
-    const TiledProduct<BlockQ8_0, BlockQ8_0, kQ8TileRows, ggml_ext::kQ8TileTokens> product(dst, ith, nth);
-    if (T > kStreamTokens && T <= tile_tokens) {
-        // One tile of tokens against tiles of four rows: laid out once for
-        // all of this thread's rows (8 tokens: 1.07-1.16x ggml's product
-        // against 0.98-1.08x laying them out for every tile). Tiles of one
-        // row would read the laid-out tokens, larger than their blocks, for
-        // every row (4 tokens, 6144 x 1536: 0.89x against 1.13x).
-        const BlockQ8_0 * xr[ggml_ext::kQ8TileTokens];
-        for (int64_t k = 0; k < T; ++k) xr[k] = row_of<BlockQ8_0>(dst->src[1], k);
-        const ggml_ext::Q8Tokens tokens(kernel, xr, (int) T, n_blocks);
-        double sums[ggml_ext::kQ8TileTokens * kQ8TileRows];
-        for (int64_t i0 = product.share().begin; i0 < product.share().end; i0 += kQ8TileRows) {
-            const BlockQ8_0 * wr[kQ8TileRows];
-            int64_t rows[kQ8TileRows];
-            const int nr = product.rows_at(i0, 1, wr, rows);
-            ggml_ext::q8_tile(kernel, wr, nr, tokens, cells.data(), n_blocks, sums, kQ8TileRows);
-            product.store(sums, rows, nr, 0, (int) T);
-        }
-        return;
-    }
-    product.run(tile_tokens,
-                [&](const BlockQ8_0 * const * wr, int nr, const BlockQ8_0 * const * xr, int nc, double * sums) {
-                    ggml_ext::q8_tile(kernel, wr, nr, xr, nc, cells.data(), n_blocks, sums, kQ8TileRows);
-                });
-}
-
 // A product on the K-quant paths (k_quant_kernel.h): BlockX the x blocks its
 // tile reads, tile its kernel.
 template <typename BlockW, typename BlockX, auto tile>
@@ -232,9 +201,8 @@ void product_k_quant(ggml_tensor * dst, int ith, int nth) {
 // From this many tokens a q4_K, q5_K or IQ4_XS product decodes panels of
 // rows once and runs the tokens against them (the tiles' outputs; below it
 // the tiles are faster, 1536 x 6144 IQ4_XS: 1.0 against 1.3 ms at 8
-// tokens); q4_0's tiles sum each block of 32 across lanes, its panels from
-// four tokens.
-constexpr int64_t kPanelTokens = 16, kQ40PanelTokens = 4;
+// tokens); q8_0's and q4_0's past the tokens they lay out in lanes.
+constexpr int64_t kPanelTokens = 16;
 
 // A product of a type with panels (Panel) from min_tokens where the CPU
 // runs them, else its tiles.
@@ -266,6 +234,43 @@ void product_in_panels(ggml_tensor * dst, int ith, int nth, int64_t min_tokens =
     }
 }
 
+// The most tokens q8_0 and q4_0 lay out in lanes for rows of n_blocks: up
+// to kLaneTokens, in groups of eight, while the layout (40 bytes a token
+// and block) stays within 256 KiB, read again for every four rows from the
+// cache.
+int64_t lane_tokens(int64_t n_blocks) {
+    const int64_t fit = (256 << 10) / (40 * n_blocks) / 8 * 8;
+    return std::clamp<int64_t>(fit, 8, ggml_ext::kLaneTokens);
+}
+
+// q8_0 and q4_0: from two tokens to lane_tokens, the tokens laid out in
+// lanes once by each thread and its rows against them (a tile sums each
+// block of 32 across lanes: 1536 x 6144 q8_0 at 4 tokens, 0.58 against
+// 0.79 ms; panels: at 32 tokens, 1.8 against 2.7 ms); from more, panels.
+// One token takes the tiles.
+template <typename BlockW, auto tile>
+void product_blocks32(ggml_tensor * dst, int ith, int nth) {
+    using ggml_ext::kKQuantTileRows, ggml_ext::kLaneTokens;
+    const int64_t T = dst->src[1]->ne[1], n_blocks = dst->src[0]->ne[0] / 32;
+    if (T < 2 || T > lane_tokens(n_blocks) || !ggml_ext::kquant_panels_available()) {
+        product_in_panels<BlockW, BlockQ8_0, ggml_ext::Block32Panel<BlockW>, tile>(dst, ith, nth, 2);
+        return;
+    }
+    const BlockQ8_0 * xr[kLaneTokens];
+    for (int64_t k = 0; k < T; ++k) xr[k] = row_of<BlockQ8_0>(dst->src[1], k);
+    const std::vector<int64_t> cells = cell_blocks(dst);
+    const ggml_ext::Block32TokenLanes<BlockW> lanes(xr, (int) T, n_blocks);
+    const TiledProduct<BlockW, BlockQ8_0, kKQuantTileRows, kLaneTokens> product(dst, ith, nth);
+    // Their rows as four streams far apart, as one token reads them (8
+    // tokens, 1536 x 6144: 0.57 against 1.18 ms in adjacent rows).
+    product.run(
+        kLaneTokens,
+        [&](const BlockW * const * wr, int nr, const BlockQ8_0 * const *, int, double * sums) {
+            lanes.multiply(wr, nr, cells.data(), sums, kKQuantTileRows);
+        },
+        kLaneTokens);
+}
+
 void product(ggml_tensor * dst, int ith, int nth, void *) {
     switch (dst->src[0]->type) {
         case GGML_TYPE_Q4_K:
@@ -278,23 +283,18 @@ void product(ggml_tensor * dst, int ith, int nth, void *) {
             product_k_quant<ggml_ext::BlockQ6_K, ggml_ext::GgmlBlockQ8_K, ggml_ext::q6k_tile>(dst, ith, nth);
             break;
         case GGML_TYPE_Q4_0:
-            product_in_panels<ggml_ext::BlockQ4_0, BlockQ8_0, ggml_ext::Q40Panel, ggml_ext::q40_tile>(dst, ith, nth,
-                                                                                                      kQ40PanelTokens);
+            product_blocks32<ggml_ext::BlockQ4_0, ggml_ext::q40_tile>(dst, ith, nth);
+            break;
+        case GGML_TYPE_Q8_0:
+            product_blocks32<BlockQ8_0, ggml_ext::q80_tile>(dst, ith, nth);
             break;
         case GGML_TYPE_IQ4_XS:
             product_in_panels<ggml_ext::BlockIQ4_XS, ggml_ext::GgmlBlockQ8_K, ggml_ext::IQ4Panel, ggml_ext::iq4xs_tile>(
                 dst, ith, nth);
             break;
         default:
-            product_q8_0(dst, ith, nth);
+            GGML_ABORT("exact_matmul: no kernel for %s", ggml_type_name(dst->src[0]->type));
     }
-}
-
-// The types whose kernels take the K-quant paths (k_quant_kernel.h): the
-// K-quants, IQ4_XS and q4_0.
-bool on_kquant_paths(ggml_type type) {
-    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS ||
-           type == GGML_TYPE_Q4_0;
 }
 
 void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
@@ -312,20 +312,22 @@ void check_bounds(const ggml_tensor * w, const int64_t * bounds) {
 extern "C" {
 
 bool ggml_ext_exact_matmul_takes(enum ggml_type type) {
-    return type == GGML_TYPE_Q8_0 || on_kquant_paths(type);
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K ||
+           type == GGML_TYPE_Q6_K || type == GGML_TYPE_IQ4_XS;
 }
 
 const char * ggml_ext_exact_matmul_kernel(enum ggml_type type) {
-    if (on_kquant_paths(type)) return ggml_ext::kquant_kernel_name(ggml_ext::kquant_best_kernel());
-    return ggml_ext::q8_kernel_name(ggml_ext::q8_best_kernel());
+    GGML_ASSERT(ggml_ext_exact_matmul_takes(type));
+    return ggml_ext::kquant_kernel_name(ggml_ext::kquant_best_kernel());
 }
 
 bool ggml_ext_exact_matmul_preferred(enum ggml_type type) {
-    // ggml multiplies q4_0 batches in repacked tiles and IQ4_XS ones as panels
-    // of bytes; these kernels beat them with their panels (AVX-512 VNNI).
-    if ((type == GGML_TYPE_IQ4_XS || type == GGML_TYPE_Q4_0) && !ggml_ext::kquant_panels_available()) return false;
-    if (on_kquant_paths(type)) return ggml_ext::kquant_kernel_beats_ggml(ggml_ext::kquant_best_kernel());
-    return ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel());
+    // ggml multiplies q8_0 batches in tiles of its sgemm, q4_0 ones in
+    // repacked tiles and IQ4_XS ones as panels of bytes; these kernels beat
+    // them with their panels (AVX-512 VNNI).
+    const bool panelled = type == GGML_TYPE_IQ4_XS || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0;
+    if (panelled && !ggml_ext::kquant_panels_available()) return false;
+    return ggml_ext_exact_matmul_takes(type) && ggml_ext::kquant_kernel_beats_ggml(ggml_ext::kquant_best_kernel());
 }
 
 ggml_tensor * ggml_ext_exact_matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, const int64_t * bounds,

@@ -9,8 +9,7 @@
 // Each output's arithmetic depends only on its own row of W and its own
 // token, not on how many tokens share the batch or how the threads split the
 // work, and it is the same on every SIMD path (ggml-ext/ops/q8_0_cells.h,
-// q4_0_cells.h, q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h) and in panels of
-// rows. Types
+// q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h) and in panels of rows. Types
 // without a kernel here are multiplied one cell at a time by ggml's own
 // kernels (the caller's choice; see ggml_ext_exact_matmul_takes).
 
@@ -23,9 +22,8 @@ extern "C" {
 // Whether ggml_ext_exact_matmul multiplies matrices of this type (q8_0, q4_0, q4_K, q5_K, q6_K, IQ4_XS).
 bool ggml_ext_exact_matmul_takes(enum ggml_type type);
 
-// The kernel it runs for a type it takes on this CPU ("avx512-vnni",
-// "avx512", "vnni", "avx2" or "scalar"), the best this build has and the
-// CPU supports.
+// The SIMD path of its kernels on this CPU ("avx512", "avx2" or "scalar"),
+// the best this build has and the CPU supports, for a type it takes.
 const char * ggml_ext_exact_matmul_kernel(enum ggml_type type);
 
 // Whether this CPU's kernel multiplies the type faster than ggml's own

@@ -1,6 +1,6 @@
 #pragma once
 // What the tile kernels on the K-quant paths (q4_k_cells.h, q6_k_cells.h,
-// iq4_xs_cells.h, q4_0_cells.h) share: the doubles each output's lanes are
+// iq4_xs_cells.h, q8_0_cells.h) share: the doubles each output's lanes are
 // added to, the order its value is formed from them, the loop over a
 // tile's cells, a tile run as smaller cores, the table of every tile shape,
 // and the sums and transposes of their panels. Included by their sources
@@ -52,13 +52,13 @@ struct OutputTotals {
     }
 };
 
-// One double an output (q4_0, IQ4_XS, q4_K and q5_K): each cell's float added in order.
+// One double an output (q8_0, q4_0, IQ4_XS, q4_K and q5_K): each cell's float added in order.
 struct OutputTotal {
     double d = 0.0;
     double total() const { return d; }
 };
 
-// The one float over a cell of q4_0 and IQ4_XS.
+// The one float over a cell of q8_0, q4_0 and IQ4_XS.
 struct CellLane {
     using Totals = OutputTotal;
     float a = 0.0f;

@@ -1,9 +1,9 @@
 #pragma once
 // The SIMD paths of the tile kernels of 256-value super-blocks
-// (q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h) and of q4_0's
-// (q4_0_cells.h): one choice for all, by what this build has and the CPU
-// runs. Every path gives the same bits; they
-// differ in speed only.
+// (q4_k_cells.h, q6_k_cells.h, iq4_xs_cells.h) and of 32-value blocks
+// (q8_0_cells.h: q8_0 and q4_0): one choice for all, by what this build has
+// and the CPU runs. Every path gives the same bits; they differ in speed
+// only.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +27,7 @@ std::vector<KQuantKernel> kquant_kernels_available();
 KQuantKernel kquant_best_kernel();
 const char * kquant_kernel_name(KQuantKernel kernel);
 
-// Whether this build and CPU run the row panels of the q4_0, q4_K, q5_K and
+// Whether this build and CPU run the row panels of the q8_0, q4_0, q4_K, q5_K and
 // IQ4_XS kernels (AVX-512 VNNI), found once.
 bool kquant_panels_available();
 // A panel's rows: one a lane of a register of sixteen integers.
@@ -55,7 +55,7 @@ constexpr int kKQuantTileRows = 4, kKQuantTileTokens = 8;
 int kquant_tile_tokens(KQuantKernel kernel);
 
 // Whether the path multiplies these types faster than ggml's own products
-// on the CPUs it runs on (the AVX-512 one; q4_0's and IQ4_XS's with their
+// on the CPUs it runs on (the AVX-512 one; q8_0's, q4_0's and IQ4_XS's with their
 // panels, which need VNNI; measured: docs/benchmarks.md, "One-pass K-quant
 // products").
 bool kquant_kernel_beats_ggml(KQuantKernel kernel);

@@ -1,468 +1,480 @@
 #include "ggml-ext/ops/q8_0_cells.h"
 
-#include <cmath>
+#include "ggml-ext/ops/k_cells_totals.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "ggml-cpu.h"
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define LLAMA_TP_Q8_AVX2 1
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define LLAMA_TP_Q8_VNNI 1
-#define LLAMA_TP_DPBUSD _mm256_dpbusd_epi32
-#elif defined(__AVXVNNI__)
-#define LLAMA_TP_Q8_VNNI 1
-#define LLAMA_TP_DPBUSD _mm256_dpbusd_avx_epi32
-#endif
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
-#define LLAMA_TP_Q8_AVX512 1
-#endif
-#endif
-
-// GCC 12's AVX-512 intrinsics pass an undefined register as the unused
-// merge source and then warn about it where they are inlined.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace ggml_ext {
 
 static_assert(sizeof(BlockQ8_0) == 34, "the layout of ggml's block_q8_0");
+static_assert(sizeof(BlockQ4_0) == 18, "the layout of ggml's block_q4_0");
 
 namespace {
 
-constexpr int kLanes = 8;
+using namespace kcells;
 
-// Adds each lane's double to the total, lane 0 first (the same on every path).
-double lane_total(const double * lanes) {
-    double s = 0.0;
-    for (int l = 0; l < kLanes; ++l) s += lanes[l];
-    return s;
+// A = fma(d_w * d_x, float(S), A).
+void add_block32(float & a, int32_t S, float dw, float dx) {
+    a = std::fma(dw * dx, (float) S, a);
 }
 
-template <int RM, int RN>
-void tile_scalar(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
+// The value k of a block.
+int value_of(const BlockQ8_0 & wb, int k) {
+    return wb.qs[k];
+}
+
+int value_of(const BlockQ4_0 & wb, int k) {
+    return (k < 16 ? wb.qs[k] & 15 : wb.qs[k - 16] >> 4) - 8;
+}
+
+// vpdpbusd multiplies unsigned bytes by signed ones: the rows' values go in
+// as v + bias (unsigned; q4_0's nibbles as they are), and each token starts
+// its sums at -bias * x.
+constexpr int bias_of(const BlockQ8_0 *) {
+    return 128;
+}
+constexpr int bias_of(const BlockQ4_0 *) {
+    return 8;
+}
+
+template <typename BlockW, int RM, int RN>
+void tile_scalar(const BlockW * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
                  double * out, int64_t ld) {
-    double total[RM][RN][kLanes] = {};
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        float acc[RM][RN][kLanes] = {};
-        for (; b < bounds[c]; ++b) {
-            for (int i = 0; i < RM; ++i) {
-                const float dw = ggml_fp16_to_fp32(w[i][b].d);
-                for (int j = 0; j < RN; ++j) {
-                    const float d = dw * ggml_fp16_to_fp32(x[j][b].d);
-                    for (int l = 0; l < kLanes; ++l) {
-                        int32_t s = 0;
-                        for (int k = 4 * l; k < 4 * l + 4; ++k) s += (int32_t) w[i][b].qs[k] * x[j][b].qs[k];
-                        acc[i][j][l] = std::fma(d, (float) s, acc[i][j][l]);
-                    }
-                }
-            }
-        }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j)
-                for (int l = 0; l < kLanes; ++l) total[i][j][l] += (double) acc[i][j][l];
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = lane_total(total[i][j]);
-}
-
-#if defined(LLAMA_TP_Q8_AVX2)
-float half(ggml_fp16_t h) {
-    return _cvtsh_ss(h);
-}
-
-__m256i load_qs(const BlockQ8_0 & b) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs));
-}
-
-// The eight lanes' doubles of one output, kept in registers.
-struct LaneTotals {
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-
-    void add(__m256 acc) {
-        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(acc)));
-        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(acc, 1)));
-    }
-
-    double total() const {
-        alignas(32) double lanes[kLanes];
-        _mm256_store_pd(lanes, lo);
-        _mm256_store_pd(lanes + 4, hi);
-        return lane_total(lanes);
-    }
-};
-
-// The two vector paths differ only in how a block's lane sums are formed
-// (LaneSums::token prepares a token's bytes once for every row).
-template <int RM, int RN, typename LaneSums>
-void tile_vector(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
-                 double * out, int64_t ld, const LaneSums & lane_sums) {
-    LaneTotals total[RM][RN];
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        __m256 acc[RM][RN];
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
-        for (; b < bounds[c]; ++b) {
-            __m256i xq[RN];
-            float dx[RN];
+    run_cells<RM, RN, CellLane>(bounds, n_blocks, out, ld, [&](int64_t b, CellLane(&lanes)[RM][RN]) {
+        for (int i = 0; i < RM; ++i) {
+            const BlockW & wb = w[i][b];
             for (int j = 0; j < RN; ++j) {
-                xq[j] = lane_sums.token(load_qs(x[j][b]));
-                dx[j] = half(x[j][b].d);
-            }
-            for (int i = 0; i < RM; ++i) {
-                const __m256i wq = load_qs(w[i][b]);
-                const float dw = half(w[i][b].d);
-                __m256i sums[RN];
-                lane_sums(wq, xq, sums);
-                for (int j = 0; j < RN; ++j) {
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[j]), _mm256_cvtepi32_ps(sums[j]), acc[i][j]);
-                }
+                const BlockQ8_0 & xb = x[j][b];
+                int32_t S = 0;
+                for (int k = 0; k < 32; ++k) S += value_of(wb, k) * xb.qs[k];
+                add_block32(lanes[i][j].a, S, ggml_fp16_to_fp32(wb.d), ggml_fp16_to_fp32(xb.d));
             }
         }
-        for (int i = 0; i < RM; ++i)
-            for (int j = 0; j < RN; ++j) total[i][j].add(acc[i][j]);
-    }
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) out[j * ld + i] = total[i][j].total();
+    });
 }
 
-// |w| times x with w's sign, in pairs of bytes, then pairs of pairs.
-template <int RN>
-struct Avx2LaneSums {
-    __m256i token(__m256i xq) const { return xq; }
+#if defined(LLAMA_TP_KCELLS_AVX2)
+// A block's 32 values as signed bytes.
+__m256i values256(const BlockQ8_0 & wb) {
+    return load256(wb.qs);
+}
 
-    void operator()(__m256i wq, const __m256i * xq, __m256i * sums) const {
-        const __m256i aw = _mm256_abs_epi8(wq);
+// q4_0: its bytes' low nibbles, then their high ones, less 8.
+__m256i values256(const BlockQ4_0 & wb) {
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(wb.qs)));
+    const __m256i n = _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0f));
+    return _mm256_sub_epi8(n, _mm256_set1_epi8(8));
+}
+
+// Up to four rows and tokens in all.
+template <int RM, int RN>
+struct Avx2Core {
+    template <typename BlockW>
+    static void run(const BlockW * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
+                    double * out, int64_t ld) {
         const __m256i ones = _mm256_set1_epi16(1);
-        for (int j = 0; j < RN; ++j) {
-            sums[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[j], wq)), ones);
-        }
-    }
-};
-#endif
-
-#if defined(LLAMA_TP_Q8_VNNI)
-// (x + 128) as unsigned bytes times w, less 128 times w's lane sums: the
-// correction is the starting value, so each token costs one instruction.
-template <int RN>
-struct VnniLaneSums {
-    const __m256i bias = _mm256_set1_epi8((char) 0x80);
-
-    __m256i token(__m256i xq) const { return _mm256_xor_si256(xq, bias); }
-
-    void operator()(__m256i wq, const __m256i * xu, __m256i * sums) const {
-        const __m256i start =
-            _mm256_sub_epi32(_mm256_setzero_si256(), LLAMA_TP_DPBUSD(_mm256_setzero_si256(), bias, wq));
-        for (int j = 0; j < RN; ++j) sums[j] = LLAMA_TP_DPBUSD(start, xu[j], wq);
-    }
-};
-#endif
-
-#if defined(LLAMA_TP_Q8_AVX512)
-// Two tokens per 512-bit register, one in each half, against the row's bytes
-// in both halves: one instruction forms the lane sums of two tokens. (A lone
-// last token pairs with zeros, whose sums come out zero and are dropped.)
-// A pair's register for one block: its bytes plus 128 (unsigned, for
-// dpbusd) and its two scales, each over its half.
-struct PairBlock {
-    __m512i xu;
-    __m512 dx;
-};
-
-// Forms each pair's register from the tokens' blocks, as a tile reads them.
-template <int RN>
-struct PairsInline {
-    const BlockQ8_0 * const * x;
-    PairBlock at(int64_t b, int p) const {
-        const __m512i bias = _mm512_set1_epi8((char) 0x80);
-        const bool pair = 2 * p + 1 < RN;
-        const __m256i lo = load_qs(x[2 * p][b]);
-        const __m256i hi = pair ? load_qs(x[2 * p + 1][b]) : _mm256_set1_epi8((char) 0x80);
-        const __m256 dlo = _mm256_set1_ps(half(x[2 * p][b].d));
-        const __m256 dhi = _mm256_set1_ps(pair ? half(x[2 * p + 1][b].d) : 0.0f);
-        return {_mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), bias),
-                _mm512_castpd_ps(
-                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(dlo)), _mm256_castps_pd(dhi), 1))};
-    }
-};
-
-// Reads them where Q8Tokens laid them out: block by block, pair by pair,
-// each pair's bytes then its scales (64 bytes each, in any alignment).
-constexpr size_t kPairBytes = 128;
-
-template <int RN>
-struct PairsLaidOut {
-    const uint8_t * data;
-    PairBlock at(int64_t b, int p) const {
-        const uint8_t * at = data + (size_t) (b * ((RN + 1) / 2) + p) * kPairBytes;
-        return {_mm512_loadu_si512(at), _mm512_loadu_ps(at + 64)};
-    }
-};
-
-template <int RM, int RN, typename Pairs>
-void tile_avx512(const BlockQ8_0 * const * w, const Pairs & pairs, const int64_t * bounds, int64_t n_blocks,
-                 double * out, int64_t ld) {
-    constexpr int NP = (RN + 1) / 2;
-    __m512d total[RM][2 * NP];
-    for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < 2 * NP; ++j) total[i][j] = _mm512_setzero_pd();
-    const __m512i bias = _mm512_set1_epi8((char) 0x80);
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        __m512 acc[RM][NP];
-        for (int i = 0; i < RM; ++i)
-            for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
-        for (; b < bounds[c]; ++b) {
-            PairBlock xp[NP];
-            for (int p = 0; p < NP; ++p) xp[p] = pairs.at(b, p);
+        run_cells<RM, RN, CellLane>(bounds, n_blocks, out, ld, [&](int64_t b, CellLane(&lanes)[RM][RN]) {
             for (int i = 0; i < RM; ++i) {
-                const __m512i wq = _mm512_broadcast_i64x4(load_qs(w[i][b]));
-                const __m512 dw = _mm512_set1_ps(half(w[i][b].d));
-                const __m512i start =
-                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wq));
-                for (int p = 0; p < NP; ++p) {
-                    const __m512i sums = _mm512_dpbusd_epi32(start, xp[p].xu, wq);
-                    acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xp[p].dx), _mm512_cvtepi32_ps(sums), acc[i][p]);
+                // |v| times x with v's sign: maddubs takes one unsigned side.
+                const __m256i v = values256(w[i][b]), magnitude = _mm256_sign_epi8(v, v);
+                const float dw = _cvtsh_ss(w[i][b].d);
+                for (int j = 0; j < RN; ++j) {
+                    const __m256i signed_x = _mm256_sign_epi8(load256(x[j][b].qs), v);
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), ones);
+                    add_block32(lanes[i][j].a, sum_of(p), dw, _cvtsh_ss(x[j][b].d));
                 }
             }
+        });
+    }
+};
+
+template <typename BlockW, int RM, int RN>
+void tile_avx2(const BlockW * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
+               double * out, int64_t ld) {
+    tile_256<Avx2Core, RM, RN>(w, x, bounds, n_blocks, out, ld);
+}
+#endif
+
+#if defined(LLAMA_TP_KCELLS_AVX512)
+// Blocks b and b + 1 of a q8_0 row as its bytes (two: the second is in the
+// cell; else zeros).
+__m512i pair_bytes(const BlockQ8_0 * row, int64_t b, bool two) {
+    const __m256i second = two ? load256(row[b + 1].qs) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load256(row[b].qs)), second, 1);
+}
+
+// The same of a q4_0 row as its nibbles, the values plus 8.
+__m512i pair_nibbles(const BlockQ4_0 * row, int64_t b, bool two) {
+    const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row[b].qs));
+    const __m128i second =
+        two ? _mm_loadu_si128(reinterpret_cast<const __m128i *>(row[b + 1].qs)) : _mm_setzero_si128();
+    const __m512i bytes = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                                   _mm512_castsi256_si512(_mm256_set_m128i(second, first)));
+    return _mm512_and_si512(_mm512_srlv_epi64(bytes, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                            _mm512_set1_epi8(0x0f));
+}
+
+#if defined(__AVX512VNNI__)
+__m512i pair_unsigned(const BlockQ8_0 * row, int64_t b, bool two) {
+    return _mm512_xor_si512(pair_bytes(row, b, two), _mm512_set1_epi8((char) 0x80));
+}
+__m512i pair_unsigned(const BlockQ4_0 * row, int64_t b, bool two) {
+    return pair_nibbles(row, b, two);
+}
+#else
+// The values as signed bytes.
+__m512i pair_values(const BlockQ8_0 * row, int64_t b, bool two) {
+    return pair_bytes(row, b, two);
+}
+__m512i pair_values(const BlockQ4_0 * row, int64_t b, bool two) {
+    return _mm512_sub_epi8(pair_nibbles(row, b, two), _mm512_set1_epi8(8));
+}
+#endif
+
+// Up to eight rows x tokens, output n = i * RN + j in lane n, two blocks at
+// a time: each block's integers summed for all of them at once, the floats
+// of A side by side.
+template <int RM, int RN>
+struct Avx512Core {
+    static_assert(RM * RN <= 8, "eight lanes of A");
+
+    // The scales d of block b + h of each of the blocks' rows, as halves in
+    // registers (stores of halves and a wide load would stall).
+    template <typename Block, size_t... I>
+    static __m128i scales(const Block * const * rows, int64_t b, std::index_sequence<I...>) {
+        __m128i d = _mm_setzero_si128();
+        ((d = _mm_insert_epi16(d, (short) rows[I][b].d, (int) I)), ...);
+        return d;
+    }
+
+    // d_w(b) * d_x(b) of output n in lane n: row n / RN, token n % RN.
+    template <typename BlockW>
+    static __m256 scale_products(const BlockW * const * w, const BlockQ8_0 * const * x, int64_t b) {
+        const __m256 dw = _mm256_cvtph_ps(scales(w, b, std::make_index_sequence<RM>()));
+        const __m256 dx = _mm256_cvtph_ps(scales(x, b, std::make_index_sequence<RN>()));
+        const __m256i row = _mm256_setr_epi32(0 / RN, 1 / RN, 2 / RN, 3 / RN, 4 / RN, 5 / RN, 6 / RN, 7 / RN);
+        const __m256i token = _mm256_setr_epi32(0 % RN, 1 % RN, 2 % RN, 3 % RN, 4 % RN, 5 % RN, 6 % RN, 7 % RN);
+        return _mm256_mul_ps(_mm256_permutevar8x32_ps(dw, row), _mm256_permutevar8x32_ps(dx, token));
+    }
+
+    // s[i * RN + j]: each four products of row i's blocks b, b + 1 with
+    // token j's, summed.
+    template <typename BlockW>
+    static void products(const BlockW * const * w, const BlockQ8_0 * const * x, int64_t b, bool two, __m512i (&s)[8]) {
+        __m512i xv[RN];
+        for (int j = 0; j < RN; ++j) xv[j] = pair_bytes(x[j], b, two);
+#if defined(__AVX512VNNI__)
+        __m512i start[RN];
+        const __m512i bias = _mm512_set1_epi8((char) bias_of(w[0]));
+        for (int j = 0; j < RN; ++j) {
+            start[j] =
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv[j]));
         }
         for (int i = 0; i < RM; ++i) {
-            for (int p = 0; p < NP; ++p) {
-                const __m512d halves = _mm512_castps_pd(acc[i][p]);
-                const __m256 lo = _mm256_castpd_ps(_mm512_castpd512_pd256(halves));
-                const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(halves, 1));
-                total[i][2 * p] = _mm512_add_pd(total[i][2 * p], _mm512_cvtps_pd(lo));
-                total[i][2 * p + 1] = _mm512_add_pd(total[i][2 * p + 1], _mm512_cvtps_pd(hi));
+            const __m512i u = pair_unsigned(w[i], b, two);
+            for (int j = 0; j < RN; ++j) s[i * RN + j] = _mm512_dpbusd_epi32(start[j], u, xv[j]);
+        }
+#else
+        // |v| times x with v's sign: maddubs takes one unsigned side.
+        const __m512i ones = _mm512_set1_epi16(1);
+        for (int i = 0; i < RM; ++i) {
+            const __m512i v = pair_values(w[i], b, two), magnitude = _mm512_abs_epi8(v);
+            const __mmask64 negative = _mm512_movepi8_mask(v);
+            for (int j = 0; j < RN; ++j) {
+                const __m512i signed_x = _mm512_mask_sub_epi8(xv[j], negative, _mm512_setzero_si512(), xv[j]);
+                s[i * RN + j] = _mm512_madd_epi16(_mm512_maddubs_epi16(magnitude, signed_x), ones);
             }
         }
+#endif
     }
-    for (int i = 0; i < RM; ++i) {
-        for (int j = 0; j < RN; ++j) {
-            alignas(64) double lanes[kLanes];
-            _mm512_store_pd(lanes, total[i][j]);
-            out[j * ld + i] = lane_total(lanes);
-        }
-    }
-}
 
-// One token against rows in pairs, one row in each half of a 512-bit
-// register: one instruction forms the lane sums of two rows. The bias goes
-// on the rows here, (w + 128) as unsigned bytes times x, less 128 times x's
-// lane sums, so the correction is the token's and is formed once a block.
-// A lone last row pairs with itself; its second copy is dropped.
-template <int RM>
-void tile_avx512_row_pairs(const BlockQ8_0 * const * w, const BlockQ8_0 * x, const int64_t * bounds, int64_t n_blocks,
-                           double * out) {
-    constexpr int NP = (RM + 1) / 2;
-    const BlockQ8_0 * rows[2 * NP];
-    for (int i = 0; i < 2 * NP; ++i) rows[i] = w[std::min(i, RM - 1)];
-    __m512d total[2 * NP];
-    for (int i = 0; i < 2 * NP; ++i) total[i] = _mm512_setzero_pd();
-    const __m512i bias = _mm512_set1_epi8((char) 0x80);
-    // Lanes 0-7 take the pair's first scale, 8-15 its second.
-    const __m512i first_or_second = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
-        __m512 acc[NP];
-        for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
-        for (; b < bounds[c]; ++b) {
-            const __m512i xq = _mm512_broadcast_i64x4(load_qs(x[b]));
-            const __m512i start =
-                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xq));
-            const __m128 dx = _mm_set1_ps(half(x[b].d));
-            for (int p = 0; p < NP; ++p) {
-                const BlockQ8_0 & w0 = rows[2 * p][b];
-                const BlockQ8_0 & w1 = rows[2 * p + 1][b];
-                const __m512i wu =
-                    _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(load_qs(w0)), load_qs(w1), 1), bias);
-                const __m512i sums = _mm512_dpbusd_epi32(start, wu, xq);
-                // dw * dx of each row, rounded as the other paths round it.
-                const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int) w0.d | ((int) w1.d << 16)));
-                const __m512 d = _mm512_permutexvar_ps(first_or_second, _mm512_castps128_ps512(_mm_mul_ps(dw, dx)));
-                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[p]);
+    template <typename BlockW>
+    static void run(const BlockW * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
+                    double * out, int64_t ld) {
+        __m512d total = _mm512_setzero_pd();
+        for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+            __m256 A = _mm256_setzero_ps();
+            while (b < bounds[c]) {
+                const bool two = b + 1 < bounds[c];
+                __m512i s[8];
+                for (int n = RM * RN; n < 8; ++n) s[n] = _mm512_setzero_si512();
+                products(w, x, b, two, s);
+                __m256i S[2];
+                sum_halves(s, S[0], S[1]);
+                for (int h = 0; h < (two ? 2 : 1); ++h) {
+                    A = _mm256_fmadd_ps(scale_products(w, x, b + h), _mm256_cvtepi32_ps(S[h]), A);
+                }
+                b += two ? 2 : 1;
             }
+            total = _mm512_add_pd(total, _mm512_cvtps_pd(A));
         }
-        for (int p = 0; p < NP; ++p) {
-            const __m512d halves = _mm512_castps_pd(acc[p]);
-            total[2 * p] =
-                _mm512_add_pd(total[2 * p], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(halves))));
-            total[2 * p + 1] =
-                _mm512_add_pd(total[2 * p + 1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(halves, 1))));
-        }
+        alignas(64) double t[8];
+        _mm512_store_pd(t, total);
+        for (int i = 0; i < RM; ++i)
+            for (int j = 0; j < RN; ++j) out[j * ld + i] = t[i * RN + j];
     }
-    for (int i = 0; i < RM; ++i) {
-        alignas(64) double lanes[kLanes];
-        _mm512_store_pd(lanes, total[i]);
-        out[i] = lane_total(lanes);
-    }
-}
+};
 
-// Every block's pair registers of RN tokens, for PairsLaidOut.
-template <int RN>
-void lay_out_pairs(const BlockQ8_0 * const * x, int64_t n_blocks, uint8_t * out) {
-    const PairsInline<RN> pairs{x};
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        for (int p = 0; p < (RN + 1) / 2; ++p) {
-            const PairBlock pb = pairs.at(b, p);
-            uint8_t * at = out + (size_t) (b * ((RN + 1) / 2) + p) * kPairBytes;
-            _mm512_storeu_si512(at, pb.xu);
-            _mm512_storeu_ps(at + 64, pb.dx);
-        }
-    }
-}
-
-template <int RM, int RN>
-void tile_avx512_laid_out(const BlockQ8_0 * const * w, const uint8_t * tokens, const int64_t * bounds, int64_t n_blocks,
-                          double * out, int64_t ld) {
-    tile_avx512<RM, RN>(w, PairsLaidOut<RN>{tokens}, bounds, n_blocks, out, ld);
+template <typename BlockW, int RM, int RN>
+void tile_avx512(const BlockW * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
+                 double * out, int64_t ld) {
+    in_cores<RM, RN, 8, Avx512Core>(w, x, bounds, n_blocks, out, ld);
 }
 #endif
 
-using TileFn = void (*)(const BlockQ8_0 * const *, const BlockQ8_0 * const *, const int64_t *, int64_t, double *,
-                        int64_t);
-
-template <int RM, int RN>
-void tile_avx2(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
-               double * out, int64_t ld) {
-#if defined(LLAMA_TP_Q8_AVX2)
-    tile_vector<RM, RN>(w, x, bounds, n_blocks, out, ld, Avx2LaneSums<RN>{});
-#else
-    tile_scalar<RM, RN>(w, x, bounds, n_blocks, out, ld);
+// Every path's tiles for rows of BlockW (run_tile).
+template <typename BlockW>
+struct Paths {
+    template <int RM, int RN>
+    static constexpr auto scalar = &tile_scalar<BlockW, RM, RN>;
+#if defined(LLAMA_TP_KCELLS_AVX2)
+    template <int RM, int RN>
+    static constexpr auto avx2 = &tile_avx2<BlockW, RM, RN>;
 #endif
-}
-
-template <int RM, int RN>
-void tile_vnni(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
-               double * out, int64_t ld) {
-#if defined(LLAMA_TP_Q8_VNNI)
-    tile_vector<RM, RN>(w, x, bounds, n_blocks, out, ld, VnniLaneSums<RN>{});
-#else
-    tile_avx2<RM, RN>(w, x, bounds, n_blocks, out, ld);
+#if defined(LLAMA_TP_KCELLS_AVX512)
+    template <int RM, int RN>
+    static constexpr auto avx512 = &tile_avx512<BlockW, RM, RN>;
 #endif
-}
-
-template <int RM, int RN>
-void tile_avx512_or_below(const BlockQ8_0 * const * w, const BlockQ8_0 * const * x, const int64_t * bounds,
-                          int64_t n_blocks, double * out, int64_t ld) {
-#if defined(LLAMA_TP_Q8_AVX512)
-    // One token would leave half of every register empty: rows pair up
-    // instead, or a lone row takes the 256-bit path.
-    if constexpr (RN == 1 && RM == 1) {
-        tile_vnni<RM, RN>(w, x, bounds, n_blocks, out, ld);
-    } else if constexpr (RN == 1) {
-        (void) ld;
-        tile_avx512_row_pairs<RM>(w, x[0], bounds, n_blocks, out);
-    } else {
-        tile_avx512<RM, RN>(w, PairsInline<RN>{x}, bounds, n_blocks, out, ld);
-    }
-#else
-    tile_vnni<RM, RN>(w, x, bounds, n_blocks, out, ld);
-#endif
-}
-
-// Every tile shape of one kernel, indexed [rows - 1][tokens - 1].
-#define LLAMA_TP_TILE_ROW(fn, RM) \
-    { fn<RM, 1>, fn<RM, 2>, fn<RM, 3>, fn<RM, 4>, fn<RM, 5>, fn<RM, 6>, fn<RM, 7>, fn<RM, 8> }
-#define LLAMA_TP_TILES(fn) \
-    { LLAMA_TP_TILE_ROW(fn, 1), LLAMA_TP_TILE_ROW(fn, 2), LLAMA_TP_TILE_ROW(fn, 3), LLAMA_TP_TILE_ROW(fn, 4) }
-static_assert(kQ8TileRows == 4 && kQ8TileTokens == 8, "the tables below list shapes up to 4 x 8");
-
-using TileTable = TileFn[kQ8TileRows][kQ8TileTokens];
-const TileTable kScalar = LLAMA_TP_TILES(tile_scalar);
-const TileTable kAvx2 = LLAMA_TP_TILES(tile_avx2);
-const TileTable kVnni = LLAMA_TP_TILES(tile_vnni);
-const TileTable kAvx512 = LLAMA_TP_TILES(tile_avx512_or_below);
+};
 
 }  // namespace
 
-std::vector<Q8Kernel> q8_kernels_available() {
-    std::vector<Q8Kernel> kernels{Q8Kernel::Scalar};
-#if defined(LLAMA_TP_Q8_AVX2)
-    if (ggml_cpu_has_avx2() && ggml_cpu_has_fma() && ggml_cpu_has_f16c()) kernels.push_back(Q8Kernel::Avx2);
-#endif
-#if defined(LLAMA_TP_Q8_VNNI)
-    if (ggml_cpu_has_avx512_vnni() || ggml_cpu_has_avx_vnni()) kernels.push_back(Q8Kernel::Vnni);
-#endif
-#if defined(LLAMA_TP_Q8_AVX512)
-    if (ggml_cpu_has_avx512() && ggml_cpu_has_avx512_vnni()) kernels.push_back(Q8Kernel::Avx512);
-#endif
-    return kernels;
+void q80_tile(KQuantKernel kernel, const BlockQ8_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+    run_tile<Paths<BlockQ8_0>>(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
 
-Q8Kernel q8_best_kernel() {
-    static const Q8Kernel best = q8_kernels_available().back();
-    return best;
+void q40_tile(KQuantKernel kernel, const BlockQ4_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+    run_tile<Paths<BlockQ4_0>>(kernel, w, nr, x, nc, bounds, n_blocks, out, ld);
 }
 
-const char * q8_kernel_name(Q8Kernel kernel) {
-    switch (kernel) {
-        case Q8Kernel::Scalar:
-            return "scalar";
-        case Q8Kernel::Avx2:
-            return "avx2";
-        case Q8Kernel::Vnni:
-            return "vnni";
-        case Q8Kernel::Avx512:
-            return "avx512-vnni";
-    }
-    return "?";
-}
+// The panel decodes eight blocks (256 bytes of each row) at a time.
+template <typename Block>
+Block32Panel<Block>::Block32Panel(int64_t n_blocks)
+    : n_blocks_(n_blocks),
+      n_padded_((n_blocks + 7) / 8 * 8),
+      values_(n_padded_ * 32 * kPanelRows),
+      bias_(n_padded_ * kPanelRows),
+      d_(n_padded_ * kPanelRows) {}
 
-void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
-             const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
-    const TileTable & table = kernel == Q8Kernel::Avx512 ? kAvx512
-                              : kernel == Q8Kernel::Vnni ? kVnni
-                              : kernel == Q8Kernel::Avx2 ? kAvx2
-                                                         : kScalar;
-    table[nr - 1][nc - 1](w, x, bounds, n_blocks, out, ld);
-}
-
-bool q8_kernel_beats_ggml(Q8Kernel kernel) {
-    // AVX-512 VNNI: two tokens per register, against ggml's 256-bit tiles
-    // (AMD EPYC: 1.06-1.19x one token to 512, decode and prefill of whole
-    // models 1.1-1.25x). The 256-bit paths were not measured faster.
-    return kernel == Q8Kernel::Avx512;
-}
-
-#if defined(LLAMA_TP_Q8_AVX512)
+#if defined(LLAMA_TP_KCELLS_PANELS)
 namespace {
-using LayOutFn = void (*)(const BlockQ8_0 * const *, int64_t, uint8_t *);
-const LayOutFn kLayOut[kQ8TileTokens] = {lay_out_pairs<1>, lay_out_pairs<2>, lay_out_pairs<3>, lay_out_pairs<4>,
-                                         lay_out_pairs<5>, lay_out_pairs<6>, lay_out_pairs<7>, lay_out_pairs<8>};
-using LaidOutFn = void (*)(const BlockQ8_0 * const *, const uint8_t *, const int64_t *, int64_t, double *, int64_t);
-const LaidOutFn kLaidOut[kQ8TileRows][kQ8TileTokens] = LLAMA_TP_TILES(tile_avx512_laid_out);
+
+// Tokens x[0 .. NT) against a decoded panel. vpdpbusd multiplies unsigned
+// bytes by signed ones: x goes in as x + 128 and bias takes 128 * the sum of
+// the values back out of S.
+template <int NT>
+void multiply_panel(const int8_t * values, const int32_t * bias, const float * d, const BlockQ8_0 * const * x,
+                    const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld) {
+    const __m256i flip = _mm256_set1_epi8((char) 0x80);
+    PanelTotals total[NT];
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        __m512 A[NT];
+        for (int t = 0; t < NT; ++t) A[t] = _mm512_setzero_ps();
+        for (; b < bounds[c]; ++b) {
+            alignas(32) uint8_t xs[NT][32];  // x + 128
+            for (int t = 0; t < NT; ++t) {
+                _mm256_store_si256(reinterpret_cast<__m256i *>(xs[t]), _mm256_xor_si256(load256(x[t][b].qs), flip));
+            }
+            __m512i D[NT];
+            for (int t = 0; t < NT; ++t) D[t] = _mm512_setzero_si512();
+            for (int g = 0; g < 8; ++g) {
+                const __m512i w = _mm512_load_si512(values + (b * 8 + g) * 64);
+                for (int t = 0; t < NT; ++t) {
+                    int32_t four;
+                    std::memcpy(&four, xs[t] + 4 * g, sizeof(four));
+                    D[t] = _mm512_dpbusd_epi32(D[t], _mm512_set1_epi32(four), w);
+                }
+            }
+            const __m512i rows_bias = _mm512_load_si512(bias + b * kPanelRows);
+            const __m512 dw = _mm512_load_ps(d + b * kPanelRows);
+            for (int t = 0; t < NT; ++t) {
+                const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(x[t][b].d)));
+                A[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_sub_epi32(D[t], rows_bias)), A[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) {
+            total[t].add(A[t]);
+        }
+    }
+    for (int t = 0; t < NT; ++t) total[t].store(out + t * ld);
+}
+
 }  // namespace
-#endif
 
-Q8Tokens::Q8Tokens(Q8Kernel kernel, const BlockQ8_0 * const * x, int nc, int64_t n_blocks) : nc_(nc) {
-    std::copy(x, x + nc, x_);
-#if defined(LLAMA_TP_Q8_AVX512)
-    // One token is read as its blocks are (rows in pairs, or the 256-bit path).
-    if (kernel == Q8Kernel::Avx512 && nc > 1) {
-        laid_out_.resize((size_t) n_blocks * (size_t) ((nc + 1) / 2) * kPairBytes);
-        kLayOut[nc - 1](x, n_blocks, laid_out_.data());
+template <typename Block>
+void Block32Panel<Block>::decode(const Block * const * w, int nr) {
+    alignas(64) int8_t rows[kPanelRows][256];
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t b0 = 0; b0 < n_padded_; b0 += 8) {
+        for (int r = 0; r < kPanelRows; ++r) {
+            for (int q = 0; q < 8; ++q) {
+                const int64_t b = b0 + q;
+                const bool real = r < nr && b < n_blocks_;
+                _mm256_store_si256(reinterpret_cast<__m256i *>(rows[r] + 32 * q),
+                                   real ? values256(w[r][b]) : _mm256_setzero_si256());
+                d_.data()[b * kPanelRows + r] = real ? _cvtsh_ss(w[r][b].d) : 0.0f;
+            }
+        }
+        for (int k = 0; k < 4; ++k) transpose_16(rows, k, values_.data() + (b0 + 2 * k) * 32 * kPanelRows);
+        // Each row's sum of a block's values: its eight groups of four against ones.
+        for (int64_t b = b0; b < b0 + 8; ++b) {
+            __m512i sum = _mm512_setzero_si512();
+            for (int g = 0; g < 8; ++g)
+                sum = _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(values_.data() + (b * 8 + g) * 64));
+            _mm512_store_si512(bias_.data() + b * kPanelRows, _mm512_slli_epi32(sum, 7));
+        }
     }
+}
+
+template <typename Block>
+void Block32Panel<Block>::multiply(const BlockQ8_0 * const * x, int nc, const int64_t * bounds, double * out,
+                                   int64_t ld) const {
+    using Fn = void (*)(const int8_t *, const int32_t *, const float *, const BlockQ8_0 * const *, const int64_t *,
+                        int64_t, double *, int64_t);
+    static constexpr Fn kGroups[8] = {multiply_panel<1>, multiply_panel<2>, multiply_panel<3>, multiply_panel<4>,
+                                      multiply_panel<5>, multiply_panel<6>, multiply_panel<7>, multiply_panel<8>};
+    for (int j = 0; j < nc; j += 8) {
+        kGroups[std::min(8, nc - j) - 1](values_.data(), bias_.data(), d_.data(), x + j, bounds, n_blocks_,
+                                         out + j * ld, ld);
+    }
+}
 #else
-    (void) kernel;
-    (void) n_blocks;
-#endif
+template <typename Block>
+void Block32Panel<Block>::decode(const Block * const *, int) {
+    GGML_ABORT("q8_0 and q4_0 panels need AVX-512 VNNI (kquant_panels_available)");
 }
 
-void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const Q8Tokens & x, const int64_t * bounds,
-             int64_t n_blocks, double * out, int64_t ld) {
-#if defined(LLAMA_TP_Q8_AVX512)
-    if (!x.laid_out_.empty()) {
-        kLaidOut[nr - 1][x.nc_ - 1](w, x.laid_out_.data(), bounds, n_blocks, out, ld);
-        return;
+template <typename Block>
+void Block32Panel<Block>::multiply(const BlockQ8_0 * const *, int, const int64_t *, double *, int64_t) const {
+    GGML_ABORT("q8_0 and q4_0 panels need AVX-512 VNNI (kquant_panels_available)");
+}
+#endif
+
+template class Block32Panel<BlockQ8_0>;
+template class Block32Panel<BlockQ4_0>;
+
+// A register's tokens: eight, in two halves of a 512-bit register.
+constexpr int kGroupTokens = 8, kTokenGroups = kLaneTokens / kGroupTokens;
+
+template <typename Block>
+Block32TokenLanes<Block>::Block32TokenLanes(const BlockQ8_0 * const * x, int nc, int64_t n_blocks)
+    : nc_(nc),
+      n_blocks_(n_blocks),
+      stride_((n_blocks + 1) * kGroupTokens),
+      values_(kTokenGroups * 8 * stride_),
+      start_(kTokenGroups * stride_),
+      d_(kTokenGroups * stride_) {
+    GGML_ASSERT(nc >= 1 && nc <= kLaneTokens);
+    for (int t = 0; t < kLaneTokens; ++t) {
+        const int64_t group = t / kGroupTokens, lane = t % kGroupTokens;
+        for (int64_t b = 0; b <= n_blocks; ++b) {
+            const bool real = t < nc && b < n_blocks;
+            int32_t sum = 0;
+            for (int g = 0; g < 8; ++g) {
+                int32_t four = 0;
+                if (real) std::memcpy(&four, x[t][b].qs + 4 * g, sizeof(four));
+                values_.data()[(group * 8 + g) * stride_ + b * kGroupTokens + lane] = four;
+            }
+            if (real) {
+                for (int k = 0; k < 32; ++k) sum += x[t][b].qs[k];
+            }
+            start_.data()[group * stride_ + b * kGroupTokens + lane] = -bias_of((const Block *) nullptr) * sum;
+            d_.data()[group * stride_ + b * kGroupTokens + lane] = real ? ggml_fp16_to_fp32(x[t][b].d) : 0.0f;
+        }
     }
-#endif
-    q8_tile(kernel, w, nr, x.x_, x.nc_, bounds, n_blocks, out, ld);
 }
 
-int q8_tile_tokens(Q8Kernel kernel) {
-    // 256-bit paths have 16 registers (AVX2) for the accumulators: four tokens.
-    return kernel == Q8Kernel::Avx512 ? kQ8TileTokens : 4;
+#if defined(LLAMA_TP_KCELLS_PANELS)
+namespace {
+
+// d_w of blocks b and b + 1 (two: else d_w(b)) over the low and the high
+// eight lanes.
+template <typename Block>
+__m512 pair_scales(const Block * row, int64_t b, bool two) {
+    const int halves = (int) row[b].d | (int) (two ? row[b + 1].d : row[b].d) << 16;
+    const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_ps(half, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(halves))));
 }
+
+// Rows w[0 .. RM) against the tokens in lanes, two blocks a step: group g
+// of each row's pair spread over the eight lanes of its block (vpermd), then
+// against group g of the eight tokens of both blocks.
+template <int RM, typename Block>
+void multiply_lanes(const int32_t * values, const int32_t * start, const float * d, int64_t stride,
+                    const Block * const * w, const int64_t * bounds, int64_t n_blocks, int nc, double * out,
+                    int64_t ld) {
+    constexpr int64_t T = kGroupTokens;
+    const __m512i group0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
+    __m512d total[RM];
+    for (int i = 0; i < RM; ++i) total[i] = _mm512_setzero_pd();
+    for (int64_t b = 0, c = 1; b < n_blocks; ++c) {
+        __m256 A[RM];
+        for (int i = 0; i < RM; ++i) A[i] = _mm256_setzero_ps();
+        while (b < bounds[c]) {
+            const bool two = b + 1 < bounds[c];
+            __m512i u[RM], D[RM];
+            for (int i = 0; i < RM; ++i) {
+                u[i] = pair_unsigned(w[i], b, two);
+                D[i] = _mm512_loadu_si512(start + b * T);
+            }
+            for (int g = 0; g < 8; ++g) {
+                const __m512i xg = _mm512_loadu_si512(values + g * stride + b * T);
+                const __m512i index = _mm512_add_epi32(group0, _mm512_set1_epi32(g));
+                for (int i = 0; i < RM; ++i) {
+                    D[i] = _mm512_dpbusd_epi32(D[i], _mm512_permutexvar_epi32(index, u[i]), xg);
+                }
+            }
+            const __m512 dx = _mm512_loadu_ps(d + b * T);
+            for (int i = 0; i < RM; ++i) {
+                const __m512 dd = _mm512_mul_ps(pair_scales(w[i], b, two), dx), S = _mm512_cvtepi32_ps(D[i]);
+                A[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(dd), _mm512_castps512_ps256(S), A[i]);
+                if (two) {
+                    A[i] = _mm256_fmadd_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dd), 1)),
+                                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(S), 1)), A[i]);
+                }
+            }
+            b += two ? 2 : 1;
+        }
+        for (int i = 0; i < RM; ++i) total[i] = _mm512_add_pd(total[i], _mm512_cvtps_pd(A[i]));
+    }
+    for (int i = 0; i < RM; ++i) {
+        alignas(64) double t[8];
+        _mm512_store_pd(t, total[i]);
+        for (int j = 0; j < nc; ++j) out[j * ld + i] = t[j];
+    }
+}
+
+}  // namespace
+
+template <typename Block>
+void Block32TokenLanes<Block>::multiply(const Block * const * w, int nr, const int64_t * bounds, double * out,
+                                        int64_t ld) const {
+    using Fn = void (*)(const int32_t *, const int32_t *, const float *, int64_t, const Block * const *,
+                        const int64_t *, int64_t, int, double *, int64_t);
+    static constexpr Fn kRows[kKQuantTileRows] = {multiply_lanes<1, Block>, multiply_lanes<2, Block>,
+                                                  multiply_lanes<3, Block>, multiply_lanes<4, Block>};
+    // A second group reads the rows again, from the cache.
+    for (int group = 0; group * kGroupTokens < nc_; ++group) {
+        kRows[nr - 1](values_.data() + group * 8 * stride_, start_.data() + group * stride_,
+                      d_.data() + group * stride_, stride_, w, bounds, n_blocks_,
+                      std::min(kGroupTokens, nc_ - group * kGroupTokens), out + group * kGroupTokens * ld, ld);
+    }
+}
+#else
+template <typename Block>
+void Block32TokenLanes<Block>::multiply(const Block * const *, int, const int64_t *, double *, int64_t) const {
+    GGML_ABORT("q8_0 and q4_0 token lanes need AVX-512 VNNI (kquant_panels_available)");
+}
+#endif
+
+template class Block32TokenLanes<BlockQ8_0>;
+template class Block32TokenLanes<BlockQ4_0>;
 
 }  // namespace ggml_ext

@@ -1,68 +1,87 @@
 #pragma once
-// The q8_0 x q8_0 tile kernel of ggml_ext_exact_matmul. Its arithmetic is
-// fixed, so every path (scalar, AVX2, VNNI, AVX-512) gives the same bits for the same
-// row and token:
-//   for every block b of a cell and every lane l (bytes 4l .. 4l+3):
-//     acc[l] = fma(d_w(b) * d_x(b), sum of the lane's four byte products, acc[l])
-//   at the cell's end acc[l] is added to a double of its lane; the output is
-//   the sum of the eight doubles, lane 0 first.
-// The integer sums are exact and the floats are added in double (exact_sum.h),
-// so a split of the cells between ranks adds up to the same doubles.
+// The kernels of ggml_ext_exact_matmul for the types of 32-value blocks with
+// one scale, q8_0 and q4_0, against q8_0 tokens (x is ggml's q8_0 block as
+// it is). Their arithmetic is fixed, so every path (scalar, AVX2, AVX-512,
+// the panels) gives the same bits for the same row and token. A block b:
+//   S = sum over the block of v_k * x_k        (an exact integer)
+//   A = fma(d_w(b) * d_x(b), float(S), A)
+// At a cell's end A is added to the output's double, the cells in order.
+// |S| <= 32 * 128 * 127 < 2^24, so float(S) is exact.
+
+#include "ggml-ext/ops/k_quant_kernel.h"
 
 #include "ggml.h"
 
 #include <cstdint>
-#include <vector>
 
 namespace ggml_ext {
 
 struct BlockQ8_0 {
     ggml_fp16_t d;
-    int8_t qs[32];
+    int8_t qs[32];  // the values
 };
 
-enum class Q8Kernel { Scalar, Avx2, Vnni, Avx512 };
+struct BlockQ4_0 {
+    ggml_fp16_t d;
+    uint8_t qs[16];  // value k, plus 8, in the low nibble of byte k; value k + 16, plus 8, in its high one
+};
 
-// The kernels this build has and this CPU runs, best last.
-std::vector<Q8Kernel> q8_kernels_available();
-// The best of them, found once (it is read on every product).
-Q8Kernel q8_best_kernel();
-const char * q8_kernel_name(Q8Kernel kernel);
-
-constexpr int kQ8TileRows = 4, kQ8TileTokens = 8;
-
-// The most tokens a tile of this kernel should take (any up to kQ8TileTokens work).
-int q8_tile_tokens(Q8Kernel kernel);
-
-// Whether the kernel multiplies q8_0 matrices faster than ggml's own q8_0
-// product on the CPUs it runs on (measured: docs/benchmarks.md).
-bool q8_kernel_beats_ggml(Q8Kernel kernel);
-
-// Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kQ8TileRows and
-// nc <= kQ8TileTokens, each row and token n_blocks blocks long, cut into cells
-// at the block offsets bounds[0] = 0 < ... = n_blocks:
+// Rows w[0 .. nr) against tokens x[0 .. nc), nr <= kKQuantTileRows and
+// nc <= kKQuantTileTokens, each n_blocks blocks long, cut into cells at the
+// block offsets bounds[0] = 0 < ... = n_blocks:
 // out[j * ld + i] = the output of row i and token j.
-void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
-             const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
+void q80_tile(KQuantKernel kernel, const BlockQ8_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
+// The same for q4_0 rows.
+void q40_tile(KQuantKernel kernel, const BlockQ4_0 * const * w, int nr, const BlockQ8_0 * const * x, int nc,
+              const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
 
-// A tile's tokens laid out once for all the tiles of rows that read them,
-// where the kernel has a layout of its own (the AVX-512 kernel's pairs of
-// tokens: their bytes biased and scales converted), so that a product of a
-// few tokens does not form it again for every four rows.
-class Q8Tokens {
+// The same outputs for a batch: up to kPanelRows rows of q8_0 or q4_0
+// decoded once into a panel (values as signed bytes, 16 rows side by side),
+// then multiplied with any number of tokens by AVX-512 VNNI. Where the CPU
+// lacks it, kquant_panels_available() is false.
+template <typename Block>
+class Block32Panel {
   public:
-    Q8Tokens(Q8Kernel kernel, const BlockQ8_0 * const * x, int nc, int64_t n_blocks);
+    explicit Block32Panel(int64_t n_blocks);
+
+    // Rows w[0 .. nr), nr <= kPanelRows, n_blocks blocks each.
+    void decode(const Block * const * w, int nr);
+    // Tokens x[0 .. nc) against the panel's rows, cut into cells at bounds:
+    // out[j * ld + i] = the output of row i and token j, ld >= kPanelRows
+    // (every row of the panel is written).
+    void multiply(const BlockQ8_0 * const * x, int nc, const int64_t * bounds, double * out, int64_t ld) const;
 
   private:
-    friend void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const Q8Tokens & x,
-                        const int64_t * bounds, int64_t n_blocks, double * out, int64_t ld);
-    const BlockQ8_0 * x_[kQ8TileTokens];
-    int nc_;
-    std::vector<uint8_t> laid_out_;  // empty: the kernel reads x_ as it is
+    int64_t n_blocks_, n_padded_;  // blocks, and blocks rounded up to eight (a decoded run)
+    AlignedArray<int8_t> values_;  // [block][g][row][4]: values 4g .. 4g+3, as signed bytes
+    AlignedArray<int32_t> bias_;   // [block][row]: 128 * the sum of the values
+    AlignedArray<float> d_;        // [block][row]
 };
 
-// q8_tile on tokens laid out once (the same bits).
-void q8_tile(Q8Kernel kernel, const BlockQ8_0 * const * w, int nr, const Q8Tokens & x, const int64_t * bounds,
-             int64_t n_blocks, double * out, int64_t ld);
+// The same outputs for a few tokens (up to kLaneTokens): the tokens laid
+// out once, eight side by side in the lanes of a register (four bytes of
+// each, two blocks a register), then each row's values against them by
+// AVX-512 VNNI, no sums across lanes. Where the CPU lacks it,
+// kquant_panels_available() is false.
+constexpr int kLaneTokens = 32;
+
+template <typename Block>
+class Block32TokenLanes {
+  public:
+    // Tokens x[0 .. nc), nc <= kLaneTokens, n_blocks blocks each.
+    Block32TokenLanes(const BlockQ8_0 * const * x, int nc, int64_t n_blocks);
+
+    // Rows w[0 .. nr), nr <= kKQuantTileRows, against the tokens, cut into
+    // cells at bounds: out[j * ld + i] = the output of row i and token j.
+    void multiply(const Block * const * w, int nr, const int64_t * bounds, double * out, int64_t ld) const;
+
+  private:
+    int nc_;
+    int64_t n_blocks_, stride_;     // stride_: one g of a group of eight tokens
+    AlignedArray<int32_t> values_;  // [group][g][block][8]: values 4g .. 4g+3 (one block more, zeros)
+    AlignedArray<int32_t> start_;   // [group][block][8]: -(the rows' bias) * the sum of the values
+    AlignedArray<float> d_;         // [group][block][8]
+};
 
 }  // namespace ggml_ext

@@ -30,7 +30,7 @@ struct PlanFacts {
     // The one-pass kernel beats ggml's products on this CPU for every type of
     // the model it takes (ggml_ext_exact_matmul_preferred).
     bool one_pass_faster = false;
-    // Its SIMD paths on this CPU, by type ("q8_0 avx512-vnni, q4_K avx512";
+    // Its SIMD paths on this CPU, by type ("q8_0 avx512, q4_K avx512";
     // ggml_ext_exact_matmul_kernel), for the log.
     std::string one_pass_kernel;
     std::vector<RankDeviceFacts> devices;  // one per rank of this process

@@ -1,17 +1,17 @@
 // ggml_ext_exact_matmul on the CPU: the cells of a split add up to the whole
 // matrix's result, every output is the same whatever batch or thread count
-// computes it, the result is the product it should be, and every q8_0 and
-// K-quant (q4_K, q5_K, q6_K) and IQ4_XS kernel this build has gives the
-// scalar kernel's bits.
+// computes it, the result is the product it should be, and every path of
+// every kernel (q8_0, q4_0, q4_K, q5_K, q6_K, IQ4_XS) this build has, and
+// their panels, give the scalar path's bits.
 
 #include "ggml-ext/ops/exact_matmul.h"
 #include "ggml-ext/ops/exact_sum.h"
 #include "ggml-ext/ops/iq4_xs_cells.h"
-#include "ggml-ext/ops/q4_0_cells.h"
 #include "ggml-ext/ops/q4_k_cells.h"
 #include "ggml-ext/ops/q6_k_cells.h"
 #include "ggml-ext/ops/q8_0_cells.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -139,11 +139,12 @@ TEST_P(ExactMatmul, EveryOutputIsTheSameInAnyBatchAndThreadCount) {
     const TypeCase & tc = GetParam();
     Context c;
     ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 3), tc.type);
-    const std::vector<float> xs = random_values(kK * kT, 4);
-    // 19 tokens (tiles of four rows, token blocks; panels), 6 (one
-    // tile of tokens laid out once) and 3 (tiles of four rows far apart),
-    // against each token alone.
-    for (const int64_t n : {kT, int64_t(6), int64_t(3)}) {
+    // 40 tokens (q8_0's and q4_0's panels), 19 (token blocks; the panels of
+    // the others; q8_0's and q4_0's tokens in lanes), 6 (tiles of four rows)
+    // and 3 (tiles of four rows far apart), against each token alone.
+    constexpr int64_t kBatch = 40;
+    const std::vector<float> xs = random_values(kK * kBatch, 4);
+    for (const int64_t n : {kBatch, kT, int64_t(6), int64_t(3)}) {
         const std::vector<double> batch = sums(c.ctx, w, tc.bounds, xs, n, 2);
         for (const int threads : {1, 3}) {
             for (int64_t t = 0; t < n; ++t) {
@@ -201,12 +202,37 @@ TEST_P(ExactMatmul, EqualsTheProductOfTheDequantizedMatrix) {
     }
 }
 
+// ggml's own product of the same matrix and tokens, which quantizes x as the
+// op does: the same up to the order of addition, for one token (ggml's dot
+// products) and batches (its tiled and repacked paths).
+TEST_P(ExactMatmul, IsGgmlsProductUpToRounding) {
+    ggml_cpu_init();  // ggml's dot products read tables it fills
+    Context c;
+    ggml_tensor * w = matrix(c.ctx, random_values(kK * kM, 7), GetParam().type);
+    const std::vector<float> xs = random_values(kK * 40, 8);
+    for (const int64_t n : {int64_t(1), kT, int64_t(40)}) {
+        ggml_tensor * x = tokens(c.ctx, xs, n);
+        const std::vector<float> ours =
+            compute<float>(c.ctx, ggml_ext_exact_matmul(c.ctx, w, x, nullptr, GGML_TYPE_F32), 2);
+        const std::vector<float> theirs = compute<float>(c.ctx, ggml_mul_mat(c.ctx, w, x), 2);
+        float largest = 0.0f, worst = 0.0f;
+        for (size_t i = 0; i < ours.size(); ++i) {
+            largest = std::max(largest, std::fabs(theirs[i]));
+            worst = std::max(worst, std::fabs(ours[i] - theirs[i]));
+        }
+        std::printf("%s, %lld tokens: largest difference %g of the largest output %g\n", ggml_type_name(w->type),
+                    (long long) n, worst, largest);
+        EXPECT_LE(worst, 1e-5f * largest) << n << " tokens";
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, ExactMatmul, testing::Values(kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS), type_name);
 
-// Random q8_0 blocks, full range of bytes and scales.
-std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
+// Random q8_0 blocks, bytes from lowest to 127 (ggml's quantizer makes
+// -127 .. 127; a matrix from elsewhere may hold -128) and any scale.
+std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed, int lowest = -127) {
     std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> byte(-127, 127);
+    std::uniform_int_distribution<int> byte(lowest, 127);
     std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
     std::vector<ggml_ext::BlockQ8_0> blocks(n);
     for (auto & b : blocks) {
@@ -214,61 +240,6 @@ std::vector<ggml_ext::BlockQ8_0> random_blocks(size_t n, unsigned seed) {
         for (int8_t & q : b.qs) q = (int8_t) byte(rng);
     }
     return blocks;
-}
-
-TEST(Q8Cells, EveryKernelGivesTheScalarKernelsBits) {
-    const std::vector<ggml_ext::Q8Kernel> kernels = ggml_ext::q8_kernels_available();
-    ASSERT_EQ(kernels.front(), ggml_ext::Q8Kernel::Scalar);
-    constexpr int64_t n_blocks = 13;
-    const std::vector<int64_t> bounds{0, 2, 3, 9, 13};  // cells of 2, 1, 6 and 4 blocks
-    const auto w_blocks = random_blocks(ggml_ext::kQ8TileRows * n_blocks, 7);
-    const auto x_blocks = random_blocks(ggml_ext::kQ8TileTokens * n_blocks, 8);
-    const ggml_ext::BlockQ8_0 * w[ggml_ext::kQ8TileRows];
-    const ggml_ext::BlockQ8_0 * x[ggml_ext::kQ8TileTokens];
-    for (int i = 0; i < ggml_ext::kQ8TileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
-    for (int j = 0; j < ggml_ext::kQ8TileTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
-    constexpr int64_t ld = ggml_ext::kQ8TileRows;
-    for (ggml_ext::Q8Kernel kernel : kernels) {
-        for (int nr = 1; nr <= ggml_ext::kQ8TileRows; ++nr) {
-            for (int nc = 1; nc <= ggml_ext::kQ8TileTokens; ++nc) {
-                SCOPED_TRACE(std::string(ggml_ext::q8_kernel_name(kernel)) + " " + std::to_string(nr) + "x" +
-                             std::to_string(nc));
-                std::vector<double> got(ld * nc), want(ld * nc);
-                ggml_ext::q8_tile(kernel, w, nr, x, nc, bounds.data(), n_blocks, got.data(), ld);
-                ggml_ext::q8_tile(ggml_ext::Q8Kernel::Scalar, w, nr, x, nc, bounds.data(), n_blocks, want.data(), ld);
-                // The same tokens laid out once for several tiles of rows.
-                std::vector<double> laid_out(ld * nc);
-                const ggml_ext::Q8Tokens tokens(kernel, x, nc, n_blocks);
-                ggml_ext::q8_tile(kernel, w, nr, tokens, bounds.data(), n_blocks, laid_out.data(), ld);
-                for (int j = 0; j < nc; ++j) {
-                    // A 1 x 1 tile computes the same output as this tile's.
-                    double alone = 0.0;
-                    ggml_ext::q8_tile(ggml_ext::Q8Kernel::Scalar, w, 1, x + j, 1, bounds.data(), n_blocks, &alone, 1);
-                    EXPECT_EQ(0, std::memcmp(&got[j * ld], &want[j * ld], nr * sizeof(double)));
-                    EXPECT_EQ(0, std::memcmp(&laid_out[j * ld], &want[j * ld], nr * sizeof(double)));
-                    EXPECT_EQ(alone, want[j * ld]);
-                }
-            }
-        }
-    }
-    std::string names;
-    for (ggml_ext::Q8Kernel kernel : kernels) names += std::string(" ") + ggml_ext::q8_kernel_name(kernel);
-    std::printf("q8_0 kernels compared:%s\n", names.c_str());
-    // The op runs the last (best) of them.
-    EXPECT_STREQ(ggml_ext_exact_matmul_kernel(GGML_TYPE_Q8_0), ggml_ext::q8_kernel_name(kernels.back()));
-}
-
-// The kernel takes the products of matrices that need no exact sums where
-// it was measured faster than ggml's: the AVX-512 VNNI one, whatever this
-// CPU has.
-TEST(Q8Cells, OnlyTheAvx512KernelIsPreferredToGgmls) {
-    using ggml_ext::Q8Kernel;
-    for (Q8Kernel kernel : {Q8Kernel::Scalar, Q8Kernel::Avx2, Q8Kernel::Vnni, Q8Kernel::Avx512}) {
-        SCOPED_TRACE(ggml_ext::q8_kernel_name(kernel));
-        EXPECT_EQ(ggml_ext::q8_kernel_beats_ggml(kernel), kernel == Q8Kernel::Avx512);
-    }
-    EXPECT_EQ(ggml_ext_exact_matmul_preferred(GGML_TYPE_Q8_0),
-              ggml_ext::q8_kernel_beats_ggml(ggml_ext::q8_best_kernel()));
 }
 
 // Random q4_K and q5_K blocks (any bytes, so every scale and min from 0 to
@@ -421,11 +392,19 @@ TEST(KQuantCells, EveryPathGivesTheScalarPathsBits) {
     check_every_path(random_iq4_xs(rows, 25), as_ggml_q8_k(random_ggml_q8_k(tokens, 26)), ggml_ext::iq4xs_tile,
                      "IQ4_XS");
     check_every_path(random_q4_0(rows, 41), random_blocks(tokens, 42), ggml_ext::q40_tile, "q4_0");
+    check_every_path(random_blocks(rows, 7, -128), random_blocks(tokens, 8), ggml_ext::q80_tile, "q8_0");
     std::string names;
     for (ggml_ext::KQuantKernel kernel : kernels) names += std::string(" ") + ggml_ext::kquant_kernel_name(kernel);
-    std::printf("q4_K, q5_K, q6_K, IQ4_XS and q4_0 paths compared:%s\n", names.c_str());
-    for (ggml_type t : {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_0}) {
+    std::printf("q4_K, q5_K, q6_K, IQ4_XS, q4_0 and q8_0 paths compared:%s\n", names.c_str());
+    for (ggml_type t :
+         {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0}) {
         EXPECT_STREQ(ggml_ext_exact_matmul_kernel(t), ggml_ext::kquant_kernel_name(kernels.back()));
+        // Preferred to ggml's products where measured faster: on the AVX-512
+        // path, and for q8_0, q4_0 and IQ4_XS only with the panels.
+        const bool panelled = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_IQ4_XS;
+        EXPECT_EQ(ggml_ext_exact_matmul_preferred(t), kernels.back() == ggml_ext::KQuantKernel::Avx512 &&
+                                                          (!panelled || ggml_ext::kquant_panels_available()))
+            << ggml_type_name(t);
     }
 }
 
@@ -459,6 +438,45 @@ void check_panels(const std::vector<BlockW> & w_blocks, const std::vector<BlockX
     }
 }
 
+// q8_0's and q4_0's tokens in lanes against their scalar tiles: every row
+// count of a tile, one and two groups of eight tokens and past them, cells
+// of 2, 1 and 4 blocks.
+template <typename Block, typename Tile>
+void check_token_lanes(const std::vector<Block> & w_blocks, const std::vector<ggml_ext::BlockQ8_0> & x_blocks,
+                       Tile tile) {
+    constexpr int64_t n_blocks = 7;
+    const std::vector<int64_t> bounds{0, 2, 3, 7};
+    ASSERT_EQ(w_blocks.size(), (size_t) (ggml_ext::kKQuantTileRows * n_blocks));
+    ASSERT_EQ(x_blocks.size(), (size_t) (ggml_ext::kLaneTokens * n_blocks));
+    const Block * w[ggml_ext::kKQuantTileRows];
+    const ggml_ext::BlockQ8_0 * x[ggml_ext::kLaneTokens];
+    for (int i = 0; i < ggml_ext::kKQuantTileRows; ++i) w[i] = w_blocks.data() + i * n_blocks;
+    for (int j = 0; j < ggml_ext::kLaneTokens; ++j) x[j] = x_blocks.data() + j * n_blocks;
+    constexpr int64_t ld = ggml_ext::kKQuantTileRows;
+    for (int nc : {1, 2, 8, 9, 17, ggml_ext::kLaneTokens}) {
+        const ggml_ext::Block32TokenLanes<Block> lanes(x, nc, n_blocks);
+        for (int nr = 1; nr <= ggml_ext::kKQuantTileRows; ++nr) {
+            SCOPED_TRACE(std::to_string(nr) + " rows x " + std::to_string(nc) + " tokens");
+            std::vector<double> got(ld * nc);
+            lanes.multiply(w, nr, bounds.data(), got.data(), ld);
+            for (int i = 0; i < nr; ++i) {
+                for (int j = 0; j < nc; ++j) {
+                    double want = 0.0;
+                    tile(ggml_ext::KQuantKernel::Scalar, w + i, 1, x + j, 1, bounds.data(), n_blocks, &want, 1);
+                    EXPECT_EQ(got[j * ld + i], want) << "row " << i << " token " << j;
+                }
+            }
+        }
+    }
+}
+
+TEST(Panels, TokenLanesGiveTheScalarTilesBits) {
+    if (!ggml_ext::kquant_panels_available()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+    constexpr size_t rows = ggml_ext::kKQuantTileRows * 7, tokens = ggml_ext::kLaneTokens * 7;
+    check_token_lanes(random_blocks(rows, 51, -128), random_blocks(tokens, 52), ggml_ext::q80_tile);
+    check_token_lanes(random_q4_0(rows, 53), random_blocks(tokens, 54), ggml_ext::q40_tile);
+}
+
 TEST(Panels, GiveTheScalarTilesBits) {
     if (!ggml_ext::kquant_panels_available()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
     constexpr size_t rows = ggml_ext::kPanelRows * 7, tokens = 19 * 7;
@@ -468,7 +486,10 @@ TEST(Panels, GiveTheScalarTilesBits) {
                                                           laid_out(random_ggml_q8_k(tokens, 36)), ggml_ext::q5k_tile);
     check_panels<ggml_ext::IQ4Panel>(random_iq4_xs(rows, 31), as_ggml_q8_k(random_ggml_q8_k(tokens, 32)),
                                      ggml_ext::iq4xs_tile);
-    check_panels<ggml_ext::Q40Panel>(random_q4_0(rows, 43), random_blocks(tokens, 44), ggml_ext::q40_tile);
+    check_panels<ggml_ext::Block32Panel<ggml_ext::BlockQ4_0>>(random_q4_0(rows, 43), random_blocks(tokens, 44),
+                                                              ggml_ext::q40_tile);
+    check_panels<ggml_ext::Block32Panel<ggml_ext::BlockQ8_0>>(random_blocks(rows, 47, -128), random_blocks(tokens, 48),
+                                                              ggml_ext::q80_tile);
 }
 
 // A scalar path against ggml's own dot product of one row and token with
@@ -479,7 +500,8 @@ void check_against_ggml(ggml_type type, const std::vector<BlockW> & w_blocks, co
                         const std::vector<BlockX> & x_blocks, Tile tile) {
     SCOPED_TRACE(ggml_type_name(type));
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
-    ASSERT_EQ(traits->vec_dot_type, type == GGML_TYPE_Q4_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q8_K);
+    const bool blocks32 = type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0;
+    ASSERT_EQ(traits->vec_dot_type, blocks32 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q8_K);
     const int64_t n = (int64_t) w_blocks.size(), bounds[2] = {0, n};
     float theirs = 0.0f;
     traits->vec_dot((int) (n * ggml_blck_size(type)), &theirs, 0, w_blocks.data(), 0, x_ggml.data(), 0, 1);
@@ -501,6 +523,7 @@ TEST(KQuantCells, EachScalarPathIsGgmlsDotProduct) {
     check_against_ggml(GGML_TYPE_IQ4_XS, random_iq4_xs(5, 27), x, as_ggml_q8_k(x), ggml_ext::iq4xs_tile);
     const std::vector<ggml_ext::BlockQ8_0> x8 = random_blocks(5, 46);
     check_against_ggml(GGML_TYPE_Q4_0, random_q4_0(5, 45), x8, x8, ggml_ext::q40_tile);
+    check_against_ggml(GGML_TYPE_Q8_0, random_blocks(5, 49), x8, x8, ggml_ext::q80_tile);
 }
 
 }  // namespace
