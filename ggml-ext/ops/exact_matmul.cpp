@@ -243,17 +243,19 @@ int64_t lane_tokens(int64_t n_blocks) {
     return std::clamp<int64_t>(fit, 8, ggml_ext::kLaneTokens);
 }
 
-// q8_0 and q4_0: from two tokens to lane_tokens, the tokens laid out in
+// q8_0 and q4_0: from three tokens to lane_tokens, the tokens laid out in
 // lanes once by each thread and its rows against them (a tile sums each
 // block of 32 across lanes: 1536 x 6144 q8_0 at 4 tokens, 0.58 against
 // 0.79 ms; panels: at 32 tokens, 1.8 against 2.7 ms); from more, panels.
-// One token takes the tiles.
+// One or two tokens take the tiles (two fill a quarter of the lanes: 6144
+// x 1536 q8_0, 0.46 against 0.53 ms).
+constexpr int64_t kLaneMinTokens = 3;
 template <typename BlockW, auto tile>
 void product_blocks32(ggml_tensor * dst, int ith, int nth) {
     using ggml_ext::kKQuantTileRows, ggml_ext::kLaneTokens;
     const int64_t T = dst->src[1]->ne[1], n_blocks = dst->src[0]->ne[0] / 32;
-    if (T < 2 || T > lane_tokens(n_blocks) || !ggml_ext::kquant_panels_available()) {
-        product_in_panels<BlockW, BlockQ8_0, ggml_ext::Block32Panel<BlockW>, tile>(dst, ith, nth, 2);
+    if (T < kLaneMinTokens || T > lane_tokens(n_blocks) || !ggml_ext::kquant_panels_available()) {
+        product_in_panels<BlockW, BlockQ8_0, ggml_ext::Block32Panel<BlockW>, tile>(dst, ith, nth, kLaneMinTokens);
         return;
     }
     const BlockQ8_0 * xr[kLaneTokens];
