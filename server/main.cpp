@@ -7,6 +7,7 @@
 #include "runtime/error.h"
 #include "runtime/text/tokenizer.h"
 #include "server/chat/chat_format.h"
+#include "server/chat/template_sandbox.h"
 #include "server/build_info.h"
 #include "server/serving/context_size.h"
 #include "server/serving/cache/prompt_cache.h"
@@ -265,6 +266,9 @@ int run_router(const ServerOptions & opts, const sigset_t & sigs, const char * a
 }
 
 int main(int argc, char ** argv) {
+    if (argc == 2 && std::strcmp(argv[1], llama_tp::server::kTemplateRendererArgument) == 0) {
+        return llama_tp::server::run_chat_template_renderer();
+    }
     limit_malloc_arenas();
     // Before any thread starts (libcommon's log thread, which the flag parser
     // may start, and MPI's), so that all of them inherit the mask. A shell

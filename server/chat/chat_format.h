@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+struct common_chat_templates_inputs;
+struct llama_model;
+
 namespace llama_tp {
 class Tokenizer;
 }
@@ -83,6 +86,12 @@ class ChatFormatter {
   private:
     enum class Probe { InChild, Done };
     ChatFormatter(const Tokenizer & tokenizer, const std::string & override_template, Probe probe);
+    // libcommon's inputs for a conversation.
+    common_chat_templates_inputs inputs_of(const std::vector<ChatMessage> & messages, const ToolSet & tools,
+                                           const ChatTurnOptions & turn) const;
+    // What the renderer process of template_sandbox.h starts from: the
+    // templates and the BOS and EOS texts they see.
+    std::string renderer_config(const llama_model * model) const;
 
     struct Impl;
     std::unique_ptr<Impl> impl_;
@@ -90,5 +99,9 @@ class ChatFormatter {
     bool supports_thinking_ = false;
     mutable std::mutex mutex_;
 };
+
+// The chat template renderer process (template_sandbox.h): main runs it for
+// kTemplateRendererArgument. Returns its exit status.
+int run_chat_template_renderer();
 
 }  // namespace llama_tp::server

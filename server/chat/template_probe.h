@@ -16,7 +16,16 @@ namespace llama_tp::server {
 // recursive loop.
 bool template_may_recurse(const std::string & source);
 
+// Whether its recursion can depend on what it renders: a macro whose calls
+// reach itself, a macro used other than by calling it by name (passed on,
+// renamed), a recursive loop or a call block. Macros that only call others
+// down to an end render alike for every conversation. Such a template
+// renders each request in a child process first (template_sandbox.h).
+bool template_calls_itself(const std::string & source);
+
 constexpr int kTemplateProbeSeconds = 30;
+// The most a request's conversation may take to render (template_sandbox.h).
+constexpr int kRequestProbeSeconds = 10;
 
 // Runs render in a forked child process (its output discarded). Throws
 // std::runtime_error naming origin when the child dies of a signal or runs

@@ -134,6 +134,31 @@ def test_a_chat_template_that_recurses_without_end_is_refused_at_start(tmp_path)
         assert s.stop() == 0
 
 
+def test_a_chat_template_that_recurses_without_end_for_one_conversation_refuses_it(tmp_path):
+    # The macro ends for every conversation the start-up probes render and
+    # recurses for ever on one message: each request is rendered by a
+    # renderer process first, so that one is a 400 and the server goes on.
+    endless = tmp_path / "endless.jinja"
+    endless.write_text("{% macro f(m) %}{% if m.content == 'loop forever' %}{{ f(m) }}{% endif %}{% endmacro %}"
+                       "{% for m in messages %}{{ f(m) }}[{{ m.role }}] {{ m.content }}\n{% endfor %}")
+    s = ServerProcess("-np", "1", "-c", "256", "-t", "1", "--chat-template-file", str(endless))
+    try:
+        fine = {"messages": [{"role": "user", "content": "hello"}]}
+        r = s.post("/apply-template", fine)
+        assert r.status_code == 200 and r.json()["prompt"] == "[user] hello\n", r.text
+        for path in ("/apply-template", "/v1/chat/completions"):
+            r = s.post(path, {"messages": [{"role": "user", "content": "loop forever"}], "max_tokens": 2})
+            assert r.status_code == 400, (path, r.text)
+            assert "crashes its engine" in r.json()["error"]["message"], r.text
+        assert s.get("/health").status_code == 200
+        # The next conversation starts another renderer.
+        r = s.post("/v1/chat/completions", dict(fine, max_tokens=2))
+        assert r.status_code == 200, r.text
+        assert s.post("/apply-template", fine).json()["prompt"] == "[user] hello\n"
+    finally:
+        assert s.stop() == 0
+
+
 def test_chat_template_override_and_summary(tmp_path):
     tmpl = tmp_path / "t.jinja"
     tmpl.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
