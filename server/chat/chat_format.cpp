@@ -13,9 +13,6 @@
 #include <stdexcept>
 #include <system_error>
 
-#include <csignal>
-
-#include <sys/prctl.h>
 #include <unistd.h>
 
 namespace llama_tp::server {
@@ -273,9 +270,14 @@ common_chat_templates_inputs inputs_from_json(const nlohmann::json & j) {
 }  // namespace
 
 int run_chat_template_renderer() {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // It ends when the server closes its end of stdin, however the server
+    // ends, and each render is cut at the server's deadline and a little
+    // more, by SIGALRM, should the server be gone by then. (A parent-death
+    // signal would come when the server thread that started it ends.)
+    constexpr unsigned kRenderSeconds = kRequestProbeSeconds + 5;
     std::string frame;
     if (!read_frame(STDIN_FILENO, frame)) return 1;
+    alarm(kRenderSeconds);
     common_chat_templates_ptr defaults, tool_use;
     try {
         const nlohmann::json c = nlohmann::json::parse(frame);
@@ -285,15 +287,18 @@ int run_chat_template_renderer() {
     } catch (const std::exception &) {
         return 1;
     }
+    alarm(0);
     const char done = 1;
     if (write(STDOUT_FILENO, &done, 1) != 1) return 1;
     while (read_frame(STDIN_FILENO, frame)) {
+        alarm(kRenderSeconds);
         try {
             const common_chat_templates_inputs in = inputs_from_json(nlohmann::json::parse(frame));
             common_chat_templates_apply((!in.tools.empty() && tool_use ? tool_use : defaults).get(), in);
         } catch (const std::exception &) {
             // The server meets the same exception rendering it itself.
         }
+        alarm(0);
         if (write(STDOUT_FILENO, &done, 1) != 1) return 1;
     }
     return 0;

@@ -90,10 +90,10 @@ void TemplateSandbox::start() {
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    char self[] = "/proc/self/exe";
+    char self[] = "/proc/self/exe", name[] = "llama-tp-template-renderer";  // its name in ps
     char argument[64];
     std::snprintf(argument, sizeof(argument), "%s", kTemplateRendererArgument);
-    char * argv[] = {self, argument, nullptr};
+    char * argv[] = {name, argument, nullptr};
     const int rc = posix_spawn(&pid_, self, &files, &attr, argv, environ);
     posix_spawn_file_actions_destroy(&files);
     posix_spawnattr_destroy(&attr);
