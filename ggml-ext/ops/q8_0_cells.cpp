@@ -361,18 +361,23 @@ template class Block32Panel<BlockQ8_0>;
 template class Block32Panel<BlockQ4_0>;
 
 // A register's tokens: eight, in two halves of a 512-bit register.
-constexpr int kGroupTokens = 8, kTokenGroups = kLaneTokens / kGroupTokens;
+constexpr int kGroupTokens = 8;
+
+// The groups of eight that nc tokens fill.
+int64_t token_groups(int nc) {
+    return (nc + kGroupTokens - 1) / kGroupTokens;
+}
 
 template <typename Block>
 Block32TokenLanes<Block>::Block32TokenLanes(const BlockQ8_0 * const * x, int nc, int64_t n_blocks)
     : nc_(nc),
       n_blocks_(n_blocks),
       stride_((n_blocks + 1) * kGroupTokens),
-      values_(kTokenGroups * 8 * stride_),
-      start_(kTokenGroups * stride_),
-      d_(kTokenGroups * stride_) {
+      values_(token_groups(nc) * 8 * stride_),
+      start_(token_groups(nc) * stride_),
+      d_(token_groups(nc) * stride_) {
     GGML_ASSERT(nc >= 1 && nc <= kLaneTokens);
-    for (int t = 0; t < kLaneTokens; ++t) {
+    for (int t = 0; t < token_groups(nc) * kGroupTokens; ++t) {
         const int64_t group = t / kGroupTokens, lane = t % kGroupTokens;
         for (int64_t b = 0; b <= n_blocks; ++b) {
             const bool real = t < nc && b < n_blocks;
