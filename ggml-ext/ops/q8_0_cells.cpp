@@ -35,12 +35,12 @@ int value_of(const BlockQ4_0 & wb, int k) {
 // vpdpbusd multiplies unsigned bytes by signed ones: the rows' values go in
 // as v + bias (unsigned; q4_0's nibbles as they are), and each token starts
 // its sums at -bias * x.
-constexpr int bias_of(const BlockQ8_0 *) {
-    return 128;
-}
-constexpr int bias_of(const BlockQ4_0 *) {
-    return 8;
-}
+template <typename Block>
+constexpr int kValueBias = 0;
+template <>
+constexpr int kValueBias<BlockQ8_0> = 128;
+template <>
+constexpr int kValueBias<BlockQ4_0> = 8;
 
 template <typename BlockW, int RM, int RN>
 void tile_scalar(const BlockW * const * w, const BlockQ8_0 * const * x, const int64_t * bounds, int64_t n_blocks,
@@ -170,7 +170,7 @@ struct Avx512Core {
         for (int j = 0; j < RN; ++j) xv[j] = pair_bytes(x[j], b, two);
 #if defined(__AVX512VNNI__)
         __m512i start[RN];
-        const __m512i bias = _mm512_set1_epi8((char) bias_of(w[0]));
+        const __m512i bias = _mm512_set1_epi8((char) kValueBias<BlockW>);
         for (int j = 0; j < RN; ++j) {
             start[j] =
                 _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv[j]));
@@ -390,7 +390,7 @@ Block32TokenLanes<Block>::Block32TokenLanes(const BlockQ8_0 * const * x, int nc,
             if (real) {
                 for (int k = 0; k < 32; ++k) sum += x[t][b].qs[k];
             }
-            start_.data()[group * stride_ + b * kGroupTokens + lane] = -bias_of((const Block *) nullptr) * sum;
+            start_.data()[group * stride_ + b * kGroupTokens + lane] = -kValueBias<Block> * sum;
             d_.data()[group * stride_ + b * kGroupTokens + lane] = real ? ggml_fp16_to_fp32(x[t][b].d) : 0.0f;
         }
     }
